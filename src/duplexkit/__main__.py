@@ -1,0 +1,5 @@
+"""`python -m duplexkit` is the `duplexkit` command."""
+
+from duplexkit.cli import main
+
+raise SystemExit(main())

@@ -1,0 +1,10 @@
+"""Subcommands of the `duplexkit` CLI; each module adds its parser and runs its job."""
+
+import argparse
+
+from duplexkit.commands import serve
+
+
+def register_all(commands: "argparse._SubParsersAction[argparse.ArgumentParser]") -> None:
+    for module in (serve,):
+        module.register(commands)

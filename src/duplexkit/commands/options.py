@@ -1,0 +1,40 @@
+"""Options shared by the commands that run a model (`serve`, and `talk`/`bench` without `--url`)."""
+
+from __future__ import annotations
+
+import argparse
+import sys
+
+from duplexkit.models import MODELS, ModelPlugin, load_model
+
+
+def add_model_options(parser: argparse.ArgumentParser) -> None:
+    parser.add_argument(
+        "--model",
+        default="scripted",
+        choices=sorted(MODELS),
+        help="built-in model to serve (default: %(default)s)",
+    )
+    parser.add_argument(
+        "--model-arg",
+        action="append",
+        default=[],
+        metavar="KEY=VALUE",
+        help="model parameter, repeatable (scripted: reply, first_output_ms, token_ms, speech_rms, script, ...)",
+    )
+
+
+def model_from_args(args: argparse.Namespace) -> ModelPlugin | None:
+    """The model the options name, or `None` after printing why it cannot be built."""
+    pairs: dict[str, str] = {}
+    for item in args.model_arg:
+        key, sep, value = item.partition("=")
+        if not sep or not key:
+            print(f"duplexkit {args.command}: --model-arg expects KEY=VALUE, got {item!r}", file=sys.stderr)
+            return None
+        pairs[key] = value
+    try:
+        return load_model(args.model, pairs)
+    except ValueError as exc:
+        print(f"duplexkit {args.command}: {exc}", file=sys.stderr)
+        return None

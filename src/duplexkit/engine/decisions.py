@@ -1,0 +1,39 @@
+"""What a model returns for one stepped unit: keep listening, or speak a segment of the reply."""
+
+from __future__ import annotations
+
+from dataclasses import dataclass, field
+
+import numpy as np
+import numpy.typing as npt
+
+from duplexkit.protocol.server_events import ListenReason
+
+
+@dataclass(frozen=True, slots=True)
+class Listen:
+    """The model keeps listening during this unit."""
+
+    reason: ListenReason = "model_listen"
+
+
+@dataclass(frozen=True, slots=True)
+class Speak:
+    """One segment of the reply: text tokens and the PCM that speaks them (float32 at the output rate).
+
+    `itl_ms` are the inter-token latencies the model measured while generating this segment, when it has
+    them; otherwise `tpot_ms` is the segment's mean time per output token. `end_of_turn` closes the response.
+    """
+
+    tokens: tuple[str, ...] = ()
+    audio: npt.NDArray[np.float32] = field(default_factory=lambda: np.zeros(0, dtype=np.float32))
+    end_of_turn: bool = False
+    itl_ms: tuple[float, ...] = ()
+    tpot_ms: float | None = None
+
+    @property
+    def text(self) -> str:
+        return "".join(self.tokens)
+
+
+Decision = Listen | Speak

@@ -1,0 +1,100 @@
+"""The request-start ledger and per-response timing: TTFT, TTFP and TPOT measured on the server.
+
+Every latency here is measured on the server's monotonic clock from the moment the model request that
+produced the response was accepted — not from when a client happened to receive something.
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass, field
+
+
+class RequestStartLedger:
+    """When each model turn's request started.
+
+    While a turn has no response, each new unit request replaces its start (the latest wins: the reply
+    answers the input that immediately preceded it); once the turn's response is open, the first start
+    wins (later units of the same turn are continuation steps, not the request the reply answers).
+    """
+
+    def __init__(self) -> None:
+        self._starts: dict[int, float] = {}
+        self._bound_turn: int | None = None
+
+    def mark_model_turn_request_started(self, turn: int, now: float) -> None:
+        if turn == self._bound_turn and turn in self._starts:
+            return
+        self._starts[turn] = now
+
+    def begin_response(self, turn: int) -> float | None:
+        """Bind the turn's request start to the response now opening; `None` when no request was seen."""
+        self._bound_turn = turn
+        return self._starts.get(turn)
+
+    def complete_model_turn(self, turn: int) -> None:
+        """Forget every start of turns up to and including `turn`."""
+        self._starts = {t: start for t, start in self._starts.items() if t > turn}
+        if self._bound_turn is not None and self._bound_turn <= turn:
+            self._bound_turn = None
+
+    def clear(self) -> None:
+        """Reset on response end, barge-in and close: nothing carries over to the next response."""
+        self._starts.clear()
+        self._bound_turn = None
+
+    def start_of(self, turn: int) -> float | None:
+        return self._starts.get(turn)
+
+
+@dataclass(frozen=True, slots=True)
+class FirstOutputs:
+    """TTFT/TTFP observed by one call, in ms; `None` for what was not newly observed."""
+
+    ttft_ms: float | None = None
+    ttfp_ms: float | None = None
+
+
+@dataclass(slots=True)
+class ResponseTiming:
+    """Timing of one response, anchored at its bound request start (`None`: nothing is measured)."""
+
+    request_start: float | None
+    ttft_ms: float | None = None
+    ttfp_ms: float | None = None
+    output_tokens: int = 0
+    _segments: list[tuple[int, float]] = field(default_factory=list)
+    _itls_ms: list[float] = field(default_factory=list)
+
+    def mark_response_first_outputs(self, now: float, *, text: bool, audio: bool) -> FirstOutputs:
+        """Record the first non-empty text (TTFT) and first audio (TTFP); report only newly observed ones."""
+        if self.request_start is None:
+            return FirstOutputs()
+        elapsed_ms = max(0.0, (now - self.request_start) * 1000.0)
+        ttft = ttfp = None
+        if text and self.ttft_ms is None:
+            self.ttft_ms = ttft = elapsed_ms
+        if audio and self.ttfp_ms is None:
+            self.ttfp_ms = ttfp = elapsed_ms
+        return FirstOutputs(ttft_ms=ttft, ttfp_ms=ttfp)
+
+    def record_segment(self, tokens: int, *, tpot_ms: float | None, itl_ms: tuple[float, ...] = ()) -> None:
+        """Account one output segment of `tokens` tokens with its own TPOT and/or inter-token latencies."""
+        self.output_tokens += tokens
+        self._itls_ms.extend(itl_ms)
+        if tpot_ms is not None:
+            self._segments.append((tokens, tpot_ms))
+
+    @property
+    def tpot_ms(self) -> float | None:
+        """Mean time per output token.
+
+        With measured inter-token latencies this is their mean (token weighted). Otherwise it is the mean
+        of per-segment TPOTs weighted by `max(tokens - 1, 0)`: a segment of n tokens has n - 1 intervals,
+        so a one-token segment has none and weighs nothing. 11 tokens at 10 ms and 3 at 100 ms give 25 ms.
+        """
+        if self._itls_ms:
+            return sum(self._itls_ms) / len(self._itls_ms)
+        weight = sum(max(tokens - 1, 0) for tokens, _ in self._segments)
+        if weight == 0:
+            return None
+        return sum(max(tokens - 1, 0) * tpot for tokens, tpot in self._segments) / weight

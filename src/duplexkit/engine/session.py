@@ -1,0 +1,650 @@
+"""The engine-resident duplex session: a Sans-I/O state machine.
+
+The server's runner feeds it three kinds of input, each with `now` (seconds on a monotonic clock it owns):
+client events (`handle`), model progress (`request_started`, `on_decision`, `on_step_failed`,
+`step_finished`) and the passage of time (`tick`). It answers with a `Step`: server events to send, in
+order, and units for the model to step, in order. It never sleeps, reads a clock or touches a socket.
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass, field
+from typing import Any, Literal
+
+import numpy as np
+
+from duplexkit.engine.assembler import AssembledUnit, UnitAssembler
+from duplexkit.engine.decisions import Decision, Listen, Speak
+from duplexkit.engine.fence import Fence
+from duplexkit.engine.ledger import RequestStartLedger, ResponseTiming
+from duplexkit.engine.playback import CommitPolicy, PlaybackLedger
+from duplexkit.engine.units import Unit
+from duplexkit.protocol import client_events as ce
+from duplexkit.protocol import server_events as se
+from duplexkit.protocol.audio import AudioFormat, encode_base64_audio
+from duplexkit.protocol.errors import ErrorCode, ProtocolError
+from duplexkit.protocol.units import UnitGrid, ms_to_samples
+
+Modality = Literal["audio", "text"]
+ServerEvents = list[se.ServerEventBase]
+
+
+@dataclass(frozen=True, slots=True)
+class EngineConfig:
+    """What the serving model and the server impose on every session."""
+
+    model: str
+    chunk_period_ms: int = 1000
+    first_unit_ms: int | None = None
+    input_sample_rate_hz: int = 16_000
+    output_sample_rate_hz: int = 24_000
+    modalities: tuple[Modality, ...] = ("audio", "text")
+    accepts_video: bool = False
+    supports_barge_in: bool = True
+    max_sessions: int = 64
+    continuation_limit: int = 8
+    idle_timeout_s: float = 300.0
+
+
+@dataclass(slots=True)
+class SessionSettings:
+    """The client-adjustable part of the session (`session.update`)."""
+
+    modalities: list[Modality]
+    input_audio_format: AudioFormat = "pcm16"
+    output_audio_format: AudioFormat = "pcm16"
+    input_sample_rate_hz: int = 16_000
+    instructions: str | None = None
+    voice: str | None = None
+    turn_detection: ce.ServerVadConfig | None = None
+    temperature: float | None = None
+    max_tokens: int | None = None
+    idle_timeout_s: float = 300.0
+    overlap_policy: Literal["listen_only", "barge_in_on_speech"] = "barge_in_on_speech"
+    playback_commit_policy: CommitPolicy = "ack_only"
+    extra_body: dict[str, Any] = field(default_factory=dict)
+
+
+@dataclass(slots=True)
+class Step:
+    """The engine's answer to one input: events to send and units to step, each in order."""
+
+    events: ServerEvents = field(default_factory=list)
+    units: list[Unit] = field(default_factory=list)
+    close_reason: str | None = None
+    configured: bool = False
+
+    def extend(self, other: Step) -> None:
+        self.events.extend(other.events)
+        self.units.extend(other.units)
+        self.close_reason = self.close_reason or other.close_reason
+        self.configured = self.configured or other.configured
+
+
+@dataclass(slots=True)
+class _ActiveResponse:
+    id: str
+    item_id: str
+    turn: int
+    timing: ResponseTiming
+    modalities: list[Modality]
+    text: str = ""
+    audio_ms: float = 0.0
+
+
+class EngineSession:
+    def __init__(self, session_id: str, config: EngineConfig) -> None:
+        self.config = config
+        self.fence = Fence(session_id)
+        self.settings = SessionSettings(
+            modalities=list(config.modalities), idle_timeout_s=config.idle_timeout_s
+        )
+        self.grid = UnitGrid(config.chunk_period_ms, config.first_unit_ms)
+        self.started = False
+        self.closed = False
+        self._assembler = UnitAssembler(self.grid, config.input_sample_rate_hz)
+        self._requests = RequestStartLedger()
+        self._playback = PlaybackLedger(self.settings.playback_commit_policy)
+        self._response: _ActiveResponse | None = None
+        self._history: list[se.ConversationItem] = []
+        self._counter = 0
+        self._unit_index = 0
+        self._outstanding = 0
+        self._continuations = 0
+        self._last_input_at: float | None = None
+        self._last_unit_at = 0.0
+
+    # --- client events --------------------------------------------------------------------------------
+
+    @property
+    def session_id(self) -> str:
+        return self.fence.session_id
+
+    @property
+    def active_response_id(self) -> str | None:
+        return self._response.id if self._response else None
+
+    @property
+    def history(self) -> list[se.ConversationItem]:
+        """The conversation as the listener heard it (assistant items trimmed to played audio)."""
+        return [self._heard(item) for item in self._history]
+
+    def start(self, now: float) -> Step:
+        """Open the session with defaults (autostart): `session.created`."""
+        self.started = True
+        self._last_input_at = now
+        return Step(events=[se.SessionCreated(session=self._session_info())], configured=True)
+
+    def handle(self, event: ce.ClientEventBase, now: float) -> Step:
+        """Apply one client event. Invalid requests become `error` events; the session carries on."""
+        self._last_input_at = now
+        try:
+            if not self.started and not isinstance(event, ce.SessionUpdate):
+                raise ProtocolError(
+                    ErrorCode.SESSION_NOT_CONFIGURED, "the first event must be session.update (autostart=0)"
+                )
+            return self._dispatch(event, now)
+        except ProtocolError as exc:
+            return Step(
+                events=[se.error_event(exc.code, exc.message, param=exc.param, event_id=event.event_id)]
+            )
+
+    def protocol_error(self, exc: ProtocolError) -> Step:
+        """An event that could not even be parsed: report it, change nothing."""
+        return Step(events=[se.error_event(exc.code, exc.message, param=exc.param, event_id=exc.event_id)])
+
+    def _dispatch(self, event: ce.ClientEventBase, now: float) -> Step:
+        match event:
+            case ce.SessionUpdate():
+                return self._update(event.session)
+            case ce.InputAudioBufferAppend():
+                return self._append(event, now)
+            case ce.InputAudioBufferCommit():
+                return self._commit(event, now)
+            case ce.InputAudioBufferClear():
+                self._assembler.clear()
+                return Step(events=[se.InputAudioBufferCleared()])
+            case ce.ResponseCreate():
+                return (
+                    self._units([self._assembler.flush()], now)
+                    if self._assembler.buffered_samples
+                    else Step()
+                )
+            case ce.ResponseCancel():
+                return self._cancel(event.response_id, now)
+            case ce.InputCancel():
+                self._assembler.clear()
+                return self._interrupt("client_cancelled", now)
+            case ce.OutputAudioBufferClear() | ce.BargeIn():
+                return self._interrupt("barge_in", now)
+            case ce.PlaybackAck():
+                return self._ack(event)
+            case ce.ConversationItemCreate():
+                return self._create_item(event)
+            case ce.ConversationItemRetrieve():
+                return Step(
+                    events=[se.ConversationItemRetrieved(item=self._heard(self._item(event.item_id)))]
+                )
+            case ce.ConversationItemDelete():
+                self._history.remove(self._item(event.item_id))
+                return Step(events=[se.ConversationItemDeleted(item_id=event.item_id)])
+            case ce.ConversationItemTruncate():
+                return self._truncate(event)
+            case ce.SessionHeartbeat():
+                return Step(events=[se.SessionHeartbeatAck()])
+            case ce.SessionClose():
+                return self.close(event.reason or "client_close", now)
+        raise ProtocolError(ErrorCode.UNKNOWN_EVENT, f"{event.type!r} is not handled by this server")
+
+    def _update(self, update: ce.SessionConfig) -> Step:
+        if update.turn_detection is not None:
+            raise ProtocolError(
+                ErrorCode.INVALID_VALUE,
+                "server_vad turn detection is not available on this server yet; send null (model-native)",
+                param="session.turn_detection",
+            )
+        if update.modalities is not None:
+            unsupported = set(update.modalities) - set(self.config.modalities)
+            if unsupported or not update.modalities:
+                raise ProtocolError(
+                    ErrorCode.INVALID_VALUE,
+                    f"modalities must be a non-empty subset of {list(self.config.modalities)}",
+                    param="session.modalities",
+                )
+        s = self.settings
+        for name in (
+            "modalities",
+            "input_audio_format",
+            "output_audio_format",
+            "input_sample_rate_hz",
+            "instructions",
+            "voice",
+            "temperature",
+            "max_tokens",
+            "idle_timeout_s",
+            "overlap_policy",
+            "playback_commit_policy",
+            "extra_body",
+        ):
+            if name in update.model_fields_set and getattr(update, name) is not None:
+                setattr(s, name, getattr(update, name))
+        self._playback.policy = s.playback_commit_policy
+        step = Step(configured=True)
+        if not self.started:
+            self.started = True
+            step.events.append(se.SessionCreated(session=self._session_info()))
+        step.events.append(se.SessionUpdated(session=self._session_info()))
+        return step
+
+    def _append(self, event: ce.InputAudioBufferAppend, now: float) -> Step:
+        step = Step()
+        response_active = self._response is not None
+        if response_active and (
+            event.force_barge_in or (event.is_speech and self.settings.overlap_policy == "barge_in_on_speech")
+        ):
+            step.extend(self._interrupt("barge_in", now))
+        self._continuations = 0
+        frames = tuple(event.frames) if self.config.accepts_video else ()
+        rate = event.sample_rate_hz or self.settings.input_sample_rate_hz
+        assembled = self._assembler.push(event.samples, rate, frames)
+        step.extend(
+            self._units(assembled, now, is_speech=event.is_speech, force_listen=bool(event.force_listen))
+        )
+        return step
+
+    def _commit(self, event: ce.InputAudioBufferCommit, now: float) -> Step:
+        item_id = self._new_id("item")
+        previous = self._history[-1].id if self._history else None
+        self._history.append(
+            se.ConversationItem(id=item_id, role="user", content=[se.ItemContent(type="input_audio")])
+        )
+        committed = se.InputAudioBufferCommitted(
+            item_id=item_id, previous_item_id=previous, audio_end_ms=self._assembler.media_ms
+        )
+        step = Step(events=[committed])
+        step.extend(self._units([self._assembler.flush()], now, is_speech=event.is_speech))
+        return step
+
+    def _units(
+        self,
+        assembled: list[AssembledUnit],
+        now: float,
+        *,
+        is_speech: bool | None = None,
+        force_listen: bool = False,
+        continuation: bool = False,
+    ) -> Step:
+        units = [
+            Unit(
+                index=self._unit_index + i,
+                fence=self.fence,
+                samples=a.samples,
+                sample_rate_hz=self.config.input_sample_rate_hz,
+                start_ms=a.start_ms,
+                end_ms=a.end_ms,
+                frames=a.frames,
+                final=a.final,
+                is_speech=is_speech,
+                force_listen=force_listen,
+                continuation=continuation,
+            )
+            for i, a in enumerate(assembled)
+        ]
+        self._unit_index += len(units)
+        self._outstanding += len(units)
+        if units:
+            self._last_unit_at = now
+        return Step(units=units)
+
+    def _cancel(self, response_id: str | None, now: float) -> Step:
+        if self._response is None or (response_id is not None and response_id != self._response.id):
+            raise ProtocolError(
+                ErrorCode.NO_ACTIVE_RESPONSE,
+                f"no active response {response_id!r} to cancel"
+                if response_id
+                else "no active response to cancel",
+                param="response_id" if response_id else None,
+            )
+        return self._interrupt("client_cancelled", now)
+
+    def _interrupt(self, reason: Literal["barge_in", "client_cancelled"], now: float) -> Step:
+        """Barge-in, cancel, clear: end the active response, make everything in flight stale."""
+        step = Step()
+        if self._response is not None:
+            step.events.extend(self._finish("cancelled", reason, interrupted=True))
+        self.fence = self.fence.next_epoch()
+        self._requests.clear()
+        return step
+
+    def _ack(self, event: ce.PlaybackAck) -> Step:
+        entry = self._playback.ack(event.response_id, event.played_ms, event.committed_ms)
+        return Step(
+            events=[
+                se.PlaybackAcknowledged(
+                    response_id=entry.response_id,
+                    item_id=entry.item_id,
+                    played_ms=entry.played_ms,
+                    committed_ms=entry.committed_ms,
+                )
+            ]
+        )
+
+    def _create_item(self, event: ce.ConversationItemCreate) -> Step:
+        try:
+            item = se.ConversationItem.model_validate({"id": self._new_id("item"), **event.item})
+        except ValueError as exc:
+            raise ProtocolError(
+                ErrorCode.INVALID_VALUE, f"invalid conversation item: {exc}", param="item"
+            ) from None
+        previous = self._history[-1].id if self._history else None
+        self._history.append(item)
+        return Step(
+            events=[
+                se.ConversationItemAdded(item=item, previous_item_id=previous),
+                se.ConversationItemDone(item=item, previous_item_id=previous),
+            ]
+        )
+
+    def _truncate(self, event: ce.ConversationItemTruncate) -> Step:
+        item = self._item(event.item_id)
+        entry = self._playback.by_item(item.id)
+        if entry is None:
+            raise ProtocolError(
+                ErrorCode.INVALID_VALUE, "only assistant audio items can be truncated", param="item_id"
+            )
+        entry.committed_ms = entry.played_ms = min(float(event.audio_end_ms), entry.generated_ms)
+        entry.settled = True
+        return Step(
+            events=[
+                se.ConversationItemTruncated(
+                    item_id=item.id, content_index=event.content_index, audio_end_ms=event.audio_end_ms
+                )
+            ]
+        )
+
+    def close(self, reason: str, now: float) -> Step:
+        """End the session: cancel what is active, forget request starts, say `session.closed`."""
+        step = Step(close_reason=reason)
+        if self._response is not None:
+            step.events.extend(self._finish("cancelled", "client_cancelled", interrupted=True))
+        self._requests.clear()
+        self.closed = True
+        step.events.append(se.SessionClosed(session_id=self.session_id, reason=reason))
+        return step
+
+    # --- model progress -------------------------------------------------------------------------------
+
+    def request_started(self, unit: Unit, now: float) -> None:
+        """The model accepted `unit`'s request at `now`: the anchor for TTFT/TTFP of the reply it produces."""
+        if self.fence.admits(unit.fence):
+            self._requests.mark_model_turn_request_started(self.fence.turn_id, now)
+
+    def on_decision(self, unit: Unit, decision: Decision, now: float) -> Step:
+        """Turn one model decision for `unit` into events; output of a stale fence is dropped."""
+        if self.closed or not self.fence.admits(unit.fence):
+            return Step()
+        if isinstance(decision, Listen):
+            return self._listen(decision, now)
+        return self._speak(decision, now)
+
+    def on_step_failed(self, unit: Unit, message: str, now: float) -> Step:
+        """The model raised while stepping `unit`: fail the active response only; the session survives."""
+        if self.closed or not self.fence.admits(unit.fence):
+            return Step()
+        step = Step()
+        if self._response is not None:
+            step.events.extend(self._finish("failed", "model_error", interrupted=True))
+            self.fence = self.fence.next_epoch()
+        step.events.append(se.error_event(ErrorCode.MODEL_STEP_FAILED, f"model step failed: {message}"))
+        return step
+
+    def step_finished(self, unit: Unit, now: float) -> None:
+        self._outstanding = max(0, self._outstanding - 1)
+        self._last_unit_at = max(self._last_unit_at, now)
+
+    def tick(self, now: float) -> Step:
+        """Time passed: enforce the idle timeout and step silence while a reply continues past the input."""
+        if self.closed:
+            return Step()
+        if self._last_input_at is not None and now - self._last_input_at > self.settings.idle_timeout_s:
+            step = Step(
+                events=[se.error_event(ErrorCode.IDLE_TIMEOUT, "no client event within idle_timeout_s")]
+            )
+            step.extend(self.close("idle_timeout", now))
+            return step
+        period_s = self.config.chunk_period_ms / 1000.0
+        if self._response is None or self._outstanding or now - self._last_unit_at < period_s:
+            return Step()
+        if self._continuations >= self.config.continuation_limit:
+            response_id = self._response.id
+            step = Step(events=[_listen_event("continuation_limit", response_id)])
+            step.events.extend(self._finish("incomplete", "continuation_limit", interrupted=False))
+            return step
+        self._continuations += 1
+        media_ms = self._assembler.media_ms
+        silence = np.zeros(
+            ms_to_samples(self.config.chunk_period_ms, self.config.input_sample_rate_hz), np.float32
+        )
+        return self._units(
+            [AssembledUnit(silence, media_ms, media_ms, (), final=False)], now, continuation=True
+        )
+
+    # --- responses ------------------------------------------------------------------------------------
+
+    def _listen(self, decision: Listen, now: float) -> Step:
+        if self._response is None:
+            return Step(events=[_listen_event(decision.reason)])
+        step = Step(events=[_listen_event(decision.reason, self._response.id)])
+        step.events.extend(self._finish("completed", "stop", interrupted=False))
+        return step
+
+    def _speak(self, segment: Speak, now: float) -> Step:
+        step = Step()
+        response = self._response
+        if response is None:
+            response = self._begin_response(step)
+        text, audio = segment.text, segment.audio
+        first = response.timing.mark_response_first_outputs(
+            now, text=bool(text.strip()), audio=len(audio) > 0
+        )
+        response.timing.record_segment(len(segment.tokens), tpot_ms=segment.tpot_ms, itl_ms=segment.itl_ms)
+        if step.events:  # the response opened with this segment: created carries what it already observed
+            created = step.events[0]
+            assert isinstance(created, se.ResponseCreated)
+            created.response_request_metrics = self._metrics(response.timing)
+            step.events.append(se.ResponseSpeak(response_id=response.id, item_id=response.item_id))
+        ids = {"response_id": response.id, "item_id": response.item_id}
+        audio_ms = (
+            1000.0 * len(audio) / self.config.output_sample_rate_hz if "audio" in response.modalities else 0.0
+        )
+        text_chars, audio_end_ms = self._playback.generated(response.id, text, audio_ms)
+        response.text += text
+        response.audio_ms = audio_end_ms
+        if "audio" in response.modalities:
+            step.events.append(
+                se.ResponseOutputAudioDelta(
+                    **ids,
+                    delta=encode_base64_audio(audio, self.settings.output_audio_format),
+                    sample_rate_hz=self.config.output_sample_rate_hz,
+                    metadata=se.AudioDeltaMetadata(
+                        audio_duration_ms=audio_end_ms,
+                        end_of_turn=segment.end_of_turn,
+                        audio_text_marks=[se.AudioTextMark(text_chars=text_chars, audio_end_ms=audio_end_ms)],
+                    ),
+                    response_request_metrics=self._metrics(response.timing)
+                    if first.ttfp_ms is not None
+                    else None,
+                )
+            )
+            step.events.append(
+                se.ResponseOutputAudioTranscriptDelta(
+                    **ids,
+                    delta=text,
+                    response_request_metrics=self._metrics(response.timing)
+                    if first.ttft_ms is not None
+                    else None,
+                )
+            )
+        else:
+            step.events.append(
+                se.ResponseOutputTextDelta(
+                    **ids,
+                    delta=text,
+                    response_request_metrics=self._metrics(response.timing)
+                    if first.ttft_ms is not None
+                    else None,
+                )
+            )
+        if segment.end_of_turn:
+            step.events.extend(self._finish("completed", "stop", interrupted=False))
+        return step
+
+    def _begin_response(self, step: Step) -> _ActiveResponse:
+        turn = self.fence.turn_id
+        response = _ActiveResponse(
+            id=self._new_id("resp"),
+            item_id=self._new_id("item"),
+            turn=turn,
+            timing=ResponseTiming(request_start=self._requests.begin_response(turn)),
+            modalities=list(self.settings.modalities),
+        )
+        self._response = response
+        self._continuations = 0
+        self._playback.open(response.id, response.item_id)
+        item = se.ConversationItem(id=response.item_id, role="assistant", status="in_progress")
+        previous = self._history[-1].id if self._history else None
+        self._history.append(item)
+        part = se.ContentPart(type="audio" if "audio" in response.modalities else "text")
+        step.events.extend(
+            [
+                se.ResponseCreated(
+                    response=se.ResponseInfo(
+                        id=response.id, status="in_progress", output_modalities=response.modalities
+                    )
+                ),
+                se.ConversationItemAdded(item=item, previous_item_id=previous),
+                se.ResponseOutputItemAdded(response_id=response.id, item=item),
+                se.ResponseContentPartAdded(response_id=response.id, item_id=response.item_id, part=part),
+            ]
+        )
+        return response
+
+    def _finish(
+        self, status: se.ResponseStatus, reason: se.ResponseEndReason, *, interrupted: bool
+    ) -> ServerEvents:
+        """Close the active response: the done events in order, history and ledgers settled."""
+        response = self._response
+        assert response is not None
+        self._response = None
+        entry = self._playback.finish(response.id, interrupted=interrupted)
+        ids = {"response_id": response.id, "item_id": response.item_id}
+        audio = "audio" in response.modalities
+        content = (
+            se.ItemContent(type="output_audio", transcript=response.text)
+            if audio
+            else se.ItemContent(type="output_text", text=response.text)
+        )
+        item = se.ConversationItem(
+            id=response.item_id,
+            role="assistant",
+            status="completed" if status == "completed" else "incomplete",
+            content=[content],
+        )
+        self._history = [item if h.id == item.id else h for h in self._history]
+        part = (
+            se.ContentPart(type="audio", transcript=response.text)
+            if audio
+            else se.ContentPart(type="text", text=response.text)
+        )
+        events: ServerEvents = []
+        if audio:
+            events.append(se.ResponseOutputAudioDone(**ids))
+            events.append(se.ResponseOutputAudioTranscriptDone(**ids, transcript=response.text))
+        else:
+            events.append(se.ResponseOutputTextDone(**ids, text=response.text))
+        timing = response.timing
+        metrics = self._metrics(timing)
+        metrics.tpot_ms = timing.tpot_ms
+        metrics.output_tokens = timing.output_tokens
+        metrics.output_audio_ms = entry.generated_ms if audio else None
+        events += [
+            se.ResponseContentPartDone(**ids, part=part),
+            se.ResponseOutputItemDone(response_id=response.id, item=item),
+            se.ResponseDone(
+                response=se.ResponseInfo(
+                    id=response.id,
+                    status=status,
+                    status_details=se.StatusDetails(type=status, reason=reason),
+                    output=[item],
+                    output_modalities=response.modalities,
+                    usage=se.Usage(output_tokens=timing.output_tokens, total_tokens=timing.output_tokens),
+                ),
+                response_request_metrics=metrics,
+            ),
+        ]
+        self._requests.complete_model_turn(response.turn)
+        self.fence = self.fence.next_turn()
+        return events
+
+    @staticmethod
+    def _metrics(timing: ResponseTiming) -> se.ResponseRequestMetrics:
+        return se.ResponseRequestMetrics(ttft_ms=timing.ttft_ms, ttfp_ms=timing.ttfp_ms)
+
+    # --- helpers --------------------------------------------------------------------------------------
+
+    def _session_info(self) -> se.SessionInfo:
+        s, c = self.settings, self.config
+        return se.SessionInfo(
+            id=self.session_id,
+            model=c.model,
+            modalities=s.modalities,
+            instructions=s.instructions,
+            voice=s.voice,
+            input_audio_format=s.input_audio_format,
+            output_audio_format=s.output_audio_format,
+            turn_detection=s.turn_detection,
+            temperature=s.temperature,
+            max_tokens=s.max_tokens,
+            idle_timeout_s=s.idle_timeout_s,
+            overlap_policy=s.overlap_policy,
+            playback_commit_policy=s.playback_commit_policy,
+            capabilities=se.Capabilities(
+                chunk_period_ms=c.chunk_period_ms,
+                first_unit_ms=self.grid.unit_end_ms(0),
+                supports_barge_in=c.supports_barge_in,
+                input_modes=["audio", "video"] if c.accepts_video else ["audio"],
+                max_sessions=c.max_sessions,
+                input_sample_rate_hz=s.input_sample_rate_hz,
+                output_sample_rate_hz=c.output_sample_rate_hz,
+            ),
+        )
+
+    def _new_id(self, kind: str) -> str:
+        self._counter += 1
+        return f"{kind}_{self.session_id.removeprefix('sess_')}_{self._counter}"
+
+    def _item(self, item_id: str) -> se.ConversationItem:
+        for item in self._history:
+            if item.id == item_id:
+                return item
+        raise ProtocolError(ErrorCode.UNKNOWN_ITEM, f"no conversation item {item_id!r}", param="item_id")
+
+    def _heard(self, item: se.ConversationItem) -> se.ConversationItem:
+        entry = self._playback.by_item(item.id)
+        if entry is None or not item.content:
+            return item
+        heard = entry.heard_text()
+        content = [
+            part.model_copy(update={"transcript": heard} if part.transcript is not None else {"text": heard})
+            for part in item.content
+        ]
+        return item.model_copy(update={"content": content})
+
+
+def _listen_event(reason: se.ListenReason, response_id: str | None = None) -> se.ResponseListen:
+    return se.ResponseListen(
+        response_id=response_id,
+        response=se.ListenInfo(
+            id=response_id, metadata=se.ListenMetadata(reason=reason, model_listen=reason == "model_listen")
+        ),
+    )

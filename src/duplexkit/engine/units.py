@@ -1,0 +1,36 @@
+"""A unit of input audio (plus the video frames that rode on it), as the model steps it."""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+
+import numpy as np
+import numpy.typing as npt
+
+from duplexkit.engine.fence import Fence
+
+
+@dataclass(frozen=True, slots=True)
+class Unit:
+    """One model step's input: `samples` (float32 mono at the model's input rate) covering
+    `[start_ms, end_ms)` of the client's media clock.
+
+    `final` marks the residual flushed by a commit; `continuation` marks silence the server synthesised
+    while input paused (it is not on the client's media clock).
+    """
+
+    index: int
+    fence: Fence
+    samples: npt.NDArray[np.float32]
+    sample_rate_hz: int
+    start_ms: float
+    end_ms: float
+    frames: tuple[bytes, ...] = ()
+    final: bool = False
+    continuation: bool = False
+    force_listen: bool = False
+    is_speech: bool | None = None
+
+    @property
+    def duration_ms(self) -> float:
+        return 1000.0 * len(self.samples) / self.sample_rate_hz

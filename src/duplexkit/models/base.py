@@ -1,0 +1,94 @@
+"""The model plugin interface: what a model declares, how it is configured per session, how it is stepped.
+
+A plugin is loaded once per process and shared; `new_session` gives each session its own state. The server
+steps a session's model once per unit, in order, and never two units of one session at once. A step is an
+async iterator of decisions so a plugin can stream a reply in several segments; CPU-bound plugins must do
+their work off the event loop (e.g. `asyncio.to_thread`) so one slow step never stalls other sessions.
+"""
+
+from __future__ import annotations
+
+from abc import ABC, abstractmethod
+from collections.abc import AsyncIterator, Mapping
+from dataclasses import dataclass, replace
+from typing import Any, Literal
+
+from duplexkit.engine import Decision, EngineConfig, Unit
+
+
+@dataclass(frozen=True, slots=True)
+class ModelCapabilities:
+    """What a model can do; advertised to clients in `session.created.session.capabilities`."""
+
+    chunk_period_ms: int = 1000
+    first_unit_ms: int | None = None
+    input_sample_rate_hz: int = 16_000
+    output_sample_rate_hz: int = 24_000
+    modalities: tuple[Literal["audio", "text"], ...] = ("audio", "text")
+    accepts_video: bool = False
+    supports_barge_in: bool = True
+
+    def engine_config(self, model: str, *, max_sessions: int) -> EngineConfig:
+        return EngineConfig(
+            model=model,
+            chunk_period_ms=self.chunk_period_ms,
+            first_unit_ms=self.first_unit_ms,
+            input_sample_rate_hz=self.input_sample_rate_hz,
+            output_sample_rate_hz=self.output_sample_rate_hz,
+            modalities=self.modalities,
+            accepts_video=self.accepts_video,
+            supports_barge_in=self.supports_barge_in,
+            max_sessions=max_sessions,
+        )
+
+
+@dataclass(frozen=True, slots=True)
+class SamplingParams:
+    """Sampling settings; a session's overrides produce a new value and never touch the plugin's defaults."""
+
+    temperature: float = 0.7
+    max_tokens: int = 512
+    instructions: str | None = None
+
+    def with_overrides(
+        self,
+        *,
+        temperature: float | None = None,
+        max_tokens: int | None = None,
+        instructions: str | None = None,
+    ) -> SamplingParams:
+        return replace(
+            self,
+            temperature=self.temperature if temperature is None else temperature,
+            max_tokens=self.max_tokens if max_tokens is None else max_tokens,
+            instructions=self.instructions if instructions is None else instructions,
+        )
+
+
+class ModelSession(ABC):
+    """One session's model state."""
+
+    sampling: SamplingParams
+
+    @abstractmethod
+    def configure(self, sampling: SamplingParams, extra_body: Mapping[str, Any]) -> None:
+        """Apply the session's settings; raise `ValueError` (naming the key) for a bad `extra_body` value,
+        leaving the previous settings in place."""
+
+    @abstractmethod
+    def step(self, unit: Unit, request_started_at: float) -> AsyncIterator[Decision]:
+        """Decide for one unit: yield `Listen`, or one or more `Speak` segments (the last may end the turn).
+        `request_started_at` is the server's monotonic time when this unit's request was accepted."""
+
+    def interrupt(self) -> None:  # noqa: B027 - optional hook, nothing to do by default
+        """The reply in progress was cut off (barge-in, cancel): drop what remains of it."""
+
+
+class ModelPlugin(ABC):
+    name: str
+    capabilities: ModelCapabilities
+    default_sampling: SamplingParams
+
+    @abstractmethod
+    def new_session(self) -> ModelSession:
+        """Fresh per-session state, starting from the plugin's defaults."""

@@ -1,0 +1,248 @@
+"""The `scripted` model: a deterministic duplex double for tests and benchmarks.
+
+By default it treats a unit as speech when its RMS is at least `speech_rms` (int16 full scale = 1.0). After
+speech followed by one silent unit, or on a commit, it answers with `reply`: a soft tone of `ms_per_char`
+per character, cut into one segment per unit. The first segment's first token is produced
+`first_output_ms` after the unit's request started, later tokens `token_ms` apart; it really waits for
+those times, so the server measures them like any model's. Otherwise it listens.
+
+Alternatively a script of explicit per-unit decisions (`script`, a JSON list or a path to one) replaces
+the policy: `{"listen": true}` or `{"speak": "text", "end_of_turn": true}`, one entry per stepped unit.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import itertools
+import json
+import math
+import time
+from collections.abc import AsyncIterator, Mapping
+from dataclasses import dataclass, fields, replace
+from pathlib import Path
+from typing import Any
+
+import numpy as np
+import numpy.typing as npt
+
+from duplexkit.engine import Decision, Listen, Speak, Unit
+from duplexkit.models.base import ModelCapabilities, ModelPlugin, ModelSession, SamplingParams
+
+
+@dataclass(frozen=True, slots=True)
+class ScriptEntry:
+    speak: str | None = None
+    end_of_turn: bool = True
+
+
+@dataclass(frozen=True, slots=True)
+class ScriptedParams:
+    reply: str = "This is a scripted reply."
+    speech_rms: float = 0.003
+    first_output_ms: float = 200.0
+    token_ms: float = 20.0
+    ms_per_char: float = 60.0
+    tone_hz: float = 220.0
+    script: tuple[ScriptEntry, ...] | None = None
+
+    @classmethod
+    def parse(cls, base: ScriptedParams, values: Mapping[str, Any]) -> ScriptedParams:
+        """`base` with `values` applied (strings from `--model-arg` or JSON from `extra_body`).
+
+        Unknown keys are ignored (`extra_body` is shared with other consumers); a bad value raises
+        `ValueError` naming the key.
+        """
+        changes: dict[str, Any] = {}
+        for f in fields(cls):
+            if f.name not in values:
+                continue
+            raw = values[f.name]
+            try:
+                changes[f.name] = _coerce(f.name, raw)
+            except (TypeError, ValueError, OSError) as exc:
+                raise ValueError(f"{f.name}: {exc}") from None
+        return replace(base, **changes)
+
+
+def _coerce(name: str, raw: Any) -> Any:
+    if name == "reply":
+        if not isinstance(raw, str):
+            raise TypeError("must be a string")
+        return raw
+    if name == "script":
+        return _load_script(raw)
+    value = float(raw)
+    if not math.isfinite(value) or value < 0 or (name in {"ms_per_char", "tone_hz"} and value == 0):
+        raise ValueError(f"must be a finite number {'> 0' if name in {'ms_per_char', 'tone_hz'} else '>= 0'}")
+    return value
+
+
+def _load_script(raw: Any) -> tuple[ScriptEntry, ...]:
+    if isinstance(raw, str):
+        raw = json.loads(Path(raw).read_text() if not raw.lstrip().startswith("[") else raw)
+    if not isinstance(raw, list):
+        raise TypeError("must be a list of decisions")
+    entries = []
+    for i, item in enumerate(raw):
+        if not isinstance(item, dict) or ("speak" in item) == bool(item.get("listen")):
+            raise ValueError(f"entry {i} must be {{'listen': true}} or {{'speak': text}}")
+        speak = item.get("speak")
+        if speak is not None and not isinstance(speak, str):
+            raise TypeError(f"entry {i}: 'speak' must be a string")
+        entries.append(ScriptEntry(speak=speak, end_of_turn=bool(item.get("end_of_turn", True))))
+    return tuple(entries)
+
+
+@dataclass(frozen=True, slots=True)
+class PlannedSegment:
+    """A reply segment and when (ms after the request start) each of its tokens is produced."""
+
+    tokens: tuple[str, ...]
+    audio: npt.NDArray[np.float32]
+    end_of_turn: bool
+    token_offsets_ms: tuple[float, ...]
+
+
+class ScriptedPolicy:
+    """The Sans-I/O part of the scripted model: what to do for each unit, and on what schedule."""
+
+    def __init__(self, params: ScriptedParams, capabilities: ModelCapabilities) -> None:
+        self.params = params
+        self.capabilities = capabilities
+        self._heard_speech = False
+        self._pending: list[PlannedSegment] = []
+        self._steps = 0
+
+    def decide(self, unit: Unit) -> Listen | PlannedSegment:
+        self._steps += 1
+        if self.params.script is not None:
+            return self._scripted(self._steps - 1)
+        if self._pending:
+            return self._next_segment()
+        if unit.force_listen:
+            return Listen()
+        speech = (
+            unit.is_speech if unit.is_speech is not None else _rms(unit.samples) >= self.params.speech_rms
+        )
+        if speech and not unit.final:
+            self._heard_speech = True
+            return Listen()
+        if unit.final or (self._heard_speech and not unit.continuation):
+            self._heard_speech = False
+            self._pending = self._plan(self.params.reply, end_of_turn=True)
+            return self._next_segment()
+        return Listen("silence_or_noise" if not speech else "model_listen")
+
+    def interrupt(self) -> None:
+        self._pending.clear()
+        self._heard_speech = False
+
+    def _scripted(self, index: int) -> Listen | PlannedSegment:
+        script = self.params.script or ()
+        entry = script[index] if index < len(script) else ScriptEntry()
+        if entry.speak is None:
+            return Listen()
+        return self._plan(entry.speak, end_of_turn=entry.end_of_turn)[0]
+
+    def _next_segment(self) -> PlannedSegment:
+        return self._pending.pop(0)
+
+    def _plan(self, text: str, *, end_of_turn: bool) -> list[PlannedSegment]:
+        """Cut the reply into one segment per unit of output audio; the whole reply in one if it fits."""
+        p, caps = self.params, self.capabilities
+        tokens = _tokens(text)
+        total_ms = len(text) * p.ms_per_char
+        period = caps.chunk_period_ms
+        count = max(1, math.ceil(total_ms / period)) if end_of_turn else 1
+        by_segment: list[list[str]] = [[] for _ in range(count)]
+        offset = 0
+        for token in tokens:
+            by_segment[min(count - 1, int(offset * p.ms_per_char // period))].append(token)
+            offset += len(token)
+        tone = _tone(total_ms, caps.output_sample_rate_hz, p.tone_hz)
+        per_unit = round(period * caps.output_sample_rate_hz / 1000)
+        segments = []
+        for k, seg_tokens in enumerate(by_segment):
+            first = p.first_output_ms if k == 0 else p.token_ms
+            segments.append(
+                PlannedSegment(
+                    tokens=tuple(seg_tokens),
+                    audio=tone[k * per_unit : (k + 1) * per_unit],
+                    end_of_turn=end_of_turn and k == count - 1,
+                    token_offsets_ms=tuple(first + i * p.token_ms for i in range(max(1, len(seg_tokens)))),
+                )
+            )
+        return segments
+
+
+class ScriptedSession(ModelSession):
+    def __init__(self, plugin: ScriptedModel) -> None:
+        self._plugin = plugin
+        self.sampling = plugin.default_sampling
+        self._policy = ScriptedPolicy(plugin.params, plugin.capabilities)
+
+    def configure(self, sampling: SamplingParams, extra_body: Mapping[str, Any]) -> None:
+        params = ScriptedParams.parse(self._plugin.params, extra_body)
+        self.sampling = sampling
+        self._policy.params = params
+
+    async def step(self, unit: Unit, request_started_at: float) -> AsyncIterator[Decision]:
+        decision = self._policy.decide(unit)
+        if isinstance(decision, Listen):
+            yield decision
+            return
+        produced: list[float] = []
+        for offset_ms in decision.token_offsets_ms:
+            delay = request_started_at + offset_ms / 1000.0 - time.monotonic()
+            if delay > 0:
+                await asyncio.sleep(delay)
+            produced.append(time.monotonic())
+        itl = tuple(1000.0 * (b - a) for a, b in itertools.pairwise(produced))
+        yield Speak(
+            tokens=decision.tokens, audio=decision.audio, end_of_turn=decision.end_of_turn, itl_ms=itl
+        )
+
+    def interrupt(self) -> None:
+        self._policy.interrupt()
+
+
+class ScriptedModel(ModelPlugin):
+    name = "scripted"
+
+    def __init__(
+        self, params: ScriptedParams | None = None, capabilities: ModelCapabilities | None = None
+    ) -> None:
+        self.params = params or ScriptedParams()
+        self.capabilities = capabilities or ModelCapabilities()
+        self.default_sampling = SamplingParams()
+
+    @classmethod
+    def from_args(cls, args: Mapping[str, str]) -> ScriptedModel:
+        caps = ModelCapabilities()
+        if "chunk_period_ms" in args:
+            caps = replace(caps, chunk_period_ms=int(args["chunk_period_ms"]))
+        return cls(ScriptedParams.parse(ScriptedParams(), args), caps)
+
+    def new_session(self) -> ScriptedSession:
+        return ScriptedSession(self)
+
+
+def _rms(samples: npt.NDArray[np.float32]) -> float:
+    return float(np.sqrt(np.mean(np.square(samples, dtype=np.float64)))) if len(samples) else 0.0
+
+
+def _tokens(text: str) -> list[str]:
+    """Words with their trailing spaces: joined they give back `text` exactly."""
+    tokens: list[str] = []
+    for word in text.split(" "):
+        if tokens:
+            tokens[-1] += " "
+        tokens.append(word)
+    return [t for t in tokens if t]
+
+
+def _tone(duration_ms: float, rate: int, hz: float) -> npt.NDArray[np.float32]:
+    n = round(duration_ms * rate / 1000)
+    t = np.arange(n, dtype=np.float64) / rate
+    envelope = np.minimum(1.0, np.minimum(t, (n / rate) - t) / 0.01)
+    return (0.1 * envelope * np.sin(2 * np.pi * hz * t)).astype(np.float32)

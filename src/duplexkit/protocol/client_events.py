@@ -1,0 +1,287 @@
+"""Client → server events: one pydantic model per event type, discriminated on `type`.
+
+Models keep unknown fields (forward compatibility with newer clients); validation failures carry custom
+error types (`invalid_audio`, `unsupported_audio_format`, `invalid_video_frame`) that the parser maps to
+wire error codes. Audio payloads are decoded once, at validation, and kept on the event.
+"""
+
+from __future__ import annotations
+
+import base64
+import binascii
+from typing import Annotated, Any, Literal, get_args
+
+import numpy as np
+import numpy.typing as npt
+from pydantic import (
+    BaseModel,
+    ConfigDict,
+    Field,
+    PrivateAttr,
+    ValidationInfo,
+    field_validator,
+    model_validator,
+)
+from pydantic_core import PydanticCustomError
+
+from duplexkit.protocol.audio import (
+    AudioDecodeError,
+    AudioFormat,
+    UnsupportedAudioFormat,
+    decode_base64_audio,
+    normalize_audio_format,
+)
+
+FiniteFloat = Annotated[float, Field(allow_inf_nan=False)]
+NonNegativeMs = Annotated[float, Field(ge=0, allow_inf_nan=False)]
+
+_IMAGE_SIGNATURES = (b"\xff\xd8\xff", b"\x89PNG\r\n\x1a\n")
+
+
+def _audio_format(value: str) -> AudioFormat:
+    try:
+        return normalize_audio_format(value)
+    except UnsupportedAudioFormat as exc:
+        raise PydanticCustomError("unsupported_audio_format", str(exc)) from exc
+
+
+class ClientEventBase(BaseModel):
+    """Fields every client event may carry; unknown fields are kept, not rejected."""
+
+    model_config = ConfigDict(extra="allow")
+
+    type: str
+    event_id: str | None = None
+
+
+class ServerVadConfig(BaseModel):
+    """`turn_detection: {type: "server_vad"}`: the server detects speech and decides turns."""
+
+    model_config = ConfigDict(extra="allow")
+
+    type: Literal["server_vad"] = "server_vad"
+    threshold: float = Field(0.5, ge=0.0, le=1.0)
+    prefix_padding_ms: int = Field(300, ge=0)
+    silence_duration_ms: int = Field(500, ge=0)
+    interrupt_response: bool = True
+    create_response: bool = True
+
+
+class SessionConfig(BaseModel):
+    """The `session` object of `session.update`; every field optional so an update changes only what it names.
+
+    `turn_detection: null` (explicitly sent) means model-native turn taking; absent means "unchanged".
+    """
+
+    model_config = ConfigDict(extra="allow")
+
+    model: str | None = None
+    modalities: list[Literal["audio", "text"]] | None = None
+    instructions: str | None = None
+    voice: str | None = None
+    ref_audio: str | None = None
+    input_audio_format: AudioFormat | None = None
+    output_audio_format: AudioFormat | None = None
+    input_sample_rate_hz: int | None = Field(None, gt=0, le=192_000)
+    turn_detection: ServerVadConfig | None = None
+    temperature: FiniteFloat | None = Field(None, ge=0.0, le=2.0)
+    max_tokens: int | None = Field(None, gt=0)
+    idle_timeout_s: FiniteFloat | None = Field(None, gt=0)
+    overlap_policy: Literal["listen_only", "barge_in_on_speech"] | None = None
+    playback_commit_policy: Literal["commit_all_on_done", "ack_only"] | None = None
+    extra_body: dict[str, Any] | None = None
+
+    @field_validator("input_audio_format", "output_audio_format", mode="before")
+    @classmethod
+    def _known_format(cls, value: object) -> object:
+        return _audio_format(value) if isinstance(value, str) else value
+
+    @model_validator(mode="before")
+    @classmethod
+    def _accept_openai_ga_shape(cls, data: object) -> object:
+        """Map the OpenAI GA shape (`output_modalities`, `audio.input.format{type, rate}`) onto ours."""
+        if not isinstance(data, dict):
+            return data
+        data = dict(data)
+        if "modalities" not in data and isinstance(data.get("output_modalities"), list):
+            data["modalities"] = data["output_modalities"]
+        audio = data.get("audio")
+        if isinstance(audio, dict):
+            for direction in ("input", "output"):
+                section = audio.get(direction)
+                fmt = section.get("format") if isinstance(section, dict) else None
+                if isinstance(fmt, dict) and isinstance(fmt.get("type"), str):
+                    data.setdefault(f"{direction}_audio_format", fmt["type"])
+                    if direction == "input" and isinstance(fmt.get("rate"), int):
+                        data.setdefault("input_sample_rate_hz", fmt["rate"])
+        return data
+
+
+class SessionUpdate(ClientEventBase):
+    type: Literal["session.update"] = "session.update"
+    session: SessionConfig = Field(default_factory=SessionConfig)
+
+
+class InputAudioBufferAppend(ClientEventBase):
+    """One chunk of input audio, in wire order, with its place on the sender's media clock.
+
+    The payload is validated against its format (the event's own, else the session's, passed as the
+    validation context key `input_audio_format`) and kept decoded as float32 in `samples`.
+    """
+
+    type: Literal["input_audio_buffer.append"] = "input_audio_buffer.append"
+    audio: str
+    input_audio_format: AudioFormat | None = None
+    sample_rate_hz: int | None = Field(None, gt=0, le=192_000)
+    duration_ms: NonNegativeMs | None = None
+    audio_end_ms: NonNegativeMs | None = None
+    video_frames: list[str] | None = None
+    is_speech: bool | None = None
+    force_listen: bool | None = None
+    force_barge_in: bool | None = None
+
+    _samples: npt.NDArray[np.float32] = PrivateAttr()
+    _frames: list[bytes] = PrivateAttr(default_factory=list)
+
+    @field_validator("input_audio_format", mode="before")
+    @classmethod
+    def _known_format(cls, value: object) -> object:
+        return _audio_format(value) if isinstance(value, str) else value
+
+    @field_validator("video_frames")
+    @classmethod
+    def _frames_are_images(cls, frames: list[str] | None) -> list[str] | None:
+        for index, frame in enumerate(frames or []):
+            try:
+                raw = base64.b64decode(frame, validate=True)
+            except (binascii.Error, ValueError) as exc:
+                raise PydanticCustomError(
+                    "invalid_video_frame", f"video_frames[{index}] is not base64"
+                ) from exc
+            if not raw.startswith(_IMAGE_SIGNATURES):
+                raise PydanticCustomError(
+                    "invalid_video_frame", f"video_frames[{index}] is not a JPEG or PNG image"
+                )
+        return frames
+
+    @model_validator(mode="after")
+    def _decode_audio(self, info: ValidationInfo) -> InputAudioBufferAppend:
+        context = info.context if isinstance(info.context, dict) else {}
+        fmt: AudioFormat = self.input_audio_format or context.get("input_audio_format", "pcm16")
+        try:
+            self._samples = decode_base64_audio(self.audio, fmt)
+        except AudioDecodeError as exc:
+            raise PydanticCustomError("invalid_audio", str(exc)) from exc
+        self._frames = [base64.b64decode(frame) for frame in self.video_frames or []]
+        return self
+
+    @property
+    def samples(self) -> npt.NDArray[np.float32]:
+        """The decoded audio, float32 mono in [-1, 1], at `sample_rate_hz` (or the session's input rate)."""
+        return self._samples
+
+    @property
+    def frames(self) -> list[bytes]:
+        """The decoded video frames (JPEG or PNG bytes) riding on this append."""
+        return self._frames
+
+
+class InputAudioBufferCommit(ClientEventBase):
+    type: Literal["input_audio_buffer.commit"] = "input_audio_buffer.commit"
+    final: bool = True
+    is_speech: bool | None = None
+
+
+class InputAudioBufferClear(ClientEventBase):
+    type: Literal["input_audio_buffer.clear"] = "input_audio_buffer.clear"
+
+
+class InputCancel(ClientEventBase):
+    type: Literal["input.cancel"] = "input.cancel"
+
+
+class ResponseCreate(ClientEventBase):
+    type: Literal["response.create"] = "response.create"
+    response: dict[str, Any] | None = None
+
+
+class ResponseCancel(ClientEventBase):
+    type: Literal["response.cancel"] = "response.cancel"
+    response_id: str | None = None
+
+
+class OutputAudioBufferClear(ClientEventBase):
+    type: Literal["output_audio_buffer.clear"] = "output_audio_buffer.clear"
+
+
+class BargeIn(ClientEventBase):
+    type: Literal["barge_in"] = "barge_in"
+
+
+class PlaybackAck(ClientEventBase):
+    """How much of a response's audio the client has played (and, optionally, committed to history)."""
+
+    type: Literal["playback.ack"] = "playback.ack"
+    response_id: str
+    item_id: str | None = None
+    played_ms: NonNegativeMs
+    committed_ms: NonNegativeMs | None = None
+    truncate: bool | None = None
+
+
+class ConversationItemCreate(ClientEventBase):
+    type: Literal["conversation.item.create"] = "conversation.item.create"
+    item: dict[str, Any]
+    previous_item_id: str | None = None
+
+
+class ConversationItemRetrieve(ClientEventBase):
+    type: Literal["conversation.item.retrieve"] = "conversation.item.retrieve"
+    item_id: str
+
+
+class ConversationItemDelete(ClientEventBase):
+    type: Literal["conversation.item.delete"] = "conversation.item.delete"
+    item_id: str
+
+
+class ConversationItemTruncate(ClientEventBase):
+    type: Literal["conversation.item.truncate"] = "conversation.item.truncate"
+    item_id: str
+    content_index: int = Field(0, ge=0)
+    audio_end_ms: int = Field(ge=0)
+
+
+class SessionHeartbeat(ClientEventBase):
+    type: Literal["session.heartbeat"] = "session.heartbeat"
+
+
+class SessionClose(ClientEventBase):
+    type: Literal["session.close"] = "session.close"
+    reason: str | None = None
+
+
+ClientEvent = Annotated[
+    SessionUpdate
+    | InputAudioBufferAppend
+    | InputAudioBufferCommit
+    | InputAudioBufferClear
+    | InputCancel
+    | ResponseCreate
+    | ResponseCancel
+    | OutputAudioBufferClear
+    | BargeIn
+    | PlaybackAck
+    | ConversationItemCreate
+    | ConversationItemRetrieve
+    | ConversationItemDelete
+    | ConversationItemTruncate
+    | SessionHeartbeat
+    | SessionClose,
+    Field(discriminator="type"),
+]
+
+CLIENT_EVENT_TYPES: dict[str, type[ClientEventBase]] = {
+    cls.model_fields["type"].default: cls for cls in get_args(get_args(ClientEvent)[0])
+}
+"""Event type → model: the parser's dispatch table and the list the documentation test walks."""

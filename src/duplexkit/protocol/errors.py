@@ -1,0 +1,88 @@
+"""Error codes of the wire protocol: the one table that says what each code means on the wire.
+
+Every `error` event the server sends, and every `ProtocolError` the parser raises, uses a code from
+`ErrorCode`; `ERROR_SPECS` fixes its `type` and whether a client may retry. Nothing else re-derives them.
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+from enum import StrEnum
+from typing import Literal
+
+ErrorType = Literal["invalid_request_error", "server_error", "rate_limit_error"]
+
+
+class ErrorCode(StrEnum):
+    """Stable machine-readable codes carried in `error.error.code`."""
+
+    # Malformed client input (the parser).
+    INVALID_JSON = "invalid_json"
+    NOT_AN_OBJECT = "not_an_object"
+    UNKNOWN_EVENT = "unknown_event"
+    MISSING_FIELD = "missing_field"
+    INVALID_VALUE = "invalid_value"
+    EVENT_TOO_LARGE = "event_too_large"
+    UNSUPPORTED_AUDIO_FORMAT = "unsupported_audio_format"
+    INVALID_AUDIO = "invalid_audio"
+    INVALID_VIDEO_FRAME = "invalid_video_frame"
+    # Session state.
+    SESSION_NOT_CONFIGURED = "session_not_configured"
+    CONFIG_TIMEOUT = "config_timeout"
+    IDLE_TIMEOUT = "idle_timeout"
+    UNKNOWN_RESPONSE = "unknown_response"
+    NO_ACTIVE_RESPONSE = "no_active_response"
+    UNKNOWN_ITEM = "unknown_item"
+    PLAYBACK_ACK_TOO_LATE = "playback_ack_too_late"
+    # Admission, auth and flow control.
+    UNAUTHORIZED = "unauthorized"
+    SESSION_CAPACITY_EXHAUSTED = "session_capacity_exhausted"
+    INPUT_BACKPRESSURE = "input_backpressure"
+    CLIENT_TOO_SLOW = "client_too_slow"
+    # Server faults.
+    MODEL_STEP_FAILED = "model_step_failed"
+    INTERNAL_ERROR = "internal_error"
+
+
+@dataclass(frozen=True, slots=True)
+class ErrorSpec:
+    """How a code travels: its OpenAI-style `type` and whether retrying the same request can succeed."""
+
+    type: ErrorType
+    retryable: bool
+
+
+_INVALID = ErrorSpec("invalid_request_error", retryable=False)
+
+ERROR_SPECS: dict[ErrorCode, ErrorSpec] = {
+    **{code: _INVALID for code in ErrorCode},
+    ErrorCode.SESSION_CAPACITY_EXHAUSTED: ErrorSpec("rate_limit_error", retryable=True),
+    ErrorCode.INPUT_BACKPRESSURE: ErrorSpec("rate_limit_error", retryable=True),
+    ErrorCode.CLIENT_TOO_SLOW: ErrorSpec("server_error", retryable=True),
+    ErrorCode.MODEL_STEP_FAILED: ErrorSpec("server_error", retryable=True),
+    ErrorCode.INTERNAL_ERROR: ErrorSpec("server_error", retryable=True),
+}
+
+BENIGN_CODES: frozenset[ErrorCode] = frozenset({ErrorCode.PLAYBACK_ACK_TOO_LATE})
+"""Codes that report something harmless; a benchmark must not fail a sample over them."""
+
+
+class ProtocolError(Exception):
+    """A client event that cannot be accepted; the server answers it with an `error` event of this code."""
+
+    def __init__(
+        self,
+        code: ErrorCode,
+        message: str,
+        *,
+        param: str | None = None,
+        event_id: str | None = None,
+    ) -> None:
+        super().__init__(message)
+        self.code = code
+        self.message = message
+        self.param = param
+        self.event_id = event_id
+
+    def __repr__(self) -> str:
+        return f"ProtocolError({self.code.value!r}, {self.message!r}, param={self.param!r})"

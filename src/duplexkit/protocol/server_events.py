@@ -1,0 +1,435 @@
+"""Server → client events: one pydantic model per event type, discriminated on `type`.
+
+Events the OpenAI Realtime API also has keep its field names and shapes, so its clients and SDK read them;
+duplex extensions (`response.speak`, `response.listen`, `playback.acknowledged`, `session.closed`, the
+per-response metrics) are added beside them. `event_id` and `server_event_seq` are left empty here and
+stamped by `ServerEventStamper` when an event is sent.
+"""
+
+from __future__ import annotations
+
+from typing import Annotated, Any, Literal, get_args
+
+from pydantic import BaseModel, ConfigDict, Field
+
+from duplexkit.protocol.audio import AudioFormat
+from duplexkit.protocol.client_events import ServerVadConfig
+from duplexkit.protocol.errors import ERROR_SPECS, ErrorCode, ErrorType
+
+METRICS_SOURCE_SERVER: Literal["server_monotonic_request_start"] = "server_monotonic_request_start"
+"""`response_request_metrics.source` of values measured on the server from the model request's start."""
+
+ResponseStatus = Literal["in_progress", "completed", "cancelled", "failed", "incomplete"]
+ResponseEndReason = Literal[
+    "stop", "barge_in", "client_cancelled", "turn_detected", "model_error", "continuation_limit"
+]
+ListenReason = Literal["model_listen", "buffering", "silence_or_noise", "continuation_limit"]
+
+
+class ServerEventBase(BaseModel):
+    model_config = ConfigDict(extra="allow")
+
+    type: str
+    event_id: str | None = None
+    server_event_seq: int | None = None
+
+
+# --- shared objects ---------------------------------------------------------------------------------
+
+
+class Capabilities(BaseModel):
+    """What the serving model can do; a client sizes its units from `chunk_period_ms` and `first_unit_ms`."""
+
+    chunk_period_ms: int
+    first_unit_ms: int
+    supports_barge_in: bool
+    input_modes: list[Literal["audio", "video"]]
+    max_sessions: int
+    input_sample_rate_hz: int
+    output_sample_rate_hz: int
+
+
+class SessionInfo(BaseModel):
+    """The session as the server holds it (`session.created` / `session.updated`)."""
+
+    model_config = ConfigDict(extra="allow")
+
+    type: Literal["realtime"] = "realtime"
+    id: str
+    object: Literal["realtime.session"] = "realtime.session"
+    model: str
+    modalities: list[Literal["audio", "text"]]
+    instructions: str | None = None
+    voice: str | None = None
+    input_audio_format: AudioFormat
+    output_audio_format: AudioFormat
+    turn_detection: ServerVadConfig | None = None
+    temperature: float | None = None
+    max_tokens: int | None = None
+    idle_timeout_s: float
+    overlap_policy: Literal["listen_only", "barge_in_on_speech"]
+    playback_commit_policy: Literal["commit_all_on_done", "ack_only"]
+    capabilities: Capabilities
+
+
+class ItemContent(BaseModel):
+    model_config = ConfigDict(extra="allow")
+
+    type: Literal["input_audio", "input_text", "output_audio", "output_text", "audio", "text"]
+    text: str | None = None
+    transcript: str | None = None
+
+
+class ConversationItem(BaseModel):
+    """A message in the conversation; assistant items hold only what the listener actually heard."""
+
+    model_config = ConfigDict(extra="allow")
+
+    id: str
+    object: Literal["realtime.item"] = "realtime.item"
+    type: Literal["message"] = "message"
+    role: Literal["user", "assistant", "system"]
+    status: Literal["in_progress", "completed", "incomplete"] = "completed"
+    content: list[ItemContent] = Field(default_factory=list)
+
+
+class MeasurementOrigin(BaseModel):
+    ttft: Literal["model_turn_request_start"] = "model_turn_request_start"
+    ttfp: Literal["model_turn_request_start"] = "model_turn_request_start"
+
+
+class ResponseRequestMetrics(BaseModel):
+    """Per-response timings measured on the server's monotonic clock from the model request's start.
+
+    A value that was not observed is `None` (omitted on the wire), never 0.
+    """
+
+    source: Literal["server_monotonic_request_start"] = METRICS_SOURCE_SERVER
+    measurement_origin: MeasurementOrigin = Field(default_factory=MeasurementOrigin)
+    ttft_ms: float | None = None
+    ttfp_ms: float | None = None
+    tpot_ms: float | None = None
+    output_tokens: int | None = None
+    output_audio_ms: float | None = None
+
+
+class StatusDetails(BaseModel):
+    type: ResponseStatus
+    reason: ResponseEndReason | None = None
+    error: dict[str, Any] | None = None
+
+
+class Usage(BaseModel):
+    output_tokens: int = 0
+    total_tokens: int = 0
+
+
+class ResponseInfo(BaseModel):
+    model_config = ConfigDict(extra="allow")
+
+    id: str
+    object: Literal["realtime.response"] = "realtime.response"
+    status: ResponseStatus
+    status_details: StatusDetails | None = None
+    output: list[ConversationItem] = Field(default_factory=list)
+    output_modalities: list[Literal["audio", "text"]] | None = None
+    usage: Usage | None = None
+
+
+class AudioTextMark(BaseModel):
+    """After `text_chars` characters of transcript, the audio had reached `audio_end_ms`."""
+
+    text_chars: int
+    audio_end_ms: float
+
+
+class AudioDeltaMetadata(BaseModel):
+    audio_duration_ms: float
+    end_of_turn: bool = False
+    audio_text_marks: list[AudioTextMark] = Field(default_factory=list)
+
+
+class ContentPart(BaseModel):
+    type: Literal["audio", "text"]
+    transcript: str | None = None
+    text: str | None = None
+
+
+class ListenMetadata(BaseModel):
+    reason: ListenReason
+    model_listen: bool
+
+
+class ListenInfo(BaseModel):
+    id: str | None = None
+    status: Literal["listening"] = "listening"
+    metadata: ListenMetadata
+
+
+class ErrorDetail(BaseModel):
+    type: ErrorType
+    code: ErrorCode
+    message: str
+    param: str | None = None
+    event_id: str | None = None
+    retryable: bool = False
+
+
+class RateLimit(BaseModel):
+    name: Literal["requests", "tokens"]
+    limit: int
+    remaining: int
+    reset_seconds: float
+
+
+# --- events -----------------------------------------------------------------------------------------
+
+
+class SessionCreated(ServerEventBase):
+    type: Literal["session.created"] = "session.created"
+    session: SessionInfo
+
+
+class SessionUpdated(ServerEventBase):
+    type: Literal["session.updated"] = "session.updated"
+    session: SessionInfo
+
+
+class InputAudioBufferCommitted(ServerEventBase):
+    type: Literal["input_audio_buffer.committed"] = "input_audio_buffer.committed"
+    item_id: str
+    previous_item_id: str | None = None
+    audio_end_ms: float
+
+
+class InputAudioBufferCleared(ServerEventBase):
+    type: Literal["input_audio_buffer.cleared"] = "input_audio_buffer.cleared"
+
+
+class InputAudioBufferSpeechStarted(ServerEventBase):
+    type: Literal["input_audio_buffer.speech_started"] = "input_audio_buffer.speech_started"
+    audio_start_ms: int
+    item_id: str
+
+
+class InputAudioBufferSpeechStopped(ServerEventBase):
+    type: Literal["input_audio_buffer.speech_stopped"] = "input_audio_buffer.speech_stopped"
+    audio_end_ms: int
+    item_id: str
+
+
+class ConversationItemAdded(ServerEventBase):
+    type: Literal["conversation.item.added"] = "conversation.item.added"
+    item: ConversationItem
+    previous_item_id: str | None = None
+
+
+class ConversationItemDone(ServerEventBase):
+    type: Literal["conversation.item.done"] = "conversation.item.done"
+    item: ConversationItem
+    previous_item_id: str | None = None
+
+
+class ConversationItemRetrieved(ServerEventBase):
+    type: Literal["conversation.item.retrieved"] = "conversation.item.retrieved"
+    item: ConversationItem
+
+
+class ConversationItemDeleted(ServerEventBase):
+    type: Literal["conversation.item.deleted"] = "conversation.item.deleted"
+    item_id: str
+
+
+class ConversationItemTruncated(ServerEventBase):
+    type: Literal["conversation.item.truncated"] = "conversation.item.truncated"
+    item_id: str
+    content_index: int
+    audio_end_ms: int
+
+
+class ResponseCreated(ServerEventBase):
+    type: Literal["response.created"] = "response.created"
+    response: ResponseInfo
+    response_request_metrics: ResponseRequestMetrics | None = None
+
+
+class ResponseOutputItemAdded(ServerEventBase):
+    type: Literal["response.output_item.added"] = "response.output_item.added"
+    response_id: str
+    output_index: int = 0
+    item: ConversationItem
+
+
+class ResponseOutputItemDone(ServerEventBase):
+    type: Literal["response.output_item.done"] = "response.output_item.done"
+    response_id: str
+    output_index: int = 0
+    item: ConversationItem
+
+
+class ResponseContentPartAdded(ServerEventBase):
+    type: Literal["response.content_part.added"] = "response.content_part.added"
+    response_id: str
+    item_id: str
+    output_index: int = 0
+    content_index: int = 0
+    part: ContentPart
+
+
+class ResponseContentPartDone(ServerEventBase):
+    type: Literal["response.content_part.done"] = "response.content_part.done"
+    response_id: str
+    item_id: str
+    output_index: int = 0
+    content_index: int = 0
+    part: ContentPart
+
+
+class ResponseSpeak(ServerEventBase):
+    """The model decided to speak; sent once per response, before its first audio."""
+
+    type: Literal["response.speak"] = "response.speak"
+    response_id: str
+    item_id: str
+
+
+class _ContentDelta(ServerEventBase):
+    response_id: str
+    item_id: str
+    output_index: int = 0
+    content_index: int = 0
+    response_request_metrics: ResponseRequestMetrics | None = None
+
+
+class ResponseOutputAudioDelta(_ContentDelta):
+    type: Literal["response.output_audio.delta"] = "response.output_audio.delta"
+    delta: str
+    sample_rate_hz: int
+    metadata: AudioDeltaMetadata
+
+
+class ResponseOutputAudioTranscriptDelta(_ContentDelta):
+    type: Literal["response.output_audio_transcript.delta"] = "response.output_audio_transcript.delta"
+    delta: str
+
+
+class ResponseOutputTextDelta(_ContentDelta):
+    type: Literal["response.output_text.delta"] = "response.output_text.delta"
+    delta: str
+
+
+class ResponseOutputAudioDone(_ContentDelta):
+    type: Literal["response.output_audio.done"] = "response.output_audio.done"
+
+
+class ResponseOutputAudioTranscriptDone(_ContentDelta):
+    type: Literal["response.output_audio_transcript.done"] = "response.output_audio_transcript.done"
+    transcript: str
+
+
+class ResponseOutputTextDone(_ContentDelta):
+    type: Literal["response.output_text.done"] = "response.output_text.done"
+    text: str
+
+
+class ResponseDone(ServerEventBase):
+    type: Literal["response.done"] = "response.done"
+    response: ResponseInfo
+    response_request_metrics: ResponseRequestMetrics | None = None
+
+
+class ResponseListen(ServerEventBase):
+    """The model kept listening for one stepped unit; an acknowledgement, not reply activity."""
+
+    type: Literal["response.listen"] = "response.listen"
+    response_id: str | None = None
+    response: ListenInfo
+
+
+class PlaybackAcknowledged(ServerEventBase):
+    type: Literal["playback.acknowledged"] = "playback.acknowledged"
+    response_id: str
+    item_id: str | None = None
+    played_ms: float
+    committed_ms: float
+
+
+class SessionHeartbeatAck(ServerEventBase):
+    type: Literal["session.heartbeat_ack"] = "session.heartbeat_ack"
+
+
+class SessionClosed(ServerEventBase):
+    type: Literal["session.closed"] = "session.closed"
+    session_id: str | None
+    reason: str
+
+
+class RateLimitsUpdated(ServerEventBase):
+    type: Literal["rate_limits.updated"] = "rate_limits.updated"
+    rate_limits: list[RateLimit]
+
+
+class Error(ServerEventBase):
+    type: Literal["error"] = "error"
+    error: ErrorDetail
+
+
+ServerEvent = Annotated[
+    SessionCreated
+    | SessionUpdated
+    | InputAudioBufferCommitted
+    | InputAudioBufferCleared
+    | InputAudioBufferSpeechStarted
+    | InputAudioBufferSpeechStopped
+    | ConversationItemAdded
+    | ConversationItemDone
+    | ConversationItemRetrieved
+    | ConversationItemDeleted
+    | ConversationItemTruncated
+    | ResponseCreated
+    | ResponseOutputItemAdded
+    | ResponseOutputItemDone
+    | ResponseContentPartAdded
+    | ResponseContentPartDone
+    | ResponseSpeak
+    | ResponseOutputAudioDelta
+    | ResponseOutputAudioTranscriptDelta
+    | ResponseOutputTextDelta
+    | ResponseOutputAudioDone
+    | ResponseOutputAudioTranscriptDone
+    | ResponseOutputTextDone
+    | ResponseDone
+    | ResponseListen
+    | PlaybackAcknowledged
+    | SessionHeartbeatAck
+    | SessionClosed
+    | RateLimitsUpdated
+    | Error,
+    Field(discriminator="type"),
+]
+
+SERVER_EVENT_TYPES: dict[str, type[ServerEventBase]] = {
+    cls.model_fields["type"].default: cls for cls in get_args(get_args(ServerEvent)[0])
+}
+"""Event type → model, for readers that dispatch on `type` and for the documentation test."""
+
+
+def error_event(
+    code: ErrorCode,
+    message: str,
+    *,
+    param: str | None = None,
+    event_id: str | None = None,
+) -> Error:
+    """Build the `error` event for `code`; its `type` and `retryable` come from the one code table."""
+    spec = ERROR_SPECS[code]
+    return Error(
+        error=ErrorDetail(
+            type=spec.type,
+            code=code,
+            message=message,
+            param=param,
+            event_id=event_id,
+            retryable=spec.retryable,
+        )
+    )

@@ -1,0 +1,43 @@
+"""Prometheus metrics of one server instance (its own registry, so several apps can live in one process)."""
+
+from __future__ import annotations
+
+from prometheus_client import CollectorRegistry, Counter, Gauge, Histogram, generate_latest
+
+_LATENCY_BUCKETS_S = (0.01, 0.025, 0.05, 0.1, 0.2, 0.3, 0.5, 0.75, 1.0, 1.5, 2.5, 5.0, 10.0)
+
+
+class ServerMetrics:
+    def __init__(self) -> None:
+        self.registry = CollectorRegistry()
+        self.sessions_active = Gauge(
+            "duplexkit_sessions_active", "Sessions holding a slot", registry=self.registry
+        )
+        self.sessions_admitted = Counter(
+            "duplexkit_sessions_admitted", "Sessions admitted since start", registry=self.registry
+        )
+        self.sessions_rejected = Counter(
+            "duplexkit_sessions_rejected", "Sessions refused", ["reason"], registry=self.registry
+        )
+        self.unit_step_seconds = Histogram(
+            "duplexkit_unit_step_seconds",
+            "Model step time per unit (request start to last decision)",
+            buckets=_LATENCY_BUCKETS_S,
+            registry=self.registry,
+        )
+        self.ttft_seconds = Histogram(
+            "duplexkit_response_ttft_seconds",
+            "Server-side TTFT from the model request start",
+            buckets=_LATENCY_BUCKETS_S,
+            registry=self.registry,
+        )
+        self.ttfp_seconds = Histogram(
+            "duplexkit_response_ttfp_seconds",
+            "Server-side TTFP from the model request start",
+            buckets=_LATENCY_BUCKETS_S,
+            registry=self.registry,
+        )
+        self.errors = Counter("duplexkit_errors", "Error events sent", ["code"], registry=self.registry)
+
+    def render(self) -> bytes:
+        return generate_latest(self.registry)
