@@ -112,7 +112,7 @@ class SessionConfig(BaseModel):
                 fmt = section.get("format") if isinstance(section, dict) else None
                 if isinstance(fmt, dict) and isinstance(fmt.get("type"), str):
                     data.setdefault(f"{direction}_audio_format", fmt["type"])
-                    if direction == "input" and isinstance(fmt.get("rate"), int):
+                    if direction == "input" and type(fmt.get("rate")) is int:
                         data.setdefault("input_sample_rate_hz", fmt["rate"])
         return data
 

@@ -360,7 +360,7 @@ class SessionHeartbeatAck(ServerEventBase):
 
 class SessionClosed(ServerEventBase):
     type: Literal["session.closed"] = "session.closed"
-    session_id: str | None
+    session_id: str
     reason: str
 
 

@@ -49,10 +49,13 @@ def parse_client_event(
     `input_audio_format` is the session's current input format, used to validate an append that does not
     name its own. Raises only `ProtocolError`; its `event_id` is the client's, when it could be read.
     """
-    if len(data) > max_bytes:
-        raise ProtocolError(
-            ErrorCode.EVENT_TOO_LARGE, f"event is {len(data)} bytes; the limit is {max_bytes}"
-        )
+    size = (
+        len(data)
+        if isinstance(data, bytes) or len(data) * 4 <= max_bytes
+        else len(data.encode("utf-8", "replace"))
+    )
+    if size > max_bytes:
+        raise ProtocolError(ErrorCode.EVENT_TOO_LARGE, f"event is {size} bytes; the limit is {max_bytes}")
     try:
         obj = json.loads(data, parse_constant=_reject_constant)
     except (ValueError, RecursionError) as exc:
