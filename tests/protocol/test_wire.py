@@ -590,13 +590,31 @@ _targeted_values: dict[str, st.SearchStrategy[Any]] = {
 }
 
 
-def _event_of_type(event_type: str) -> st.SearchStrategy[dict[str, Any]]:
-    fields = [name for name in CLIENT_EVENT_TYPES[event_type].model_fields if name != "type"]
-    known = st.fixed_dictionaries(
-        {}, optional={name: _targeted_values.get(name, _json_values) | _json_values for name in fields}
+_DROP = object()
+
+
+def _field_value(name: str, valid: Any) -> st.SearchStrategy[Any]:
+    """Mostly the example's valid value; sometimes absent; sometimes a random or targeted value."""
+    random_value = _targeted_values.get(name, _json_values) | _json_values
+    return st.sampled_from(["keep", "keep", "keep", "keep", "drop", "random"]).flatmap(
+        lambda how: st.just(valid) if how == "keep" else st.just(_DROP) if how == "drop" else random_value
     )
+
+
+def _event_of_type(event_type: str) -> st.SearchStrategy[dict[str, Any]]:
+    """An event of `event_type` derived from its valid example, with fields dropped, replaced and added."""
+    example = CLIENT_EXAMPLES[event_type].model_dump(mode="json", exclude_none=True)
+    fields = {
+        name: _field_value(name, example.get(name, _DROP))
+        for name in CLIENT_EVENT_TYPES[event_type].model_fields
+        if name != "type"
+    }
     unknown = st.dictionaries(st.text(max_size=8), _json_values, max_size=2)
-    return st.builds(lambda a, b: {**b, **a, "type": event_type}, known, unknown)
+    return st.builds(
+        lambda known, extra: {**extra, **{k: v for k, v in known.items() if v is not _DROP}, "type": event_type},
+        st.fixed_dictionaries(fields),
+        unknown,
+    )
 
 
 _typed_events = st.sampled_from(sorted(CLIENT_EVENT_TYPES)).flatmap(_event_of_type)

@@ -1,0 +1,345 @@
+"""The server over a real socket: uvicorn on an ephemeral port, driven by a raw `websockets` client."""
+
+from __future__ import annotations
+
+import asyncio
+import base64
+import json
+import socket
+from collections.abc import AsyncIterator
+
+import httpx
+import pytest
+import websockets
+
+from duplexkit.engine import Decision, Unit
+from duplexkit.models import load_model
+from duplexkit.models.scripted import ScriptedModel, ScriptedParams, ScriptedSession
+from duplexkit.server import EmbeddedServer, ServerConfig
+from tests.server.conftest import append, connect, small_limits, spoken_turn, tone_pcm16
+
+RESPONSE_ORDER = [
+    "response.created",
+    "conversation.item.added",
+    "response.output_item.added",
+    "response.content_part.added",
+    "response.speak",
+    "response.output_audio.delta",
+    "response.output_audio_transcript.delta",
+]
+
+
+async def test_a_spoken_turn_is_answered_in_protocol_order_with_server_side_metrics(
+    server: EmbeddedServer,
+) -> None:
+    client = await connect(server.url)
+    created = await client.until("session.created")
+    assert created["session"]["capabilities"]["chunk_period_ms"] == 1000
+    done = await spoken_turn(client)
+
+    types = [e["type"] for e in client.events]
+    start = types.index("response.created")
+    assert types[start : start + len(RESPONSE_ORDER)] == RESPONSE_ORDER
+    assert types.count("response.speak") == 1
+    assert types[-5:] == [
+        "response.output_audio.done",
+        "response.output_audio_transcript.done",
+        "response.content_part.done",
+        "response.output_item.done",
+        "response.done",
+    ]
+    assert types.count("response.output_audio.delta") == types.count("response.output_audio_transcript.delta")
+    transcript = "".join(e["delta"] for e in client.of_type("response.output_audio_transcript.delta"))
+    assert transcript == "This is a scripted reply."
+    audio = b"".join(base64.b64decode(e["delta"]) for e in client.of_type("response.output_audio.delta"))
+    assert len(audio) == 2 * round(len(transcript) * 0.060 * 24_000)  # 60 ms of pcm16 per character at 24 kHz
+
+    created_metrics = client.of_type("response.created")[0]["response_request_metrics"]
+    assert created_metrics["source"] == "server_monotonic_request_start"
+    assert created_metrics["measurement_origin"] == {
+        "ttft": "model_turn_request_start",
+        "ttfp": "model_turn_request_start",
+    }
+    assert (
+        50 <= created_metrics["ttfp_ms"] < 500
+    )  # first_output_ms=50 plus three 5 ms tokens, on a busy machine
+    final = done["response_request_metrics"]
+    assert done["response"]["status"] == "completed"
+    assert final["ttft_ms"] == created_metrics["ttft_ms"] and final["ttfp_ms"] == created_metrics["ttfp_ms"]
+    assert final["tpot_ms"] >= 4.0
+    assert final["output_tokens"] == 5
+    seqs = [e["server_event_seq"] for e in client.events]
+    assert seqs == list(range(1, len(seqs) + 1))
+
+
+async def test_every_listening_unit_is_acknowledged_with_one_listen(server: EmbeddedServer) -> None:
+    client = await connect(server.url)
+    await client.until("session.created")
+    await client.send(append(tone_pcm16(3.0)))  # three speech units: the scripted model listens to each
+    for _ in range(3):
+        listen = await client.until("response.listen")
+        assert listen["response"]["metadata"] == {"reason": "model_listen", "model_listen": True}
+        assert "response_id" not in listen
+
+
+async def test_autostart_0_requires_session_update_first(server: EmbeddedServer) -> None:
+    client = await connect(server.url, "?autostart=0")
+    await client.send({"type": "session.heartbeat", "event_id": "c1"})
+    error = await client.until("error")
+    assert error["error"]["code"] == "session_not_configured" and error["error"]["event_id"] == "c1"
+    await client.send({"type": "session.update", "session": {"modalities": ["text"]}})
+    assert (await client.recv())["type"] == "session.created"
+    updated = await client.recv()
+    assert updated["type"] == "session.updated" and updated["session"]["modalities"] == ["text"]
+
+
+@pytest.mark.parametrize(
+    ("frame", "code"),
+    [
+        ("{not json", "invalid_json"),
+        ("[1, 2]", "not_an_object"),
+        ('{"type": "input_audio_buffer.teleport"}', "unknown_event"),
+        ('{"type": "playback.ack", "response_id": "r"}', "missing_field"),
+        ('{"type": "session.update", "session": {"temperature": "hot"}}', "invalid_value"),
+        ('{"type": "input_audio_buffer.append", "audio": "!!!"}', "invalid_audio"),
+        ('{"type": "input_audio_buffer.append", "audio": "AAAA"}', "invalid_audio"),  # 3 bytes of pcm16
+        (
+            '{"type": "input_audio_buffer.append", "audio": "", "input_audio_format": "mp3"}',
+            "unsupported_audio_format",
+        ),
+        (
+            '{"type": "input_audio_buffer.append", "audio": "", "video_frames": ["AAAA"]}',
+            "invalid_video_frame",
+        ),
+        ('{"type": "playback.ack", "response_id": "nope", "played_ms": 1}', "unknown_response"),
+        ('{"type": "response.cancel"}', "no_active_response"),
+        ('{"type": "conversation.item.retrieve", "item_id": "nope"}', "unknown_item"),
+    ],
+)
+async def test_bad_input_gets_its_error_code_and_the_session_continues(
+    server: EmbeddedServer, frame: str, code: str
+) -> None:
+    client = await connect(server.url)
+    await client.until("session.created")
+    await client.send(frame)
+    error = await client.until("error")
+    assert error["error"]["code"] == code
+    assert error["error"]["type"] == "invalid_request_error" and error["error"]["retryable"] is False
+    await client.send({"type": "session.heartbeat"})
+    assert (await client.until("session.heartbeat_ack"))["type"] == "session.heartbeat_ack"
+
+
+async def test_an_oversized_frame_is_refused_with_event_too_large() -> None:
+    config = ServerConfig(limits=small_limits(max_event_bytes=10_000))
+    async with EmbeddedServer(load_model("scripted", {}), config) as server:
+        client = await connect(server.url)
+        await client.until("session.created")
+        await client.send(append(b"\0" * 20_000))
+        assert (await client.until("error"))["error"]["code"] == "event_too_large"
+        await client.send({"type": "session.heartbeat"})
+        await client.until("session.heartbeat_ack")
+
+
+async def test_capacity_refusal_is_retryable_and_a_slot_frees_after_close() -> None:
+    async with EmbeddedServer(load_model("scripted", {}), ServerConfig(max_sessions=1)) as server:
+        first = await connect(server.url)
+        await first.until("session.created")
+        second = await connect(server.url)
+        refusal = await second.recv()
+        assert refusal["error"] == {
+            "type": "rate_limit_error",
+            "code": "session_capacity_exhausted",
+            "message": refusal["error"]["message"],
+            "retryable": True,
+        }
+        with pytest.raises(websockets.ConnectionClosed) as closed:
+            await second.recv()
+        assert closed.value.rcvd is not None and closed.value.rcvd.code == 1013
+
+        await first.send({"type": "session.close"})
+        assert (await first.until("session.closed"))["reason"] == "client_close"
+        for _ in range(100):
+            if server.duplex.manager.active == 0:
+                break
+            await asyncio.sleep(0.02)
+        third = await connect(server.url)
+        assert (await third.recv())["type"] == "session.created"
+
+
+async def test_session_close_is_answered_then_the_socket_closes_normally(server: EmbeddedServer) -> None:
+    client = await connect(server.url)
+    created = await client.until("session.created")
+    await client.send({"type": "session.close", "reason": "done here"})
+    closed = await client.until("session.closed")
+    assert closed == {**closed, "session_id": created["session"]["id"], "reason": "done here"}
+    with pytest.raises(websockets.ConnectionClosedOK):
+        await client.recv()
+
+
+async def test_config_timeout_closes_a_silent_autostart_0_connection() -> None:
+    config = ServerConfig(limits=small_limits(config_timeout_s=0.2))
+    async with EmbeddedServer(load_model("scripted", {}), config) as server:
+        client = await connect(server.url, "?autostart=0")
+        assert (await client.until("error"))["error"]["code"] == "config_timeout"
+        with pytest.raises(websockets.ConnectionClosed):
+            await client.recv()
+
+
+async def test_api_keys_are_checked_before_admission() -> None:
+    config = ServerConfig(api_keys=frozenset({"sekret"}))
+    async with EmbeddedServer(load_model("scripted", {}), config) as server:
+        with pytest.raises(websockets.InvalidStatus) as refused:
+            await connect(server.url)
+        assert refused.value.response.status_code == 403
+        assert server.duplex.manager.active == 0
+        with pytest.raises(websockets.InvalidStatus):
+            await connect(server.url, additional_headers={"Authorization": "Bearer wrong"})
+        bearer = await connect(server.url, additional_headers={"Authorization": "Bearer sekret"})
+        assert (await bearer.recv())["type"] == "session.created"
+        browser = await connect(server.url, subprotocols=["realtime", "openai-insecure-api-key.sekret"])
+        assert browser.ws.subprotocol == "realtime"
+        assert (await browser.recv())["type"] == "session.created"
+
+
+async def test_an_abrupt_disconnect_mid_response_leaves_the_server_and_other_sessions_intact(
+    server: EmbeddedServer,
+) -> None:
+    other = await connect(server.url)
+    await other.until("session.created")
+    leaver = await connect(server.url)
+    await leaver.until("session.created")
+    await leaver.send(append(tone_pcm16(1.0)))
+    await leaver.send({"type": "input_audio_buffer.commit"})
+    await leaver.until("response.created")
+    leaver.ws.transport.abort()  # no close frame
+    done = await spoken_turn(other)
+    assert done["response"]["status"] == "completed"
+    for _ in range(100):
+        if server.duplex.manager.active == 1:
+            break
+        await asyncio.sleep(0.02)
+    assert server.duplex.manager.active == 1
+
+
+async def test_a_client_that_stops_reading_is_dropped_instead_of_buffered_without_bound() -> None:
+    script = json.dumps([{"speak": "x" * 17}] * 500)  # every unit answers with a second of audio (~64 KB)
+    plugin = load_model("scripted", {"first_output_ms": "0", "token_ms": "0", "script": script})
+    config = ServerConfig(limits=small_limits(max_outbound_bytes=256_000))
+    async with EmbeddedServer(plugin, config) as server:
+        # A reader that never reads: websockets stops draining the socket once its small queue is full, and
+        # a small fixed receive buffer keeps the kernel from absorbing megabytes on the server's behalf.
+        sock = socket.socket()
+        sock.setsockopt(socket.SOL_SOCKET, socket.SO_RCVBUF, 8192)
+        sock.connect(("127.0.0.1", int(server.url.split(":")[2].split("/")[0])))
+        stalled = await connect(server.url, max_queue=1, sock=sock)
+        one_second = append(tone_pcm16(1.0))
+        for _ in range(500):
+            if server.duplex.manager.active == 0:
+                break
+            try:
+                await stalled.send(one_second)
+            except websockets.ConnectionClosed:
+                break
+            await asyncio.sleep(0.001)
+        for _ in range(200):
+            if server.duplex.manager.active == 0:
+                break
+            await asyncio.sleep(0.02)
+        assert server.duplex.manager.active == 0
+        fresh = await connect(server.url)
+        assert (await fresh.recv())["type"] == "session.created"
+
+
+class _FailingSession(ScriptedSession):
+    def __init__(self, plugin: ScriptedModel) -> None:
+        super().__init__(plugin)
+        self.steps = 0
+
+    async def step(self, unit: Unit, request_started_at: float) -> AsyncIterator[Decision]:
+        self.steps += 1
+        if self.steps == 3:
+            raise RuntimeError("boom")
+        async for decision in super().step(unit, request_started_at):
+            yield decision
+
+
+class _FailingModel(ScriptedModel):
+    def new_session(self) -> ScriptedSession:
+        return _FailingSession(self)
+
+
+async def test_a_model_step_that_raises_fails_that_response_and_the_session_survives() -> None:
+    script = '[{"listen": true}, {"speak": "Hello ", "end_of_turn": false}, {"listen": true}]'
+    plugin = _FailingModel(ScriptedParams.parse(ScriptedParams(), {"script": script, "first_output_ms": "0"}))
+    async with EmbeddedServer(plugin) as server:
+        client = await connect(server.url)
+        await client.until("session.created")
+        await client.send(append(tone_pcm16(2.0)))  # unit 1: listen, unit 2: speak
+        await client.until("response.created")
+        await client.send(append(tone_pcm16(1.0)))  # the third step raises mid-response
+        done = await client.until("response.done")
+        assert done["response"]["status"] == "failed"
+        assert done["response"]["status_details"]["reason"] == "model_error"
+        error = await client.until("error")
+        assert error["error"]["code"] == "model_step_failed" and error["error"]["retryable"] is True
+        await client.send(append(tone_pcm16(1.0)))  # the fourth step works again
+        assert (await client.until("response.listen"))["response"]["metadata"]["reason"] == "model_listen"
+
+
+async def test_fifty_concurrent_sessions_have_correct_isolated_metrics(server: EmbeddedServer) -> None:
+    async def one(i: int) -> tuple[str, float, str]:
+        client = await connect(server.url)
+        await client.until("session.created")
+        first_output_ms = 100 + 10 * i
+        reply = f"Reply number {i}."
+        extra = {"first_output_ms": first_output_ms, "reply": reply}
+        await client.send({"type": "session.update", "session": {"extra_body": extra}})
+        await client.until("session.updated")
+        done = await spoken_turn(client, seconds=1.0)
+        transcript = "".join(e["delta"] for e in client.of_type("response.output_audio_transcript.delta"))
+        ttfp = done["response_request_metrics"]["ttfp_ms"]
+        assert transcript == reply
+        assert first_output_ms <= ttfp < first_output_ms + 1500, (i, ttfp)
+        await client.ws.close()
+        return done["response"]["id"], ttfp, transcript
+
+    results = await asyncio.gather(*(one(i) for i in range(50)))
+    assert len({response_id for response_id, _, _ in results}) == 50
+    assert all(r[2] == f"Reply number {i}." for i, r in enumerate(results))
+
+
+async def test_http_endpoints_report_health_models_and_prometheus_metrics(server: EmbeddedServer) -> None:
+    client = await connect(server.url)
+    await client.until("session.created")
+    await spoken_turn(client)
+    async with httpx.AsyncClient(base_url=server.http_url) as http:
+        health = (await http.get("/healthz")).json()
+        assert health["status"] == "ok" and health["sessions"] == 1 and health["model"] == "scripted"
+        models = (await http.get("/v1/models")).json()
+        assert models["data"][0]["id"] == "scripted"
+        metrics = (await http.get("/metrics")).text
+    assert "duplexkit_sessions_active 1.0" in metrics
+    assert "duplexkit_sessions_admitted_total 1.0" in metrics
+    assert "duplexkit_response_ttfp_seconds_count 1.0" in metrics
+    assert "duplexkit_unit_step_seconds_count" in metrics
+
+
+async def test_the_alias_path_v1_duplex_serves_the_same_protocol(server: EmbeddedServer) -> None:
+    client = await connect(server.url.replace("/v1/realtime", "/v1/duplex"))
+    assert (await client.recv())["type"] == "session.created"
+
+
+async def test_per_session_overrides_do_not_leak_between_sessions(server: EmbeddedServer) -> None:
+    custom = await connect(server.url)
+    await custom.until("session.created")
+    await custom.send(
+        {"type": "session.update", "session": {"temperature": 0.1, "extra_body": {"reply": "Custom."}}}
+    )
+    await custom.until("session.updated")
+    plain = await connect(server.url)
+    await plain.until("session.created")
+    await spoken_turn(custom)
+    await spoken_turn(plain)
+    text = lambda c: "".join(e["delta"] for e in c.of_type("response.output_audio_transcript.delta"))  # noqa: E731
+    assert text(custom) == "Custom."
+    assert text(plain) == "This is a scripted reply."
