@@ -13,6 +13,7 @@ from collections.abc import Callable
 from typing import Any, get_args
 
 import pytest
+from openai._models import construct_type_unchecked
 from openai.types.realtime import (
     ConversationItemAdded,
     ConversationItemDeletedEvent,
@@ -41,7 +42,6 @@ from openai.types.realtime import (
     SessionCreatedEvent,
     SessionUpdatedEvent,
 )
-from openai._models import construct_type_unchecked
 from openai.types.realtime.realtime_server_event import ConversationItemRetrieved
 from pydantic import TypeAdapter, ValidationError
 
@@ -60,10 +60,11 @@ DUPLEX_ONLY_EVENTS = {
     "session.closed",
 }
 
-# Our documented extensions to OpenAI's enumerations: `response.status_details.reason` values OpenAI does not
-# have, each with the status our server ends a response with for it. "stop" is the model's natural end of turn,
-# "barge_in" the user speaking over the model, "model_error" a failed model step and "continuation_limit" the
-# bound on silence continuation. Our `status_details.type` may also be "in_progress", which OpenAI's lacks.
+# Our documented extensions to OpenAI's enumerations: `response.status_details.reason` values OpenAI does
+# not have, each with the status our server ends a response with for it. "stop" is the model's natural end
+# of turn, "barge_in" the user speaking over the model, "model_error" a failed model step and
+# "continuation_limit" the bound on silence continuation. Our `status_details.type` may also be
+# "in_progress", which OpenAI's lacks.
 STATUS_REASON_EXTENSIONS = {
     "stop": "completed",
     "barge_in": "cancelled",
@@ -73,7 +74,9 @@ STATUS_REASON_EXTENSIONS = {
 STATUS_DETAILS_TYPE_EXTENSIONS = {"in_progress"}
 
 OPENAI_STATUS_REASONS = set(get_args(get_args(RealtimeResponseStatus.model_fields["reason"].annotation)[0]))
-OPENAI_STATUS_DETAILS_TYPES = set(get_args(get_args(RealtimeResponseStatus.model_fields["type"].annotation)[0]))
+OPENAI_STATUS_DETAILS_TYPES = set(
+    get_args(get_args(RealtimeResponseStatus.model_fields["type"].annotation)[0])
+)
 
 
 def _wire(event: ServerEventBase) -> dict[str, Any]:
@@ -217,7 +220,9 @@ CASES: dict[str, tuple[Callable[[], ServerEventBase], type, Callable[[Any, Any],
     "session.created": (lambda: se.SessionCreated(session=_session()), SessionCreatedEvent, _check_session),
     "session.updated": (lambda: se.SessionUpdated(session=_session()), SessionUpdatedEvent, _check_session),
     "input_audio_buffer.committed": (
-        lambda: se.InputAudioBufferCommitted(item_id="item_u1", previous_item_id="item_a0", audio_end_ms=2030.0),
+        lambda: se.InputAudioBufferCommitted(
+            item_id="item_u1", previous_item_id="item_a0", audio_end_ms=2030.0
+        ),
         InputAudioBufferCommittedEvent,
         _same("item_id", "previous_item_id"),
     ),
@@ -272,12 +277,18 @@ CASES: dict[str, tuple[Callable[[], ServerEventBase], type, Callable[[Any, Any],
     "response.output_item.added": (
         lambda: se.ResponseOutputItemAdded(response_id="resp_3", output_index=0, item=_assistant_item()),
         ResponseOutputItemAddedEvent,
-        lambda ours, theirs: (_check_item(ours.item, theirs.item), _same("response_id", "output_index")(ours, theirs)),
+        lambda ours, theirs: (
+            _check_item(ours.item, theirs.item),
+            _same("response_id", "output_index")(ours, theirs),
+        ),
     ),
     "response.output_item.done": (
         lambda: se.ResponseOutputItemDone(response_id="resp_3", output_index=0, item=_assistant_item()),
         ResponseOutputItemDoneEvent,
-        lambda ours, theirs: (_check_item(ours.item, theirs.item), _same("response_id", "output_index")(ours, theirs)),
+        lambda ours, theirs: (
+            _check_item(ours.item, theirs.item),
+            _same("response_id", "output_index")(ours, theirs),
+        ),
     ),
     "response.content_part.added": (
         lambda: se.ResponseContentPartAdded(**_ids(), part=se.ContentPart(type="audio", transcript="")),
@@ -285,7 +296,9 @@ CASES: dict[str, tuple[Callable[[], ServerEventBase], type, Callable[[Any, Any],
         _check_content_part,
     ),
     "response.content_part.done": (
-        lambda: se.ResponseContentPartDone(**_ids(), part=se.ContentPart(type="audio", transcript="Hi there.")),
+        lambda: se.ResponseContentPartDone(
+            **_ids(), part=se.ContentPart(type="audio", transcript="Hi there.")
+        ),
         ResponseContentPartDoneEvent,
         _check_content_part,
     ),
@@ -433,7 +446,9 @@ def test_listen_continuation_limit_is_a_duplex_only_event_openai_rejects() -> No
 def _duplex_only_examples() -> list[ServerEventBase]:
     return [
         se.ResponseSpeak(response_id="resp_3", item_id="item_a1"),
-        se.ResponseListen(response=se.ListenInfo(metadata=se.ListenMetadata(reason="model_listen", model_listen=True))),
+        se.ResponseListen(
+            response=se.ListenInfo(metadata=se.ListenMetadata(reason="model_listen", model_listen=True))
+        ),
         se.PlaybackAcknowledged(response_id="resp_3", played_ms=500.0, committed_ms=500.0),
         se.SessionHeartbeatAck(),
         se.SessionClosed(session_id="sess_7", reason="client_close"),

@@ -312,54 +312,118 @@ PARSER_CODES = {
     ErrorCode.INVALID_VIDEO_FRAME,
 }
 
-# (id, frame, parse kwargs, expected code, expected param)
-MALFORMED: list[tuple[str, str | bytes, dict[str, Any], ErrorCode, str | None]] = [
-    ("truncated json", '{"type": "session.update"', {}, ErrorCode.INVALID_JSON, None),
-    ("empty frame", "", {}, ErrorCode.INVALID_JSON, None),
-    ("NaN constant", '{"type": "playback.ack", "response_id": "r", "played_ms": NaN}', {}, ErrorCode.INVALID_JSON, None),
-    ("Infinity constant", '{"type": "session.close", "x": -Infinity}', {}, ErrorCode.INVALID_JSON, None),
-    ("bytes not utf-8", b'{"type": "session.close", "reason": "\xff\xfe"}', {}, ErrorCode.INVALID_JSON, None),
-    ("nesting too deep", '{"type": "session.close", "x": ' + "[" * 100_000 + "]" * 100_000 + "}", {},
-     ErrorCode.INVALID_JSON, None),
-    ("array", '[{"type": "session.heartbeat"}]', {}, ErrorCode.NOT_AN_OBJECT, None),
-    ("string", '"session.heartbeat"', {}, ErrorCode.NOT_AN_OBJECT, None),
-    ("null", "null", {}, ErrorCode.NOT_AN_OBJECT, None),
-    ("unknown type", '{"type": "session.teleport"}', {}, ErrorCode.UNKNOWN_EVENT, "type"),
-    ("non-string type", '{"type": 7}', {}, ErrorCode.UNKNOWN_EVENT, "type"),
-    ("server event sent by client", '{"type": "session.created"}', {}, ErrorCode.UNKNOWN_EVENT, "type"),
-    ("no type", '{"event_id": "c_1"}', {}, ErrorCode.MISSING_FIELD, "type"),
-    ("ack without played_ms", '{"type": "playback.ack", "response_id": "r"}', {}, ErrorCode.MISSING_FIELD,
-     "played_ms"),
-    ("append without audio", '{"type": "input_audio_buffer.append"}', {}, ErrorCode.MISSING_FIELD, "audio"),
-    ("played_ms is a string", '{"type": "playback.ack", "response_id": "r", "played_ms": "lots"}', {},
-     ErrorCode.INVALID_VALUE, "played_ms"),
-    ("played_ms negative", '{"type": "playback.ack", "response_id": "r", "played_ms": -1}', {},
-     ErrorCode.INVALID_VALUE, "played_ms"),
-    ("nested wrong type", '{"type": "session.update", "session": {"temperature": "hot"}}', {},
-     ErrorCode.INVALID_VALUE, "session.temperature"),
-    ("session not an object", '{"type": "session.update", "session": []}', {}, ErrorCode.INVALID_VALUE, "session"),
-    ("format not a string", f'{{"type": "input_audio_buffer.append", "audio": "{PCM16_B64}", '
-     '"input_audio_format": 16}', {}, ErrorCode.INVALID_VALUE, "input_audio_format"),
-    ("too large", '{"type": "session.heartbeat"}', {"max_bytes": 10}, ErrorCode.EVENT_TOO_LARGE, None),
-    ("unknown append format", f'{{"type": "input_audio_buffer.append", "audio": "{PCM16_B64}", '
-     '"input_audio_format": "mp3"}', {}, ErrorCode.UNSUPPORTED_AUDIO_FORMAT, "input_audio_format"),
-    ("unknown session format", '{"type": "session.update", "session": {"output_audio_format": "opus"}}', {},
-     ErrorCode.UNSUPPORTED_AUDIO_FORMAT, "session.output_audio_format"),
-    ("bad base64 audio", '{"type": "input_audio_buffer.append", "audio": "not base64!"}', {},
-     ErrorCode.INVALID_AUDIO, None),
-    ("odd pcm16 bytes, session default format",
-     f'{{"type": "input_audio_buffer.append", "audio": "{THREE_BYTES_B64}"}}', {}, ErrorCode.INVALID_AUDIO, None),
-    ("odd pcm16 bytes, the event's own format",
-     f'{{"type": "input_audio_buffer.append", "audio": "{THREE_BYTES_B64}", "input_audio_format": "pcm16"}}',
-     {"input_audio_format": "g711_ulaw"}, ErrorCode.INVALID_AUDIO, None),
-    ("pcm_f32le NaN sample",
-     f'{{"type": "input_audio_buffer.append", "audio": "{F32_NAN_B64}", "input_audio_format": "pcm_f32le"}}', {},
-     ErrorCode.INVALID_AUDIO, None),
-    ("video frame not base64", f'{{"type": "input_audio_buffer.append", "audio": "{PCM16_B64}", '
-     '"video_frames": ["%%%"]}', {}, ErrorCode.INVALID_VIDEO_FRAME, "video_frames"),
-    ("video frame not an image", f'{{"type": "input_audio_buffer.append", "audio": "{PCM16_B64}", '
-     f'"video_frames": ["{PCM16_B64}"]}}', {}, ErrorCode.INVALID_VIDEO_FRAME, "video_frames"),
-]  # fmt: skip
+APPEND = "input_audio_buffer.append"
+
+
+def _case(
+    case_id: str, frame: str | bytes, code: ErrorCode, param: str | None = None, **kwargs: Any
+) -> tuple[str, str | bytes, dict[str, Any], ErrorCode, str | None]:
+    return (case_id, frame, kwargs, code, param)
+
+
+# (id, frame, parse_client_event kwargs, expected code, expected param)
+MALFORMED = [
+    _case("truncated json", '{"type": "session.update"', ErrorCode.INVALID_JSON),
+    _case("empty frame", "", ErrorCode.INVALID_JSON),
+    _case(
+        "NaN constant",
+        '{"type": "playback.ack", "response_id": "r", "played_ms": NaN}',
+        ErrorCode.INVALID_JSON,
+    ),
+    _case("Infinity constant", '{"type": "session.close", "x": -Infinity}', ErrorCode.INVALID_JSON),
+    _case("bytes not utf-8", b'{"type": "session.close", "reason": "\xff\xfe"}', ErrorCode.INVALID_JSON),
+    _case(
+        "nesting too deep",
+        '{"type": "session.close", "x": ' + "[" * 10**5 + "]" * 10**5 + "}",
+        ErrorCode.INVALID_JSON,
+    ),
+    _case("array", '[{"type": "session.heartbeat"}]', ErrorCode.NOT_AN_OBJECT),
+    _case("string", '"session.heartbeat"', ErrorCode.NOT_AN_OBJECT),
+    _case("null", "null", ErrorCode.NOT_AN_OBJECT),
+    _case("unknown type", '{"type": "session.teleport"}', ErrorCode.UNKNOWN_EVENT, "type"),
+    _case("non-string type", '{"type": 7}', ErrorCode.UNKNOWN_EVENT, "type"),
+    _case("server event sent by client", '{"type": "session.created"}', ErrorCode.UNKNOWN_EVENT, "type"),
+    _case("no type", '{"event_id": "c_1"}', ErrorCode.MISSING_FIELD, "type"),
+    _case(
+        "ack without played_ms",
+        '{"type": "playback.ack", "response_id": "r"}',
+        ErrorCode.MISSING_FIELD,
+        "played_ms",
+    ),
+    _case("append without audio", _dumps({"type": APPEND}), ErrorCode.MISSING_FIELD, "audio"),
+    _case(
+        "played_ms is a string",
+        '{"type": "playback.ack", "response_id": "r", "played_ms": "lots"}',
+        ErrorCode.INVALID_VALUE,
+        "played_ms",
+    ),
+    _case(
+        "played_ms negative",
+        '{"type": "playback.ack", "response_id": "r", "played_ms": -1}',
+        ErrorCode.INVALID_VALUE,
+        "played_ms",
+    ),
+    _case(
+        "nested wrong type",
+        '{"type": "session.update", "session": {"temperature": "hot"}}',
+        ErrorCode.INVALID_VALUE,
+        "session.temperature",
+    ),
+    _case(
+        "session not an object",
+        '{"type": "session.update", "session": []}',
+        ErrorCode.INVALID_VALUE,
+        "session",
+    ),
+    _case(
+        "format not a string",
+        _dumps({"type": APPEND, "audio": PCM16_B64, "input_audio_format": 16}),
+        ErrorCode.INVALID_VALUE,
+        "input_audio_format",
+    ),
+    _case("too large", '{"type": "session.heartbeat"}', ErrorCode.EVENT_TOO_LARGE, max_bytes=10),
+    _case(
+        "unknown append format",
+        _dumps({"type": APPEND, "audio": PCM16_B64, "input_audio_format": "mp3"}),
+        ErrorCode.UNSUPPORTED_AUDIO_FORMAT,
+        "input_audio_format",
+    ),
+    _case(
+        "unknown session format",
+        '{"type": "session.update", "session": {"output_audio_format": "opus"}}',
+        ErrorCode.UNSUPPORTED_AUDIO_FORMAT,
+        "session.output_audio_format",
+    ),
+    _case("bad base64 audio", _dumps({"type": APPEND, "audio": "not base64!"}), ErrorCode.INVALID_AUDIO),
+    _case(
+        "odd pcm16 bytes, session default format",
+        _dumps({"type": APPEND, "audio": THREE_BYTES_B64}),
+        ErrorCode.INVALID_AUDIO,
+    ),
+    _case(
+        "odd pcm16 bytes, the event's own format",
+        _dumps({"type": APPEND, "audio": THREE_BYTES_B64, "input_audio_format": "pcm16"}),
+        ErrorCode.INVALID_AUDIO,
+        input_audio_format="g711_ulaw",
+    ),
+    _case(
+        "pcm_f32le NaN sample",
+        _dumps({"type": APPEND, "audio": F32_NAN_B64, "input_audio_format": "pcm_f32le"}),
+        ErrorCode.INVALID_AUDIO,
+    ),
+    _case(
+        "video frame not base64",
+        _dumps({"type": APPEND, "audio": PCM16_B64, "video_frames": ["%%%"]}),
+        ErrorCode.INVALID_VIDEO_FRAME,
+        "video_frames",
+    ),
+    _case(
+        "video frame not an image",
+        _dumps({"type": APPEND, "audio": PCM16_B64, "video_frames": [JPEG_B64, PCM16_B64]}),
+        ErrorCode.INVALID_VIDEO_FRAME,
+        "video_frames",
+    ),
+]
 
 
 def test_malformed_input_table_produces_every_parser_error_code() -> None:
@@ -415,14 +479,19 @@ def test_size_limit_counts_utf8_bytes_of_a_text_frame() -> None:
     ("frame", "code"),
     [
         ('{"type": "playback.ack", "event_id": "c_9", "response_id": "r"}', ErrorCode.MISSING_FIELD),
-        ('{"type": "playback.ack", "event_id": "c_9", "response_id": "r", "played_ms": "x"}', ErrorCode.INVALID_VALUE),
+        (
+            '{"type": "playback.ack", "event_id": "c_9", "response_id": "r", "played_ms": "x"}',
+            ErrorCode.INVALID_VALUE,
+        ),
         ('{"type": "session.teleport", "event_id": "c_9"}', ErrorCode.UNKNOWN_EVENT),
         ('{"event_id": "c_9"}', ErrorCode.MISSING_FIELD),
         ('{"type": "input_audio_buffer.append", "event_id": "c_9", "audio": "***"}', ErrorCode.INVALID_AUDIO),
-        ('{"type": "session.update", "event_id": "c_9", "session": {"input_audio_format": "mp3"}}',
-         ErrorCode.UNSUPPORTED_AUDIO_FORMAT),
+        (
+            '{"type": "session.update", "event_id": "c_9", "session": {"input_audio_format": "mp3"}}',
+            ErrorCode.UNSUPPORTED_AUDIO_FORMAT,
+        ),
     ],
-)  # fmt: skip
+)
 def test_readable_client_event_id_is_carried_by_the_protocol_error(frame: str, code: ErrorCode) -> None:
     error = _parse_error(frame)
     assert error.code is code
@@ -562,24 +631,18 @@ _image_b64 = st.builds(
     st.sampled_from([b"\xff\xd8\xff", b"\x89PNG\r\n\x1a\n", b""]),
     st.binary(max_size=8),
 )
+_ga_format = st.fixed_dictionaries(
+    {"type": st.sampled_from(_FORMAT_NAMES) | _json_values}, optional={"rate": _json_values}
+)
+_ga_direction = st.fixed_dictionaries({"format": _ga_format}) | _json_values
 _ga_session = st.fixed_dictionaries(
     {},
     optional={
         "type": st.just("realtime"),
         "output_modalities": st.lists(st.sampled_from(["audio", "text", "video"]), max_size=2) | _json_values,
-        "audio": st.fixed_dictionaries(
-            {},
-            optional={
-                direction: st.fixed_dictionaries(
-                    {"format": st.fixed_dictionaries({"type": st.sampled_from(_FORMAT_NAMES) | _json_values},
-                                                     optional={"rate": _json_values})}
-                )
-                | _json_values
-                for direction in ("input", "output")
-            },
-        ),
+        "audio": st.fixed_dictionaries({}, optional={"input": _ga_direction, "output": _ga_direction}),
     },
-)  # fmt: skip
+)
 _targeted_values: dict[str, st.SearchStrategy[Any]] = {
     "audio": st.binary(max_size=24).map(lambda raw: base64.b64encode(raw).decode()),
     "input_audio_format": st.sampled_from(_FORMAT_NAMES),
@@ -611,7 +674,11 @@ def _event_of_type(event_type: str) -> st.SearchStrategy[dict[str, Any]]:
     }
     unknown = st.dictionaries(st.text(max_size=8), _json_values, max_size=2)
     return st.builds(
-        lambda known, extra: {**extra, **{k: v for k, v in known.items() if v is not _DROP}, "type": event_type},
+        lambda known, extra: {
+            **extra,
+            **{k: v for k, v in known.items() if v is not _DROP},
+            "type": event_type,
+        },
         st.fixed_dictionaries(fields),
         unknown,
     )

@@ -1,0 +1,204 @@
+"""Server load: N concurrent realtime sessions against `duplexkit serve --model scripted`, beside an echo.
+
+Each session streams 16 kHz PCM16 speech in 200 ms appends on a deadline schedule. For our server, the
+latency of a unit is (append that closes the unit sent → its `response.listen` received); for the bare
+`websockets` echo server run with the same traffic in the same run, it is (that append sent → its echo
+received). Both servers run as subprocesses so their CPU time is measured apart from the load generator's.
+
+    .venv/bin/python benchmarks/server_load.py --sessions 200 --seconds 20
+"""
+
+from __future__ import annotations
+
+import argparse
+import asyncio
+import base64
+import json
+import os
+import socket
+import statistics
+import sys
+import time
+from dataclasses import dataclass, field
+
+import numpy as np
+import websockets
+
+APPEND_MS = 200
+UNIT_MS = 1000
+RATE = 16_000
+
+ECHO_SERVER = """
+import asyncio, sys, websockets
+async def echo(ws):
+    async for message in ws:
+        await ws.send(message)
+async def main():
+    async with websockets.serve(echo, "127.0.0.1", int(sys.argv[1]), max_size=None, ping_interval=None):
+        await asyncio.Future()
+asyncio.run(main())
+"""
+
+
+@dataclass
+class SessionStats:
+    latencies_ms: list[float] = field(default_factory=list)
+    held: bool = False
+
+
+def _free_port() -> int:
+    with socket.socket() as sock:
+        sock.bind(("127.0.0.1", 0))
+        return int(sock.getsockname()[1])
+
+
+def _cpu_seconds(pid: int) -> float:
+    with open(f"/proc/{pid}/stat") as f:
+        fields = f.read().rsplit(")", 1)[1].split()
+    return (int(fields[11]) + int(fields[12])) / os.sysconf("SC_CLK_TCK")
+
+
+async def _start(argv: list[str], port: int) -> asyncio.subprocess.Process:
+    proc = await asyncio.create_subprocess_exec(*argv, stdout=asyncio.subprocess.DEVNULL)
+    for _ in range(300):
+        try:
+            _, writer = await asyncio.open_connection("127.0.0.1", port)
+            writer.close()
+            return proc
+        except OSError:
+            await asyncio.sleep(0.05)
+    proc.kill()
+    raise RuntimeError(f"server {argv} did not start")
+
+
+def _append_frames(seconds: float) -> list[str]:
+    t = np.arange(round(APPEND_MS * RATE / 1000)) / RATE
+    pcm = (0.2 * np.sin(2 * np.pi * 300 * t) * 32767).astype("<i2").tobytes()
+    audio = base64.b64encode(pcm).decode()
+    count = round(seconds * 1000 / APPEND_MS)
+    return [
+        json.dumps(
+            {
+                "type": "input_audio_buffer.append",
+                "audio": audio,
+                "duration_ms": APPEND_MS,
+                "audio_end_ms": (k + 1) * APPEND_MS,
+            }
+        )
+        for k in range(count)
+    ]
+
+
+async def _session(url: str, frames: list[str], echo: bool, start_at: float, stats: SessionStats) -> None:
+    per_unit = UNIT_MS // APPEND_MS
+    sent_at: dict[int, float] = {}
+    async with websockets.connect(url, max_size=None, ping_interval=None) as ws:
+        stats.held = True
+        received = 0
+
+        async def reader() -> None:
+            nonlocal received
+            async for message in ws:
+                now = time.monotonic()
+                if echo:
+                    key = received
+                    received += 1
+                    if key in sent_at:
+                        stats.latencies_ms.append((now - sent_at.pop(key)) * 1000)
+                elif '"response.listen"' in message:
+                    unit = received
+                    received += 1
+                    if unit in sent_at:
+                        stats.latencies_ms.append((now - sent_at.pop(unit)) * 1000)
+
+        task = asyncio.create_task(reader())
+        for k, frame in enumerate(frames):
+            delay = start_at + k * APPEND_MS / 1000 - time.monotonic()
+            if delay > 0:
+                await asyncio.sleep(delay)
+            if echo:
+                sent_at[k] = time.monotonic()
+            elif (k + 1) % per_unit == 0:
+                sent_at[(k + 1) // per_unit - 1] = time.monotonic()
+            await ws.send(frame)
+        await asyncio.sleep(1.5)
+        task.cancel()
+
+
+async def _run(
+    name: str, argv: list[str], url: str, port: int, sessions: int, seconds: float
+) -> dict[str, float]:
+    proc = await _start(argv, port)
+    frames = _append_frames(seconds)
+    stats = [SessionStats() for _ in range(sessions)]
+    cpu0 = _cpu_seconds(proc.pid)
+    start = time.monotonic() + 1.0
+    # Stagger starts over one append period so sessions do not all send in the same millisecond.
+    await asyncio.gather(
+        *(
+            _session(url, frames, name == "echo", start + (i % 40) * APPEND_MS / 40_000, s)
+            for i, s in enumerate(stats)
+        )
+    )
+    cpu = _cpu_seconds(proc.pid) - cpu0
+    proc.terminate()
+    await proc.wait()
+    latencies = sorted(x for s in stats for x in s.latencies_ms)
+    held = sum(s.held for s in stats)
+    return {
+        "held": held,
+        "cpu_per_session_second": cpu / (held * seconds) if held else float("nan"),
+        "p50_ms": statistics.median(latencies) if latencies else float("nan"),
+        "p99_ms": latencies[int(0.99 * (len(latencies) - 1))] if latencies else float("nan"),
+        "samples": len(latencies),
+    }
+
+
+async def main() -> None:
+    parser = argparse.ArgumentParser(
+        description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter
+    )
+    parser.add_argument("--sessions", type=int, default=200)
+    parser.add_argument("--seconds", type=float, default=20.0, help="audio streamed per session")
+    args = parser.parse_args()
+
+    ours_port, echo_port = _free_port(), _free_port()
+    ours = [
+        sys.executable,
+        "-m",
+        "duplexkit",
+        "serve",
+        "--port",
+        str(ours_port),
+        "--max-sessions",
+        str(args.sessions),
+        "--log-level",
+        "warning",
+    ]
+    echo = [sys.executable, "-c", ECHO_SERVER, str(echo_port)]
+    results = {
+        "echo": await _run(
+            "echo", echo, f"ws://127.0.0.1:{echo_port}", echo_port, args.sessions, args.seconds
+        ),
+        "duplexkit": await _run(
+            "duplexkit",
+            ours,
+            f"ws://127.0.0.1:{ours_port}/v1/realtime",
+            ours_port,
+            args.sessions,
+            args.seconds,
+        ),
+    }
+    print(f"{args.sessions} sessions x {args.seconds:g} s of 16 kHz PCM16, {APPEND_MS} ms appends, realtime")
+    print(f"{'server':<10} {'held':>5} {'cpu s/session-s':>16} {'p50 ms':>8} {'p99 ms':>8} {'samples':>8}")
+    for name, r in results.items():
+        print(
+            f"{name:<10} {r['held']:>5.0f} {r['cpu_per_session_second']:>16.5f} {r['p50_ms']:>8.2f}"
+            f" {r['p99_ms']:>8.2f} {r['samples']:>8.0f}"
+        )
+    ratio = results["duplexkit"]["cpu_per_session_second"] / results["echo"]["cpu_per_session_second"]
+    print(f"CPU per session-second, duplexkit / echo floor: {ratio:.2f}x")
+
+
+if __name__ == "__main__":
+    asyncio.run(main())
