@@ -20,7 +20,7 @@ def add_model_options(parser: argparse.ArgumentParser) -> None:
         action="append",
         default=[],
         metavar="KEY=VALUE",
-        help="model parameter, repeatable (scripted: reply, first_output_ms, token_ms, speech_rms, script, ...)",
+        help="model parameter, repeatable (scripted: reply, first_output_ms, token_ms, speech_rms, script)",
     )
 
 

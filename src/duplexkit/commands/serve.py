@@ -15,7 +15,7 @@ def register(commands: argparse._SubParsersAction[argparse.ArgumentParser]) -> N
         "serve",
         help="serve a duplex model over the realtime WebSocket protocol",
         description="Serve a model at ws://HOST:PORT/v1/realtime, with /healthz, /v1/models and /metrics. "
-        "SIGTERM stops admission, closes every session with session.closed{reason: server_shutdown}, exits 0.",
+        "SIGTERM stops admission, closes every session with session.closed (server_shutdown), exits 0.",
     )
     add_model_options(parser)
     parser.add_argument("--host", default="127.0.0.1", help="interface to bind (default: %(default)s)")

@@ -3,9 +3,19 @@
 No sockets, tasks or sleeps live here; the server's session runner and the tests drive the same objects.
 """
 
-from duplexkit.engine.decisions import Decision, Listen, Speak
+from duplexkit.engine.decisions import Decision, Interrupt, Listen, Speak
 from duplexkit.engine.fence import Fence
 from duplexkit.engine.session import EngineConfig, EngineSession, Step
 from duplexkit.engine.units import Unit
 
-__all__ = ["Decision", "EngineConfig", "EngineSession", "Fence", "Listen", "Speak", "Step", "Unit"]
+__all__ = [
+    "Decision",
+    "EngineConfig",
+    "EngineSession",
+    "Fence",
+    "Interrupt",
+    "Listen",
+    "Speak",
+    "Step",
+    "Unit",
+]

@@ -36,4 +36,9 @@ class Speak:
         return "".join(self.tokens)
 
 
-Decision = Listen | Speak
+@dataclass(frozen=True, slots=True)
+class Interrupt:
+    """The model heard the user barge in while it was speaking: cancel the active response."""
+
+
+Decision = Listen | Speak | Interrupt

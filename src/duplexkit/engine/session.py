@@ -14,7 +14,7 @@ from typing import Any, Literal
 import numpy as np
 
 from duplexkit.engine.assembler import AssembledUnit, UnitAssembler
-from duplexkit.engine.decisions import Decision, Listen, Speak
+from duplexkit.engine.decisions import Decision, Interrupt, Listen, Speak
 from duplexkit.engine.fence import Fence
 from duplexkit.engine.ledger import RequestStartLedger, ResponseTiming
 from duplexkit.engine.playback import CommitPolicy, PlaybackLedger
@@ -44,6 +44,7 @@ class EngineConfig:
     max_sessions: int = 64
     continuation_limit: int = 8
     idle_timeout_s: float = 300.0
+    server_vad: bool = False
 
 
 @dataclass(slots=True)
@@ -113,6 +114,7 @@ class EngineSession:
         self._continuations = 0
         self._last_input_at: float | None = None
         self._last_unit_at = 0.0
+        self._vad_item: str | None = None
 
     # --- client events --------------------------------------------------------------------------------
 
@@ -160,7 +162,7 @@ class EngineSession:
             case ce.InputAudioBufferAppend():
                 return self._append(event, now)
             case ce.InputAudioBufferCommit():
-                return self._commit(event, now)
+                return self._commit(now, is_speech=event.is_speech)
             case ce.InputAudioBufferClear():
                 self._assembler.clear()
                 return Step(events=[se.InputAudioBufferCleared()])
@@ -197,10 +199,10 @@ class EngineSession:
         raise ProtocolError(ErrorCode.UNKNOWN_EVENT, f"{event.type!r} is not handled by this server")
 
     def _update(self, update: ce.SessionConfig) -> Step:
-        if update.turn_detection is not None:
+        if update.turn_detection is not None and not self.config.server_vad:
             raise ProtocolError(
                 ErrorCode.INVALID_VALUE,
-                "server_vad turn detection is not available on this server yet; send null (model-native)",
+                "server_vad turn detection is not available on this server; send null (model-native turns)",
                 param="session.turn_detection",
             )
         if update.modalities is not None:
@@ -228,6 +230,8 @@ class EngineSession:
         ):
             if name in update.model_fields_set and getattr(update, name) is not None:
                 setattr(s, name, getattr(update, name))
+        if "turn_detection" in update.model_fields_set:  # explicit null: back to model-native turns
+            s.turn_detection = update.turn_detection
         self._playback.policy = s.playback_commit_policy
         step = Step(configured=True)
         if not self.started:
@@ -252,7 +256,7 @@ class EngineSession:
         )
         return step
 
-    def _commit(self, event: ce.InputAudioBufferCommit, now: float) -> Step:
+    def _commit(self, now: float, *, is_speech: bool | None = None) -> Step:
         item_id = self._new_id("item")
         previous = self._history[-1].id if self._history else None
         self._history.append(
@@ -262,7 +266,36 @@ class EngineSession:
             item_id=item_id, previous_item_id=previous, audio_end_ms=self._assembler.media_ms
         )
         step = Step(events=[committed])
-        step.extend(self._units([self._assembler.flush()], now, is_speech=event.is_speech))
+        step.extend(self._units([self._assembler.flush()], now, is_speech=is_speech))
+        return step
+
+    def speech_started(self, audio_start_ms: float, now: float) -> Step:
+        """Server VAD heard speech start: announce it and, with `interrupt_response`, barge in."""
+        vad = self.settings.turn_detection
+        if vad is None or self.closed:
+            return Step()
+        self._vad_item = self._new_id("item")
+        step = Step(
+            events=[
+                se.InputAudioBufferSpeechStarted(audio_start_ms=round(audio_start_ms), item_id=self._vad_item)
+            ]
+        )
+        if vad.interrupt_response and self._response is not None:
+            step.extend(self._interrupt("barge_in", now))
+        return step
+
+    def speech_stopped(self, audio_end_ms: float, now: float) -> Step:
+        """Server VAD heard speech end: announce it and, with `create_response`, commit the turn."""
+        vad = self.settings.turn_detection
+        if vad is None or self.closed:
+            return Step()
+        item_id = self._vad_item or self._new_id("item")
+        step = Step(
+            events=[se.InputAudioBufferSpeechStopped(audio_end_ms=round(audio_end_ms), item_id=item_id)]
+        )
+        self._vad_item = None
+        if vad.create_response:
+            step.extend(self._commit(now, is_speech=True))
         return step
 
     def _units(
@@ -385,6 +418,8 @@ class EngineSession:
             return Step()
         if isinstance(decision, Listen):
             return self._listen(decision, now)
+        if isinstance(decision, Interrupt):
+            return self._interrupt("barge_in", now) if self._response is not None else Step()
         return self._speak(decision, now)
 
     def on_step_failed(self, unit: Unit, message: str, now: float) -> Step:

@@ -1,0 +1,1 @@
+"""The benchmark runner: datasets, the sample lifecycle, the retry policy, artifacts, judging and reports."""

@@ -1,0 +1,93 @@
+"""The run folder: atomic, resumable artifacts.
+
+Layout under RUN_DIR: `run.json` (config, dataset, versions, times), `metrics.json` (aggregates), and per
+sample `<split>/<id>.meta.json` then `<split>/<id>.json` (the timed sentences). Every file is written to a
+temporary name in the same directory and renamed into place, so a reader (a judge, a resumed run) sees a
+whole file or none. The sentences file is written last and is the mark of publication: a sample is
+published iff `<split>/<id>.json` exists. A run killed at any moment therefore leaves each sample either
+published (whole) or not (redone on resume), never half of one and never two copies.
+"""
+
+from __future__ import annotations
+
+import json
+import os
+import tempfile
+from collections.abc import Iterator, Mapping
+from pathlib import Path
+from typing import Any
+
+
+def write_json_atomic(path: Path, payload: Any) -> None:
+    """Write `payload` as JSON to `path` via a temp file + fsync + rename in the same directory."""
+    path.parent.mkdir(parents=True, exist_ok=True)
+    fd, tmp = tempfile.mkstemp(prefix=f".{path.name}.", suffix=".tmp", dir=path.parent)
+    try:
+        with os.fdopen(fd, "w", encoding="utf-8") as f:
+            json.dump(payload, f, indent=2, ensure_ascii=False, allow_nan=False)
+            f.write("\n")
+            f.flush()
+            os.fsync(f.fileno())
+        os.replace(tmp, path)
+    except BaseException:
+        Path(tmp).unlink(missing_ok=True)
+        raise
+
+
+def write_bytes_atomic(path: Path, data: bytes) -> None:
+    path.parent.mkdir(parents=True, exist_ok=True)
+    fd, tmp = tempfile.mkstemp(prefix=f".{path.name}.", suffix=".tmp", dir=path.parent)
+    try:
+        with os.fdopen(fd, "wb") as f:
+            f.write(data)
+            f.flush()
+            os.fsync(f.fileno())
+        os.replace(tmp, path)
+    except BaseException:
+        Path(tmp).unlink(missing_ok=True)
+        raise
+
+
+class RunDir:
+    """Paths and publication state of one run folder."""
+
+    def __init__(self, root: Path) -> None:
+        self.root = root
+
+    def sentences_path(self, split: str, sample_id: str) -> Path:
+        return self.root / split / f"{sample_id}.json"
+
+    def meta_path(self, split: str, sample_id: str) -> Path:
+        return self.root / split / f"{sample_id}.meta.json"
+
+    def sample_dir(self, split: str, sample_id: str) -> Path:
+        """Where optional per-sample extras (output.wav, events.json) live."""
+        return self.root / split / sample_id
+
+    def is_published(self, split: str, sample_id: str) -> bool:
+        return self.sentences_path(split, sample_id).is_file()
+
+    def publish(
+        self, split: str, sample_id: str, meta: Mapping[str, Any], sentences: list[dict[str, Any]]
+    ) -> None:
+        """Metadata first, then the sentences (the publication mark)."""
+        write_json_atomic(self.meta_path(split, sample_id), dict(meta))
+        write_json_atomic(self.sentences_path(split, sample_id), sentences)
+
+    def record_failure(self, split: str, sample_id: str, meta: Mapping[str, Any]) -> None:
+        """A failed sample: metadata only, and any earlier publication withdrawn (it is redone)."""
+        write_json_atomic(self.meta_path(split, sample_id), dict(meta))
+        self.sentences_path(split, sample_id).unlink(missing_ok=True)
+
+    def metas(self) -> Iterator[dict[str, Any]]:
+        """Every sample's metadata in the run, in a stable order."""
+        for path in sorted(self.root.glob("*/*.meta.json")):
+            with path.open(encoding="utf-8") as f:
+                yield json.load(f)
+
+    def clean_temporaries(self) -> int:
+        """Remove temp files a killed run left behind; returns how many."""
+        stale = list(self.root.glob("**/.*.tmp"))
+        for path in stale:
+            path.unlink(missing_ok=True)
+        return len(stale)

@@ -1,0 +1,101 @@
+"""The retry policy: what to do with a sample after one attempt. Pure functions, no I/O.
+
+- A retryable capacity refusal when opening the session is not an attempt: the runner backs off and
+  reopens (see `capacity_backoff_s`).
+- A server-reported error (other than the benign `playback_ack_too_late`) is deterministic: the sample
+  fails after one attempt.
+- A transport stall (`input_timeout`, `commit_timeout`, `drain_timeout`) or a dropped connection is retried
+  once, also under a completed reply: a completed reply does not prove the whole input arrived.
+- `close_timeout` under a completed reply is advisory: recorded, the sample is published, not retried.
+- An unexpected exception in the runner (a coding error, e.g. in the padding) fails the sample visibly.
+
+What a failed retry does with the first attempt's artifacts: nothing is published until the sample's final
+outcome is known; if the retry fails too, the sample is recorded as failed and each attempt's diagnostics
+(including the first attempt's timed sentences) are kept in its metadata under `attempts`, never published.
+"""
+
+from __future__ import annotations
+
+import random
+from dataclasses import dataclass, field
+from enum import StrEnum
+
+from duplexkit.protocol.errors import BENIGN_CODES
+
+MAX_ATTEMPTS = 2
+INNER_TIMEOUT_MARGIN = 0.9
+"""A TimeoutError raised before this fraction of the per-request deadline is an inner wait leaking."""
+
+
+class Verdict(StrEnum):
+    PUBLISH = "publish"
+    RETRY = "retry"
+    FAIL = "fail"
+
+
+STALLS = ("input_timeout", "commit_timeout", "drain_timeout")
+
+
+@dataclass(slots=True)
+class AttemptOutcome:
+    """What one attempt observed; timeouts hold the bound (s) that expired, or None."""
+
+    response_done: bool = False
+    server_errors: list[str] = field(default_factory=list)
+    input_timeout: float | None = None
+    commit_timeout: float | None = None
+    drain_timeout: float | None = None
+    close_timeout: float | None = None
+    transport_error: str | None = None
+    runner_error: str | None = None
+
+    @property
+    def deterministic_errors(self) -> list[str]:
+        benign = {code.value for code in BENIGN_CODES}
+        return [code for code in self.server_errors if code not in benign]
+
+    @property
+    def stall(self) -> str | None:
+        """The first transport stall this attempt hit, in lifecycle order."""
+        return next((name for name in STALLS if getattr(self, name) is not None), None)
+
+
+def verdict(outcome: AttemptOutcome, attempt: int) -> Verdict:
+    """Decide after attempt number `attempt` (1-based)."""
+    if outcome.runner_error is not None or outcome.deterministic_errors:
+        return Verdict.FAIL
+    retryable = outcome.stall is not None or outcome.transport_error is not None
+    if not retryable and outcome.close_timeout is not None and not outcome.response_done:
+        retryable = True
+    if retryable:
+        return Verdict.RETRY if attempt < MAX_ATTEMPTS else Verdict.FAIL
+    return Verdict.PUBLISH
+
+
+def failure_reason(outcome: AttemptOutcome) -> str:
+    """One line naming why an attempt failed (the sample's `error`)."""
+    if outcome.runner_error is not None:
+        return f"runner_error: {outcome.runner_error}"
+    if outcome.deterministic_errors:
+        return f"server_error: {', '.join(outcome.deterministic_errors)}"
+    if outcome.stall is not None:
+        return outcome.stall
+    if outcome.transport_error is not None:
+        return f"transport_error: {outcome.transport_error}"
+    if outcome.close_timeout is not None:
+        return "close_timeout"
+    return "ok"
+
+
+def capacity_backoff_s(
+    refusals: int, *, base_s: float = 0.5, cap_s: float = 10.0, rng: random.Random
+) -> float:
+    """Full-jitter exponential backoff after the n-th consecutive capacity refusal (bounded by `cap_s`)."""
+    return rng.uniform(0.0, min(cap_s, base_s * 2 ** max(0, refusals - 1)))
+
+
+def timeout_label(elapsed_s: float, deadline_s: float | None) -> str:
+    """Name a TimeoutError: the per-request deadline itself, or an inner wait that leaked before it."""
+    if deadline_s is None or elapsed_s < INNER_TIMEOUT_MARGIN * deadline_s:
+        return "inner_timeout_leaked"
+    return "request_deadline"
