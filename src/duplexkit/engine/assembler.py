@@ -34,7 +34,8 @@ class UnitAssembler:
         self._resampler: StreamingResampler | None = None
         self._pending: list[Samples] = []
         self._pending_len = 0
-        self._frames: list[bytes] = []
+        self._frames: dict[int, list[bytes]] = {}
+        self._input_ms = 0.0  # the media clock of the input as sent, before resampling
         self._emitted = 0  # samples (model rate) already handed out in units
         self._next_unit = 0
 
@@ -49,8 +50,17 @@ class UnitAssembler:
         return samples_to_ms(self._emitted + self._pending_len, self.model_rate_hz)
 
     def push(self, samples: Samples, rate_hz: int, frames: tuple[bytes, ...] = ()) -> list[AssembledUnit]:
-        """Append audio at `rate_hz`; return the units it completed (possibly none)."""
-        self._frames.extend(frames)
+        """Append audio at `rate_hz`; return the units it completed (possibly none).
+
+        Frames belong to the unit in which this append ends on the input's media clock (the unit it
+        closes when it ends on a boundary), whatever the resampler's delay does to the cut.
+        """
+        self._input_ms += samples_to_ms(len(samples), rate_hz)
+        if frames:
+            closed = self.grid.units_closed_between(0.0, self._input_ms)
+            last = closed.stop - 1
+            unit = last if last >= 0 and self.grid.unit_end_ms(last) == self._input_ms else closed.stop
+            self._frames.setdefault(max(unit, self._next_unit), []).extend(frames)
         self._add(self._resample(samples, rate_hz))
         units: list[AssembledUnit] = []
         while True:
@@ -69,7 +79,9 @@ class UnitAssembler:
         if self._resampler is not None:
             self._add(self._resampler.flush())
             self._resampler = None
-        return self._cut(self._pending_len, final=True)
+        unit = self._cut(self._pending_len, final=True)
+        self._input_ms = self.media_ms
+        return unit
 
     def clear(self) -> None:
         """Drop buffered input that is not yet a unit; the media clock keeps its position."""
@@ -78,6 +90,7 @@ class UnitAssembler:
         self._pending_len = 0
         self._frames.clear()
         self._resampler = None
+        self._input_ms = self.media_ms
 
     def _resample(self, samples: Samples, rate_hz: int) -> Samples:
         if rate_hz == self.model_rate_hz and self._resampler is None:
@@ -103,7 +116,8 @@ class UnitAssembler:
         self._pending_len = len(tail)
         start = self._emitted
         self._emitted += len(head)
-        frames, self._frames = tuple(self._frames), []
+        due = [k for k in self._frames if k <= self._next_unit or final]
+        frames = tuple(frame for k in sorted(due) for frame in self._frames.pop(k))
         return AssembledUnit(
             samples=head,
             start_ms=samples_to_ms(start, self.model_rate_hz),

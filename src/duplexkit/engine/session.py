@@ -429,7 +429,6 @@ class EngineSession:
         step = Step()
         if self._response is not None:
             step.events.extend(self._finish("failed", "model_error", interrupted=True))
-            self.fence = self.fence.next_epoch()
         step.events.append(se.error_event(ErrorCode.MODEL_STEP_FAILED, f"model step failed: {message}"))
         return step
 
@@ -479,23 +478,23 @@ class EngineSession:
         if response is None:
             response = self._begin_response(step)
         text, audio = segment.text, segment.audio
+        speaks_audio = "audio" in response.modalities
         first = response.timing.mark_response_first_outputs(
-            now, text=bool(text.strip()), audio=len(audio) > 0
+            now, text=bool(text.strip()), audio=speaks_audio and len(audio) > 0
         )
         response.timing.record_segment(len(segment.tokens), tpot_ms=segment.tpot_ms, itl_ms=segment.itl_ms)
         if step.events:  # the response opened with this segment: created carries what it already observed
             created = step.events[0]
             assert isinstance(created, se.ResponseCreated)
-            created.response_request_metrics = self._metrics(response.timing)
+            if response.timing.request_start is not None:
+                created.response_request_metrics = self._metrics(response.timing)
             step.events.append(se.ResponseSpeak(response_id=response.id, item_id=response.item_id))
         ids = {"response_id": response.id, "item_id": response.item_id}
-        audio_ms = (
-            1000.0 * len(audio) / self.config.output_sample_rate_hz if "audio" in response.modalities else 0.0
-        )
+        audio_ms = 1000.0 * len(audio) / self.config.output_sample_rate_hz if speaks_audio else 0.0
         text_chars, audio_end_ms = self._playback.generated(response.id, text, audio_ms)
         response.text += text
         response.audio_ms = audio_end_ms
-        if "audio" in response.modalities:
+        if speaks_audio:
             step.events.append(
                 se.ResponseOutputAudioDelta(
                     **ids,

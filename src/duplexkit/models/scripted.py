@@ -114,11 +114,11 @@ class ScriptedPolicy:
         self._steps = 0
 
     def decide(self, unit: Unit) -> Listen | PlannedSegment:
-        self._steps += 1
-        if self.params.script is not None:
-            return self._scripted(self._steps - 1)
-        if self._pending:
+        if self._pending:  # a reply in progress continues before anything else is decided
             return self._next_segment()
+        if self.params.script is not None:
+            self._steps += 1
+            return self._scripted(self._steps - 1)
         if unit.force_listen:
             return Listen()
         speech = (
@@ -142,18 +142,19 @@ class ScriptedPolicy:
         entry = script[index] if index < len(script) else ScriptEntry()
         if entry.speak is None:
             return Listen()
-        return self._plan(entry.speak, end_of_turn=entry.end_of_turn)[0]
+        self._pending = self._plan(entry.speak, end_of_turn=entry.end_of_turn)
+        return self._next_segment()
 
     def _next_segment(self) -> PlannedSegment:
         return self._pending.pop(0)
 
     def _plan(self, text: str, *, end_of_turn: bool) -> list[PlannedSegment]:
-        """Cut the reply into one segment per unit of output audio; the whole reply in one if it fits."""
+        """Cut `text` into one segment per unit of output audio; only the last may end the turn."""
         p, caps = self.params, self.capabilities
         tokens = _tokens(text)
         total_ms = len(text) * p.ms_per_char
         period = caps.chunk_period_ms
-        count = max(1, math.ceil(total_ms / period)) if end_of_turn else 1
+        count = max(1, math.ceil(total_ms / period))
         by_segment: list[list[str]] = [[] for _ in range(count)]
         offset = 0
         for token in tokens:
@@ -220,7 +221,10 @@ class ScriptedModel(ModelPlugin):
     def from_args(cls, args: Mapping[str, str]) -> ScriptedModel:
         caps = ModelCapabilities()
         if "chunk_period_ms" in args:
-            caps = replace(caps, chunk_period_ms=int(args["chunk_period_ms"]))
+            raw = args["chunk_period_ms"]
+            if not raw.isdigit() or int(raw) == 0:
+                raise ValueError(f"chunk_period_ms: must be a positive whole number of ms, got {raw!r}")
+            caps = replace(caps, chunk_period_ms=int(raw))
         return cls(ScriptedParams.parse(ScriptedParams(), args), caps)
 
     def new_session(self) -> ScriptedSession:

@@ -1,0 +1,685 @@
+"""EngineSession as a specification: the Sans-I/O duplex session state machine.
+
+Each test drives the engine the way the server's runner does — client events through `handle`, model
+progress through `request_started` / `on_decision` / `on_step_failed` / `step_finished`, time through
+`tick` — on a fake clock (every `now` is a plain float in seconds), and reads the server events it answers.
+"""
+
+from __future__ import annotations
+
+import base64
+import json
+import re
+from typing import Any
+
+import numpy as np
+import pytest
+
+from duplexkit.engine import EngineConfig, EngineSession, Listen, Speak, Step, Unit
+from duplexkit.protocol.audio import decode_base64_audio, encode_base64_audio
+from duplexkit.protocol.errors import ErrorCode
+from duplexkit.protocol.wire import parse_client_event
+
+SESSION_ID = "sess_test"
+IN_RATE = 16_000
+OUT_RATE = 24_000
+
+RESPONSE_HEAD = [
+    "response.created",
+    "conversation.item.added",
+    "response.output_item.added",
+    "response.content_part.added",
+    "response.speak",
+]
+AUDIO_PAIR = ["response.output_audio.delta", "response.output_audio_transcript.delta"]
+AUDIO_TAIL = [
+    "response.output_audio.done",
+    "response.output_audio_transcript.done",
+    "response.content_part.done",
+    "response.output_item.done",
+    "response.done",
+]
+INTERRUPTS = [
+    ("barge_in", {}, "barge_in"),
+    ("output_audio_buffer.clear", {}, "barge_in"),
+    ("response.cancel", {}, "client_cancelled"),
+    ("input.cancel", {}, "client_cancelled"),
+]
+
+
+def client(type_: str, **fields: Any) -> Any:
+    """A client event exactly as the wire parser builds it."""
+    return parse_client_event(json.dumps({"type": type_, **fields}))
+
+
+def pcm(ms: float, amplitude: float = 0.0, rate: int = IN_RATE) -> str:
+    return encode_base64_audio(np.full(round(ms * rate / 1000), amplitude, dtype=np.float32), "pcm16")
+
+
+def speak(text: str = "", ms: float = 0.0, **kwargs: Any) -> Speak:
+    """A reply segment: `text` as word tokens and `ms` of output audio at 24 kHz."""
+    tokens = tuple(t for t in re.findall(r"\S*\s*", text) if t)
+    audio = np.full(round(ms * OUT_RATE / 1000), 0.1, dtype=np.float32)
+    return Speak(tokens=tokens, audio=audio, **kwargs)
+
+
+def types(events: list[Any]) -> list[str]:
+    return [e.type for e in events]
+
+
+def only(events: list[Any], type_: str) -> Any:
+    [event] = [e for e in events if e.type == type_]
+    return event
+
+
+def error_codes(events: list[Any]) -> list[str]:
+    return [e.error.code for e in events if e.type == "error"]
+
+
+class Harness:
+    """An EngineSession on a fake clock."""
+
+    def __init__(self, *, autostart: bool = True, **config: Any) -> None:
+        self.engine = EngineSession(SESSION_ID, EngineConfig(model="scripted", **config))
+        self.opening = self.engine.start(0.0) if autostart else Step()
+
+    def send(self, type_: str, now: float = 0.0, **fields: Any) -> Step:
+        return self.engine.handle(client(type_, **fields), now)
+
+    def append(self, ms: float, now: float = 0.0, *, amplitude: float = 0.0, **fields: Any) -> Step:
+        return self.send("input_audio_buffer.append", now, audio=pcm(ms, amplitude), **fields)
+
+    def unit(self, now: float = 0.0, ms: float = 1000) -> Unit:
+        [unit] = self.append(ms, now).units
+        return unit
+
+    def step(
+        self, unit: Unit, *decisions: Listen | Speak, at: float, started: float | None = None
+    ) -> list[Any]:
+        """One model step of `unit`: its request starts, its decisions arrive at `at`, it finishes."""
+        self.engine.request_started(unit, at if started is None else started)
+        events: list[Any] = []
+        for decision in decisions:
+            events += self.engine.on_decision(unit, decision, at).events
+        self.engine.step_finished(unit, at)
+        return events
+
+    def open_response(self, now: float = 1.0, text: str = "Hello ", ms: float = 1000) -> str:
+        events = self.step(self.unit(now - 1.0), speak(text, ms), at=now)
+        return str(only(events, "response.created").response.id)
+
+
+# --- opening the session ----------------------------------------------------------------------------
+
+
+def test_autostart_opens_with_session_created_advertising_the_model_capabilities() -> None:
+    h = Harness(chunk_period_ms=200, first_unit_ms=230, accepts_video=True, max_sessions=3)
+    [created] = h.opening.events
+    assert created.type == "session.created"
+    assert h.opening.configured
+    assert created.session.id == SESSION_ID
+    caps = created.session.capabilities
+    assert (caps.chunk_period_ms, caps.first_unit_ms, caps.max_sessions) == (200, 230, 3)
+    assert caps.input_modes == ["audio", "video"]
+    assert (caps.input_sample_rate_hz, caps.output_sample_rate_hz) == (16_000, 24_000)
+
+
+@pytest.mark.parametrize(
+    ("type_", "fields"),
+    [
+        ("input_audio_buffer.append", {"audio": pcm(20)}),
+        ("input_audio_buffer.commit", {}),
+        ("response.create", {}),
+        ("response.cancel", {}),
+        ("barge_in", {}),
+        ("playback.ack", {"response_id": "resp_1", "played_ms": 10}),
+        ("session.heartbeat", {}),
+    ],
+)
+def test_without_autostart_every_event_before_session_update_is_session_not_configured(
+    type_: str, fields: dict[str, Any]
+) -> None:
+    h = Harness(autostart=False)
+    step = h.send(type_, event_id="evt_client_1", **fields)
+    [error] = step.events
+    assert error.error.code == ErrorCode.SESSION_NOT_CONFIGURED
+    assert error.error.event_id == "evt_client_1"
+    assert step.units == []
+    assert not h.engine.started
+
+
+def test_the_first_session_update_answers_session_created_then_session_updated() -> None:
+    h = Harness(autostart=False)
+    first = h.send("session.update", session={"instructions": "Be brief."})
+    assert types(first.events) == ["session.created", "session.updated"]
+    assert first.configured
+    assert first.events[1].session.instructions == "Be brief."
+    assert types(h.send("session.update", session={"voice": "alloy"}).events) == ["session.updated"]
+    assert types(h.send("session.heartbeat").events) == ["session.heartbeat_ack"]
+
+
+def test_session_update_with_server_vad_turn_detection_is_not_yet_supported() -> None:
+    h = Harness(autostart=False)
+    [error] = h.send("session.update", session={"turn_detection": {"type": "server_vad"}}).events
+    assert error.error.code == ErrorCode.INVALID_VALUE
+    assert error.error.param == "session.turn_detection"
+    assert not h.engine.started
+    # model-native turn taking (explicit null) is accepted
+    ok = h.send("session.update", session={"turn_detection": None})
+    assert types(ok.events) == ["session.created", "session.updated"]
+
+
+def test_session_update_rejects_modalities_the_model_does_not_offer_and_changes_nothing() -> None:
+    h = Harness(modalities=("audio",))
+    [error] = h.send("session.update", session={"modalities": ["text"], "voice": "x"}).events
+    assert error.error.code == ErrorCode.INVALID_VALUE
+    assert error.error.param == "session.modalities"
+    assert h.engine.settings.modalities == ["audio"]
+    assert h.engine.settings.voice is None
+
+
+def test_session_update_changes_only_the_fields_it_names() -> None:
+    h = Harness()
+    h.send("session.update", session={"instructions": "Be brief.", "temperature": 0.2})
+    [updated] = h.send("session.update", session={"voice": "verse"}).events
+    assert (updated.session.instructions, updated.session.temperature) == ("Be brief.", 0.2)
+    assert updated.session.voice == "verse"
+
+
+def test_heartbeat_is_acknowledged() -> None:
+    assert types(Harness().send("session.heartbeat").events) == ["session.heartbeat_ack"]
+
+
+# --- input ------------------------------------------------------------------------------------------
+
+
+def test_appends_become_units_stamped_with_the_current_fence() -> None:
+    h = Harness()
+    assert h.append(600).units == []
+    [unit] = h.append(600).units
+    assert (unit.index, unit.start_ms, unit.end_ms) == (0, 0.0, 1000.0)
+    assert unit.sample_rate_hz == IN_RATE
+    assert len(unit.samples) == IN_RATE
+    assert unit.fence == h.engine.fence
+    assert not unit.final
+    assert not unit.continuation
+
+
+def test_commit_is_answered_with_committed_and_flushes_the_residual_as_a_final_unit() -> None:
+    h = Harness()
+    h.append(1400)
+    step = h.send("input_audio_buffer.commit", is_speech=False)
+    [committed] = step.events
+    assert committed.type == "input_audio_buffer.committed"
+    assert committed.audio_end_ms == pytest.approx(1400.0)
+    [unit] = step.units
+    assert unit.final
+    assert unit.is_speech is False
+    assert (unit.start_ms, unit.end_ms) == (1000.0, pytest.approx(1400.0))
+    assert [item.role for item in h.engine.history] == ["user"]
+
+
+def test_clear_drops_buffered_input_without_moving_the_media_clock() -> None:
+    h = Harness()
+    h.append(400)
+    assert types(h.send("input_audio_buffer.clear").events) == ["input_audio_buffer.cleared"]
+    [unit] = h.append(600).units
+    assert (unit.start_ms, unit.end_ms) == (pytest.approx(400.0), 1000.0)
+
+
+def test_response_create_flushes_buffered_input_for_the_model() -> None:
+    h = Harness()
+    h.append(300)
+    [unit] = h.send("response.create").units
+    assert unit.final
+    assert len(unit.samples) == 300 * IN_RATE // 1000
+    assert h.send("response.create").units == []  # nothing buffered, nothing to step
+
+
+def test_append_flags_ride_on_the_units() -> None:
+    h = Harness()
+    [unit] = h.append(1000, amplitude=0.2, is_speech=True, force_listen=True).units
+    assert unit.is_speech is True
+    assert unit.force_listen is True
+
+
+# --- a response -------------------------------------------------------------------------------------
+
+
+def test_a_response_emits_its_events_in_protocol_order() -> None:
+    h = Harness()
+    first = h.step(h.unit(0.0), speak("Hello ", 1000), at=1.0)
+    second = h.step(h.unit(1.0), speak("world.", 500, end_of_turn=True), at=2.0)
+    assert types(first) == RESPONSE_HEAD + AUDIO_PAIR
+    assert types(second) == AUDIO_PAIR + AUDIO_TAIL
+    response_id = first[0].response.id
+    assert first[0].response.status == "in_progress"
+    assert all(e.response_id == response_id for e in first[2:] + second[:-1])
+    item_id = first[1].item.id
+    assert all(e.item_id == item_id for e in first[3:] + second[:-2])
+
+
+def test_response_speak_is_sent_exactly_once_before_the_first_audio() -> None:
+    h = Harness()
+    events: list[Any] = []
+    for k in range(3):
+        events += h.step(h.unit(float(k)), speak(f"part{k} ", 1000, end_of_turn=k == 2), at=k + 1.0)
+    assert types(events).count("response.speak") == 1
+    assert types(events).index("response.speak") < types(events).index("response.output_audio.delta")
+    assert types(events).count("response.output_audio.delta") == 3
+    assert types(events).count("response.output_audio_transcript.delta") == 3
+
+
+def test_every_audio_delta_is_paired_with_one_transcript_delta_even_without_text() -> None:
+    h = Harness()
+    events = h.step(h.unit(), speak("", 400), speak("Hi", 200, end_of_turn=True), at=1.0)
+    deltas = [e for e in events if e.type in AUDIO_PAIR]
+    assert types(deltas) == AUDIO_PAIR * 2
+    assert [e.delta for e in deltas if e.type == AUDIO_PAIR[1]] == ["", "Hi"]
+
+
+def test_audio_deltas_carry_the_audio_and_cumulative_audio_text_marks() -> None:
+    h = Harness()
+    events = h.step(h.unit(), speak("Hello ", 1000), speak("world.", 500, end_of_turn=True), at=1.0)
+    first, second = [e for e in events if e.type == "response.output_audio.delta"]
+    assert first.sample_rate_hz == OUT_RATE
+    assert len(decode_base64_audio(first.delta, "pcm16")) == OUT_RATE
+    assert decode_base64_audio(first.delta, "pcm16")[0] == pytest.approx(0.1, abs=1e-4)
+    assert first.metadata.audio_duration_ms == pytest.approx(1000.0)
+    assert second.metadata.audio_duration_ms == pytest.approx(1500.0)
+    assert [(m.text_chars, m.audio_end_ms) for m in first.metadata.audio_text_marks] == [(6, 1000.0)]
+    assert [(m.text_chars, m.audio_end_ms) for m in second.metadata.audio_text_marks] == [(12, 1500.0)]
+    assert (first.metadata.end_of_turn, second.metadata.end_of_turn) == (False, True)
+
+
+def test_response_done_reports_completed_stop_with_what_was_generated() -> None:
+    h = Harness()
+    events = h.step(h.unit(), speak("Hello ", 1000), speak("world.", 500, end_of_turn=True), at=1.0)
+    assert only(events, "response.output_audio_transcript.done").transcript == "Hello world."
+    done = only(events, "response.done").response
+    assert (done.status, done.status_details.type, done.status_details.reason) == (
+        "completed",
+        "completed",
+        "stop",
+    )
+    [item] = done.output
+    assert (item.role, item.status, item.content[0].transcript) == ("assistant", "completed", "Hello world.")
+    assert h.engine.active_response_id is None
+
+
+def test_text_only_sessions_use_output_text_events() -> None:
+    h = Harness()
+    h.send("session.update", session={"modalities": ["text"]})
+    events = h.step(h.unit(), speak("Hello ", 1000), speak("world.", 500, end_of_turn=True), at=1.0)
+    assert types(events) == [
+        *RESPONSE_HEAD,
+        "response.output_text.delta",
+        "response.output_text.delta",
+        "response.output_text.done",
+        "response.content_part.done",
+        "response.output_item.done",
+        "response.done",
+    ]
+    assert only(events, "response.content_part.added").part.type == "text"
+    assert only(events, "response.output_text.done").text == "Hello world."
+    assert only(events, "response.done").response.output_modalities == ["text"]
+
+
+def test_each_response_gets_a_new_id_and_item() -> None:
+    h = Harness()
+    a = h.step(h.unit(0.0), speak("One", 100, end_of_turn=True), at=1.0)
+    b = h.step(h.unit(1.0), speak("Two", 100, end_of_turn=True), at=2.0)
+    assert only(a, "response.created").response.id != only(b, "response.created").response.id
+    assert only(a, "conversation.item.added").item.id != only(b, "conversation.item.added").item.id
+    assert only(b, "conversation.item.added").previous_item_id == only(a, "conversation.item.added").item.id
+
+
+# --- listening --------------------------------------------------------------------------------------
+
+
+def test_one_response_listen_per_unit_in_which_the_model_listened() -> None:
+    h = Harness()
+    events: list[Any] = []
+    for k in range(3):
+        events += h.step(h.unit(float(k)), Listen(), at=k + 0.5)
+    assert types(events) == ["response.listen"] * 3
+    for event in events:
+        assert event.response_id is None
+        assert event.response.id is None
+        assert event.response.status == "listening"
+        assert (event.response.metadata.reason, event.response.metadata.model_listen) == (
+            "model_listen",
+            True,
+        )
+
+
+@pytest.mark.parametrize(
+    ("reason", "model_listen"),
+    [("model_listen", True), ("silence_or_noise", False), ("buffering", False)],
+)
+def test_response_listen_states_why_the_model_listened(reason: Any, model_listen: bool) -> None:
+    h = Harness()
+    [event] = h.step(h.unit(), Listen(reason), at=0.5)
+    assert (event.response.metadata.reason, event.response.metadata.model_listen) == (reason, model_listen)
+
+
+def test_a_listen_that_ends_a_response_carries_its_id_and_is_followed_by_response_done() -> None:
+    h = Harness()
+    response_id = h.open_response()
+    events = h.step(h.unit(1.0), Listen(), at=2.0)
+    assert types(events) == ["response.listen", *AUDIO_TAIL]
+    assert events[0].response_id == events[0].response.id == response_id
+    done = events[-1].response
+    assert (done.id, done.status, done.status_details.reason) == (response_id, "completed", "stop")
+    # the next listen acknowledges a unit again, without a response
+    [after] = h.step(h.unit(2.0), Listen(), at=3.0)
+    assert after.response_id is None
+
+
+def test_a_unit_in_which_the_model_speaks_sends_no_listen() -> None:
+    h = Harness()
+    events = h.step(h.unit(), speak("Hi", 500), at=1.0)
+    assert "response.listen" not in types(events)
+
+
+# --- interruptions and the fence --------------------------------------------------------------------
+
+
+@pytest.mark.parametrize(("type_", "fields", "reason"), INTERRUPTS)
+def test_an_interrupt_cancels_the_active_response_with_its_reason(
+    type_: str, fields: dict[str, Any], reason: str
+) -> None:
+    h = Harness()
+    response_id = h.open_response()
+    events = h.send(type_, 1.5, **fields).events
+    assert types(events) == AUDIO_TAIL
+    done = events[-1].response
+    assert (done.id, done.status, done.status_details.reason) == (response_id, "cancelled", reason)
+    assert done.output[0].status == "incomplete"
+    assert h.engine.active_response_id is None
+
+
+@pytest.mark.parametrize(("type_", "fields", "reason"), INTERRUPTS)
+def test_an_interrupt_advances_the_epoch_and_drops_decisions_for_older_units(
+    type_: str, fields: dict[str, Any], reason: str
+) -> None:
+    h = Harness()
+    h.open_response()
+    in_flight = h.unit(1.0)
+    epoch = h.engine.fence.epoch
+    h.send(type_, 1.5, **fields)
+    assert h.engine.fence.epoch == epoch + 1
+    assert h.engine.on_decision(in_flight, speak("stale", 1000), 2.0).events == []
+    assert h.engine.on_decision(in_flight, Listen(), 2.0).events == []
+    assert h.engine.active_response_id is None
+
+
+@pytest.mark.parametrize(("type_", "fields", "reason"), [i for i in INTERRUPTS if i[0] != "response.cancel"])
+def test_an_interrupt_without_a_response_still_makes_units_in_flight_stale(
+    type_: str, fields: dict[str, Any], reason: str
+) -> None:
+    h = Harness()
+    in_flight = h.unit()
+    assert h.send(type_, 0.5, **fields).events == []
+    assert h.engine.on_decision(in_flight, speak("stale", 500), 1.0).events == []
+
+
+def test_the_session_continues_after_an_interrupt() -> None:
+    h = Harness()
+    first = h.open_response()
+    h.send("barge_in", 1.5)
+    events = h.step(h.unit(2.0), speak("Again", 300, end_of_turn=True), at=3.0)
+    assert types(events) == RESPONSE_HEAD + AUDIO_PAIR + AUDIO_TAIL
+    assert only(events, "response.created").response.id != first
+    assert only(events, "response.done").response.status == "completed"
+
+
+def test_response_cancel_with_nothing_active_is_no_active_response() -> None:
+    h = Harness()
+    [error] = h.send("response.cancel", event_id="evt_9").events
+    assert (error.error.code, error.error.event_id) == (ErrorCode.NO_ACTIVE_RESPONSE, "evt_9")
+    assert types(h.send("session.heartbeat").events) == ["session.heartbeat_ack"]
+    assert types(h.step(h.unit(), speak("Hi", 100), at=1.0))[0] == "response.created"
+
+
+def test_response_cancel_of_another_response_is_no_active_response_and_keeps_the_active_one() -> None:
+    h = Harness()
+    response_id = h.open_response()
+    epoch = h.engine.fence.epoch
+    [error] = h.send("response.cancel", response_id="resp_other").events
+    assert (error.error.code, error.error.param) == (ErrorCode.NO_ACTIVE_RESPONSE, "response_id")
+    assert (h.engine.active_response_id, h.engine.fence.epoch) == (response_id, epoch)
+    [done] = [
+        e for e in h.send("response.cancel", response_id=response_id).events if e.type == "response.done"
+    ]
+    assert done.response.status == "cancelled"
+
+
+def test_speech_while_a_response_is_active_barges_in_under_barge_in_on_speech() -> None:
+    h = Harness()
+    response_id = h.open_response()
+    step = h.append(1000, 1.5, amplitude=0.2, is_speech=True)
+    assert types(step.events) == AUDIO_TAIL
+    assert step.events[-1].response.status_details.reason == "barge_in"
+    assert step.events[-1].response.id == response_id
+    [unit] = step.units  # the speech that barged in belongs to the new epoch
+    assert unit.fence == h.engine.fence
+    assert types(h.step(unit, speak("Yes?", 200), at=2.0))[0] == "response.created"
+
+
+def test_speech_under_listen_only_does_not_barge_in_but_force_barge_in_does() -> None:
+    h = Harness()
+    h.send("session.update", session={"overlap_policy": "listen_only"})
+    response_id = h.open_response()
+    assert h.append(200, 1.2, amplitude=0.2, is_speech=True).events == []
+    assert h.engine.active_response_id == response_id
+    events = h.append(200, 1.4, force_barge_in=True).events
+    assert events[-1].response.status_details.reason == "barge_in"
+
+
+def test_audio_without_speech_does_not_barge_in() -> None:
+    h = Harness()
+    response_id = h.open_response()
+    assert h.append(1000, 1.5).events == []
+    assert h.engine.active_response_id == response_id
+
+
+# --- silence continuation ---------------------------------------------------------------------------
+
+
+def _continue_reply(h: Harness, now: float) -> Step:
+    """A tick at `now`; the model keeps speaking on every continuation unit it yields."""
+    step = h.engine.tick(now)
+    for unit in step.units:
+        h.step(unit, speak("more ", 1000), at=now)
+    return step
+
+
+def test_tick_steps_a_silence_unit_per_chunk_period_while_a_response_is_active() -> None:
+    h = Harness()
+    h.open_response(now=1.0)
+    assert h.engine.tick(1.5).units == []  # less than a period since the last step finished
+    [unit] = h.engine.tick(2.0).units
+    assert unit.continuation
+    assert not unit.final
+    assert len(unit.samples) == IN_RATE
+    assert not unit.samples.any()
+    assert unit.start_ms == unit.end_ms == 1000.0  # not on the client's media clock
+    assert unit.fence == h.engine.fence
+    assert h.engine.tick(5.0).units == []  # the continuation unit is still being stepped
+    h.step(unit, speak("more ", 1000), at=2.2)
+    assert h.engine.tick(3.1).units == []
+    assert len(h.engine.tick(3.2).units) == 1
+
+
+def test_continuation_follows_the_chunk_period() -> None:
+    h = Harness(chunk_period_ms=200)
+    h.step(h.unit(0.0, ms=200), speak("Hi ", 200), at=1.0)
+    assert h.engine.tick(1.15).units == []
+    [unit] = h.engine.tick(1.25).units
+    assert len(unit.samples) == 200 * IN_RATE // 1000
+
+
+def test_no_continuation_without_an_active_response() -> None:
+    h = Harness()
+    h.step(h.unit(), Listen(), at=1.0)
+    assert h.engine.tick(5.0) == Step()
+
+
+def test_continuation_is_bounded_then_response_listen_continuation_limit_ends_the_response() -> None:
+    h = Harness()
+    response_id = h.open_response(now=1.0)
+    limit = h.engine.config.continuation_limit
+    assert limit == 8
+    for k in range(limit):
+        assert len(_continue_reply(h, 2.0 + k).units) == 1
+    step = h.engine.tick(2.0 + limit)
+    assert step.units == []
+    assert types(step.events) == ["response.listen", *AUDIO_TAIL]
+    listen = step.events[0]
+    assert listen.response_id == response_id
+    assert (listen.response.metadata.reason, listen.response.metadata.model_listen) == (
+        "continuation_limit",
+        False,
+    )
+    done = step.events[-1].response
+    assert done.id == response_id
+    assert done.status_details.reason == "continuation_limit"
+    assert h.engine.active_response_id is None
+    assert h.engine.tick(20.0) == Step()
+
+
+def test_real_input_resets_the_continuation_count() -> None:
+    h = Harness(continuation_limit=3)
+    h.open_response(now=1.0)
+    for k in range(2):
+        assert len(_continue_reply(h, 2.0 + k).units) == 1
+    h.step(h.unit(3.5), speak("still ", 1000), at=4.0)  # the client's audio resumes
+    units = [len(_continue_reply(h, 5.0 + k).units) for k in range(3)]
+    assert units == [1, 1, 1]
+    assert types(h.engine.tick(8.0).events)[0] == "response.listen"
+
+
+def test_a_new_response_starts_with_a_fresh_continuation_count() -> None:
+    h = Harness(continuation_limit=2)
+    h.open_response(now=1.0)
+    _continue_reply(h, 2.0)
+    _continue_reply(h, 3.0)
+    h.engine.tick(4.0)  # limit reached: the response ends
+    h.open_response(now=5.0)
+    assert [len(_continue_reply(h, 6.0 + k).units) for k in range(2)] == [1, 1]
+
+
+# --- model failures ---------------------------------------------------------------------------------
+
+
+def test_a_model_step_failure_fails_only_the_active_response() -> None:
+    h = Harness()
+    response_id = h.open_response(now=1.0)
+    failing = h.unit(1.0)
+    h.engine.request_started(failing, 2.0)
+    events = h.engine.on_step_failed(failing, "boom", 2.1).events
+    h.engine.step_finished(failing, 2.1)
+    assert types(events) == [*AUDIO_TAIL, "error"]
+    done = events[-2].response
+    assert (done.id, done.status, done.status_details.type) == (response_id, "failed", "failed")
+    error = events[-1].error
+    assert (error.code, error.type, error.retryable) == (ErrorCode.MODEL_STEP_FAILED, "server_error", True)
+    assert "boom" in error.message
+    assert not h.engine.closed
+    # the session keeps working for the next unit
+    after = h.step(h.unit(2.0), speak("Recovered", 300, end_of_turn=True), at=3.0)
+    assert types(after) == RESPONSE_HEAD + AUDIO_PAIR + AUDIO_TAIL
+    assert only(after, "response.done").response.status == "completed"
+
+
+def test_a_model_step_failure_without_a_response_reports_only_the_error() -> None:
+    h = Harness()
+    unit = h.unit()
+    [error] = h.engine.on_step_failed(unit, "boom", 1.0).events
+    assert error.error.code == ErrorCode.MODEL_STEP_FAILED
+    assert types(h.step(h.unit(1.0), Listen(), at=2.0)) == ["response.listen"]
+
+
+def test_a_failure_of_a_stale_unit_is_dropped() -> None:
+    h = Harness()
+    stale = h.unit()
+    h.send("barge_in", 0.5)
+    assert h.engine.on_step_failed(stale, "boom", 1.0).events == []
+
+
+# --- timeouts and closing ---------------------------------------------------------------------------
+
+
+def test_idle_timeout_via_tick_reports_idle_timeout_then_session_closed() -> None:
+    h = Harness()
+    assert h.engine.tick(300.0) == Step()
+    step = h.engine.tick(300.5)
+    assert types(step.events) == ["error", "session.closed"]
+    assert step.events[0].error.code == ErrorCode.IDLE_TIMEOUT
+    assert (step.events[1].session_id, step.events[1].reason) == (SESSION_ID, "idle_timeout")
+    assert step.close_reason == "idle_timeout"
+    assert h.engine.closed
+    assert h.engine.tick(1000.0) == Step()
+
+
+def test_any_client_event_resets_the_idle_clock_and_the_session_sets_its_own_timeout() -> None:
+    h = Harness()
+    h.send("session.update", 0.0, session={"idle_timeout_s": 5})
+    h.send("session.heartbeat", 4.0)
+    assert h.engine.tick(8.5) == Step()
+    assert types(h.engine.tick(9.5).events) == ["error", "session.closed"]
+
+
+def test_idle_timeout_cancels_the_active_response_before_closing() -> None:
+    h = Harness(idle_timeout_s=10.0)
+    h.open_response(now=1.0)
+    events = h.engine.tick(20.0).events
+    assert types(events) == ["error", *AUDIO_TAIL, "session.closed"]
+    assert events[-2].response.status == "cancelled"
+
+
+def test_session_close_cancels_the_active_response_and_says_session_closed() -> None:
+    h = Harness()
+    h.open_response()
+    in_flight = h.unit(1.0)
+    step = h.send("session.close", 1.5, reason="bye")
+    assert types(step.events) == [*AUDIO_TAIL, "session.closed"]
+    assert step.events[-2].response.status_details.reason == "client_cancelled"
+    assert step.events[-1].reason == "bye"
+    assert step.close_reason == "bye"
+    assert h.engine.on_decision(in_flight, speak("late", 100), 2.0).events == []
+
+
+def test_session_close_without_a_reason_says_client_close() -> None:
+    step = Harness().send("session.close")
+    assert [(e.type, e.reason) for e in step.events] == [("session.closed", "client_close")]
+
+
+# --- conversation items -----------------------------------------------------------------------------
+
+
+def test_conversation_items_can_be_created_retrieved_and_deleted() -> None:
+    h = Harness()
+    item = {"type": "message", "role": "user", "content": [{"type": "input_text", "text": "hi"}]}
+    added, done = h.send("conversation.item.create", item=item).events
+    assert (added.type, done.type) == ("conversation.item.added", "conversation.item.done")
+    item_id = added.item.id
+    [retrieved] = h.send("conversation.item.retrieve", item_id=item_id).events
+    assert retrieved.item.content[0].text == "hi"
+    assert types(h.send("conversation.item.delete", item_id=item_id).events) == ["conversation.item.deleted"]
+    [error] = h.send("conversation.item.retrieve", item_id=item_id).events
+    assert error.error.code == ErrorCode.UNKNOWN_ITEM
+
+
+def test_an_unknown_item_is_an_error_that_leaves_the_session_running() -> None:
+    h = Harness()
+    assert error_codes(h.send("conversation.item.delete", item_id="nope").events) == ["unknown_item"]
+    assert types(h.send("session.heartbeat").events) == ["session.heartbeat_ack"]
+
+
+def test_audio_deltas_are_base64_pcm16_by_default() -> None:
+    h = Harness()
+    events = h.step(h.unit(), speak("Hi", 10), at=1.0)
+    raw = base64.b64decode(only(events, "response.output_audio.delta").delta)
+    assert len(raw) == 2 * 240
