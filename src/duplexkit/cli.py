@@ -42,7 +42,6 @@ def build_parser() -> argparse.ArgumentParser:
 
     register_all(commands)
     for name, summary, issue in (
-        ("bench", "run the Omni-DuplexEval benchmark against a server", "benchmark runner"),
         ("score", "score a benchmark run with an LLM judge", "judging and scoring"),
         ("report", "write the HTML report of a benchmark run", "run report"),
     ):

@@ -2,9 +2,9 @@
 
 import argparse
 
-from duplexkit.commands import serve
+from duplexkit.commands import bench, serve
 
 
 def register_all(commands: "argparse._SubParsersAction[argparse.ArgumentParser]") -> None:
-    for module in (serve,):
+    for module in (serve, bench):
         module.register(commands)

@@ -8,7 +8,7 @@ import sys
 from duplexkit.models import MODELS, ModelPlugin, load_model
 
 
-def add_model_options(parser: argparse.ArgumentParser) -> None:
+def add_model_options(parser: argparse.ArgumentParser | argparse._ArgumentGroup) -> None:
     parser.add_argument(
         "--model",
         default="scripted",

@@ -1,0 +1,418 @@
+"""The Omni-DuplexEval sample runner: the lifecycle of one sample, its retries, and the run around them.
+
+One attempt, every wait bounded (`RunConfig` holds the bounds):
+configure → stream on the media clock (bound: clip duration + slack; on a stall `input_timeout` is recorded
+and the sample still lands with its transcript) → commit (bound: `commit_timeout`; on a stall the commit
+stays queued ahead of the padding and the padding still starts) → pad silence until stopped, while draining
+on a quiet window in which `response.listen` acknowledgements are not activity (bound: `drain_timeout`) →
+final playback ack → close (bound: `close_timeout`; the outer wait gives the inner one `close_grace` more).
+Padding that fails with anything but a closed transport surfaces as the sample's error. The retry policy
+is `duplexkit.bench.retry`; artifacts are `duplexkit.bench.artifacts`.
+
+The runner talks to servers only over the wire, through `duplexkit.client`.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import contextlib
+import datetime as dt
+import logging
+import random
+import time
+from collections.abc import Callable
+from dataclasses import asdict, dataclass, field
+from typing import Any, Literal
+
+import numpy as np
+from websockets.exceptions import ConnectionClosed
+
+from duplexkit.bench.artifacts import RunDir, write_json_atomic
+from duplexkit.bench.datasets import Sample
+from duplexkit.bench.media import PreparedMedia, prepare_media
+from duplexkit.bench.retry import (
+    AttemptOutcome,
+    Verdict,
+    capacity_backoff_s,
+    failure_reason,
+    timeout_label,
+    verdict,
+)
+from duplexkit.client import ConnectionLost, DuplexClient, SessionError, dump_events
+from duplexkit.client.wavfile import write_wav
+from duplexkit.protocol.errors import ErrorCode
+
+log = logging.getLogger("duplexkit.bench")
+
+CAPACITY_CODES = frozenset({ErrorCode.SESSION_CAPACITY_EXHAUSTED.value, "resource_exhausted"})
+"""Refusals that mean "no slot now" (ours, and vLLM-Omni's), not a failed attempt."""
+
+
+@dataclass(frozen=True)
+class RunConfig:
+    """Everything that decides how samples are run; recorded whole in `run.json`."""
+
+    url: str
+    model: str | None = None
+    api_key: str | None = field(default=None, repr=False)
+    pace: Literal["realtime", "as-fast-as-possible"] = "realtime"
+    fps: float = 1.0
+    chunk_ms: int = 200
+    concurrency: int = 4
+    configure_timeout_s: float = 10.0
+    input_slack_s: float = 10.0
+    commit_timeout_s: float = 5.0
+    settle_s: float = 2.0
+    drain_timeout_s: float = 60.0
+    close_timeout_s: float = 5.0
+    close_grace_s: float = 2.0
+    capacity_wait_max_s: float = 300.0
+    keep_audio: bool = True
+    extra_body: dict[str, Any] = field(default_factory=dict)
+
+    def to_json(self) -> dict[str, Any]:
+        data = asdict(self)
+        data["api_key"] = "***" if self.api_key else None
+        return data
+
+    def attempt_deadline_s(self, clip_s: float) -> float:
+        """The outer bound of one attempt: the sum of its inner bounds, plus a little."""
+        return (
+            self.configure_timeout_s
+            + clip_s
+            + self.input_slack_s
+            + self.commit_timeout_s
+            + self.drain_timeout_s
+            + self.close_timeout_s
+            + self.close_grace_s
+            + 5.0
+        )
+
+
+class CapacityRefused(Exception):
+    """The server has no free session slot right now (retryable, not an attempt)."""
+
+
+@dataclass(slots=True)
+class Attempt:
+    outcome: AttemptOutcome
+    sentences: list[dict[str, Any]]
+    meta: dict[str, Any]
+    events: list[dict[str, Any]] = field(default_factory=list)
+    audio: np.ndarray | None = None
+
+
+@dataclass(slots=True)
+class SampleResult:
+    split: str
+    id: str
+    status: Literal["published", "failed", "skipped"]
+    retried: bool = False
+    error: str | None = None
+    ttfp_ms: float | None = None
+
+
+async def run_attempt(sample: Sample, media: PreparedMedia, config: RunConfig) -> Attempt:
+    """One session for one sample; raises `CapacityRefused` when the server has no slot."""
+    outcome = AttemptOutcome()
+    meta: dict[str, Any] = {"bounds": {}}
+    clip_s = media.duration_ms / 1000.0
+    input_bound = clip_s + config.input_slack_s
+    meta["bounds"] = {
+        "configure_timeout": config.configure_timeout_s,
+        "input_timeout": input_bound,
+        "commit_timeout": config.commit_timeout_s,
+        "drain_timeout": config.drain_timeout_s,
+        "close_timeout": config.close_timeout_s,
+    }
+    async with DuplexClient(config.url, api_key=config.api_key, model=config.model) as client:
+        try:
+            capabilities = await client.configure(
+                extra_body=config.extra_body, timeout_s=config.configure_timeout_s
+            )
+        except SessionError as exc:
+            code = str((exc.event or {}).get("error", {}).get("code"))
+            if code in CAPACITY_CODES:
+                raise CapacityRefused(str(exc)) from None
+            raise
+        meta["unit_ms"] = capabilities.chunk_period_ms
+        samples = np.frombuffer(media.pcm16, dtype="<i2").astype(np.float32) / 32768.0
+        report = await client.stream(
+            samples,
+            sample_rate_hz=16_000,
+            frames=list(media.frames),
+            pace=config.pace,
+            chunk_ms=config.chunk_ms,
+            timeout_s=input_bound,
+        )
+        if report.timed_out:
+            outcome.input_timeout = input_bound
+        try:
+            await client.commit(timeout_s=config.commit_timeout_s)
+        except TimeoutError:
+            outcome.commit_timeout = config.commit_timeout_s
+        # Conservative: a commit that lands after its bound still counts as not committed.
+        meta["input_committed"] = outcome.input_timeout is None and outcome.commit_timeout is None
+        drain = await _drain_while_padding(client, config)
+        meta["drain"] = {
+            "outcome": drain.outcome,
+            "waited_s": round(drain.waited_s, 3),
+            "listens": drain.listens,
+        }
+        if drain.outcome == "timeout":
+            outcome.drain_timeout = config.drain_timeout_s
+        elif drain.outcome == "connection_closed":
+            outcome.transport_error = "connection closed during the drain"
+        with contextlib.suppress(TimeoutError, ConnectionLost):
+            await client.ack_playback(timeout_s=1.0)
+        try:
+            close = await asyncio.wait_for(
+                client.close(config.close_timeout_s), config.close_timeout_s + config.close_grace_s
+            )
+            if not close.clean:
+                outcome.close_timeout = config.close_timeout_s
+            meta["close"] = {
+                "clean": close.clean,
+                "outcome": close.outcome,
+                "elapsed_s": round(close.elapsed_s, 3),
+            }
+        except TimeoutError:
+            outcome.close_timeout = config.close_timeout_s
+            meta["close"] = {"clean": False, "outcome": "timeout"}
+
+        collector = client.collector
+        outcome.server_errors = [str(f.get("error", {}).get("code")) for f in collector.failures()]
+        responses = collector.responses()
+        outcome.response_done = bool(responses) and not collector.open_responses()
+        meta.update(
+            {
+                "stream": report.to_json(),
+                "responses": [r.to_json() for r in responses],
+                "session": collector.session().to_json(),
+                "pacing": report.pacing.to_json() if report.pacing else None,
+                "timeline": _timeline(client),
+            }
+        )
+        sentences = [s.to_json() for s in collector.sentences()]
+        events = dump_events(client.events, client.connected_at) if config.keep_audio else []
+        audio = collector.output_audio() if config.keep_audio else None
+    return Attempt(outcome=outcome, sentences=sentences, meta=meta, events=events, audio=audio)
+
+
+async def _drain_while_padding(client: DuplexClient, config: RunConfig) -> Any:
+    """Pad silence while draining; a padding failure other than a closed transport is the sample's error."""
+    padding = asyncio.create_task(client.pad_silence(), name="padding")
+    drain = asyncio.create_task(client.drain(settle_s=config.settle_s, timeout_s=config.drain_timeout_s))
+    try:
+        await asyncio.wait({padding, drain}, return_when=asyncio.FIRST_COMPLETED)
+        if padding.done() and not padding.cancelled():
+            error = padding.exception()
+            if error is not None and not isinstance(error, ConnectionLost | ConnectionClosed | OSError):
+                raise error
+        return await drain
+    finally:
+        for task in (padding, drain):
+            task.cancel()
+        for task in (padding, drain):
+            with contextlib.suppress(asyncio.CancelledError, ConnectionLost, ConnectionClosed, OSError):
+                await task
+
+
+def _timeline(client: DuplexClient) -> list[dict[str, Any]]:
+    """The model's decisions on the media clock: a listen per listened unit, speech per audio delta."""
+    marks = []
+    for event in client.events:
+        if event.type == "response.listen":
+            marks.append({"t": round(event.media_ms / 1000, 3), "decision": "listen"})
+        elif event.type == "response.output_audio.delta":
+            marks.append({"t": round(event.media_ms / 1000, 3), "decision": "speak"})
+    return marks
+
+
+class BenchmarkRunner:
+    """Runs samples with bounded concurrency and the retry policy, publishing each to the run folder."""
+
+    def __init__(
+        self,
+        config: RunConfig,
+        run_dir: RunDir,
+        *,
+        on_result: Callable[[SampleResult], None] | None = None,
+        rng: random.Random | None = None,
+    ) -> None:
+        self.config = config
+        self.run_dir = run_dir
+        self.on_result = on_result or (lambda _: None)
+        self.rng = rng or random.Random()
+
+    async def run(self, samples: list[Sample], *, overwrite: bool = False) -> list[SampleResult]:
+        self.run_dir.clean_temporaries()
+        gate = asyncio.Semaphore(self.config.concurrency)
+
+        async def one(sample: Sample) -> SampleResult:
+            if not overwrite and self.run_dir.is_published(sample.split, sample.id):
+                result = SampleResult(sample.split, sample.id, "skipped")
+            else:
+                async with gate:
+                    result = await self.run_sample(sample)
+            self.on_result(result)
+            return result
+
+        return list(await asyncio.gather(*(one(s) for s in samples)))
+
+    async def run_sample(self, sample: Sample) -> SampleResult:
+        """Prepare media off the event loop, run attempts per the retry policy, publish or record failure."""
+        started_at = _now_iso()
+        try:
+            media = await asyncio.to_thread(prepare_media, sample, fps=self.config.fps)
+        except Exception as exc:
+            meta = self._base_meta(sample, started_at)
+            meta.update(status="failed", error=f"media_error: {exc}", attempts=[], retry_count=0)
+            self.run_dir.record_failure(sample.split, sample.id, meta)
+            return SampleResult(sample.split, sample.id, "failed", error=meta["error"])
+        attempts: list[dict[str, Any]] = []
+        capacity_wait = 0.0
+        attempt_no = 0
+        while True:
+            attempt_no += 1
+            attempt, waited = await self._attempt_with_capacity(sample, media)
+            capacity_wait += waited
+            decision = verdict(attempt.outcome, attempt_no)
+            attempts.append(_attempt_summary(attempt))
+            if decision is not Verdict.RETRY:
+                break
+            attempts[-1]["sentences"] = attempt.sentences  # kept for diagnosis, never published
+            log.info("%s/%s: retrying after %s", sample.split, sample.id, failure_reason(attempt.outcome))
+        meta = self._base_meta(sample, started_at)
+        meta.update(attempt.meta)
+        outcome = attempt.outcome
+        meta.update(
+            {
+                "status": "published" if decision is Verdict.PUBLISH else "failed",
+                "error": None if decision is Verdict.PUBLISH else failure_reason(outcome),
+                "response_done": outcome.response_done,
+                "timeouts": {
+                    "input_timeout": outcome.input_timeout,
+                    "commit_timeout": outcome.commit_timeout,
+                    "drain_timeout": outcome.drain_timeout,
+                    "close_timeout": outcome.close_timeout,
+                },
+                "server_errors": outcome.server_errors,
+                "retry_count": attempt_no - 1,
+                "capacity_wait_s": round(capacity_wait, 3),
+                "attempts": attempts,
+                "finished_at": _now_iso(),
+            }
+        )
+        retried = attempt_no > 1
+        if decision is Verdict.PUBLISH:
+            self._write_extras(sample, attempt)
+            self.run_dir.publish(sample.split, sample.id, meta, attempt.sentences)
+            ttfp = next(
+                (r["ttfp_ms"] for r in meta.get("responses", []) if r.get("ttfp_ms") is not None), None
+            )
+            return SampleResult(sample.split, sample.id, "published", retried, ttfp_ms=ttfp)
+        self.run_dir.record_failure(sample.split, sample.id, meta)
+        return SampleResult(sample.split, sample.id, "failed", retried, error=meta["error"])
+
+    async def _attempt_with_capacity(self, sample: Sample, media: PreparedMedia) -> tuple[Attempt, float]:
+        """One attempt; capacity refusals before it are waited out (jittered, bounded) and not counted."""
+        waited = 0.0
+        refusals = 0
+        deadline_s = self.config.attempt_deadline_s(media.duration_ms / 1000.0)
+        while True:
+            started = time.monotonic()
+            try:
+                async with asyncio.timeout(deadline_s):
+                    return await run_attempt(sample, media, self.config), waited
+            except CapacityRefused:
+                refusals += 1
+                if waited >= self.config.capacity_wait_max_s:
+                    return _failed_attempt(
+                        transport_error="no session slot within capacity_wait_max_s"
+                    ), waited
+                pause = capacity_backoff_s(refusals, rng=self.rng)
+                await asyncio.sleep(pause)
+                waited += pause
+            except TimeoutError:
+                label = timeout_label(time.monotonic() - started, deadline_s)
+                if label == "inner_timeout_leaked":
+                    log.warning(
+                        "%s/%s: an inner wait's TimeoutError leaked out of the attempt",
+                        sample.split,
+                        sample.id,
+                    )
+                else:
+                    log.warning(
+                        "%s/%s: attempt hit its deadline of %.1f s", sample.split, sample.id, deadline_s
+                    )
+                return _failed_attempt(transport_error=label), waited
+            except (ConnectionLost, ConnectionClosed, OSError) as exc:
+                return _failed_attempt(transport_error=f"{type(exc).__name__}: {exc}"), waited
+            except SessionError as exc:
+                code = str((exc.event or {}).get("error", {}).get("code"))
+                return _failed_attempt(server_errors=[code]), waited
+            except Exception as exc:  # a coding error: fail the sample visibly, keep the run going
+                log.exception("%s/%s: the runner failed", sample.split, sample.id)
+                failed = _failed_attempt()
+                failed.outcome.runner_error = f"{type(exc).__name__}: {exc}"
+                return failed, waited
+
+    def _base_meta(self, sample: Sample, started_at: str) -> dict[str, Any]:
+        c = self.config
+        return {
+            "split": sample.split,
+            "id": sample.id,
+            "task": sample.task,
+            "family": sample.family,
+            "sample": {
+                "question_text": sample.question_text,
+                "answer1": sample.answer1,
+                "answer2": sample.answer2,
+                "reminder1": sample.reminder1,
+                "reminder2": sample.reminder2,
+                "video_type": sample.video_type,
+                "video_duration": sample.video_duration,
+            },
+            "clock": "media" if c.pace == "realtime" else "invalid",
+            "pace": c.pace,
+            "fps": c.fps,
+            "chunk_ms": c.chunk_ms,
+            "model": c.model,
+            "server_url": c.url,
+            "started_at": started_at,
+        }
+
+    def _write_extras(self, sample: Sample, attempt: Attempt) -> None:
+        if not self.config.keep_audio:
+            return
+        folder = self.run_dir.sample_dir(sample.split, sample.id)
+        folder.mkdir(parents=True, exist_ok=True)
+        if attempt.audio is not None:
+            write_wav(folder / "output.wav", attempt.audio, 24_000)
+        write_json_atomic(folder / "events.json", attempt.events)
+
+
+def _failed_attempt(*, transport_error: str | None = None, server_errors: list[str] | None = None) -> Attempt:
+    outcome = AttemptOutcome(transport_error=transport_error, server_errors=server_errors or [])
+    return Attempt(outcome=outcome, sentences=[], meta={})
+
+
+def _attempt_summary(attempt: Attempt) -> dict[str, Any]:
+    o = attempt.outcome
+    return {
+        "error": None if verdict(o, 1) is Verdict.PUBLISH else failure_reason(o),
+        "response_done": o.response_done,
+        "server_errors": o.server_errors,
+        "timeouts": {
+            "input_timeout": o.input_timeout,
+            "commit_timeout": o.commit_timeout,
+            "drain_timeout": o.drain_timeout,
+            "close_timeout": o.close_timeout,
+        },
+        "transport_error": o.transport_error,
+    }
+
+
+def _now_iso() -> str:
+    return dt.datetime.now(dt.UTC).isoformat(timespec="seconds")

@@ -1,0 +1,270 @@
+"""`duplexkit bench`: run Omni-DuplexEval against a server (or the embedded one) into a resumable folder."""
+
+from __future__ import annotations
+
+import argparse
+import asyncio
+import contextlib
+import datetime as dt
+import sys
+from collections.abc import AsyncIterator
+from pathlib import Path
+from typing import Any
+
+from duplexkit.commands.options import add_model_options, model_from_args
+
+EXIT_OK, EXIT_FAILED, EXIT_USAGE = 0, 1, 2
+
+
+def _csv(value: str) -> list[str]:
+    return [part.strip() for part in value.split(",") if part.strip()]
+
+
+def register(commands: argparse._SubParsersAction[argparse.ArgumentParser]) -> None:
+    parser = commands.add_parser(
+        "bench",
+        help="run the Omni-DuplexEval benchmark against a server",
+        description="Stream every selected sample into a duplex server, drain its replies, and publish timed "
+        "sentences and metadata under --out. Rerunning the same command resumes: published samples are "
+        "skipped. Without --url the embedded server runs the built-in model for the duration of the run.",
+    )
+    data = parser.add_argument_group("dataset")
+    data.add_argument(
+        "--dataset",
+        required=True,
+        metavar="SPEC",
+        help="'builtin', a local HF dataset directory or .parquet file, a .jsonl manifest, or a HF dataset "
+        "id already in the local HF cache (never downloaded)",
+    )
+    data.add_argument("--split", action="append", default=[], help="split to run (repeatable; default: all)")
+    data.add_argument(
+        "--family", choices=["rtd", "pr", "all"], default="all", help="task family (default: all)"
+    )
+    data.add_argument("--ids", type=_csv, default=[], help="comma-separated ids (bare or split/id) to run")
+    data.add_argument(
+        "--exclude-ids",
+        type=_csv,
+        default=[],
+        help="comma-separated ids to skip (before --limit; not with --ids)",
+    )
+    data.add_argument("--limit", type=int, default=None, help="run at most this many samples")
+
+    target = parser.add_argument_group("server")
+    target.add_argument("--url", default=None, help="server to evaluate (ws://, wss://, http:// or https://)")
+    target.add_argument("--api-key", default=None, help="API key sent as a bearer token")
+    target.add_argument("--served-model", default=None, help="`model` query parameter sent to --url")
+    add_model_options(target)
+
+    run = parser.add_argument_group("run")
+    run.add_argument(
+        "--out", required=True, type=Path, metavar="RUN_DIR", help="run folder (created; resumable)"
+    )
+    run.add_argument("--concurrency", type=int, default=4, help="samples in flight (default: %(default)s)")
+    run.add_argument(
+        "--pace",
+        choices=["realtime", "as-fast-as-possible"],
+        default="realtime",
+        help="realtime streams on the media clock; as-fast-as-possible marks the run clock=invalid",
+    )
+    run.add_argument(
+        "--fps", type=float, default=1.0, help="video frames per second sent (default: %(default)s)"
+    )
+    run.add_argument(
+        "--chunk-ms", type=int, default=200, help="audio per append in ms (default: %(default)s)"
+    )
+    run.add_argument("--overwrite", action="store_true", help="redo samples that are already published")
+    run.add_argument(
+        "--no-audio", action="store_true", help="do not keep output.wav and events.json per sample"
+    )
+
+    bounds = parser.add_argument_group("bounds (seconds)")
+    bounds.add_argument(
+        "--input-slack", type=float, default=10.0, help="stream bound = clip + this (default: 10)"
+    )
+    bounds.add_argument("--commit-timeout", type=float, default=5.0, help="commit write bound (default: 5)")
+    bounds.add_argument(
+        "--settle", type=float, default=2.0, help="quiet window that ends a drain (default: 2)"
+    )
+    bounds.add_argument("--drain-timeout", type=float, default=60.0, help="drain bound (default: 60)")
+    bounds.add_argument("--close-timeout", type=float, default=5.0, help="session.close bound (default: 5)")
+    parser.set_defaults(handler=run_command)
+
+
+def run_command(args: argparse.Namespace) -> int:
+    from duplexkit.bench.datasets import DatasetError, Selection, load_dataset
+
+    if args.ids and args.exclude_ids:
+        return _usage("--ids and --exclude-ids cannot be combined")
+    if (
+        args.concurrency < 1
+        or (args.limit is not None and args.limit < 0)
+        or args.fps <= 0
+        or args.chunk_ms <= 0
+    ):
+        return _usage("--concurrency, --fps and --chunk-ms must be positive and --limit non-negative")
+    selection = Selection(
+        splits=tuple(args.split),
+        family=args.family,
+        ids=tuple(args.ids),
+        exclude_ids=tuple(args.exclude_ids),
+        limit=args.limit,
+    )
+    try:
+        dataset = load_dataset(args.dataset, selection)
+    except DatasetError as exc:
+        return _usage(str(exc))
+    plugin = None
+    if args.url is None:
+        plugin = model_from_args(args)
+        if plugin is None:
+            return EXIT_USAGE
+    try:
+        return asyncio.run(_bench(args, dataset, selection, plugin))
+    except KeyboardInterrupt:
+        print("duplexkit bench: interrupted; rerun the same command to resume", file=sys.stderr)
+        return 130
+
+
+async def _bench(args: argparse.Namespace, dataset: Any, selection: Any, plugin: Any) -> int:
+    from duplexkit import __version__
+    from duplexkit.bench.aggregate import run_counts, run_metrics
+    from duplexkit.bench.artifacts import RunDir, write_json_atomic
+    from duplexkit.bench.runner import BenchmarkRunner, RunConfig
+
+    run_dir = RunDir(args.out)
+    started_at = _now()
+    async with _server(args, plugin) as url:
+        config = RunConfig(
+            url=url,
+            model=args.served_model if args.url else args.model,
+            api_key=args.api_key,
+            pace=args.pace,
+            fps=args.fps,
+            chunk_ms=args.chunk_ms,
+            concurrency=args.concurrency,
+            input_slack_s=args.input_slack,
+            commit_timeout_s=args.commit_timeout,
+            settle_s=args.settle,
+            drain_timeout_s=args.drain_timeout,
+            close_timeout_s=args.close_timeout,
+            keep_audio=not args.no_audio,
+        )
+        run_info: dict[str, Any] = {
+            "duplexkit_version": __version__,
+            "started_at": started_at,
+            "finished_at": None,
+            "command": sys.argv,
+            "config": config.to_json(),
+            "dataset": {
+                "source": dataset.source,
+                "fingerprint": dataset.fingerprint,
+                "selection": {
+                    "splits": list(selection.splits),
+                    "family": selection.family,
+                    "ids": list(selection.ids),
+                    "exclude_ids": list(selection.exclude_ids),
+                    "limit": selection.limit,
+                },
+                "samples": len(dataset.samples),
+            },
+            "server": {"url": url, "model": config.model, "embedded": args.url is None},
+        }
+        write_json_atomic(run_dir.root / "run.json", run_info)
+        with _Progress(len(dataset.samples)) as progress:
+            runner = BenchmarkRunner(config, run_dir, on_result=progress.record)
+            results = await runner.run(list(dataset.samples), overwrite=args.overwrite)
+    metas = [
+        m for m in run_dir.metas() if (m["split"], m["id"]) in {(s.split, s.id) for s in dataset.samples}
+    ]
+    counts = run_counts(metas)
+    write_json_atomic(run_dir.root / "metrics.json", run_metrics(metas))
+    write_json_atomic(run_dir.root / "run.json", {**run_info, "finished_at": _now(), "counts": counts})
+    _print_summary(run_dir, counts, run_metrics(metas), skipped=sum(r.status == "skipped" for r in results))
+    if counts["failed"]:
+        reasons = sorted({str(m.get("error")) for m in metas if m.get("status") == "failed"})
+        failed = f"{counts['failed']} of {counts['attempted']} samples failed"
+        print(f"duplexkit bench: {failed}: {'; '.join(reasons)}")
+        return EXIT_FAILED
+    return EXIT_OK
+
+
+@contextlib.asynccontextmanager
+async def _server(args: argparse.Namespace, plugin: Any) -> AsyncIterator[str]:
+    """The URL to evaluate: `--url`, or an embedded server running the built-in model."""
+    if args.url is not None:
+        yield args.url
+        return
+    from duplexkit.server import EmbeddedServer, ServerConfig
+
+    async with EmbeddedServer(plugin, ServerConfig(max_sessions=max(64, args.concurrency))) as server:
+        yield server.url
+
+
+class _Progress:
+    """A rich progress line: done / failed / retried, running mean TTFP, ETA."""
+
+    def __init__(self, total: int) -> None:
+        from rich.progress import BarColumn, MofNCompleteColumn, Progress, TextColumn, TimeRemainingColumn
+
+        self._progress = Progress(
+            TextColumn("[bold]bench"),
+            BarColumn(),
+            MofNCompleteColumn(),
+            TextColumn("{task.fields[stats]}"),
+            TimeRemainingColumn(),
+            transient=False,
+        )
+        self._task = self._progress.add_task("bench", total=total, stats="")
+        self.failed = self.retried = self.skipped = 0
+        self._ttfp: list[float] = []
+
+    def __enter__(self) -> _Progress:
+        self._progress.start()
+        return self
+
+    def __exit__(self, *exc: object) -> None:
+        self._progress.stop()
+
+    def record(self, result: Any) -> None:
+        self.failed += result.status == "failed"
+        self.skipped += result.status == "skipped"
+        self.retried += bool(result.retried)
+        if result.ttfp_ms is not None:
+            self._ttfp.append(result.ttfp_ms)
+        mean = f"{sum(self._ttfp) / len(self._ttfp):.0f} ms" if self._ttfp else "-"
+        stats = f"failed {self.failed} · retried {self.retried} · skipped {self.skipped} · mean TTFP {mean}"
+        self._progress.update(self._task, advance=1, stats=stats)
+
+
+def _print_summary(run_dir: Any, counts: dict[str, int], metrics: dict[str, Any], *, skipped: int) -> None:
+    from rich.console import Console
+    from rich.table import Table
+
+    table = Table(title=f"duplexkit bench → {run_dir.root}")
+    table.add_column("metric")
+    table.add_column("source")
+    for column in ("count", "mean", "p50", "p99"):
+        table.add_column(column, justify="right")
+    for name, by_source in metrics.items():
+        for source, stats in by_source.items():
+            table.add_row(
+                name,
+                source,
+                *("-" if stats[k] is None else f"{stats[k]}" for k in ("count", "mean", "p50", "p99")),
+            )
+    console = Console()
+    console.print(table)
+    console.print(
+        f"attempted {counts['attempted']} · published {counts['published']} · failed {counts['failed']} · "
+        f"retried {counts['retried']} · skipped (already published) {skipped}"
+    )
+    console.print(f"run folder: {run_dir.root}")
+
+
+def _usage(message: str) -> int:
+    print(f"duplexkit bench: {message}", file=sys.stderr)
+    return EXIT_USAGE
+
+
+def _now() -> str:
+    return dt.datetime.now(dt.UTC).isoformat(timespec="seconds")

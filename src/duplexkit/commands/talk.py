@@ -1,0 +1,439 @@
+"""`duplexkit talk`: stream a WAV file into a duplex server, let the replies settle, write what came back.
+
+The session: connect, configure, stream the file (paced), commit, pad silence until the replies settle
+(a quiet window; `response.listen` acknowledgements do not count), a final playback ack, close. Every wait
+is bounded. Outputs in `--out`: `output.wav` (the replies at 24 kHz on their playback timeline),
+`transcript.json` (timed sentences), `events.json` (received events, audio as byte counts) and
+`timing.json` (latencies with their clock, pacing, drain and close).
+"""
+
+from __future__ import annotations
+
+import argparse
+import asyncio
+import contextlib
+import json
+import os
+import sys
+from dataclasses import dataclass, field
+from pathlib import Path
+from typing import Any
+
+import numpy as np
+import numpy.typing as npt
+from websockets.exceptions import InvalidHandshake, InvalidURI
+
+from duplexkit.client import (
+    CloseResult,
+    ConnectionLost,
+    DrainResult,
+    DuplexClient,
+    Pace,
+    SessionError,
+    StreamReport,
+    build_url,
+    dump_events,
+)
+from duplexkit.client.collector import WAV_RATE_HZ
+from duplexkit.client.events import error_code_of
+from duplexkit.client.wavfile import read_wav, write_wav
+from duplexkit.commands.options import add_model_options, model_from_args
+from duplexkit.models import ModelPlugin
+
+EXIT_OK, EXIT_FAILED, EXIT_USAGE = 0, 1, 2
+Samples = npt.NDArray[np.float32]
+
+
+@dataclass(frozen=True, slots=True)
+class TalkOptions:
+    url: str | None
+    """`None`: start an embedded server for the session."""
+    out: Path
+    pace: Pace = "realtime"
+    chunk_ms: int = 200
+    api_key: str | None = None
+    served_model: str | None = None
+    extra_body: dict[str, Any] | None = None
+    connect_timeout_s: float = 10.0
+    configure_timeout_s: float = 10.0
+    input_slack_s: float = 10.0
+    commit_timeout_s: float = 10.0
+    settle_s: float = 2.0
+    drain_timeout_s: float = 60.0
+    close_timeout_s: float = 5.0
+
+
+@dataclass(slots=True)
+class TalkResult:
+    """Everything one talk session produced; `failure` names why the session failed, if it did."""
+
+    url: str
+    input_ms: float
+    failure: str | None = None
+    session_id: str | None = None
+    stream: StreamReport | None = None
+    commit_timeout: bool = False
+    drain: DrainResult | None = None
+    close: CloseResult | None = None
+    padded_ms: float = 0.0
+    client: DuplexClient | None = None
+    warnings: list[str] = field(default_factory=list)
+
+    def fail(self, reason: str) -> None:
+        self.failure = self.failure or reason
+
+
+def register(commands: argparse._SubParsersAction[argparse.ArgumentParser]) -> None:
+    parser = commands.add_parser(
+        "talk",
+        help="stream a WAV file into a duplex server and record the replies",
+        description="Stream a WAV file into a duplex server, commit, pad silence until the replies settle "
+        "(a quiet window; response.listen acknowledgements do not count), close, and write output.wav, "
+        "transcript.json (timed sentences), events.json and timing.json into --out.",
+        epilog="Audio only: video input (--video) is not supported in this version. Exit codes: 0 ok, "
+        "1 the session failed (an error event, a lost connection, a configure/input/commit/drain timeout), "
+        "2 bad usage. A close that times out after the replies settled is reported as a warning (exit 0).",
+    )
+    parser.add_argument(
+        "--url",
+        help="server to talk to, ws(s):// or http(s):// (path /v1/realtime by default); "
+        "without it an embedded server runs --model for the duration of the command",
+    )
+    parser.add_argument("--input", required=True, type=Path, help="WAV file (integer PCM, any rate)")
+    parser.add_argument("--out", required=True, type=Path, help="output directory (created if missing)")
+    add_talk_options(parser)
+    parser.add_argument(
+        "--api-key",
+        default=os.environ.get("DUPLEXKIT_API_KEY"),
+        help="sent as Authorization: Bearer (default: $DUPLEXKIT_API_KEY)",
+    )
+    parser.add_argument("--served-model", help="model to request from --url's server (query and session)")
+    parser.add_argument(
+        "--extra-body", type=_json_object, help="JSON object sent as session.extra_body (model parameters)"
+    )
+    add_model_options(parser)
+    parser.set_defaults(handler=run)
+
+
+def add_talk_options(parser: argparse.ArgumentParser) -> None:
+    """Pacing and the bounds on every wait (shared with `duplexkit demo`)."""
+    parser.add_argument(
+        "--pace",
+        choices=["realtime", "as-fast-as-possible"],
+        default="realtime",
+        help="realtime: deadline-paced like a microphone; as-fast-as-possible marks the clock invalid "
+        "(default: %(default)s)",
+    )
+    parser.add_argument("--chunk-ms", type=_positive_int, default=200, help="append size (default: 200)")
+    bounds = parser.add_argument_group("bounds (seconds)")
+    bounds.add_argument("--connect-timeout", type=_positive_float, default=10.0, help="default: 10")
+    bounds.add_argument("--configure-timeout", type=_positive_float, default=10.0, help="default: 10")
+    bounds.add_argument(
+        "--input-slack", type=_positive_float, default=10.0, help="input may take clip + this (default: 10)"
+    )
+    bounds.add_argument("--commit-timeout", type=_positive_float, default=10.0, help="default: 10")
+    bounds.add_argument(
+        "--settle",
+        type=_positive_float,
+        default=2.0,
+        help="quiet window that settles the replies (default: 2)",
+    )
+    bounds.add_argument("--drain-timeout", type=_positive_float, default=60.0, help="default: 60")
+    bounds.add_argument("--close-timeout", type=_positive_float, default=5.0, help="default: 5")
+
+
+def options_from_args(args: argparse.Namespace, *, url: str | None, out: Path) -> TalkOptions:
+    return TalkOptions(
+        url=url,
+        out=out,
+        pace=args.pace,
+        chunk_ms=args.chunk_ms,
+        api_key=getattr(args, "api_key", None),
+        served_model=getattr(args, "served_model", None),
+        extra_body=getattr(args, "extra_body", None),
+        connect_timeout_s=args.connect_timeout,
+        configure_timeout_s=args.configure_timeout,
+        input_slack_s=args.input_slack,
+        commit_timeout_s=args.commit_timeout,
+        settle_s=args.settle,
+        drain_timeout_s=args.drain_timeout,
+        close_timeout_s=args.close_timeout,
+    )
+
+
+def run(args: argparse.Namespace) -> int:
+    if args.url is not None:
+        try:
+            build_url(args.url)
+        except ValueError as exc:
+            print(f"duplexkit talk: --url: {exc}", file=sys.stderr)
+            return EXIT_USAGE
+    try:
+        samples, rate = read_wav(args.input)
+    except (OSError, ValueError) as exc:
+        print(f"duplexkit talk: cannot read --input: {exc}", file=sys.stderr)
+        return EXIT_USAGE
+    if len(samples) == 0:
+        print(f"duplexkit talk: {args.input} holds no audio", file=sys.stderr)
+        return EXIT_USAGE
+    plugin = None if args.url else model_from_args(args)
+    if args.url is None and plugin is None:
+        return EXIT_USAGE
+    return run_and_report(options_from_args(args, url=args.url, out=args.out), samples, rate, plugin)
+
+
+def run_and_report(options: TalkOptions, samples: Samples, rate: int, plugin: ModelPlugin | None) -> int:
+    """Run one session, write its outputs, print the summary; return the exit code."""
+    try:
+        options.out.mkdir(parents=True, exist_ok=True)
+    except OSError as exc:
+        print(f"duplexkit: cannot create {options.out}: {exc}", file=sys.stderr)
+        return EXIT_USAGE
+    result = asyncio.run(talk(options, samples, rate, plugin))
+    if result.client is not None:
+        write_outputs(result, options.out)
+    print(summary(result, options.out))
+    return EXIT_FAILED if result.failure else EXIT_OK
+
+
+async def talk(options: TalkOptions, samples: Samples, rate: int, plugin: ModelPlugin | None) -> TalkResult:
+    """One session against `options.url`, or against an embedded server running `plugin`."""
+    if options.url is not None:
+        return await _session(options, options.url, samples, rate)
+    from duplexkit.server import EmbeddedServer
+
+    assert plugin is not None
+    async with EmbeddedServer(plugin) as server:
+        return await _session(options, server.url, samples, rate)
+
+
+async def _session(options: TalkOptions, url: str, samples: Samples, rate: int) -> TalkResult:
+    result = TalkResult(url=url, input_ms=1000.0 * len(samples) / rate)
+    client = DuplexClient(
+        url, api_key=options.api_key, model=options.served_model, open_timeout_s=options.connect_timeout_s
+    )
+    async with contextlib.AsyncExitStack() as stack:
+        try:
+            await stack.enter_async_context(client)
+        except (OSError, TimeoutError, InvalidHandshake, InvalidURI) as exc:
+            result.fail(f"cannot connect to {client.url}: {exc}")
+            return result
+        result.client = client
+        await _converse(options, client, samples, rate, result)
+    result.session_id = client.session_id
+    result.padded_ms = client.padded_ms
+    for error in client.collector.failures():
+        result.fail(f"server error {error_code_of(error) or '?'}")
+    return result
+
+
+async def _converse(
+    options: TalkOptions,
+    client: DuplexClient,
+    samples: Samples,
+    rate: int,
+    result: TalkResult,
+) -> None:
+    try:
+        await client.configure(extra_body=options.extra_body, timeout_s=options.configure_timeout_s)
+    except TimeoutError:
+        result.fail("configure_timeout: no session.created")
+    except SessionError as exc:
+        result.fail(str(exc))
+    if result.failure is None:
+        with contextlib.suppress(ConnectionLost):
+            await _stream_commit_drain(options, client, samples, rate, result)
+        if client.connection_lost and result.failure is None:
+            result.fail("connection lost")
+    result.close = await client.close(options.close_timeout_s)
+    if not result.close.clean:
+        note = f"close: no session.closed ({result.close.outcome})"
+        if result.failure is None and result.drain is not None and result.drain.settled:
+            result.warnings.append(note)  # the replies are complete: a stalled close is advisory
+        else:
+            result.fail(note)
+
+
+async def _stream_commit_drain(
+    options: TalkOptions,
+    client: DuplexClient,
+    samples: Samples,
+    rate: int,
+    result: TalkResult,
+) -> None:
+    result.stream = await client.stream(
+        samples,
+        sample_rate_hz=rate,
+        pace=options.pace,
+        chunk_ms=options.chunk_ms,
+        timeout_s=result.input_ms / 1000.0 + options.input_slack_s,
+    )
+    if result.stream.timed_out:
+        result.fail("input_timeout: the clip did not reach the server in time")
+    try:
+        await client.commit(timeout_s=options.commit_timeout_s)
+    except TimeoutError:
+        result.commit_timeout = True  # still queued ahead of the padding; pad anyway
+        result.fail("commit_timeout: the commit did not reach the wire in time")
+    padding = asyncio.create_task(client.pad_silence())
+    draining = asyncio.create_task(client.drain(settle_s=options.settle_s, timeout_s=options.drain_timeout_s))
+    await asyncio.wait([padding, draining], return_when=asyncio.FIRST_COMPLETED)
+    padding.cancel()
+    await asyncio.wait([padding])
+    if padding.cancelled() or isinstance(padding.exception(), ConnectionLost):
+        result.drain = await draining
+    else:  # a padding failure that is not a closed transport is the session's error, not a drain timeout
+        draining.cancel()
+        result.fail(f"padding failed: {padding.exception()!r}")
+        return
+    if not result.drain.settled:
+        result.fail(f"drain: {result.drain.outcome}")
+    with contextlib.suppress(TimeoutError, ConnectionLost):
+        await client.ack_playback(timeout_s=options.close_timeout_s)
+
+
+def write_outputs(result: TalkResult, out: Path) -> None:
+    """output.wav, transcript.json, events.json and timing.json in `out`."""
+    client = result.client
+    assert client is not None
+    collector = client.collector
+    write_wav(out / "output.wav", collector.output_audio(), WAV_RATE_HZ)
+    _write_json(out / "transcript.json", [s.to_json() for s in collector.sentences()])
+    _write_json(out / "events.json", dump_events(client.events, client.connected_at))
+    _write_json(out / "timing.json", timing(result))
+
+
+def timing(result: TalkResult) -> dict[str, Any]:
+    client = result.client
+    assert client is not None
+    caps = client.capabilities
+    stream = result.stream
+    return {
+        "url": result.url,
+        "session_id": result.session_id,
+        "failure": result.failure,
+        "warnings": result.warnings,
+        "clock": "invalid" if stream is None or stream.pace != "realtime" else "media_realtime",
+        "clocks": {
+            "latency": "per response `source`; session values are client_monotonic_receive",
+            "events_t_ms": "client monotonic ms since the connection opened",
+            "media_ms": "audio_end_ms the client had written when the event arrived",
+        },
+        "capabilities": {
+            "advertised": caps.advertised,
+            "unit_ms": caps.chunk_period_ms,
+            "first_unit_ms": caps.grid.first_end_ms,
+            "input_sample_rate_hz": caps.input_sample_rate_hz,
+            "output_sample_rate_hz": caps.output_sample_rate_hz,
+        },
+        "input_ms": round(result.input_ms, 3),
+        "stream": stream.to_json() if stream else None,
+        "commit": {
+            "timeout": result.commit_timeout,
+            "acknowledged": any(e.type == "input_audio_buffer.committed" for e in client.events),
+        },
+        "padded_ms": round(result.padded_ms, 3),
+        "drain": None
+        if result.drain is None
+        else {
+            "outcome": result.drain.outcome,
+            "waited_s": round(result.drain.waited_s, 3),
+            "listens_after_commit": result.drain.listens,
+            "error": result.drain.error,
+        },
+        "close": None
+        if result.close is None
+        else {
+            "clean": result.close.clean,
+            "outcome": result.close.outcome,
+            "reason": result.close.reason,
+            "elapsed_s": round(result.close.elapsed_s, 3),
+        },
+        "responses": [r.to_json() for r in client.collector.responses()],
+        "session": client.collector.session().to_json(),
+        "errors": client.collector.errors,
+        "ignored_frames": client.ignored_frames,
+        "undecodable_audio_chunks": client.collector.undecodable_audio_chunks,
+    }
+
+
+def summary(result: TalkResult, out: Path) -> str:
+    """A few lines for the terminal: outcome, per-response latencies with their source, pacing, close."""
+    lines = [f"session {result.session_id or '-'} at {result.url}: {result.failure or 'ok'}"]
+    client = result.client
+    if client is None:
+        return lines[0]
+    for r in client.collector.responses():
+        lines.append(
+            f"  response {r.response_id} ({r.status or 'open'}): TTFT {_ms(r.ttft_ms)}, "
+            f"TTFP {_ms(r.ttfp_ms)}, TPOT {_ms(r.tpot_ms)}, RTF {_num(r.rtf)}  [{r.source}]"
+        )
+    s = client.collector.session()
+    lines.append(
+        f"  stream: {s.turns} turn(s), TTFT {_ms(s.stream_ttft_ms)}, TTFP {_ms(s.stream_ttfp_ms)}, "
+        f"RTF {_num(s.stream_rtf)}  [{s.source}, from the stream's start]"
+    )
+    if result.stream is not None and result.stream.pacing is not None:
+        p = result.stream.pacing
+        e = p.schedule_error_ms
+        errors = "-" if e is None else f"p50 {e.p50:.2f} / p99 {e.p99:.2f} / max {e.max:.2f} ms"
+        lines.append(
+            f"  pacing: {p.appends} appends, schedule error {errors}, drift {_ms(p.drift_ms, 2)}, "
+            f"{len(p.stalls)} stall(s)"
+        )
+    elif result.stream is not None:
+        lines.append(
+            f"  pacing: {result.stream.pace} (clock invalid), {result.stream.appends_written} appends"
+        )
+    if result.drain is not None:
+        lines.append(
+            f"  drain: {result.drain.outcome} after {result.drain.waited_s:.2f} s "
+            f"({result.drain.listens} listen(s), {result.padded_ms:.0f} ms padded)"
+        )
+    if result.close is not None:
+        lines.append(f"  close: {'clean' if result.close.clean else result.close.outcome}")
+    lines.extend(f"  warning: {w}" for w in result.warnings)
+    lines.append(f"  sentences: {len(client.collector.sentences())}; outputs in {out}")
+    return "\n".join(lines)
+
+
+def _write_json(path: Path, data: Any) -> None:
+    path.write_text(json.dumps(data, indent=2, ensure_ascii=False) + "\n", encoding="utf-8")
+
+
+def _ms(value: float | None, digits: int = 0) -> str:
+    return "-" if value is None else f"{value:.{digits}f} ms"
+
+
+def _num(value: float | None) -> str:
+    return "-" if value is None else f"{value:.3f}"
+
+
+def _positive_float(text: str) -> float:
+    try:
+        value = float(text)
+    except ValueError:
+        raise argparse.ArgumentTypeError(f"not a number: {text!r}") from None
+    if not value > 0 or value == float("inf"):
+        raise argparse.ArgumentTypeError(f"must be a positive number, got {text!r}")
+    return value
+
+
+def _positive_int(text: str) -> int:
+    try:
+        value = int(text)
+    except ValueError:
+        raise argparse.ArgumentTypeError(f"not an integer: {text!r}") from None
+    if value <= 0:
+        raise argparse.ArgumentTypeError(f"must be a positive integer, got {text!r}")
+    return value
+
+
+def _json_object(text: str) -> dict[str, Any]:
+    try:
+        value = json.loads(text)
+    except ValueError as exc:
+        raise argparse.ArgumentTypeError(f"not JSON: {exc}") from None
+    if not isinstance(value, dict):
+        raise argparse.ArgumentTypeError("must be a JSON object")
+    return value
