@@ -38,6 +38,7 @@ from duplexkit.bench.retry import (
     timeout_label,
     verdict,
 )
+from duplexkit.bench.speech import speech_segments
 from duplexkit.client import ConnectionLost, DuplexClient, SessionError, dump_events
 from duplexkit.client.wavfile import write_wav
 from duplexkit.protocol.errors import ErrorCode
@@ -190,7 +191,7 @@ async def run_attempt(sample: Sample, media: PreparedMedia, config: RunConfig) -
                 "responses": [r.to_json() for r in responses],
                 "session": collector.session().to_json(),
                 "pacing": report.pacing.to_json() if report.pacing else None,
-                "timeline": _timeline(client),
+                "timeline": {"decisions": _timeline(client), "input_speech": speech_segments(media.pcm16)},
             }
         )
         sentences = [s.to_json() for s in collector.sentences()]
