@@ -97,11 +97,11 @@ def run_command(args: argparse.Namespace) -> int:
         return _usage("--ids and --exclude-ids cannot be combined")
     if (
         args.concurrency < 1
-        or (args.limit is not None and args.limit < 0)
+        or (args.limit is not None and args.limit < 1)
         or args.fps <= 0
         or args.chunk_ms <= 0
     ):
-        return _usage("--concurrency, --fps and --chunk-ms must be positive and --limit non-negative")
+        return _usage("--concurrency, --limit, --fps and --chunk-ms must be positive")
     selection = Selection(
         splits=tuple(args.split),
         family=args.family,
