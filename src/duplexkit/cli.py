@@ -42,7 +42,6 @@ def build_parser() -> argparse.ArgumentParser:
 
     register_all(commands)
     for name, summary, issue in (
-        ("score", "score a benchmark run with an LLM judge", "judging and scoring"),
         ("report", "write the HTML report of a benchmark run", "run report"),
     ):
         sub = commands.add_parser(name, help=f"{summary} (not in this version yet)", description=summary)

@@ -2,9 +2,9 @@
 
 import argparse
 
-from duplexkit.commands import bench, serve
+from duplexkit.commands import bench, score, serve
 
 
 def register_all(commands: "argparse._SubParsersAction[argparse.ArgumentParser]") -> None:
-    for module in (serve, bench):
+    for module in (serve, bench, score):
         module.register(commands)

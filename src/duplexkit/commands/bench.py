@@ -12,6 +12,7 @@ from pathlib import Path
 from typing import Any
 
 from duplexkit.commands.options import add_model_options, model_from_args
+from duplexkit.commands.score import add_judge_options, format_summary, judge_from_args
 
 EXIT_OK, EXIT_FAILED, EXIT_USAGE = 0, 1, 2
 
@@ -76,6 +77,14 @@ def register(commands: argparse._SubParsersAction[argparse.ArgumentParser]) -> N
     run.add_argument(
         "--no-audio", action="store_true", help="do not keep output.wav and events.json per sample"
     )
+    run.add_argument(
+        "--score", action="store_true", help="score the run when it ends (see the judge options)"
+    )
+    run.add_argument(
+        "--allow-invalid-clock",
+        action="store_true",
+        help="with --score: score an as-fast-as-possible run too",
+    )
 
     bounds = parser.add_argument_group("bounds (seconds)")
     bounds.add_argument(
@@ -87,6 +96,7 @@ def register(commands: argparse._SubParsersAction[argparse.ArgumentParser]) -> N
     )
     bounds.add_argument("--drain-timeout", type=float, default=60.0, help="drain bound (default: 60)")
     bounds.add_argument("--close-timeout", type=float, default=5.0, help="session.close bound (default: 5)")
+    add_judge_options(parser)
     parser.set_defaults(handler=run_command)
 
 
@@ -113,19 +123,24 @@ def run_command(args: argparse.Namespace) -> int:
         dataset = load_dataset(args.dataset, selection)
     except DatasetError as exc:
         return _usage(str(exc))
+    judge = None
+    if args.score:
+        judge = judge_from_args(args, dataset.source, args.concurrency)
+        if judge is None:
+            return EXIT_USAGE
     plugin = None
     if args.url is None:
         plugin = model_from_args(args)
         if plugin is None:
             return EXIT_USAGE
     try:
-        return asyncio.run(_bench(args, dataset, selection, plugin))
+        return asyncio.run(_bench(args, dataset, selection, plugin, judge))
     except KeyboardInterrupt:
         print("duplexkit bench: interrupted; rerun the same command to resume", file=sys.stderr)
         return 130
 
 
-async def _bench(args: argparse.Namespace, dataset: Any, selection: Any, plugin: Any) -> int:
+async def _bench(args: argparse.Namespace, dataset: Any, selection: Any, plugin: Any, judge: Any) -> int:
     from duplexkit import __version__
     from duplexkit.bench.aggregate import run_counts, run_metrics
     from duplexkit.bench.artifacts import RunDir, write_json_atomic
@@ -180,12 +195,28 @@ async def _bench(args: argparse.Namespace, dataset: Any, selection: Any, plugin:
     write_json_atomic(run_dir.root / "metrics.json", run_metrics(metas))
     write_json_atomic(run_dir.root / "run.json", {**run_info, "finished_at": _now(), "counts": counts})
     _print_summary(run_dir, counts, run_metrics(metas), skipped=sum(r.status == "skipped" for r in results))
+    scored_ok = True
+    if judge is not None:
+        from duplexkit.bench.judge import score_run
+
+        try:
+            summary = await score_run(
+                run_dir.root,
+                judge,
+                workers=args.concurrency,
+                samples=dataset.samples,
+                allow_invalid_clock=args.allow_invalid_clock,
+            )
+        finally:
+            await judge.aclose()
+        print(format_summary(summary))
+        scored_ok = summary.complete
     if counts["failed"]:
         reasons = sorted({str(m.get("error")) for m in metas if m.get("status") == "failed"})
         failed = f"{counts['failed']} of {counts['attempted']} samples failed"
         print(f"duplexkit bench: {failed}: {'; '.join(reasons)}")
         return EXIT_FAILED
-    return EXIT_OK
+    return EXIT_OK if scored_ok else EXIT_FAILED
 
 
 @contextlib.asynccontextmanager

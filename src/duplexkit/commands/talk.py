@@ -96,11 +96,16 @@ def register(commands: argparse._SubParsersAction[argparse.ArgumentParser]) -> N
     )
     parser.add_argument(
         "--url",
+        metavar="URL",
         help="server to talk to, ws(s):// or http(s):// (path /v1/realtime by default); "
         "without it an embedded server runs --model for the duration of the command",
     )
-    parser.add_argument("--input", required=True, type=Path, help="WAV file (integer PCM, any rate)")
-    parser.add_argument("--out", required=True, type=Path, help="output directory (created if missing)")
+    parser.add_argument(
+        "--input", required=True, type=Path, metavar="WAV", help="WAV file (integer PCM, any rate)"
+    )
+    parser.add_argument(
+        "--out", required=True, type=Path, metavar="DIR", help="output directory (created if missing)"
+    )
     add_talk_options(parser)
     parser.add_argument(
         "--api-key",
@@ -124,22 +129,22 @@ def add_talk_options(parser: argparse.ArgumentParser) -> None:
         help="realtime: deadline-paced like a microphone; as-fast-as-possible marks the clock invalid "
         "(default: %(default)s)",
     )
-    parser.add_argument("--chunk-ms", type=_positive_int, default=200, help="append size (default: 200)")
-    bounds = parser.add_argument_group("bounds (seconds)")
-    bounds.add_argument("--connect-timeout", type=_positive_float, default=10.0, help="default: 10")
-    bounds.add_argument("--configure-timeout", type=_positive_float, default=10.0, help="default: 10")
-    bounds.add_argument(
-        "--input-slack", type=_positive_float, default=10.0, help="input may take clip + this (default: 10)"
+    parser.add_argument(
+        "--chunk-ms", type=_positive_int, default=200, metavar="MS", help="append size (default: 200)"
     )
-    bounds.add_argument("--commit-timeout", type=_positive_float, default=10.0, help="default: 10")
-    bounds.add_argument(
-        "--settle",
-        type=_positive_float,
-        default=2.0,
-        help="quiet window that settles the replies (default: 2)",
-    )
-    bounds.add_argument("--drain-timeout", type=_positive_float, default=60.0, help="default: 60")
-    bounds.add_argument("--close-timeout", type=_positive_float, default=5.0, help="default: 5")
+    bounds = parser.add_argument_group("bounds, in seconds")
+    for flag, default, what in (
+        ("--connect-timeout", 10.0, "to open the WebSocket"),
+        ("--configure-timeout", 10.0, "for session.created"),
+        ("--input-slack", 10.0, "the clip may take its own duration plus this to reach the server"),
+        ("--commit-timeout", 10.0, "for the commit to reach the wire"),
+        ("--settle", 2.0, "quiet window that ends the drain (listens do not count)"),
+        ("--drain-timeout", 60.0, "for the replies to settle"),
+        ("--close-timeout", 5.0, "for session.closed"),
+    ):
+        bounds.add_argument(
+            flag, metavar="S", type=_positive_float, default=default, help=f"{what} (default: {default:g})"
+        )
 
 
 def options_from_args(args: argparse.Namespace, *, url: str | None, out: Path) -> TalkOptions:

