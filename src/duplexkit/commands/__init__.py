@@ -2,9 +2,9 @@
 
 import argparse
 
-from duplexkit.commands import bench, score, serve
+from duplexkit.commands import bench, report, score, serve
 
 
 def register_all(commands: "argparse._SubParsersAction[argparse.ArgumentParser]") -> None:
-    for module in (serve, bench, score):
+    for module in (serve, bench, score, report):
         module.register(commands)

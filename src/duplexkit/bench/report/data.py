@@ -1,0 +1,219 @@
+"""What a report shows, as typed values: `ReportData` is one run folder read by `load_run`.
+
+Every value comes from untrusted files, so every field that a file may lack or get wrong is optional: `None`
+means "not recorded (or not readable)", never a guessed value. Text fields hold the raw text; escaping is the
+renderer's job. Times on the media clock are seconds; latencies are milliseconds, RTF is a ratio.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Mapping
+from dataclasses import dataclass
+from pathlib import Path
+from typing import Literal
+
+Decision = Literal["listen", "speak"]
+
+
+@dataclass(frozen=True)
+class RunInfo:
+    """`run.json`, flattened for display; `clocks` are the distinct `clock` values of the samples."""
+
+    duplexkit_version: str | None
+    started_at: str | None
+    finished_at: str | None
+    command: tuple[str, ...]
+    model: str | None
+    server_url: str | None
+    embedded_server: bool | None
+    dataset_source: str | None
+    dataset_fingerprint: str | None
+    dataset_samples: int | None
+    selection: str | None
+    pace: str | None
+    clocks: tuple[str, ...]
+    fps: float | None
+    chunk_ms: float | None
+    concurrency: int | None
+    keep_audio: bool | None
+
+
+@dataclass(frozen=True)
+class Coverage:
+    """Counts over the samples the folder holds (the same rule as `run.json` `counts`).
+
+    `failure_reasons` maps a failure category (the text of `error` before its first `:`) to its count;
+    `recorded` is the `counts` object of `run.json` when it has one, so a disagreement can be shown.
+    """
+
+    attempted: int
+    published: int
+    failed: int
+    retried: int
+    failure_reasons: Mapping[str, int]
+    recorded: Mapping[str, int] | None
+
+
+@dataclass(frozen=True)
+class Distribution:
+    """One latency metric from one measurement source over published samples.
+
+    `values` are sorted ascending; `count`, `mean`, `p50`, `p99` follow `duplexkit.bench.aggregate.summarize`
+    (nearest rank), so they equal `metrics.json` for the same samples.
+    """
+
+    metric: str
+    source: str
+    values: tuple[float, ...]
+    count: int
+    mean: float | None
+    p50: float | None
+    p99: float | None
+
+
+@dataclass(frozen=True)
+class JudgeInfo:
+    """Who produced the scores: they are only comparable under the same model, URL and prompt version."""
+
+    kind: str | None
+    model: str | None
+    url: str | None
+    prompt_version: str | None
+    prompt_source: str | None
+    note: str | None
+
+
+@dataclass(frozen=True)
+class ScoreGroup:
+    """A family or task row of `scores/summary.json`: its means (by name, e.g. `mean_content_score`), the
+    samples they cover, how many of those failed (`skipped`, counted as 0) and how many the judge could not
+    score (`errors`, left out)."""
+
+    name: str
+    means: Mapping[str, float | None]
+    samples: int | None
+    skipped: int | None
+    errors: int | None
+
+
+@dataclass(frozen=True)
+class FamilyScores:
+    family: Literal["rtd", "pr"]
+    overall: ScoreGroup
+    tasks: tuple[ScoreGroup, ...]
+
+
+@dataclass(frozen=True)
+class ScoreSummary:
+    """`scores/summary.json`; `coverage` has total, scored, skipped, errors (and cached) when recorded."""
+
+    judge: JudgeInfo
+    complete: bool | None
+    coverage: Mapping[str, int]
+    families: tuple[FamilyScores, ...]
+
+
+@dataclass(frozen=True)
+class SampleScore:
+    """`scores/<split>/<id>.json`: `status` is `scored` or `error`; `scores` by name (e.g. `all_success`)."""
+
+    status: str | None
+    scores: Mapping[str, float]
+    error: str | None
+
+
+@dataclass(frozen=True)
+class Sentence:
+    text: str
+    start: float
+    end: float
+
+
+@dataclass(frozen=True)
+class DecisionMark:
+    t: float
+    decision: Decision
+
+
+@dataclass(frozen=True)
+class ResponseLatency:
+    response_id: str | None
+    status: str | None
+    source: str | None
+    ttft_ms: float | None
+    ttfp_ms: float | None
+    tpot_ms: float | None
+    rtf: float | None
+
+
+@dataclass(frozen=True)
+class AttemptInfo:
+    """One attempt of the sample: `error` is None for the attempt that published; `sentences` counts the
+    sentences a superseded attempt kept for diagnosis (None when it kept none)."""
+
+    error: str | None
+    transport_error: str | None
+    sentences: int | None
+
+
+@dataclass(frozen=True)
+class SampleReport:
+    """One attempted sample (`<split>/<id>.meta.json` and what sits next to it).
+
+    `split` and `id` come from the file's path, not its contents. `sentences` is None when the sample has no
+    readable `<id>.json` (it failed, or the file is damaged) and empty when it was published without a word.
+    `reminders` are the valid event times as `(label, seconds)`; `timeouts` holds only the bounds that
+    expired. `stream_ttft_ms`, `stream_ttfp_ms` and `turns` are the session's, measured by `session_source`.
+    `audio` is the POSIX path of `output.wav` relative to the run folder, when the run kept it. `score` is
+    the sample's `scores/<split>/<id>.json`, when `duplexkit score` wrote one.
+    """
+
+    split: str
+    id: str
+    task: str | None
+    family: str | None
+    status: str | None
+    error: str | None
+    question: str | None
+    video_duration: float | None
+    reminders: tuple[tuple[str, float], ...]
+    clock: str | None
+    input_speech: tuple[tuple[float, float], ...]
+    decisions: tuple[DecisionMark, ...]
+    sentences: tuple[Sentence, ...] | None
+    responses: tuple[ResponseLatency, ...]
+    stream_ttft_ms: float | None
+    stream_ttfp_ms: float | None
+    session_source: str | None
+    turns: int | None
+    retry_count: int
+    timeouts: Mapping[str, float]
+    server_errors: tuple[str, ...]
+    attempts: tuple[AttemptInfo, ...]
+    audio: str | None
+    score: SampleScore | None
+
+    @property
+    def key(self) -> tuple[str, str]:
+        return (self.split, self.id)
+
+    @property
+    def published(self) -> bool:
+        return self.status == "published"
+
+
+@dataclass(frozen=True)
+class ReportData:
+    """One run folder, ready to render. `problems` lists what could not be read, one line each."""
+
+    run_dir: Path
+    run: RunInfo
+    coverage: Coverage
+    latency: tuple[Distribution, ...]
+    scores: ScoreSummary | None
+    samples: tuple[SampleReport, ...]
+    problems: tuple[str, ...]
+
+    def distribution(self, metric: str) -> tuple[Distribution, ...]:
+        """This metric's distributions, one per measurement source (possibly none)."""
+        return tuple(d for d in self.latency if d.metric == metric)
