@@ -80,6 +80,7 @@ def register(commands: argparse._SubParsersAction[argparse.ArgumentParser]) -> N
     run.add_argument(
         "--score", action="store_true", help="score the run when it ends (see the judge options)"
     )
+    run.add_argument("--report", action="store_true", help="write RUN_DIR/report.html when the run ends")
     run.add_argument(
         "--allow-invalid-clock",
         action="store_true",
@@ -211,6 +212,10 @@ async def _bench(args: argparse.Namespace, dataset: Any, selection: Any, plugin:
             await judge.aclose()
         print(format_summary(summary))
         scored_ok = summary.complete
+    if args.report:
+        from duplexkit.bench.report import write_report
+
+        print(f"report: {write_report(run_dir.root)}")
     if counts["failed"]:
         reasons = sorted({str(m.get("error")) for m in metas if m.get("status") == "failed"})
         failed = f"{counts['failed']} of {counts['attempted']} samples failed"
