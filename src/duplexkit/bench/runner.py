@@ -152,9 +152,13 @@ async def run_attempt(sample: Sample, media: PreparedMedia, config: RunConfig) -
             await client.commit(timeout_s=config.commit_timeout_s)
         except TimeoutError:
             outcome.commit_timeout = config.commit_timeout_s
-        # Conservative: a commit that lands after its bound still counts as not committed.
-        meta["input_committed"] = outcome.input_timeout is None and outcome.commit_timeout is None
         drain = await _drain_while_padding(client, config)
+        # Conservative: the whole clip went out within its bound, the commit within its bound, and the
+        # server acknowledged it; a commit that lands after its bound still counts as not committed.
+        acknowledged = any(e.type == "input_audio_buffer.committed" for e in client.events)
+        meta["input_committed"] = (
+            outcome.input_timeout is None and outcome.commit_timeout is None and acknowledged
+        )
         meta["drain"] = {
             "outcome": drain.outcome,
             "waited_s": round(drain.waited_s, 3),
