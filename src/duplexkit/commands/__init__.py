@@ -2,9 +2,9 @@
 
 import argparse
 
-from duplexkit.commands import bench, report, score, serve
+from duplexkit.commands import bench, demo, report, score, serve, talk
 
 
 def register_all(commands: "argparse._SubParsersAction[argparse.ArgumentParser]") -> None:
-    for module in (serve, bench, score, report):
+    for module in (serve, talk, bench, score, report, demo):
         module.register(commands)

@@ -1,48 +1,39 @@
-"""`duplexkit demo`: one real session end to end, with nothing to download.
+"""`duplexkit demo`: the whole job on the embedded default, offline.
 
-Writes a synthetic speech-like clip, starts the embedded server with the built-in model, runs the `talk`
-flow against it and prints where the outputs are and the timing summary.
+Runs the built-in benchmark (`duplexkit bench --dataset builtin`) against the embedded server and the
+built-in model at realtime pace, scores it with the offline builtin judge, writes the HTML report, and
+prints the summary table, the scores and where everything is. Rerunning resumes the same run folder.
 """
 
 from __future__ import annotations
 
 import argparse
-import sys
 from pathlib import Path
 
-from duplexkit.commands.options import add_model_options, model_from_args
-from duplexkit.commands.talk import EXIT_USAGE, add_talk_options, options_from_args, run_and_report
+from duplexkit.commands import bench
+from duplexkit.commands.options import DEFAULT_MODEL, MODEL_CHOICES
 
 
 def register(commands: argparse._SubParsersAction[argparse.ArgumentParser]) -> None:
     parser = commands.add_parser(
         "demo",
-        help="talk to the embedded server with a generated clip and show the timing",
-        description="Generate a speech-like clip (demo-input.wav), run `duplexkit talk` against an embedded "
-        "server with the built-in model, and print the outputs and timing. Exit codes as for talk.",
+        help="run the built-in benchmark on the embedded model, score it offline, write the report",
+        description="The whole job offline: `duplexkit bench --dataset builtin --score --report` against the "
+        "embedded server. Exit codes as for bench.",
     )
     parser.add_argument(
-        "--out", type=Path, default=Path("demo-out"), help="output directory (default: ./demo-out)"
+        "--out", type=Path, default=Path("demo-out"), help="run folder (default: ./demo-out; resumable)"
     )
-    add_talk_options(parser)
-    add_model_options(parser)
+    parser.add_argument(
+        "--model", default=DEFAULT_MODEL, choices=MODEL_CHOICES, help="built-in model (default: %(default)s)"
+    )
     parser.set_defaults(handler=run)
 
 
 def run(args: argparse.Namespace) -> int:
-    from duplexkit.client.wavfile import write_wav
-    from duplexkit.demo_audio import DEMO_RATE_HZ, speech_like
+    from duplexkit.cli import build_parser
 
-    plugin = model_from_args(args)
-    if plugin is None:
-        return EXIT_USAGE
-    samples = speech_like()
-    clip = args.out / "demo-input.wav"
-    try:
-        args.out.mkdir(parents=True, exist_ok=True)
-        write_wav(clip, samples, DEMO_RATE_HZ)
-    except OSError as exc:
-        print(f"duplexkit demo: cannot write to {args.out}: {exc}", file=sys.stderr)
-        return EXIT_USAGE
-    print(f"demo clip: {clip} ({len(samples) / DEMO_RATE_HZ:.1f} s, synthetic speech then silence)")
-    return run_and_report(options_from_args(args, url=None, out=args.out), samples, DEMO_RATE_HZ, plugin)
+    argv = ["bench", "--dataset", "builtin", "--out", str(args.out), "--model", args.model]
+    argv += ["--concurrency", "6", "--score", "--report"]
+    print("duplexkit demo: duplexkit " + " ".join(argv))
+    return bench.run_command(build_parser().parse_args(argv))

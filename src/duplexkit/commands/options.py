@@ -7,12 +7,15 @@ import sys
 
 from duplexkit.models import MODELS, ModelPlugin, load_model
 
+DEFAULT_MODEL = "scripted"
+MODEL_CHOICES = sorted(MODELS)
+
 
 def add_model_options(parser: argparse.ArgumentParser | argparse._ArgumentGroup) -> None:
     parser.add_argument(
         "--model",
-        default="scripted",
-        choices=sorted(MODELS),
+        default=DEFAULT_MODEL,
+        choices=MODEL_CHOICES,
         help="built-in model to serve (default: %(default)s)",
     )
     parser.add_argument(

@@ -70,12 +70,10 @@ class TalkResult:
     url: str
     input_ms: float
     failure: str | None = None
-    session_id: str | None = None
     stream: StreamReport | None = None
     commit_timeout: bool = False
     drain: DrainResult | None = None
     close: CloseResult | None = None
-    padded_ms: float = 0.0
     client: DuplexClient | None = None
     warnings: list[str] = field(default_factory=list)
 
@@ -225,8 +223,6 @@ async def _session(options: TalkOptions, url: str, samples: Samples, rate: int) 
             return result
         result.client = client
         await _converse(options, client, samples, rate, result)
-    result.session_id = client.session_id
-    result.padded_ms = client.padded_ms
     for error in client.collector.failures():
         result.fail(f"server error {error_code_of(error) or '?'}")
     return result
@@ -291,7 +287,9 @@ async def _stream_commit_drain(
         draining.cancel()
         result.fail(f"padding failed: {padding.exception()!r}")
         return
-    if not result.drain.settled:
+    if result.drain.error is not None:
+        result.fail(f"server error {error_code_of(result.drain.error) or '?'}")
+    elif not result.drain.settled:
         result.fail(f"drain: {result.drain.outcome}")
     with contextlib.suppress(TimeoutError, ConnectionLost):
         await client.ack_playback(timeout_s=options.close_timeout_s)
@@ -315,7 +313,7 @@ def timing(result: TalkResult) -> dict[str, Any]:
     stream = result.stream
     return {
         "url": result.url,
-        "session_id": result.session_id,
+        "session_id": client.session_id,
         "failure": result.failure,
         "warnings": result.warnings,
         "clock": "invalid" if stream is None or stream.pace != "realtime" else "media_realtime",
@@ -337,7 +335,7 @@ def timing(result: TalkResult) -> dict[str, Any]:
             "timeout": result.commit_timeout,
             "acknowledged": any(e.type == "input_audio_buffer.committed" for e in client.events),
         },
-        "padded_ms": round(result.padded_ms, 3),
+        "padded_ms": round(client.padded_ms, 3),
         "drain": None
         if result.drain is None
         else {
@@ -364,8 +362,9 @@ def timing(result: TalkResult) -> dict[str, Any]:
 
 def summary(result: TalkResult, out: Path) -> str:
     """A few lines for the terminal: outcome, per-response latencies with their source, pacing, close."""
-    lines = [f"session {result.session_id or '-'} at {result.url}: {result.failure or 'ok'}"]
     client = result.client
+    session_id = client.session_id if client is not None else None
+    lines = [f"session {session_id or '-'} at {result.url}: {result.failure or 'ok'}"]
     if client is None:
         return lines[0]
     for r in client.collector.responses():
@@ -393,7 +392,7 @@ def summary(result: TalkResult, out: Path) -> str:
     if result.drain is not None:
         lines.append(
             f"  drain: {result.drain.outcome} after {result.drain.waited_s:.2f} s "
-            f"({result.drain.listens} listen(s), {result.padded_ms:.0f} ms padded)"
+            f"({result.drain.listens} listen(s), {client.padded_ms:.0f} ms padded)"
         )
     if result.close is not None:
         lines.append(f"  close: {'clean' if result.close.clean else result.close.outcome}")

@@ -1,0 +1,49 @@
+"""The duplex client: drive any duplex realtime server and measure what comes back.
+
+`DuplexClient` connects, configures, streams audio on a media clock, commits, pads silence, drains and
+closes, every wait bounded. `EventCollector` turns the events it receives into per-response and per-session
+timing (each value labelled with its clock), timed sentences and the output audio.
+"""
+
+from duplexkit.client.client import ConnectionLost, DuplexClient, SessionError
+from duplexkit.client.collector import (
+    CLIENT_SOURCE,
+    SERVER_SOURCE,
+    EventCollector,
+    MetricsSource,
+    ResponseMetrics,
+    SessionMetrics,
+    dump_events,
+)
+from duplexkit.client.connection import ServerCapabilities, build_url
+from duplexkit.client.drain import DrainTracker
+from duplexkit.client.events import ReceivedEvent
+from duplexkit.client.pacing import DeadlinePacer, PacingReport, Slot
+from duplexkit.client.results import CloseResult, DrainResult, Pace, StreamReport
+from duplexkit.client.sentences import SentenceBuilder, TimedSentence
+
+__all__ = [
+    "CLIENT_SOURCE",
+    "SERVER_SOURCE",
+    "CloseResult",
+    "ConnectionLost",
+    "DeadlinePacer",
+    "DrainResult",
+    "DrainTracker",
+    "DuplexClient",
+    "EventCollector",
+    "MetricsSource",
+    "Pace",
+    "PacingReport",
+    "ReceivedEvent",
+    "ResponseMetrics",
+    "SentenceBuilder",
+    "ServerCapabilities",
+    "SessionError",
+    "SessionMetrics",
+    "Slot",
+    "StreamReport",
+    "TimedSentence",
+    "build_url",
+    "dump_events",
+]

@@ -1,0 +1,574 @@
+"""DuplexClient: an asyncio client for the duplex realtime protocol, for any conforming server.
+
+Three tasks run per connection. The writer is the only code that touches the socket for sending: every
+event goes through its FIFO queue, so events reach the wire in the order they were queued, whole, and a
+caller that stops waiting (a timeout, a cancelled task) never leaves half a frame behind. The reader stamps
+every event with its receive time (`time.monotonic()`) and the media clock at receipt, and feeds the
+`EventCollector` and the drain tracker. The acker reports playback every `ack_interval_s`.
+
+Input audio goes out as PCM16 at the server's input rate on a media clock (`MediaClock`): every append
+carries its `duration_ms` and the cumulative `audio_end_ms`.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import base64
+import contextlib
+import json
+import time
+from collections.abc import Callable, Mapping, Sequence
+from dataclasses import dataclass
+from types import TracebackType
+from typing import Any, Literal, TypeVar
+
+import numpy as np
+import numpy.typing as npt
+from pydantic import BaseModel
+from websockets.asyncio.client import ClientConnection, connect
+from websockets.exceptions import ConnectionClosed
+
+from duplexkit.client.collector import EventCollector
+from duplexkit.client.connection import ServerCapabilities, build_url
+from duplexkit.client.drain import DrainTracker
+from duplexkit.client.events import ReceivedEvent, as_str, dig, is_failure
+from duplexkit.client.pacing import DeadlinePacer
+from duplexkit.client.results import CloseResult, DrainResult, Pace, StreamReport
+from duplexkit.protocol import client_events as ce
+from duplexkit.protocol.audio import encode_audio, resample
+from duplexkit.protocol.units import MediaClock, chunk_samples, ms_to_samples, samples_to_ms
+
+T = TypeVar("T")
+
+MAX_FRAME_BYTES = 16 * 1024 * 1024
+"""Largest server frame accepted (a long audio delta can be large; the protocol's own limit is 15 MiB)."""
+SOCKET_CLOSE_GRACE_S = 1.0
+"""After `session.closed` (or its timeout), the WebSocket closing handshake gets this long before an abort."""
+
+
+class SessionError(Exception):
+    """The server refused or failed the session; `event` is the `error` event when there was one."""
+
+    def __init__(self, message: str, event: dict[str, Any] | None = None) -> None:
+        super().__init__(message)
+        self.event = event
+
+
+class ConnectionLost(SessionError):
+    """The connection closed while the client still needed it."""
+
+
+@dataclass(slots=True)
+class _Outgoing:
+    text: str
+    future: asyncio.Future[float]
+    audio_end_ms: float | None
+    is_commit: bool
+
+
+class DuplexClient:
+    """`async with DuplexClient(url) as client:` connects; leaving the block stops the tasks and closes the
+    socket (use `close()` first for an orderly `session.close`).
+
+    Every wait can be bounded (`configure`, `drain` and `close` always are); every send is answered with
+    the time it reached the socket (`time.monotonic()`).
+    """
+
+    def __init__(
+        self,
+        url: str,
+        *,
+        api_key: str | None = None,
+        model: str | None = None,
+        open_timeout_s: float = 10.0,
+        ack_interval_s: float = 0.25,
+    ) -> None:
+        self.url = build_url(url, model=model)
+        self.model = model
+        self.collector = EventCollector()
+        self.events: list[ReceivedEvent] = []
+        self.streams: list[StreamReport] = []
+        self.padded_ms = 0.0
+        self.ignored_frames = 0
+        """Server frames that were not JSON objects."""
+        self.connected_at = 0.0
+        self._headers = {"Authorization": f"Bearer {api_key}"} if api_key else {}
+        self._open_timeout_s = open_timeout_s
+        self._ack_interval_s = ack_interval_s
+        self._ws: ClientConnection | None = None
+        self._tasks: list[asyncio.Task[None]] = []
+        self._reader: asyncio.Task[None] | None = None
+        self._acker: asyncio.Task[None] | None = None
+        self._outbox: asyncio.Queue[_Outgoing] = asyncio.Queue()
+        self._lost: ConnectionLost | None = None
+        self._changed = asyncio.Event()
+        self._capabilities = ServerCapabilities()
+        self._session: dict[str, Any] | None = None
+        self._clock: MediaClock | None = None
+        self._sent_audio_end_ms = 0.0
+        self._pacing: tuple[DeadlinePacer, float] | None = None
+        self._drain: DrainTracker | None = None
+        self._acked: dict[str, float] = {}
+
+    # --- connection -----------------------------------------------------------------------------------
+
+    async def __aenter__(self) -> DuplexClient:
+        self._ws = await connect(
+            self.url,
+            additional_headers=self._headers,
+            open_timeout=self._open_timeout_s,
+            max_size=MAX_FRAME_BYTES,
+            compression=None,
+            ping_interval=None,
+        )
+        self.connected_at = time.monotonic()
+        self._reader = asyncio.create_task(self._read_loop(self._ws), name="duplex-reader")
+        self._acker = asyncio.create_task(self._ack_loop(), name="duplex-acker")
+        self._tasks = [
+            self._reader,
+            asyncio.create_task(self._write_loop(self._ws), name="duplex-writer"),
+            self._acker,
+        ]
+        return self
+
+    async def __aexit__(
+        self, exc_type: type[BaseException] | None, exc: BaseException | None, tb: TracebackType | None
+    ) -> None:
+        for task in self._tasks:
+            task.cancel()
+        await asyncio.gather(*self._tasks, return_exceptions=True)
+        await self._close_socket()
+
+    @property
+    def capabilities(self) -> ServerCapabilities:
+        """From the latest `session.created`/`session.updated`; defaults (1000 ms units) until one arrives."""
+        return self._capabilities
+
+    @property
+    def session_id(self) -> str | None:
+        return as_str(dig(self._session, "id"))
+
+    @property
+    def audio_end_ms(self) -> float:
+        """The media clock: audio queued so far, in ms (what the next append's `audio_end_ms` builds on)."""
+        return 0.0 if self._clock is None else self._clock.audio_end_ms
+
+    @property
+    def sent_audio_end_ms(self) -> float:
+        """The media clock on the wire: `audio_end_ms` of the last append written to the socket."""
+        return self._sent_audio_end_ms
+
+    @property
+    def connection_lost(self) -> bool:
+        return self._lost is not None
+
+    async def configure(
+        self,
+        *,
+        modalities: Sequence[Literal["audio", "text"]] = ("audio", "text"),
+        instructions: str | None = None,
+        voice: str | None = None,
+        extra_body: Mapping[str, Any] | None = None,
+        timeout_s: float = 10.0,
+    ) -> ServerCapabilities:
+        """Send `session.update` (PCM16 in and out, `turn_detection: null`, `playback_commit_policy:
+        ack_only`, `extra_body` as the session's model parameters); wait up to `timeout_s` for
+        `session.created`.
+
+        Raises `TimeoutError`, or `SessionError` when the server answers with an error or hangs up.
+        """
+        session = ce.SessionConfig(
+            model=self.model,
+            modalities=list(modalities),
+            instructions=instructions,
+            voice=voice,
+            input_audio_format="pcm16",
+            output_audio_format="pcm16",
+            playback_commit_policy="ack_only",
+            extra_body=dict(extra_body) if extra_body else None,
+        )
+        payload = ce.SessionUpdate(session=session).model_dump(mode="json", exclude_none=True)
+        payload["session"]["turn_detection"] = None  # explicit null: model-native turn taking
+        answer = None
+        try:
+            async with asyncio.timeout(timeout_s):
+                await self._written(self._enqueue(json.dumps(payload)))
+                answer = await self._wait_for(
+                    lambda: next(
+                        (e for e in self.events if e.type == "session.created" or is_failure(e.data)), None
+                    )
+                )
+        except ConnectionLost:  # a refusal (e.g. capacity) is an error event and then a closed socket
+            if self._reader is not None:  # let the reader deliver what arrived before the close
+                await asyncio.wait([self._reader], timeout=SOCKET_CLOSE_GRACE_S)
+            answer = next((e for e in self.events if is_failure(e.data)), None)
+            if answer is None:
+                raise
+        if answer.type != "session.created":
+            raise SessionError(f"session refused: {_error_text(answer.data)}", answer.data)
+        return self._capabilities
+
+    # --- sending --------------------------------------------------------------------------------------
+
+    async def send(self, event: BaseModel | Mapping[str, Any], *, timeout_s: float | None = None) -> float:
+        """Queue any client event and wait (at most `timeout_s`) until it is on the wire; return that time.
+
+        On `TimeoutError` the event stays queued: it reaches the wire, whole, before anything queued later.
+        Raises `ConnectionLost` when the connection is gone.
+        """
+        text = event.model_dump_json(exclude_none=True) if isinstance(event, BaseModel) else json.dumps(event)
+        return await self._written(self._enqueue(text), timeout_s)
+
+    async def commit(self, *, timeout_s: float | None = None) -> float:
+        """Send `input_audio_buffer.commit{final: true}`; from here `drain()` tracks the replies.
+
+        Bounded like `send`: on `TimeoutError` the commit stays queued ahead of anything sent after it
+        (silence padding included), so it still reaches the server first.
+        """
+        self._drain = DrainTracker(time.monotonic(), self.collector.open_responses())
+        event = ce.InputAudioBufferCommit(final=True)
+        queued = self._enqueue(event.model_dump_json(exclude_none=True), commit=True)
+        return await self._written(queued, timeout_s)
+
+    async def cancel(self, response_id: str | None = None, *, timeout_s: float | None = None) -> float:
+        """Send `response.cancel` (the active response, or `response_id`)."""
+        return await self.send(ce.ResponseCancel(response_id=response_id), timeout_s=timeout_s)
+
+    async def clear(self, *, timeout_s: float | None = None) -> float:
+        """Send `input_audio_buffer.clear`."""
+        return await self.send(ce.InputAudioBufferClear(), timeout_s=timeout_s)
+
+    async def append_audio(self, samples: npt.ArrayLike, *, timeout_s: float | None = None) -> float:
+        """Append mono float samples at the server's input rate as one append; return its wire time."""
+        pcm = encode_audio(np.asarray(samples, dtype=np.float32), "pcm16")
+        _, end_ms = self._advance(len(pcm) // 2)
+        return await self._written(self._queue_append(pcm, end_ms), timeout_s)
+
+    async def append_silence(self, ms: float, *, timeout_s: float | None = None) -> float:
+        """Append `ms` of zeros in the very same append shape (`duration_ms`, `audio_end_ms`), advancing the
+        media clock; return its wire time."""
+        samples = ms_to_samples(ms, self._input_rate())
+        _, end_ms = self._advance(samples)
+        return await self._written(self._queue_append(bytes(2 * samples), end_ms), timeout_s)
+
+    async def stream(
+        self,
+        samples: npt.ArrayLike,
+        *,
+        sample_rate_hz: int,
+        frames: Sequence[bytes] | None = None,
+        pace: Pace = "realtime",
+        chunk_ms: int = 200,
+        timeout_s: float | None = None,
+    ) -> StreamReport:
+        """Stream a mono clip as `chunk_ms` appends (resampled to the server's input rate if needed).
+
+        `frames[j]` (JPEG/PNG bytes) rides on the append that closes the j-th unit boundary this stream
+        crosses (units from the server's advertised grid); when the clip ends inside a unit, the next frame
+        rides on the last append (the commit closes that unit); frames beyond are not sent.
+
+        `realtime` sends each append when the audio it carries has happened: at stream start + the media
+        offset where it ends (deadline schedule, see `DeadlinePacer`). `as-fast-as-possible` does not wait
+        (the run's clock is then invalid). The stream's start (the call, once the audio is converted) is
+        the origin of the session's stream TTFT/TTFP.
+        Each append waits until the previous one is on the wire, so a server that stops reading stalls the
+        stream rather than the client's memory.
+
+        Stopping early, by `timeout_s` (the report then says `timed_out`) or by cancelling the task, takes
+        effect between appends: every append already queued reaches the wire whole and in order, before
+        anything queued later; none after it is queued. The media clock (`audio_end_ms`) and the frames
+        sent then cover exactly the queued appends, and the client stays usable (commit, padding, close).
+        """
+        rate = self._input_rate()
+        audio = np.asarray(samples, dtype=np.float32)
+        pcm = await asyncio.to_thread(_pcm16_at, audio, sample_rate_hz, rate)
+        slices = chunk_samples(len(pcm) // 2, rate, chunk_ms)
+        grid = self._capabilities.grid
+        pending_frames = list(frames or [])
+        start_ms = self.audio_end_ms
+        report = StreamReport(pace, chunk_ms, len(slices), start_ms, start_ms)
+        self.streams.append(report)
+        started = time.monotonic()
+        self.collector.stream_started(started)
+        pacer = DeadlinePacer(started) if pace == "realtime" else None
+        self._pacing = None if pacer is None else (pacer, start_ms)
+        try:
+            async with asyncio.timeout(timeout_s):
+                for index, (lo, hi) in enumerate(slices):
+                    slot = None
+                    if pacer is not None:
+                        slot = pacer.slot(
+                            samples_to_ms(hi, rate), samples_to_ms(hi - lo, rate), time.monotonic()
+                        )
+                        if slot.wait_s > 0:
+                            await asyncio.sleep(slot.wait_s)
+                    prev_ms, end_ms = self._advance(hi - lo)
+                    riding = len(grid.units_closed_between(prev_ms, end_ms))
+                    if index == len(slices) - 1 and grid.residual_ms(end_ms) > 0:
+                        riding += 1
+                    ride, pending_frames = pending_frames[:riding], pending_frames[riding:]
+                    written = self._queue_append(pcm[2 * lo : 2 * hi], end_ms, ride)
+                    report.appends_queued += 1
+                    report.frames_sent += len(ride)
+                    report.audio_end_ms = end_ms
+                    sent_at = await asyncio.shield(written)
+                    report.appends_written += 1
+                    if pacer is not None and slot is not None:
+                        pacer.sent(slot, sent_at)
+        except TimeoutError:
+            report.timed_out = True
+        finally:
+            report.frames_dropped = len(pending_frames)
+            report.pacing = pacer.report() if pacer is not None else None
+        return report
+
+    async def pad_silence(self, append_ms: int | None = None) -> None:
+        """Append silence in real time until cancelled, in appends of `append_ms` (default: the last
+        stream's chunk, else the server's unit), the same append shape as `stream`.
+
+        Padding continues a realtime stream's deadline schedule (so the media clock keeps tracking the
+        wall clock), or starts its own now. Cancellation takes effect between appends, as in `stream`.
+        Raises `ConnectionLost` when the connection is gone.
+        """
+        rate = self._input_rate()
+        default_ms = self.streams[-1].chunk_ms if self.streams else self._capabilities.chunk_period_ms
+        samples = ms_to_samples(append_ms or default_ms, rate)
+        duration_ms = samples_to_ms(samples, rate)
+        if self._pacing is None:
+            self._pacing = (DeadlinePacer(time.monotonic()), self.audio_end_ms)
+        pacer, origin_ms = self._pacing
+        while True:
+            slot = pacer.slot(self.audio_end_ms + duration_ms - origin_ms, duration_ms, time.monotonic())
+            if slot.wait_s > 0:
+                await asyncio.sleep(slot.wait_s)
+            _, end_ms = self._advance(samples)
+            written = self._queue_append(bytes(2 * samples), end_ms)
+            self.padded_ms += duration_ms
+            pacer.sent(slot, await asyncio.shield(written))
+
+    async def ack_playback(self, *, timeout_s: float | None = None) -> None:
+        """Send a final `playback.ack` for every response whose received audio has not been acked yet, and
+        wait (at most `timeout_s`) until they are on the wire."""
+        for future in self._queue_acks():
+            await self._written(future, timeout_s)
+
+    # --- waiting --------------------------------------------------------------------------------------
+
+    async def drain(self, *, settle_s: float = 2.0, timeout_s: float = 60.0) -> DrainResult:
+        """Wait until the replies to the last commit have settled (see `DrainTracker`), at most `timeout_s`.
+
+        Returns early on a session-failing `error` event or a lost connection. Listens are not activity.
+        """
+        tracker = self._drain
+        if tracker is None:
+            raise RuntimeError("drain() follows a commit(): there is nothing to settle yet")
+        started = time.monotonic()
+        deadline = started + timeout_s
+        while True:
+            now = time.monotonic()
+            status = tracker.poll(now, settle_s)
+            outcome: Literal["settled", "timeout", "error", "connection_closed"] | None = None
+            if status.settled:
+                outcome = "settled"
+            elif status.failure is not None:
+                outcome = "error"
+            elif self._lost is not None:
+                outcome = "connection_closed"
+            elif now >= deadline:
+                outcome = "timeout"
+            if outcome is not None:
+                return DrainResult(outcome, now - started, tracker.listens, status.failure)
+            wake = deadline if status.wake_at is None else min(deadline, status.wake_at)
+            await self._next_event(wake - now)
+
+    async def close(self, timeout_s: float = 5.0, *, reason: str | None = None) -> CloseResult:
+        """Send `session.close` and wait at most `timeout_s` for `session.closed`, then close the socket
+        (its handshake bounded by `SOCKET_CLOSE_GRACE_S`). Never raises for a server that does not answer:
+        the result says whether the close was clean."""
+        started = time.monotonic()
+        if self._acker is not None:
+            self._acker.cancel()  # no acks after the close request
+        closed: ReceivedEvent | None = None
+        outcome: Literal["closed", "timeout", "connection_closed"] = "closed"
+        try:
+            async with asyncio.timeout(timeout_s):
+                await self.send(ce.SessionClose(reason=reason))
+                closed = await self._wait_for(
+                    lambda: next((e for e in self.events if e.type == "session.closed"), None)
+                )
+        except TimeoutError:
+            outcome = "timeout"
+        except ConnectionLost:
+            closed = next((e for e in self.events if e.type == "session.closed"), None)
+            outcome = "closed" if closed is not None else "connection_closed"
+        await self._close_socket()
+        return CloseResult(
+            clean=closed is not None,
+            reason=None if closed is None else as_str(closed.data.get("reason")),
+            outcome=outcome,
+            elapsed_s=time.monotonic() - started,
+        )
+
+    # --- internals ------------------------------------------------------------------------------------
+
+    async def _close_socket(self) -> None:
+        """The WebSocket closing handshake, bounded: if the peer stopped reading, the transport is aborted."""
+        if self._ws is None:
+            return
+        try:
+            await asyncio.wait_for(self._ws.close(), SOCKET_CLOSE_GRACE_S)
+        except TimeoutError:
+            self._ws.transport.abort()
+
+    def _input_rate(self) -> int:
+        if self._clock is None:
+            self._clock = MediaClock(self._capabilities.input_sample_rate_hz)
+        rate = self._clock.rate
+        assert rate is not None
+        return rate
+
+    def _advance(self, samples: int) -> tuple[float, float]:
+        """Advance the media clock by `samples`; return its reading before and after.
+
+        Callers queue the matching append right after, with no await in between, so the clock always
+        covers exactly the queued appends.
+        """
+        self._input_rate()
+        assert self._clock is not None
+        before = self._clock.audio_end_ms
+        return before, self._clock.advance_samples(samples)
+
+    def _queue_append(self, pcm: bytes, end_ms: float, frames: Sequence[bytes] = ()) -> asyncio.Future[float]:
+        """Queue one append of PCM16 `pcm` ending at media time `end_ms` (see `_advance`)."""
+        rate = self._input_rate()
+        samples = len(pcm) // 2
+        # Built by hand: the typed model decodes the audio on validation, work this hot path does not need.
+        payload: dict[str, Any] = {
+            "type": "input_audio_buffer.append",
+            "audio": base64.b64encode(pcm).decode("ascii"),
+            "sample_rate_hz": rate,
+            "duration_ms": samples_to_ms(samples, rate),
+            "audio_end_ms": end_ms,
+        }
+        if frames:
+            payload["video_frames"] = [base64.b64encode(frame).decode("ascii") for frame in frames]
+        return self._enqueue(json.dumps(payload), audio_end_ms=end_ms)
+
+    def _enqueue(
+        self, text: str, *, audio_end_ms: float | None = None, commit: bool = False
+    ) -> asyncio.Future[float]:
+        if self._lost is not None:
+            raise self._lost
+        future: asyncio.Future[float] = asyncio.get_running_loop().create_future()
+        future.add_done_callback(_retrieve)
+        self._outbox.put_nowait(_Outgoing(text, future, audio_end_ms, commit))
+        return future
+
+    async def _written(self, future: asyncio.Future[float], timeout_s: float | None = None) -> float:
+        """Wait for a queued event's wire time; giving up (timeout, cancel) leaves it queued."""
+        async with asyncio.timeout(timeout_s):
+            return await asyncio.shield(future)
+
+    async def _write_loop(self, ws: ClientConnection) -> None:
+        while True:
+            item = await self._outbox.get()
+            try:
+                await ws.send(item.text)
+            except ConnectionClosed as exc:
+                self._connection_closed(exc)
+                item.future.set_exception(self._lost or ConnectionLost(str(exc)))
+                while not self._outbox.empty():
+                    self._outbox.get_nowait().future.set_exception(ConnectionLost(str(exc)))
+                return
+            at = time.monotonic()
+            if item.audio_end_ms is not None:
+                self._sent_audio_end_ms = item.audio_end_ms
+            if item.is_commit:
+                self.collector.commit_sent(at)
+            item.future.set_result(at)
+
+    async def _read_loop(self, ws: ClientConnection) -> None:
+        try:
+            async for message in ws:
+                received_at = time.monotonic()
+                try:
+                    data = json.loads(message)
+                except ValueError:
+                    data = None
+                if not isinstance(data, dict):
+                    self.ignored_frames += 1
+                    continue
+                self._on_event(ReceivedEvent(data, received_at, self._sent_audio_end_ms))
+        except ConnectionClosed as exc:
+            self._connection_closed(exc)
+        else:
+            self._connection_closed(None)
+
+    def _on_event(self, event: ReceivedEvent) -> None:
+        self.events.append(event)
+        session = event.data.get("session")
+        if event.type in ("session.created", "session.updated") and isinstance(session, dict):
+            self._session = session
+            self._capabilities = ServerCapabilities.from_session(session)
+            self.collector.output_rate_hz = self._capabilities.output_sample_rate_hz
+        self.collector.observe(event)
+        if self._drain is not None:
+            self._drain.observe(event)
+        self._wake()
+
+    def _connection_closed(self, exc: ConnectionClosed | None) -> None:
+        if self._lost is None:
+            code = self._ws.close_code if self._ws is not None else None
+            self._lost = ConnectionLost(f"connection closed (code {code})" if exc is None else str(exc))
+        self._wake()
+
+    def _wake(self) -> None:
+        self._changed.set()
+        self._changed = asyncio.Event()
+
+    async def _next_event(self, timeout_s: float) -> None:
+        """Return when an event arrives or the connection closes, or after `timeout_s`."""
+        with contextlib.suppress(TimeoutError):
+            await asyncio.wait_for(self._changed.wait(), max(0.0, timeout_s))
+
+    async def _wait_for(self, find: Callable[[], T | None]) -> T:
+        """Wait (unbounded: callers bound it) until `find` returns something; `ConnectionLost` if the
+        connection closes first."""
+        while True:
+            found = find()
+            if found is not None:
+                return found
+            if self._lost is not None:
+                raise self._lost
+            await self._changed.wait()
+
+    async def _ack_loop(self) -> None:
+        while True:
+            await asyncio.sleep(self._ack_interval_s)
+            try:
+                self._queue_acks()
+            except ConnectionLost:
+                return
+
+    def _queue_acks(self) -> list[asyncio.Future[float]]:
+        futures = []
+        for response_id, item_id, played_ms in self.collector.playback_positions():
+            if played_ms > self._acked.get(response_id, 0.0):
+                self._acked[response_id] = played_ms
+                ack = ce.PlaybackAck(response_id=response_id, item_id=item_id, played_ms=played_ms)
+                futures.append(self._enqueue(ack.model_dump_json(exclude_none=True)))
+        return futures
+
+
+def _pcm16_at(samples: npt.NDArray[np.float32], rate: int, target_rate: int) -> bytes:
+    return encode_audio(samples if rate == target_rate else resample(samples, rate, target_rate), "pcm16")
+
+
+def _retrieve(future: asyncio.Future[float]) -> None:
+    """Mark a send's failure as seen: a caller that gave up waiting must not leave an unretrieved error."""
+    if not future.cancelled():
+        future.exception()
+
+
+def _error_text(data: dict[str, Any]) -> str:
+    return f"{as_str(dig(data, 'error', 'code')) or 'error'}: {as_str(dig(data, 'error', 'message')) or ''}"

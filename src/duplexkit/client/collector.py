@@ -1,0 +1,363 @@
+"""EventCollector: turns received events into per-response and per-session timing, sentences and audio.
+
+Clocks. Per response, TTFT (first non-empty text), TTFP (first audio) and RTF come from one of two sources,
+named on every response and never mixed:
+
+* `server_request_start_and_client_receive` when the server sent request-start metrics for the response
+  (`response_request_metrics{source: "server_monotonic_request_start"}` at the event's top level, at
+  `response.metadata.duplex_event` or at `metadata.vllm_omni`): TTFT, TTFP and TPOT are the server's values
+  (the first one seen of each); RTF is (server TTFP + client receive span of the audio) / audio duration.
+* `client_monotonic_receive` otherwise: measured on the client's monotonic clock from the commit's send
+  (the first response created after a commit) or else from the response's `response.created` receipt.
+  RTF is (last audio receipt - that anchor) / audio duration; TPOT is `None` (token boundaries are invisible
+  to a client).
+
+A value that was not observed is `None`, never 0. Per session, `stream_ttft_ms`, `stream_ttfp_ms` and
+`stream_rtf` are always on the client clock, from the stream's start (the media clock's origin).
+"""
+
+from __future__ import annotations
+
+import itertools
+from dataclasses import dataclass, field
+from typing import Any, Literal
+
+import numpy as np
+import numpy.typing as npt
+
+from duplexkit.client.events import (
+    ReceivedEvent,
+    as_ms,
+    as_positive_int,
+    as_str,
+    dig,
+    is_failure,
+    response_id_of,
+)
+from duplexkit.client.sentences import SentenceBuilder, TimedSentence
+from duplexkit.client.stats import Distribution
+from duplexkit.protocol.audio import AudioDecodeError, decode_base64_audio, resample
+from duplexkit.protocol.units import ms_to_samples, samples_to_ms
+
+MetricsSource = Literal["server_request_start_and_client_receive", "client_monotonic_receive"]
+SERVER_SOURCE: MetricsSource = "server_request_start_and_client_receive"
+CLIENT_SOURCE: MetricsSource = "client_monotonic_receive"
+
+WAV_RATE_HZ = 24_000
+"""Rate of the assembled output audio."""
+
+TEXT_DELTAS = frozenset(
+    {
+        "response.output_audio_transcript.delta",
+        "response.output_text.delta",
+        "response.audio_transcript.delta",  # OpenAI Realtime beta names
+        "response.text.delta",
+    }
+)
+AUDIO_DELTAS = frozenset({"response.output_audio.delta", "response.audio.delta"})
+_RESPONSE_EVENTS = TEXT_DELTAS | AUDIO_DELTAS | {"response.created", "response.done"}
+
+_METRICS_PLACES = (
+    ("response_request_metrics",),
+    ("response", "metadata", "duplex_event", "response_request_metrics"),
+    ("metadata", "vllm_omni", "response_request_metrics"),
+)
+_SERVER_METRICS_SOURCE = "server_monotonic_request_start"
+
+
+def server_request_metrics(data: dict[str, Any]) -> list[dict[str, Any]]:
+    """The request-start metrics objects an event carries, at any of the places servers put them."""
+    found = []
+    for path in _METRICS_PLACES:
+        metrics = dig(data, *path)
+        if isinstance(metrics, dict) and metrics.get("source") == _SERVER_METRICS_SOURCE:
+            found.append(metrics)
+    return found
+
+
+@dataclass(frozen=True, slots=True)
+class ResponseMetrics:
+    response_id: str
+    status: str | None
+    """`response.done`'s status, `None` while the response is still open."""
+    source: MetricsSource
+    ttft_ms: float | None
+    ttfp_ms: float | None
+    tpot_ms: float | None
+    rtf: float | None
+    audio_ms: float
+    audio_chunks: int
+    inter_chunk_gap_ms: Distribution | None
+    text: str
+
+    def to_json(self) -> dict[str, Any]:
+        return {
+            "response_id": self.response_id,
+            "status": self.status,
+            "source": self.source,
+            "ttft_ms": _round(self.ttft_ms),
+            "ttfp_ms": _round(self.ttfp_ms),
+            "tpot_ms": _round(self.tpot_ms),
+            "rtf": _round(self.rtf, 4),
+            "audio_ms": _round(self.audio_ms),
+            "audio_chunks": self.audio_chunks,
+            "inter_chunk_gap_ms": self.inter_chunk_gap_ms.to_json() if self.inter_chunk_gap_ms else None,
+            "text": self.text,
+        }
+
+
+@dataclass(frozen=True, slots=True)
+class SessionMetrics:
+    """Session-level timing, on the client's monotonic clock from the stream's start."""
+
+    stream_ttft_ms: float | None
+    stream_ttfp_ms: float | None
+    stream_rtf: float | None
+    turns: int
+    """Responses the server created."""
+    source: MetricsSource = CLIENT_SOURCE
+
+    def to_json(self) -> dict[str, Any]:
+        return {
+            "stream_ttft_ms": _round(self.stream_ttft_ms),
+            "stream_ttfp_ms": _round(self.stream_ttfp_ms),
+            "stream_rtf": _round(self.stream_rtf, 4),
+            "turns": self.turns,
+            "source": self.source,
+        }
+
+
+@dataclass(slots=True)
+class _Response:
+    id: str
+    anchor: float
+    item_id: str | None = None
+    status: str | None = None
+    server: dict[str, float] = field(default_factory=dict)
+    server_seen: bool = False
+    first_text_at: float | None = None
+    audio_at: list[float] = field(default_factory=list)
+    audio_ms: float = 0.0
+    text: list[str] = field(default_factory=list)
+    text_kind: str | None = None
+
+    def metrics(self) -> ResponseMetrics:
+        first_audio = self.audio_at[0] if self.audio_at else None
+        last_audio = self.audio_at[-1] if self.audio_at else None
+        tpot_ms: float | None = None
+        if self.server_seen:
+            source = SERVER_SOURCE
+            ttft_ms, ttfp_ms = self.server.get("ttft_ms"), self.server.get("ttfp_ms")
+            tpot_ms = self.server.get("tpot_ms")
+            generation_ms = (
+                None
+                if ttfp_ms is None or first_audio is None or last_audio is None
+                else ttfp_ms + (last_audio - first_audio) * 1000.0
+            )
+        else:
+            source = CLIENT_SOURCE
+            ttft_ms = _since(self.anchor, self.first_text_at)
+            ttfp_ms = _since(self.anchor, first_audio)
+            generation_ms = _since(self.anchor, last_audio)
+        gaps = [(b - a) * 1000.0 for a, b in itertools.pairwise(self.audio_at)]
+        return ResponseMetrics(
+            response_id=self.id,
+            status=self.status,
+            source=source,
+            ttft_ms=ttft_ms,
+            ttfp_ms=ttfp_ms,
+            tpot_ms=tpot_ms,
+            rtf=None if generation_ms is None or self.audio_ms <= 0 else generation_ms / self.audio_ms,
+            audio_ms=self.audio_ms,
+            audio_chunks=len(self.audio_at),
+            inter_chunk_gap_ms=Distribution.of(gaps),
+            text="".join(self.text),
+        )
+
+
+class EventCollector:
+    """Feed it every received event (`observe`) and the client's own sends (`stream_started`,
+    `commit_sent`); read metrics, sentences and audio whenever you like.
+
+    Audio deltas are PCM16 (what the client configures) at their `sample_rate_hz`, else at
+    `output_rate_hz` (the server's advertised output rate).
+    """
+
+    def __init__(self, output_rate_hz: int = WAV_RATE_HZ) -> None:
+        self.output_rate_hz = output_rate_hz
+        self.stream_started_at: float | None = None
+        self.errors: list[dict[str, Any]] = []
+        self.undecodable_audio_chunks = 0
+        self._responses: dict[str, _Response] = {}
+        self._pending_commit_at: float | None = None
+        self._current: str | None = None
+        self._sentences = SentenceBuilder()
+        self._text_owner: str | None = None
+        self._audio: list[tuple[float, npt.NDArray[np.float32]]] = []
+
+    # --- inputs ---------------------------------------------------------------------------------------
+
+    def stream_started(self, at: float) -> None:
+        """The session's input stream started at `at` (client monotonic clock): media time 0 of its
+        realtime schedule. Later calls are ignored."""
+        if self.stream_started_at is None:
+            self.stream_started_at = at
+
+    def commit_sent(self, at: float) -> None:
+        """A commit reached the socket at `at`: the client-clock anchor of the next response created."""
+        self._pending_commit_at = at
+
+    def observe(self, event: ReceivedEvent) -> None:
+        data, kind = event.data, event.type
+        if kind == "error":
+            self.errors.append(data)
+            return
+        if kind not in _RESPONSE_EVENTS:
+            return
+        response = self._response_for(data, event.received_at)
+        for metrics in server_request_metrics(data):
+            response.server_seen = True
+            for name in ("ttft_ms", "ttfp_ms", "tpot_ms"):
+                value = as_ms(metrics.get(name))
+                if value is not None:
+                    response.server.setdefault(name, value)
+        response.item_id = response.item_id or as_str(data.get("item_id"))
+        if kind in TEXT_DELTAS:
+            self._text(response, data, event)
+        elif kind in AUDIO_DELTAS:
+            self._audio_delta(response, data, event)
+        elif kind == "response.done":
+            response.status = as_str(dig(data, "response", "status")) or "unknown"
+            if self._text_owner == response.id:
+                self._sentences.flush()
+                self._text_owner = None
+
+    # --- outputs --------------------------------------------------------------------------------------
+
+    def responses(self) -> list[ResponseMetrics]:
+        return [response.metrics() for response in self._responses.values()]
+
+    def session(self) -> SessionMetrics:
+        start = self.stream_started_at
+        records = list(self._responses.values())
+        first_text = min((r.first_text_at for r in records if r.first_text_at is not None), default=None)
+        first_audio = min((r.audio_at[0] for r in records if r.audio_at), default=None)
+        generation_ms = sum((r.audio_at[-1] - r.anchor) * 1000.0 for r in records if r.audio_at)
+        audio_ms = sum(r.audio_ms for r in records if r.audio_at)
+        return SessionMetrics(
+            stream_ttft_ms=None if start is None else _since(start, first_text),
+            stream_ttfp_ms=None if start is None else _since(start, first_audio),
+            stream_rtf=generation_ms / audio_ms if audio_ms > 0 else None,
+            turns=len(records),
+        )
+
+    def open_responses(self) -> list[str]:
+        """Responses seen and not yet done."""
+        return [r.id for r in self._responses.values() if r.status is None]
+
+    def playback_positions(self) -> list[tuple[str, str | None, float]]:
+        """`(response_id, item_id, ms of audio received)` for every response with audio."""
+        return [(r.id, r.item_id, r.audio_ms) for r in self._responses.values() if r.audio_at]
+
+    def failures(self) -> list[dict[str, Any]]:
+        """The `error` events that failed the session (benign codes excluded)."""
+        return [e for e in self.errors if is_failure(e)]
+
+    def sentences(self) -> list[TimedSentence]:
+        """Timed sentences so far, including the text still open (flushed without ending it)."""
+        return self._sentences.finished()
+
+    def output_audio(self) -> npt.NDArray[np.float32]:
+        """All response audio at 24 kHz on its playback timeline: a chunk starts when the media clock read
+        at its receipt, or when the audio before it ends if that is later; silence fills the gaps."""
+        cursor = 0
+        placed: list[tuple[int, npt.NDArray[np.float32]]] = []
+        for media_ms, samples in self._audio:
+            start = max(cursor, ms_to_samples(media_ms, WAV_RATE_HZ))
+            placed.append((start, samples))
+            cursor = start + len(samples)
+        out = np.zeros(cursor, dtype=np.float32)
+        for start, samples in placed:
+            out[start : start + len(samples)] = samples
+        return out
+
+    # --- internals ------------------------------------------------------------------------------------
+
+    def _response_for(self, data: dict[str, Any], received_at: float) -> _Response:
+        response_id = response_id_of(data) or self._current or "unidentified"
+        response = self._responses.get(response_id)
+        if response is None:
+            anchor = received_at if self._pending_commit_at is None else self._pending_commit_at
+            self._pending_commit_at = None
+            response = self._responses[response_id] = _Response(response_id, anchor)
+            self._current = response_id
+        return response
+
+    def _text(self, response: _Response, data: dict[str, Any], event: ReceivedEvent) -> None:
+        text = as_str(data.get("delta"))
+        response.text_kind = response.text_kind or event.type
+        if not text or response.text_kind != event.type:
+            return  # a server sending both text kinds for one response would double the text
+        response.text.append(text)
+        if response.first_text_at is None and text.strip():
+            response.first_text_at = event.received_at
+        if self._text_owner not in (None, response.id):
+            self._sentences.flush()
+        self._text_owner = response.id
+        self._sentences.add(text, event.media_ms)
+
+    def _audio_delta(self, response: _Response, data: dict[str, Any], event: ReceivedEvent) -> None:
+        b64 = as_str(data.get("delta"))
+        if not b64:
+            return
+        try:
+            samples = decode_base64_audio(b64, "pcm16")
+        except AudioDecodeError:
+            self.undecodable_audio_chunks += 1
+            return
+        if len(samples) == 0:
+            return
+        rate = as_positive_int(data.get("sample_rate_hz")) or self.output_rate_hz
+        response.audio_at.append(event.received_at)
+        response.audio_ms += samples_to_ms(len(samples), rate)
+        self._audio.append(
+            (event.media_ms, samples if rate == WAV_RATE_HZ else resample(samples, rate, WAV_RATE_HZ))
+        )
+
+
+def _since(anchor: float, at: float | None) -> float | None:
+    return None if at is None else (at - anchor) * 1000.0
+
+
+def _round(value: float | None, digits: int = 3) -> float | None:
+    return None if value is None else round(value, digits)
+
+
+def dump_events(events: list[ReceivedEvent], origin: float) -> list[dict[str, Any]]:
+    """Events as JSON-ready dicts: `t_ms` since `origin` (client monotonic clock), `media_ms` at receipt,
+    and the event with audio payloads replaced by their decoded byte counts (`<field>_bytes`)."""
+    return [
+        {
+            "t_ms": round((event.received_at - origin) * 1000.0, 3),
+            "media_ms": round(event.media_ms, 3),
+            "event": _without_audio(event.data),
+        }
+        for event in events
+    ]
+
+
+def _without_audio(data: dict[str, Any]) -> dict[str, Any]:
+    out = dict(data)
+    audio_fields = ["audio"] + (["delta"] if data.get("type") in AUDIO_DELTAS else [])
+    for name in audio_fields:
+        value = out.get(name)
+        if isinstance(value, str):
+            del out[name]
+            out[f"{name}_bytes"] = _base64_size(value)
+    return out
+
+
+def _base64_size(b64: str) -> int:
+    """Decoded size of padded base64 text, without decoding it."""
+    padding = len(b64) - len(b64.rstrip("="))
+    return max(0, len(b64) * 3 // 4 - min(padding, 2))

@@ -1,0 +1,73 @@
+"""Received server events and lenient readers for their fields.
+
+The client talks to servers other than ours, which send shapes we do not, so incoming frames stay plain
+dicts and every field is read defensively: a missing or mistyped field reads as `None`, never an exception.
+"""
+
+from __future__ import annotations
+
+import math
+from dataclasses import dataclass
+from typing import Any
+
+BENIGN_ERROR_CODES = frozenset({"playback_ack_too_late"})
+"""Error codes that report a harmless race (an ack after the response settled), not a failed session."""
+
+
+@dataclass(frozen=True, slots=True)
+class ReceivedEvent:
+    """One server event as the client received it.
+
+    `received_at` is the client's monotonic clock (`time.monotonic()`) at receipt; `media_ms` is the media
+    clock at receipt: the `audio_end_ms` of the last append the client had written to the socket.
+    """
+
+    data: dict[str, Any]
+    received_at: float
+    media_ms: float
+
+    @property
+    def type(self) -> str:
+        value = self.data.get("type")
+        return value if isinstance(value, str) else ""
+
+
+def dig(data: Any, *path: str) -> Any:
+    """`data[path[0]][path[1]]...`, or `None` as soon as a step is not a dict holding that key."""
+    for key in path:
+        if not isinstance(data, dict):
+            return None
+        data = data.get(key)
+    return data
+
+
+def as_str(value: Any) -> str | None:
+    return value if isinstance(value, str) else None
+
+
+def as_ms(value: Any) -> float | None:
+    """A finite, non-negative number (bool excluded) as float; anything else is `None`."""
+    if isinstance(value, bool) or not isinstance(value, int | float):
+        return None
+    number = float(value)
+    return number if math.isfinite(number) and number >= 0 else None
+
+
+def as_positive_int(value: Any) -> int | None:
+    if isinstance(value, bool) or not isinstance(value, int) or value <= 0:
+        return None
+    return value
+
+
+def response_id_of(data: dict[str, Any]) -> str | None:
+    """The response an event belongs to: its `response_id`, else `response.id`."""
+    return as_str(data.get("response_id")) or as_str(dig(data, "response", "id"))
+
+
+def error_code_of(data: dict[str, Any]) -> str | None:
+    return as_str(dig(data, "error", "code"))
+
+
+def is_failure(data: dict[str, Any]) -> bool:
+    """An `error` event that means the session failed (every code but the benign ones)."""
+    return data.get("type") == "error" and error_code_of(data) not in BENIGN_ERROR_CODES

@@ -1,0 +1,152 @@
+"""`duplexkit talk` and `duplexkit demo` end to end against the embedded server, and their exit codes."""
+
+from __future__ import annotations
+
+import argparse
+import json
+import socket
+import wave
+from pathlib import Path
+
+import numpy as np
+import pytest
+
+from duplexkit.client.wavfile import read_wav, write_wav
+from duplexkit.commands import demo, talk
+from duplexkit.demo_audio import DEMO_RATE_HZ, speech_like
+from tests.client.fakes import FakeServer, FakeSession
+
+FAST = ["--pace", "as-fast-as-possible", "--settle", "0.3", "--model-arg", "first_output_ms=50"]
+
+
+def cli(*argv: str) -> int:
+    parser = argparse.ArgumentParser(prog="duplexkit")
+    commands = parser.add_subparsers(dest="command", required=True)
+    talk.register(commands)
+    demo.register(commands)
+    args = parser.parse_args(argv)
+    code: int = args.handler(args)
+    return code
+
+
+@pytest.fixture
+def speech_wav(tmp_path: Path) -> Path:
+    path = tmp_path / "speech.wav"
+    write_wav(path, speech_like(), DEMO_RATE_HZ)
+    return path
+
+
+def test_talk_streams_a_file_into_the_embedded_server_and_writes_every_output(
+    speech_wav: Path, tmp_path: Path, capsys: pytest.CaptureFixture[str]
+) -> None:
+    out = tmp_path / "out"
+    assert cli("talk", "--input", str(speech_wav), "--out", str(out), *FAST) == 0
+
+    with wave.open(str(out / "output.wav"), "rb") as wav:
+        assert (wav.getframerate(), wav.getnchannels(), wav.getsampwidth()) == (24_000, 1, 2)
+    audio, _ = read_wav(out / "output.wav")
+    assert np.abs(audio).max() > 0.05  # the scripted reply's tone is there
+    assert len(audio) >= 24 * 1500  # 1.5 s of reply, placed after the 4 s clip on the playback timeline
+
+    sentences = json.loads((out / "transcript.json").read_text())
+    assert [s["sentence"] for s in sentences] == ["This is a scripted reply."]
+    assert sentences[0]["start"] >= 4.0 and sentences[0]["end"] >= sentences[0]["start"]
+
+    events = json.loads((out / "events.json").read_text())
+    deltas = [e["event"] for e in events if e["event"]["type"] == "response.output_audio.delta"]
+    assert deltas and all("delta" not in d and d["delta_bytes"] > 0 for d in deltas)
+    assert all({"t_ms", "media_ms", "event"} <= set(e) for e in events)
+
+    timing = json.loads((out / "timing.json").read_text())
+    assert timing["failure"] is None and timing["clock"] == "invalid"
+    assert timing["stream"]["completed"] and timing["commit"]["acknowledged"]
+    assert timing["drain"]["outcome"] == "settled" and timing["close"]["clean"]
+    [response] = timing["responses"]
+    assert response["source"] == "server_request_start_and_client_receive"
+    assert response["ttfp_ms"] >= 50.0
+    assert timing["session"]["turns"] >= 1
+
+    printed = capsys.readouterr().out
+    assert ": ok" in printed and "server_request_start_and_client_receive" in printed and str(out) in printed
+
+
+def test_demo_writes_its_clip_and_the_talk_outputs(tmp_path: Path) -> None:
+    out = tmp_path / "demo"
+    assert cli("demo", "--out", str(out), *FAST) == 0
+    assert {p.name for p in out.iterdir()} == {
+        "demo-input.wav",
+        "output.wav",
+        "transcript.json",
+        "events.json",
+        "timing.json",
+    }
+
+
+def test_the_demo_clip_is_deterministic_speech_then_silence() -> None:
+    clip = speech_like()
+    assert np.array_equal(clip, speech_like())
+    unit = DEMO_RATE_HZ  # 1000 ms units
+    rms = [float(np.sqrt(np.mean(np.square(clip[k * unit : (k + 1) * unit])))) for k in range(4)]
+    assert min(rms[:3]) >= 0.003 * 10  # every unit the voice covers passes the speech threshold
+    assert rms[3] == 0.0
+
+
+def test_an_unreadable_input_is_a_usage_error(tmp_path: Path) -> None:
+    bogus = tmp_path / "not.wav"
+    bogus.write_text("hello")
+    assert cli("talk", "--input", str(bogus), "--out", str(tmp_path / "o")) == 2
+    assert cli("talk", "--input", str(tmp_path / "missing.wav"), "--out", str(tmp_path / "o")) == 2
+
+
+def test_a_malformed_url_is_a_usage_error(speech_wav: Path, tmp_path: Path) -> None:
+    assert cli("talk", "--url", "ftp://x", "--input", str(speech_wav), "--out", str(tmp_path / "o")) == 2
+
+
+def test_an_unreachable_server_fails_the_session(speech_wav: Path, tmp_path: Path) -> None:
+    with socket.socket() as sock:
+        sock.bind(("127.0.0.1", 0))
+        port = sock.getsockname()[1]  # closed once the block ends: nothing listens there
+    url = f"ws://127.0.0.1:{port}"
+    assert cli("talk", "--url", url, "--input", str(speech_wav), "--out", str(tmp_path / "o")) == 1
+
+
+def _options(url: str, out: Path) -> talk.TalkOptions:
+    return talk.TalkOptions(url=url, out=out, pace="as-fast-as-possible", settle_s=0.2, close_timeout_s=0.3)
+
+
+async def test_a_close_that_stalls_after_the_replies_settled_is_a_warning_not_a_failure(
+    tmp_path: Path,
+) -> None:
+    async def handler(s: FakeSession) -> None:
+        await s.handshake({"chunk_period_ms": 1000})
+        await s.until("input_audio_buffer.commit")
+        await s.send("input_audio_buffer.committed", item_id="i", audio_end_ms=1000.0)
+        await s.send("response.listen", response={"status": "listening", "metadata": {"model_listen": True}})
+        while True:
+            await s.recv()  # never answers session.close
+
+    async with FakeServer(handler) as server:
+        result = await talk.talk(_options(server.url, tmp_path), np.zeros(16_000, np.float32), 16_000, None)
+    assert result.failure is None
+    assert result.drain is not None and result.drain.settled and result.drain.listens == 1
+    assert result.close is not None and not result.close.clean
+    assert result.warnings == ["close: no session.closed (timeout)"]
+
+
+async def test_a_server_error_fails_the_session(tmp_path: Path) -> None:
+    async def handler(s: FakeSession) -> None:
+        await s.handshake({"chunk_period_ms": 1000})
+
+        async def on_frame(frame: dict[str, object]) -> None:
+            if frame["type"] == "input_audio_buffer.commit":
+                await s.send(
+                    "error", error={"type": "server_error", "code": "model_step_failed", "message": "x"}
+                )
+
+        await s.serve_until_close(on_frame)
+
+    async with FakeServer(handler) as server:
+        result = await talk.talk(_options(server.url, tmp_path), np.zeros(16_000, np.float32), 16_000, None)
+    assert result.failure == "server error model_step_failed"
+    assert result.drain is not None and result.drain.error is not None
+    assert result.close is not None and result.close.clean
