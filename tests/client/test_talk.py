@@ -70,18 +70,6 @@ def test_talk_streams_a_file_into_the_embedded_server_and_writes_every_output(
     assert ": ok" in printed and "server_request_start_and_client_receive" in printed and str(out) in printed
 
 
-def test_demo_writes_its_clip_and_the_talk_outputs(tmp_path: Path) -> None:
-    out = tmp_path / "demo"
-    assert cli("demo", "--out", str(out), *FAST) == 0
-    assert {p.name for p in out.iterdir()} == {
-        "demo-input.wav",
-        "output.wav",
-        "transcript.json",
-        "events.json",
-        "timing.json",
-    }
-
-
 def test_the_demo_clip_is_deterministic_speech_then_silence() -> None:
     clip = speech_like()
     assert np.array_equal(clip, speech_like())

@@ -27,6 +27,13 @@ def register(commands: argparse._SubParsersAction[argparse.ArgumentParser]) -> N
     parser.add_argument(
         "--model", default=DEFAULT_MODEL, choices=MODEL_CHOICES, help="built-in model (default: %(default)s)"
     )
+    parser.add_argument(
+        "--pace",
+        choices=["realtime", "as-fast-as-possible"],
+        default="realtime",
+        help="as-fast-as-possible is quicker but its clock is invalid (scored anyway, and labelled so)",
+    )
+    parser.add_argument("--limit", type=int, default=None, help="run only this many samples")
     parser.set_defaults(handler=run)
 
 
@@ -34,6 +41,10 @@ def run(args: argparse.Namespace) -> int:
     from duplexkit.cli import build_parser
 
     argv = ["bench", "--dataset", "builtin", "--out", str(args.out), "--model", args.model]
-    argv += ["--concurrency", "6", "--score", "--report"]
+    argv += ["--concurrency", "6", "--pace", args.pace, "--score", "--report"]
+    if args.pace != "realtime":
+        argv.append("--allow-invalid-clock")
+    if args.limit is not None:
+        argv += ["--limit", str(args.limit)]
     print("duplexkit demo: duplexkit " + " ".join(argv))
     return bench.run_command(build_parser().parse_args(argv))
