@@ -43,20 +43,17 @@ def temporaries(root: Path) -> list[Path]:
 
 KILLED_WRITER = textwrap.dedent(
     """
-    import sys, time
+    import os, sys, time
     from pathlib import Path
-    from duplexkit.bench.artifacts import write_json_atomic
+    from duplexkit.bench import artifacts
 
-    class HalfWritten(dict):
-        # json.dump with indent iterates items() lazily: the first item is written (and flushed, being
-        # larger than the file buffer) before the second is asked for, and that never comes.
-        def items(self):
-            yield "head", "x" * 100_000
-            Path(sys.argv[2]).write_text("mid-write")
-            time.sleep(60)
-            yield "tail", 1
+    def stalled_fsync(fd):
+        # The new content is in the temp file but not yet renamed over the target: die here.
+        Path(sys.argv[2]).write_text("mid-write")
+        time.sleep(60)
 
-    write_json_atomic(Path(sys.argv[1]), HalfWritten(placeholder=True))
+    artifacts.os.fsync = stalled_fsync
+    artifacts.write_json_atomic(Path(sys.argv[1]), {"head": "x" * 100_000, "tail": 1})
     """
 )
 
@@ -84,8 +81,7 @@ def test_a_writer_killed_mid_write_leaves_the_old_file_whole_and_only_a_temp_fil
     )  # a reader still sees the whole old file
     [leftover] = temporaries(run_dir.root)
     assert leftover.parent == target.parent and leftover.name.startswith(f".{target.name}.")
-    partial = leftover.read_text(encoding="utf-8")
-    assert '"head"' in partial and '"tail"' not in partial
+    assert '"tail"' in leftover.read_text(encoding="utf-8")  # the new content never replaced the old
     assert run_dir.clean_temporaries() == 1
     assert temporaries(run_dir.root) == []
     assert json.loads(target.read_text(encoding="utf-8")) == SENTENCES
@@ -95,7 +91,7 @@ def test_a_failed_write_removes_its_temp_file_and_keeps_the_old_content(tmp_path
     target = tmp_path / "RTD_counting" / "clip.json"
     write_json_atomic(target, SENTENCES)
     with pytest.raises(ValueError):
-        write_json_atomic(target, [{"start": float("nan")}])  # allow_nan=False refuses it mid-encode
+        write_json_atomic(target, [{"start": float("nan")}])  # allow_nan=False refuses it before any write
     assert json.loads(target.read_text(encoding="utf-8")) == SENTENCES
     assert temporaries(tmp_path) == []
 

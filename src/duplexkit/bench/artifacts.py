@@ -18,23 +18,8 @@ from pathlib import Path
 from typing import Any
 
 
-def write_json_atomic(path: Path, payload: Any) -> None:
-    """Write `payload` as JSON to `path` via a temp file + fsync + rename in the same directory."""
-    path.parent.mkdir(parents=True, exist_ok=True)
-    fd, tmp = tempfile.mkstemp(prefix=f".{path.name}.", suffix=".tmp", dir=path.parent)
-    try:
-        with os.fdopen(fd, "w", encoding="utf-8") as f:
-            json.dump(payload, f, indent=2, ensure_ascii=False, allow_nan=False)
-            f.write("\n")
-            f.flush()
-            os.fsync(f.fileno())
-        os.replace(tmp, path)
-    except BaseException:
-        Path(tmp).unlink(missing_ok=True)
-        raise
-
-
 def write_bytes_atomic(path: Path, data: bytes) -> None:
+    """Write `data` to `path` via a temp file + fsync + rename in the same directory."""
     path.parent.mkdir(parents=True, exist_ok=True)
     fd, tmp = tempfile.mkstemp(prefix=f".{path.name}.", suffix=".tmp", dir=path.parent)
     try:
@@ -46,6 +31,12 @@ def write_bytes_atomic(path: Path, data: bytes) -> None:
     except BaseException:
         Path(tmp).unlink(missing_ok=True)
         raise
+
+
+def write_json_atomic(path: Path, payload: Any) -> None:
+    """`write_bytes_atomic` of `payload` as indented UTF-8 JSON (NaN/inf refused: they are not JSON)."""
+    text = json.dumps(payload, indent=2, ensure_ascii=False, allow_nan=False) + "\n"
+    write_bytes_atomic(path, text.encode("utf-8"))
 
 
 class RunDir:

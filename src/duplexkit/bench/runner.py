@@ -152,7 +152,7 @@ async def run_attempt(sample: Sample, media: PreparedMedia, config: RunConfig) -
             await client.commit(timeout_s=config.commit_timeout_s)
         except TimeoutError:
             outcome.commit_timeout = config.commit_timeout_s
-        drain = await _drain_while_padding(client, config)
+        drain = await client.drain_while_padding(settle_s=config.settle_s, timeout_s=config.drain_timeout_s)
         # Conservative: the whole clip went out within its bound, the commit within its bound, and the
         # server acknowledged it; a commit that lands after its bound still counts as not committed.
         acknowledged = any(e.type == "input_audio_buffer.committed" for e in client.events)
@@ -202,25 +202,6 @@ async def run_attempt(sample: Sample, media: PreparedMedia, config: RunConfig) -
         events = dump_events(client.events, client.connected_at) if config.keep_audio else []
         audio = collector.output_audio() if config.keep_audio else None
     return Attempt(outcome=outcome, sentences=sentences, meta=meta, events=events, audio=audio)
-
-
-async def _drain_while_padding(client: DuplexClient, config: RunConfig) -> Any:
-    """Pad silence while draining; a padding failure other than a closed transport is the sample's error."""
-    padding = asyncio.create_task(client.pad_silence(), name="padding")
-    drain = asyncio.create_task(client.drain(settle_s=config.settle_s, timeout_s=config.drain_timeout_s))
-    try:
-        await asyncio.wait({padding, drain}, return_when=asyncio.FIRST_COMPLETED)
-        if padding.done() and not padding.cancelled():
-            error = padding.exception()
-            if error is not None and not isinstance(error, ConnectionLost | ConnectionClosed | OSError):
-                raise error
-        return await drain
-    finally:
-        for task in (padding, drain):
-            task.cancel()
-        for task in (padding, drain):
-            with contextlib.suppress(asyncio.CancelledError, ConnectionLost, ConnectionClosed, OSError):
-                await task
 
 
 def _timeline(client: DuplexClient) -> list[dict[str, Any]]:

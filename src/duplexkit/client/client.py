@@ -354,6 +354,30 @@ class DuplexClient:
 
     # --- waiting --------------------------------------------------------------------------------------
 
+    async def drain_while_padding(self, *, settle_s: float = 2.0, timeout_s: float = 60.0) -> DrainResult:
+        """`drain()` while `pad_silence()` keeps the server stepping; the padding stops when the drain ends.
+
+        A padding failure other than a closed transport is raised (it is a bug to surface, not a drain
+        timeout to report); a closed transport ends the drain as `connection_closed`.
+        """
+        padding = asyncio.create_task(self.pad_silence(), name="duplex-padding")
+        draining = asyncio.create_task(
+            self.drain(settle_s=settle_s, timeout_s=timeout_s), name="duplex-drain"
+        )
+        try:
+            await asyncio.wait({padding, draining}, return_when=asyncio.FIRST_COMPLETED)
+            if padding.done() and not padding.cancelled():
+                error = padding.exception()
+                if error is not None and not isinstance(error, ConnectionLost | ConnectionClosed | OSError):
+                    raise error
+            return await draining
+        finally:
+            for task in (padding, draining):
+                task.cancel()
+            for task in (padding, draining):
+                with contextlib.suppress(asyncio.CancelledError, ConnectionLost, ConnectionClosed, OSError):
+                    await task
+
     async def drain(self, *, settle_s: float = 2.0, timeout_s: float = 60.0) -> DrainResult:
         """Wait until the replies to the last commit have settled (see `DrainTracker`), at most `timeout_s`.
 

@@ -276,16 +276,12 @@ async def _stream_commit_drain(
     except TimeoutError:
         result.commit_timeout = True  # still queued ahead of the padding; pad anyway
         result.fail("commit_timeout: the commit did not reach the wire in time")
-    padding = asyncio.create_task(client.pad_silence())
-    draining = asyncio.create_task(client.drain(settle_s=options.settle_s, timeout_s=options.drain_timeout_s))
-    await asyncio.wait([padding, draining], return_when=asyncio.FIRST_COMPLETED)
-    padding.cancel()
-    await asyncio.wait([padding])
-    if padding.cancelled() or isinstance(padding.exception(), ConnectionLost):
-        result.drain = await draining
-    else:  # a padding failure that is not a closed transport is the session's error, not a drain timeout
-        draining.cancel()
-        result.fail(f"padding failed: {padding.exception()!r}")
+    try:
+        result.drain = await client.drain_while_padding(
+            settle_s=options.settle_s, timeout_s=options.drain_timeout_s
+        )
+    except Exception as exc:  # a padding failure is the session's error, not a drain timeout
+        result.fail(f"padding failed: {exc!r}")
         return
     if result.drain.error is not None:
         result.fail(f"server error {error_code_of(result.drain.error) or '?'}")
