@@ -10,7 +10,9 @@ import math
 from dataclasses import dataclass
 from typing import Any
 
-BENIGN_ERROR_CODES = frozenset({"playback_ack_too_late"})
+from duplexkit.protocol.errors import BENIGN_CODES
+
+BENIGN_ERROR_CODES = frozenset(code.value for code in BENIGN_CODES)
 """Error codes that report a harmless race (an ack after the response settled), not a failed session."""
 
 
