@@ -257,7 +257,7 @@ def test_a_run_killed_mid_way_resumes_to_every_sample_published_exactly_once(tmp
     command = [
         sys.executable, "-m", "duplexkit", "bench",
         "--dataset", str(manifest), "--out", str(out),
-        "--pace", "as-fast-as-possible", "--concurrency", "2", "--settle", "0.3",
+        "--pace", "as-fast-as-possible", "--concurrency", "2", "--settle", "0.3", "--model", "scripted",
         *(arg for key, value in SCRIPTED_ARGS.items() for arg in ("--model-arg", f"{key}={value}")),
     ]  # fmt: skip
     env = {**os.environ, "COLUMNS": "200"}

@@ -16,7 +16,16 @@ from duplexkit.commands import demo, talk
 from duplexkit.demo_audio import DEMO_RATE_HZ, speech_like
 from tests.client.fakes import FakeServer, FakeSession
 
-FAST = ["--pace", "as-fast-as-possible", "--settle", "0.3", "--model-arg", "first_output_ms=50"]
+FAST = [
+    "--pace",
+    "as-fast-as-possible",
+    "--settle",
+    "0.3",
+    "--model",
+    "scripted",
+    "--model-arg",
+    "first_output_ms=50",
+]
 
 
 def cli(*argv: str) -> int:

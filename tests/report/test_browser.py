@@ -58,7 +58,7 @@ async def _bench(run_dir: Path) -> None:
     process = await asyncio.create_subprocess_exec(
         sys.executable,
         *("-m", "duplexkit", "bench", "--dataset", "builtin", "--limit", "2", "--settle", "0.5"),
-        *("--pace", "as-fast-as-possible", "--out", str(run_dir)),
+        *("--pace", "as-fast-as-possible", "--model", "scripted", "--out", str(run_dir)),
         stdout=asyncio.subprocess.PIPE,
         stderr=asyncio.subprocess.PIPE,
     )

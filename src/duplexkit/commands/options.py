@@ -7,7 +7,7 @@ import sys
 
 from duplexkit.models import MODELS, ModelPlugin, load_model
 
-DEFAULT_MODEL = "scripted"
+DEFAULT_MODEL = "cascade"
 MODEL_CHOICES = sorted(MODELS)
 
 

@@ -3,9 +3,11 @@
 from collections.abc import Callable, Mapping
 
 from duplexkit.models.base import ModelCapabilities, ModelPlugin, ModelSession, SamplingParams
+from duplexkit.models.cascade import CascadeModel
 from duplexkit.models.scripted import ScriptedModel
 
 MODELS: dict[str, Callable[[Mapping[str, str]], ModelPlugin]] = {
+    "cascade": CascadeModel.from_args,
     "scripted": ScriptedModel.from_args,
 }
 """Built-in models by name; each factory takes the `--model-arg key=value` pairs."""

@@ -84,6 +84,9 @@ class ModelSession(ABC):
     def interrupt(self) -> None:  # noqa: B027 - optional hook, nothing to do by default
         """The reply in progress was cut off (barge-in, cancel): drop what remains of it."""
 
+    async def aclose(self) -> None:  # noqa: B027 - optional hook, nothing to do by default
+        """The session ended: give back shared resources (decoders, tasks). Called once, always."""
+
 
 class ModelPlugin(ABC):
     name: str

@@ -19,7 +19,7 @@ from starlette.websockets import WebSocket, WebSocketDisconnect
 
 from duplexkit.engine import EngineSession, Step, Unit
 from duplexkit.models import ModelSession
-from duplexkit.models.cascade.vad import SileroScorer, SpeechStarted, VadParams, VoiceActivityDetector
+from duplexkit.models.cascade import vad
 from duplexkit.protocol import client_events as ce
 from duplexkit.protocol import server_events as se
 from duplexkit.protocol.errors import ErrorCode, ProtocolError
@@ -61,7 +61,7 @@ class SessionRunner:
         self._units: asyncio.Queue[Unit] = asyncio.Queue()
         self._pending_input_bytes = 0
         self._epoch = engine.fence.epoch
-        self._vad: VoiceActivityDetector | None = None
+        self._vad: vad.VoiceActivityDetector | None = None
         self._vad_config: ce.ServerVadConfig | None = None
         self._done = asyncio.Event()
         self.close_reason: str | None = None
@@ -89,6 +89,10 @@ class SessionRunner:
             await asyncio.gather(tasks[3], return_exceptions=True)
             with contextlib.suppress(Exception):
                 await asyncio.wait_for(self.ws.close(1000), self.limits.close_timeout_s)
+            try:
+                await self.model.aclose()
+            except Exception:
+                log.exception("session %s: model cleanup failed", self.engine.session_id)
 
     async def shutdown(self, reason: str) -> None:
         """Close from the server side (e.g. SIGTERM): `session.closed{reason}` then the socket."""
@@ -178,9 +182,8 @@ class SessionRunner:
             unit = await self._units.get()
             self._pending_input_bytes -= unit.samples.nbytes
             started = self.clock()
-            if not self.engine.fence.admits(unit.fence):
-                self.engine.step_finished(unit, started)
-                continue
+            # A unit of an older epoch is still stepped (the model must hear all the input); the engine
+            # drops whatever it decides.
             if not unit.continuation:
                 await self._detect_speech(unit)
             self.engine.request_started(unit, started)
@@ -203,16 +206,16 @@ class SessionRunner:
             self._vad = self._vad_config = None
             return
         if self._vad is None or config != self._vad_config:
-            params = VadParams(
+            params = vad.VadParams(
                 threshold=min(max(config.threshold, 0.01), 0.99),
                 silence_duration_ms=config.silence_duration_ms,
                 prefix_padding_ms=config.prefix_padding_ms,
             )
-            self._vad = VoiceActivityDetector(await asyncio.to_thread(SileroScorer), params)
+            self._vad = vad.VoiceActivityDetector(await asyncio.to_thread(vad.SileroScorer), params)
             self._vad_config = config
         for change in await asyncio.to_thread(self._vad.feed, unit.samples, unit.start_ms):
             now = self.clock()
-            if isinstance(change, SpeechStarted):
+            if isinstance(change, vad.SpeechStarted):
                 self._apply(self.engine.speech_started(change.audio_start_ms, now))
             else:
                 self._apply(self.engine.speech_stopped(change.audio_end_ms, now))

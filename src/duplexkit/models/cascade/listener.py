@@ -1,0 +1,162 @@
+"""A session's ears: VAD finds the user's speech, the recognizer transcribes exactly that speech.
+
+Blocking (both models hold the GIL): the plugin calls `Listener.hear` in a worker thread, one call at a
+time per session. The recognizer gets the audio from `SpeechStarted.audio_start_ms` (prefix padding
+included, taken from a short history of recent audio) up to `ASR_TAIL_MS` past the latest voiced frame:
+the rest of a pause is held back, and fed only if the speech goes on. Decoding the silence window would
+cost CPU and let the recognizer hallucinate words into the noise floor. The transcript is read on
+`SpeechStopped` or at a commit. Once the speech in progress has paused for `preempt_ms`, each chunk also
+reports the transcript so far (final unless the user goes on: with `preempt_ms >= ASR_TAIL_MS` the
+recognizer has already heard all of the pause it will), so the plugin can prepare the reply before the
+silence window confirms the end of the turn.
+"""
+
+from __future__ import annotations
+
+import time
+from collections import deque
+from dataclasses import dataclass
+
+import numpy as np
+import numpy.typing as npt
+
+from duplexkit.models.cascade.asr import Recognizer
+from duplexkit.models.cascade.vad import SAMPLE_RATE_HZ, SpeechStarted, VoiceActivityDetector
+
+HISTORY_MS = 2000.0
+ASR_TAIL_MS = 200.0
+CATCH_UP_RATE = 1.5
+"""While speech goes on, each chunk feeds the recognizer at most this many times its own duration: the
+backlog a speech start brings (prefix padding, the VAD's confirmation) is decoded over a few chunks
+rather than in one ~100 ms call that would delay every other session."""
+
+
+@dataclass(frozen=True, slots=True)
+class Utterance:
+    """One stretch of user speech and its transcript, on the media clock."""
+
+    text: str
+    speech_start_ms: float
+    speech_end_ms: float
+    stopped_at_ms: float
+    """When the end of speech was established (the VAD's silence window, or a commit)."""
+    asr_final_ms: float
+    """Wall time spent finalising the transcript."""
+
+    @property
+    def duration_ms(self) -> float:
+        return self.speech_end_ms - self.speech_start_ms
+
+
+@dataclass(frozen=True, slots=True)
+class Heard:
+    """What one chunk of audio told the listener, in order, and the state at its end."""
+
+    events: tuple[SpeechStarted | Utterance, ...]
+    end_ms: float
+    speech_start_ms: float | None
+    """Start of the speech still in progress at `end_ms`, if any."""
+    voiced_until_ms: float | None = None
+    """End of the latest speech frame of that speech (its trailing silence does not count)."""
+    partial: str | None = None
+    """The transcript so far, when that speech has paused for at least `Listener.preempt_ms`."""
+
+
+class AudioHistory:
+    """The last `HISTORY_MS` of audio, addressable by media time."""
+
+    def __init__(self) -> None:
+        self._chunks: deque[tuple[float, npt.NDArray[np.float32]]] = deque()
+
+    def append(self, samples: npt.NDArray[np.float32], start_ms: float) -> None:
+        self._chunks.append((start_ms, samples))
+        horizon = start_ms + _duration_ms(samples) - HISTORY_MS
+        while self._chunks[0][0] + _duration_ms(self._chunks[0][1]) <= horizon:
+            self._chunks.popleft()
+
+    def between(self, start_ms: float, end_ms: float) -> npt.NDArray[np.float32]:
+        """The audio held in `[start_ms, end_ms)` (less if part of it is no longer, or not yet, held)."""
+        parts = []
+        for chunk_start, samples in self._chunks:
+            first = max(0, round((start_ms - chunk_start) * SAMPLE_RATE_HZ / 1000.0))
+            stop = min(len(samples), round((end_ms - chunk_start) * SAMPLE_RATE_HZ / 1000.0))
+            if first < stop:
+                parts.append(samples[first:stop])
+        return np.concatenate(parts) if parts else np.zeros(0, dtype=np.float32)
+
+    def clear(self) -> None:
+        self._chunks.clear()
+
+
+class Listener:
+    def __init__(
+        self, vad: VoiceActivityDetector, recognizer: Recognizer, *, preempt_ms: float = 0.0
+    ) -> None:
+        self.vad = vad
+        self.recognizer = recognizer
+        self.preempt_ms = preempt_ms
+        """Pause after which the transcript so far is reported (0: never)."""
+        self._history = AudioHistory()
+        self._speech_start_ms: float | None = None
+        self._fed_until_ms = 0.0
+
+    def hear(self, samples: npt.NDArray[np.float32], start_ms: float, *, final: bool = False) -> Heard:
+        """Take one chunk of 16 kHz input; `final` (a commit) ends the speech in progress after it."""
+        end_ms = start_ms + _duration_ms(samples)
+        self.recognizer.settle()
+        self._history.append(samples, start_ms)
+        transitions = self.vad.feed(samples, start_ms)
+        if final:
+            transitions += self.vad.flush()
+        events: list[SpeechStarted | Utterance] = []
+        for event in transitions:
+            if isinstance(event, SpeechStarted):
+                self._speech_start_ms = event.speech_start_ms
+                self.recognizer.begin()
+                self._fed_until_ms = event.audio_start_ms
+                events.append(event)
+                continue
+            self._feed_until(min(event.speech_end_ms + ASR_TAIL_MS, end_ms))
+            began = time.perf_counter()
+            text = self.recognizer.finish()
+            speech_start_ms = self._speech_start_ms if self._speech_start_ms is not None else 0.0
+            self._speech_start_ms = None
+            events.append(
+                Utterance(
+                    text=text,
+                    speech_start_ms=speech_start_ms,
+                    speech_end_ms=event.speech_end_ms,
+                    stopped_at_ms=min(event.audio_end_ms, end_ms),
+                    asr_final_ms=1000.0 * (time.perf_counter() - began),
+                )
+            )
+        voiced_until = self.vad.voiced_until_ms
+        caught_up = False
+        if voiced_until is not None and self.recognizer.active:
+            horizon = min(voiced_until + ASR_TAIL_MS, end_ms)
+            self._feed_until(min(horizon, self._fed_until_ms + CATCH_UP_RATE * (end_ms - start_ms)))
+            caught_up = self._fed_until_ms >= horizon
+        paused = caught_up and 0 < self.preempt_ms <= self.vad.trailing_silence_ms
+        return Heard(
+            events=tuple(events),
+            end_ms=end_ms,
+            speech_start_ms=self._speech_start_ms,
+            voiced_until_ms=voiced_until,
+            partial=self.recognizer.partial() if paused else None,
+        )
+
+    def _feed_until(self, until_ms: float) -> None:
+        if until_ms > self._fed_until_ms:
+            self.recognizer.feed(self._history.between(self._fed_until_ms, until_ms))
+            self._fed_until_ms = until_ms
+
+    def close(self) -> None:
+        """Give back the recognizer's decoder and forget the stream."""
+        self.recognizer.abort()
+        self.vad.reset()
+        self._history.clear()
+        self._speech_start_ms = None
+
+
+def _duration_ms(samples: npt.NDArray[np.float32]) -> float:
+    return 1000.0 * len(samples) / SAMPLE_RATE_HZ

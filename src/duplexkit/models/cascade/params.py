@@ -1,0 +1,185 @@
+"""The cascade's settings: process-wide ones from `--model-arg`, per-session ones also from `extra_body`."""
+
+from __future__ import annotations
+
+import math
+from collections.abc import Callable, Mapping
+from dataclasses import dataclass, fields, replace
+from pathlib import Path
+from typing import Any, Literal, get_args
+
+from duplexkit.models.cascade.asr import SearchSpec
+from duplexkit.models.cascade.tts import TtsKind
+from duplexkit.models.cascade.vad import VadParams
+
+ResponderKind = Literal["echo", "openai"]
+DEFAULT_PREEMPT_MS = 200.0
+
+
+@dataclass(frozen=True, slots=True)
+class SessionParams:
+    """Turn-taking and recognition settings a session may change through `extra_body`."""
+
+    vad_threshold: float = 0.5
+    vad_min_speech_ms: float = 96.0
+    vad_silence_duration_ms: float = 500.0
+    vad_prefix_padding_ms: float = 300.0
+    min_barge_in_ms: float = 600.0
+    asr_grammar: str | None = None
+    """A JSGF grammar replacing the open-vocabulary language model (deterministic recognition)."""
+    asr_keywords: tuple[str, ...] | None = None
+    """Key phrases to spot instead (a phrase may end with its own `/threshold/`)."""
+
+    @property
+    def vad(self) -> VadParams:
+        return VadParams(
+            threshold=self.vad_threshold,
+            min_speech_ms=self.vad_min_speech_ms,
+            silence_duration_ms=self.vad_silence_duration_ms,
+            prefix_padding_ms=self.vad_prefix_padding_ms,
+        )
+
+    @property
+    def search(self) -> SearchSpec | None:
+        if self.asr_grammar is not None:
+            return SearchSpec.grammar(self.asr_grammar)
+        if self.asr_keywords is not None:
+            return SearchSpec.keywords(list(self.asr_keywords))
+        return None
+
+    def updated(self, values: Mapping[str, Any], *, from_operator: bool = False) -> SessionParams:
+        """These settings with `values` applied; unknown keys are ignored (`extra_body` is shared with
+        other consumers). A bad value raises `ValueError` naming its key. Only the operator
+        (`from_operator`, i.e. `--model-arg`) may name a grammar file instead of inline JSGF."""
+        changes: dict[str, Any] = {}
+        for f in fields(self):
+            if f.name in values:
+                try:
+                    changes[f.name] = _coerce_session(f.name, values[f.name], from_operator)
+                except (TypeError, ValueError, OSError) as exc:
+                    raise ValueError(f"{f.name}: {exc}") from None
+        grammar, keywords = changes.get("asr_grammar"), changes.get("asr_keywords")
+        if grammar is not None and keywords is not None:
+            raise ValueError("asr_grammar, asr_keywords: give one or the other")
+        if grammar is not None:
+            changes["asr_keywords"] = None
+        elif keywords is not None:
+            changes["asr_grammar"] = None
+        return replace(self, **changes)
+
+
+@dataclass(frozen=True, slots=True)
+class CascadeConfig:
+    """Process-wide settings (`--model-arg key=value`)."""
+
+    chunk_period_ms: int = 100
+    lead_ms: float = 400.0
+    """Reply audio sent ahead of playback (> 0: with no lead nothing would ever be due)."""
+    responder: ResponderKind = "echo"
+    llm_url: str | None = None
+    llm_model: str | None = None
+    llm_api_key: str | None = None
+    tts: TtsKind = "auto"
+    voice: str | None = None
+    """A piper `.onnx` voice path, or an espeak-ng voice name."""
+    no_speech_reply: str = "Sorry, I did not catch that."
+    preempt_ms: float | None = None
+    """Start preparing the reply once the user has paused this long (before the silence window ends);
+    0 turns it off. Default: 200 for `echo`, off for `openai`, where each pause that does not end the
+    turn would cost a discarded request."""
+
+    @property
+    def effective_preempt_ms(self) -> float:
+        if self.preempt_ms is not None:
+            return self.preempt_ms
+        return DEFAULT_PREEMPT_MS if self.responder == "echo" else 0.0
+
+    @classmethod
+    def from_args(cls, args: Mapping[str, str]) -> tuple[CascadeConfig, SessionParams]:
+        """Split `--model-arg` pairs into process settings and per-session defaults; unknown keys and bad
+        values raise `ValueError` naming the key."""
+        own = {f.name for f in fields(cls)}
+        session_keys = {f.name for f in fields(SessionParams)}
+        unknown = sorted(set(args) - own - session_keys)
+        if unknown:
+            valid = ", ".join(sorted(own | session_keys))
+            raise ValueError(f"unknown cascade model argument(s) {', '.join(unknown)}; valid: {valid}")
+        changes: dict[str, Any] = {}
+        for name in own & set(args):
+            try:
+                changes[name] = _CONFIG_COERCERS[name](args[name])
+            except (TypeError, ValueError) as exc:
+                raise ValueError(f"{name}: {exc}") from None
+        config = replace(cls(), **changes)
+        if config.responder == "openai" and not (config.llm_url and config.llm_model):
+            raise ValueError("responder=openai needs llm_url=... and llm_model=...")
+        session = SessionParams().updated({k: args[k] for k in session_keys & set(args)}, from_operator=True)
+        return config, session
+
+
+def _coerce_session(name: str, raw: Any, from_operator: bool) -> Any:
+    if name == "asr_grammar":
+        if raw is None:
+            return None
+        if not isinstance(raw, str):
+            raise TypeError("must be a JSGF grammar string")
+        if from_operator and "#JSGF" not in raw:
+            raw = Path(raw).read_text(encoding="utf-8")
+        return SearchSpec.grammar(raw).source
+    if name == "asr_keywords":
+        if raw is None:
+            return None
+        if isinstance(raw, str):
+            raw = [p.strip() for p in raw.split(",") if p.strip()] if from_operator else [raw]
+        SearchSpec.keywords(raw)
+        return tuple(raw)
+    value = _non_negative(raw)
+    if name == "vad_threshold" and not 0.0 < value < 1.0:
+        raise ValueError("must be between 0 and 1 (exclusive)")
+    return value
+
+
+def _non_negative(raw: Any) -> float:
+    if isinstance(raw, bool):
+        raise TypeError("must be a number")
+    value = float(raw)
+    if not math.isfinite(value) or value < 0:
+        raise ValueError("must be a finite number >= 0")
+    return value
+
+
+def _positive(raw: str) -> float:
+    value = _non_negative(raw)
+    if value == 0:
+        raise ValueError("must be > 0")
+    return value
+
+
+def _choice(options: tuple[str, ...]) -> Callable[[str], str]:
+    def coerce(raw: str) -> str:
+        if raw not in options:
+            raise ValueError(f"must be one of {', '.join(options)}")
+        return raw
+
+    return coerce
+
+
+def _period(raw: str) -> int:
+    value = int(raw)
+    if not 20 <= value <= 1000:
+        raise ValueError("must be an integer between 20 and 1000")
+    return value
+
+
+_CONFIG_COERCERS: dict[str, Callable[[str], Any]] = {
+    "chunk_period_ms": _period,
+    "lead_ms": _positive,
+    "responder": _choice(get_args(ResponderKind)),
+    "llm_url": str,
+    "llm_model": str,
+    "llm_api_key": str,
+    "tts": _choice(get_args(TtsKind)),
+    "voice": str,
+    "no_speech_reply": str,
+    "preempt_ms": _non_negative,
+}

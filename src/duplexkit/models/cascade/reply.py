@@ -1,0 +1,227 @@
+"""One spoken reply: produced in the background piece by piece, released at the pace of playback.
+
+Production (a task on the event loop): responder deltas → `PhraseSplitter` pieces → synthesis in a worker
+thread → one `StreamingResampler` from the synthesizer's rate to the output rate (exact counts over the
+whole reply). Release: the plugin advances the reply's playback clock by each stepped unit and lets out
+the audio due by then plus `lead_ms`, so the engine's response stays open while the reply plays and a
+barge-in can still cut it. The clock never runs past the audio released (a starved client plays nothing).
+A piece's text rides on the segment that carries the start of its audio, which keeps the engine's
+audio/text marks truthful.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import itertools
+import time
+from collections.abc import AsyncGenerator, AsyncIterator
+from concurrent.futures import Executor
+from dataclasses import dataclass
+
+import numpy as np
+import numpy.typing as npt
+
+from duplexkit.engine import Speak
+from duplexkit.models.cascade.text import PhraseSplitter, word_tokens
+from duplexkit.models.cascade.tts import Synthesizer
+from duplexkit.protocol.audio import StreamingResampler
+
+
+@dataclass(slots=True)
+class _Piece:
+    text: str
+    start: int
+    """Output sample where its audio starts."""
+    end: int
+    itl_ms: tuple[float, ...]
+    sent: bool = False
+
+
+@dataclass(slots=True)
+class ReplyTiming:
+    """When the reply's production reached its milestones (monotonic seconds), for latency breakdowns."""
+
+    started_at: float
+    first_text_at: float | None = None
+    """When the responder's first text arrived."""
+    first_synthesis_ms: float | None = None
+    """How long the first piece took to synthesise."""
+
+
+class Reply:
+    """A reply in production; `release` hands out its segments, `played_text` says what was heard."""
+
+    def __init__(
+        self,
+        text: AsyncIterator[str],
+        synthesizer: Synthesizer,
+        output_rate_hz: int,
+        *,
+        lead_ms: float,
+        executor: Executor | None = None,
+    ) -> None:
+        """Start producing at once; synthesis runs on `executor` (the loop's default one if `None`)."""
+        self.timing = ReplyTiming(started_at=time.monotonic())
+        self._synthesizer = synthesizer
+        self._executor = executor
+        self._rate = output_rate_hz
+        self._lead_ms = lead_ms
+        self._resampler = StreamingResampler(synthesizer.sample_rate_hz, output_rate_hz)
+        self._pending: list[npt.NDArray[np.float32]] = []
+        self._produced = 0
+        self._released = 0
+        self._played_ms = 0.0
+        self._pieces: list[_Piece] = []
+        self._done = False
+        self._emitted = False
+        self._error: BaseException | None = None
+        self._progress = asyncio.Event()
+        self._task = asyncio.create_task(self._produce(text), name="cascade-reply")
+
+    @property
+    def emitted(self) -> bool:
+        """The last segment (`end_of_turn`) has been released."""
+        return self._emitted
+
+    @property
+    def released_ms(self) -> float:
+        return 1000.0 * self._released / self._rate
+
+    @property
+    def played_out(self) -> bool:
+        """Everything was released and has had the time to play."""
+        return self._emitted and self._played_ms >= self.released_ms
+
+    @property
+    def text(self) -> str:
+        return "".join(piece.text for piece in self._pieces)
+
+    async def wait_for_audio(self) -> None:
+        """Wait until some audio is ready or production has ended; re-raise a production failure."""
+        while self._produced == self._released and not self._done:
+            self._progress.clear()
+            await self._progress.wait()
+        self._raise_if_failed()
+
+    def advance(self, ms: float) -> None:
+        """`ms` of playback time passed (a stepped unit); nothing plays before the first release."""
+        self._played_ms = min(self._played_ms + ms, self.released_ms)
+
+    async def produced(self) -> None:
+        """Wait until production has ended (successfully or not)."""
+        while not self._done:
+            self._progress.clear()
+            await self._progress.wait()
+
+    def release(self) -> Speak | None:
+        """The segment due by the playback clock plus the lead, or `None` if there is nothing to send yet.
+        The last segment has `end_of_turn`. Re-raises a production failure."""
+        self._raise_if_failed()
+        if self._emitted:
+            return None
+        due = round((self._played_ms + self._lead_ms) * self._rate / 1000.0) - self._released
+        audio = self._take(max(0, min(due, self._produced - self._released)))
+        final = self._done and self._released == self._produced
+        pieces = [p for p in self._pieces if not p.sent and (final or p.start < self._released)]
+        if len(audio) == 0 and not pieces and not final:
+            return None
+        for piece in pieces:
+            piece.sent = True
+        self._emitted = final
+        return Speak(
+            tokens=tuple(itertools.chain.from_iterable(word_tokens(p.text) for p in pieces)),
+            audio=audio,
+            end_of_turn=final,
+            itl_ms=tuple(itertools.chain.from_iterable(p.itl_ms for p in pieces)),
+        )
+
+    def played_text(self, played_ms: float | None = None) -> str:
+        """The text spoken by the first `played_ms` (default: as far as the playback clock got): whole
+        pieces, then the share of the words of the piece being spoken (proportional to its audio played)."""
+        played = (self._played_ms if played_ms is None else played_ms) * self._rate / 1000.0
+        heard = []
+        for piece in self._pieces:
+            if piece.end <= played:
+                heard.append(piece.text)
+                continue
+            if piece.start < played:
+                words = word_tokens(piece.text)
+                share = (played - piece.start) / (piece.end - piece.start)
+                heard.append("".join(words[: int(len(words) * share)]))
+            break
+        return "".join(heard).strip()
+
+    def cancel(self) -> None:
+        """Stop producing (a synthesis already running in a thread finishes and is discarded)."""
+        self._task.cancel()
+
+    async def _produce(self, text: AsyncIterator[str]) -> None:
+        splitter = PhraseSplitter()
+        itls: list[float] = []
+        last_delta: float | None = None
+        try:
+            async for delta in text:
+                now = time.monotonic()
+                if last_delta is None:
+                    self.timing.first_text_at = now
+                else:
+                    itls.append(1000.0 * (now - last_delta))
+                last_delta = now
+                for piece in splitter.feed(delta):
+                    await self._speak(piece, tuple(itls))
+                    itls.clear()
+            for piece in splitter.flush():
+                await self._speak(piece, tuple(itls))
+                itls.clear()
+            self._append(self._resampler.flush())
+        except asyncio.CancelledError:
+            raise
+        except Exception as exc:
+            self._error = exc
+        finally:
+            self._done = True
+            self._progress.set()
+            if isinstance(text, AsyncGenerator):
+                await text.aclose()
+
+    async def _speak(self, text: str, itl_ms: tuple[float, ...]) -> None:
+        start = self._ideal_output(self._resampler.total_in)
+        audio = np.zeros(0, dtype=np.float32)
+        if text.strip():
+            began = time.monotonic()
+            loop = asyncio.get_running_loop()
+            audio = await loop.run_in_executor(self._executor, self._synthesizer.synthesize, text.strip())
+            if self.timing.first_synthesis_ms is None:
+                self.timing.first_synthesis_ms = 1000.0 * (time.monotonic() - began)
+        out = self._resampler.process(audio)
+        end = self._ideal_output(self._resampler.total_in)
+        self._pieces.append(_Piece(text=text, start=start, end=end, itl_ms=itl_ms))
+        self._append(out)
+
+    def _append(self, audio: npt.NDArray[np.float32]) -> None:
+        if len(audio):
+            self._pending.append(audio)
+            self._produced += len(audio)
+        self._progress.set()
+
+    def _take(self, count: int) -> npt.NDArray[np.float32]:
+        out: list[npt.NDArray[np.float32]] = []
+        need = count
+        while need:
+            head = self._pending[0]
+            if len(head) <= need:
+                out.append(self._pending.pop(0))
+                need -= len(head)
+            else:
+                out.append(head[:need])
+                self._pending[0] = head[need:]
+                need = 0
+        self._released += count
+        return np.concatenate(out) if out else np.zeros(0, dtype=np.float32)
+
+    def _ideal_output(self, input_samples: int) -> int:
+        return input_samples * self._rate // self._resampler.in_rate
+
+    def _raise_if_failed(self) -> None:
+        if self._error is not None:
+            raise self._error

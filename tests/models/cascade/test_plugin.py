@@ -1,0 +1,253 @@
+"""The cascade plugin driven unit by unit with real VAD, ASR and TTS on speech made by the project's TTS."""
+
+from __future__ import annotations
+
+import dataclasses
+from collections.abc import AsyncIterator, Sequence
+
+import numpy as np
+import numpy.typing as npt
+import pytest
+
+from duplexkit.engine import Decision, Interrupt, Listen, Speak, Unit
+from duplexkit.models.base import SamplingParams
+from duplexkit.models.cascade.asr import DecoderPool
+from duplexkit.models.cascade.drive import silence, speech_end_ms, units
+from duplexkit.models.cascade.plugin import CascadeModel, CascadeSession
+from duplexkit.models.cascade.responders import EchoResponder, Message
+from duplexkit.models.cascade.tts import PiperSynthesizer
+from duplexkit.protocol.audio import resample
+from tests.models.cascade.conftest import GRAMMAR, Speech, Stepper
+
+PERIOD = 100
+QUESTION = "Turn on the kitchen lights."
+LEAD_IN_MS = 400.0
+
+pytestmark = pytest.mark.usefixtures("vad_available")
+
+
+class FailingOnce:
+    """Piper, except that the first call raises."""
+
+    name = "failing"
+
+    def __init__(self, inner: PiperSynthesizer) -> None:
+        self.inner = inner
+        self.sample_rate_hz = inner.sample_rate_hz
+        self.failed = False
+
+    def synthesize(self, text: str) -> npt.NDArray[np.float32]:
+        if not self.failed:
+            self.failed = True
+            raise RuntimeError("voice model crashed")
+        return self.inner.synthesize(text)
+
+
+def session_of(model: CascadeModel, **extra_body: object) -> CascadeSession:
+    """A session of `model`, in grammar mode unless `extra_body` says otherwise."""
+    session = model.new_session()
+    session.configure(model.default_sampling, {"asr_grammar": GRAMMAR, **extra_body})
+    return session
+
+
+def speaks(log: list[tuple[Unit, Decision]]) -> list[tuple[Unit, Speak]]:
+    return [(u, d) for u, d in log if isinstance(d, Speak)]
+
+
+async def step_all(session: CascadeSession, audio: npt.NDArray[np.float32]) -> list[tuple[Unit, Decision]]:
+    return await Stepper(session).run(units(audio, PERIOD))
+
+
+async def test_a_spoken_command_is_transcribed_and_answered_in_speech(
+    piper: PiperSynthesizer, echo: CascadeModel, speech: Speech
+) -> None:
+    session = session_of(echo)
+    audio = speech.clip(LEAD_IN_MS, QUESTION, 4000.0)
+    log = await step_all(session, audio)
+
+    assert [u.index for u, _ in log] == list(range(len(list(units(audio, PERIOD)))))  # one decision each
+    assert session.last_turn is not None and session.last_turn.utterance.text == "turn on the kitchen lights"
+    assert session.last_turn.prepared  # synthesis started during the silence window
+    segments = speaks(log)
+    assert "".join(s.text for _, s in segments) == "You said: turn on the kitchen lights."
+    assert [s.end_of_turn for _, s in segments] == [False] * (len(segments) - 1) + [True]
+    pieces = [piper.synthesize(p) for p in ("You said:", "turn on the kitchen lights.")]
+    expected = resample(np.concatenate(pieces), piper.sample_rate_hz, 24_000)
+    assert sum(len(s.audio) for _, s in segments) == len(expected)  # all of it, at 24 kHz, exact count
+    assert all(isinstance(d, Listen) for u, d in log if u.end_ms <= segments[0][0].start_ms)
+    assert all(isinstance(d, Listen) for u, d in log if u.index > segments[-1][0].index)  # incl. playing tail
+    end_of_speech = LEAD_IN_MS + speech_end_ms(speech(QUESTION))
+    assert segments[0][0].end_ms - end_of_speech <= 700.0  # the 500 ms silence window and one unit
+    assert session.history == [
+        Message("user", "turn on the kitchen lights"),
+        Message("assistant", "You said: turn on the kitchen lights."),
+    ]
+
+
+class CountingEcho(EchoResponder):
+    def __init__(self) -> None:
+        self.heard: list[str] = []
+
+    def reply(self, history: Sequence[Message], sampling: SamplingParams) -> AsyncIterator[str]:
+        self.heard.append(history[-1].content)
+        return super().reply(history, sampling)
+
+
+async def test_a_pause_that_does_not_end_the_turn_discards_the_reply_prepared_during_it(
+    piper: PiperSynthesizer, pool: DecoderPool, speech: Speech
+) -> None:
+    responder = CountingEcho()
+    model = CascadeModel(synthesizer=piper, responder=responder, pool=pool)
+    session = model.new_session()  # open vocabulary: a grammar has no partial transcript mid-sentence
+    pause = speech.clip(LEAD_IN_MS, "Turn on.", 200.0, "The kitchen lights.", 3000.0)  # ~300 ms unvoiced
+    log = await step_all(session, pause)
+    first, final = responder.heard  # one prepared during the pause and discarded, one adopted
+    assert session.last_turn is not None and session.last_turn.prepared
+    assert session.last_turn.utterance.text == final != first
+    assert "".join(s.text for _, s in speaks(log)) == f"You said: {final}."
+
+
+async def test_keyword_spotting_and_open_vocabulary_hear_the_words(
+    echo: CascadeModel, speech: Speech
+) -> None:
+    audio = speech.clip(LEAD_IN_MS, QUESTION, 1000.0)
+    spotter = session_of(echo, asr_grammar=None, asr_keywords=["kitchen lights"])
+    await step_all(spotter, audio)
+    assert spotter.last_turn is not None and spotter.last_turn.utterance.text == "kitchen lights"
+    open_vocabulary = session_of(echo, asr_grammar=None)
+    await step_all(open_vocabulary, audio)
+    assert open_vocabulary.last_turn is not None
+    assert "kitchen" in open_vocabulary.last_turn.utterance.text  # open vocabulary is approximate
+
+
+async def test_nothing_recognised_gets_the_fixed_prompt(echo: CascadeModel, speech: Speech) -> None:
+    session = session_of(echo, asr_grammar=None, asr_keywords=["weather forecast /1e-40/"])
+    log = await step_all(session, speech.clip(LEAD_IN_MS, QUESTION, 4000.0))
+    assert "".join(s.text for _, s in speaks(log)) == "Sorry, I did not catch that."
+    assert session.history == []  # nothing was said to answer
+
+
+async def test_long_speech_over_the_reply_barges_in_and_becomes_the_next_turn(
+    echo: CascadeModel, speech: Speech
+) -> None:
+    session = session_of(echo)
+    barge = "Turn off the bedroom lights."
+    audio = speech.clip(LEAD_IN_MS, QUESTION, 1000.0, barge, 4000.0)
+    barge_at = LEAD_IN_MS + len(speech(QUESTION)) / 16 + 1000.0
+    log = await step_all(session, audio)
+
+    interrupts = [u for u, d in log if isinstance(d, Interrupt)]
+    assert len(interrupts) == 1
+    assert 600.0 <= interrupts[0].end_ms - barge_at <= 1000.0
+    first_reply = [s for u, s in speaks(log) if u.end_ms < interrupts[0].end_ms]
+    assert first_reply and not first_reply[-1].end_of_turn  # cut before its end
+    second_reply = [s for u, s in speaks(log) if u.end_ms > interrupts[0].end_ms]
+    assert "".join(s.text for s in second_reply) == "You said: turn off the bedroom lights."
+    user1, cut, user2, answer = session.history
+    assert (user1, user2) == (
+        Message("user", "turn on the kitchen lights"),
+        Message("user", "turn off the bedroom lights"),
+    )
+    assert cut.role == "assistant" and "You said: turn on the kitchen lights.".startswith(cut.content)
+    assert cut.content != "You said: turn on the kitchen lights."  # only what was played
+    assert answer == Message("assistant", "You said: turn off the bedroom lights.")
+
+
+async def test_a_short_backchannel_over_the_reply_does_not_interrupt_it(
+    echo: CascadeModel, speech: Speech
+) -> None:
+    session = session_of(echo)
+    log = await step_all(session, speech.clip(LEAD_IN_MS, QUESTION, 1000.0, "Okay.", 4000.0))
+    assert not any(isinstance(d, Interrupt) for _, d in log)
+    segments = speaks(log)
+    assert "".join(s.text for _, s in segments) == "You said: turn on the kitchen lights."
+    assert segments[-1][1].end_of_turn
+    assert [m.role for m in session.history] == ["user", "assistant"]
+
+
+async def test_a_commit_ends_the_turn_without_waiting_for_the_silence_window(
+    echo: CascadeModel, speech: Speech
+) -> None:
+    session = session_of(echo)
+    audio = speech.clip(LEAD_IN_MS, QUESTION, 150.0)
+    *head, last = units(audio, PERIOD)
+    stepper = Stepper(session)
+    assert not speaks(await stepper.run(head))
+    log = await stepper.run([dataclasses.replace(last, final=True)])
+    assert speaks(log) and speaks(log)[0][1].text == "You said: "
+
+
+async def test_silence_continuation_units_keep_the_reply_playing_to_its_end(
+    echo: CascadeModel, speech: Speech
+) -> None:
+    session = session_of(echo)
+    stepper = Stepper(session)
+    log = await stepper.run(units(speech.clip(LEAD_IN_MS, QUESTION, 700.0), PERIOD))
+    assert speaks(log)
+    end = log[-1][0].end_ms
+    paused = [
+        Unit(
+            index=1000 + k,
+            fence=log[-1][0].fence,
+            samples=silence(PERIOD),
+            sample_rate_hz=16_000,
+            start_ms=end,
+            end_ms=end,
+            continuation=True,
+        )
+        for k in range(40)
+    ]
+    more = await stepper.run(paused)
+    assert speaks(more)[-1][1].end_of_turn
+    assert isinstance(more[-1][1], Listen)  # listening again once the reply has played
+
+
+async def test_the_engine_interrupting_keeps_only_what_was_played(echo: CascadeModel, speech: Speech) -> None:
+    session = session_of(echo)
+    stepper = Stepper(session)
+    await stepper.run(units(speech.clip(LEAD_IN_MS, QUESTION, 1500.0), PERIOD))
+    session.interrupt()
+    assert session.history[-1].role == "assistant"
+    assert session.history[-1].content.startswith("You said: turn")
+    assert session.history[-1].content != "You said: turn on the kitchen lights."
+    log = await stepper.run(units(speech.clip(500.0), PERIOD, start_ms=10_000.0))
+    assert all(isinstance(d, Listen) for _, d in log)
+
+
+async def test_a_synthesis_failure_is_raised_from_step_and_the_session_goes_on(
+    piper: PiperSynthesizer, pool: DecoderPool, speech: Speech
+) -> None:
+    model = CascadeModel(synthesizer=FailingOnce(piper), responder=EchoResponder(), pool=pool)
+    session = model.new_session()
+    session.configure(model.default_sampling, {"asr_grammar": GRAMMAR})
+    audio = speech.clip(LEAD_IN_MS, QUESTION, 1000.0)
+    with pytest.raises(RuntimeError, match="voice model crashed"):
+        await step_all(session, audio)
+    log = await step_all(session, speech.clip(LEAD_IN_MS, QUESTION, 3000.0))
+    assert "".join(s.text for _, s in speaks(log)) == "You said: turn on the kitchen lights."
+
+
+def test_configure_rejects_a_grammar_pocketsphinx_cannot_use_and_keeps_the_previous_settings(
+    echo: CascadeModel,
+) -> None:
+    session = session_of(echo)
+    before = session.params
+    with pytest.raises(ValueError, match="asr_grammar"):
+        session.configure(
+            session.sampling, {"asr_grammar": "#JSGF V1.0; grammar g; public <g> = zorblaxian;"}
+        )
+    with pytest.raises(ValueError, match="vad_threshold"):
+        session.configure(session.sampling, {"vad_threshold": 2})
+    assert session.params == before
+
+
+def test_from_args_loads_the_components_and_advertises_100_ms_units(vad_available: None) -> None:
+    pytest.importorskip("piper", reason="needs 'piper-tts'")
+    model = CascadeModel.from_args({"asr_keywords": "kitchen lights", "lead_ms": "300"})
+    assert model.capabilities.chunk_period_ms == 100 and model.config.lead_ms == 300
+    assert model.synthesizer.name == "piper" and model.responder.name == "echo"
+    assert model.new_session().params.asr_keywords == ("kitchen lights",)
+    remote = CascadeModel.from_args(
+        {"responder": "openai", "llm_url": "http://127.0.0.1:9/v1", "llm_model": "m"}
+    )
+    assert remote.responder.name == "openai"

@@ -1,0 +1,97 @@
+"""Responders: echo, and a streamed chat completion from an OpenAI-compatible endpoint."""
+
+from __future__ import annotations
+
+import json
+
+import httpx
+import pytest
+from openai import APIStatusError, AsyncOpenAI
+
+from duplexkit.models.base import SamplingParams
+from duplexkit.models.cascade.responders import (
+    DEFAULT_INSTRUCTIONS,
+    EchoResponder,
+    Message,
+    OpenAIResponder,
+)
+
+
+async def collect(
+    responder: EchoResponder | OpenAIResponder, history: list[Message], sampling: SamplingParams
+) -> list[str]:
+    return [delta async for delta in responder.reply(history, sampling)]
+
+
+async def test_echo_says_back_the_last_user_message() -> None:
+    history = [
+        Message("user", "hello"),
+        Message("assistant", "You said: hello."),
+        Message("user", "what time is it?"),
+    ]
+    assert await collect(EchoResponder(), history, SamplingParams()) == ["You said: what time is it."]
+
+
+def _sse(*deltas: str) -> bytes:
+    chunks = [
+        {
+            "id": "c1",
+            "object": "chat.completion.chunk",
+            "created": 0,
+            "model": "m",
+            "choices": [{"index": 0, "delta": {"content": delta}, "finish_reason": None}],
+        }
+        for delta in deltas
+    ]
+    lines = [f"data: {json.dumps(chunk)}\n\n" for chunk in chunks]
+    return ("".join(lines) + "data: [DONE]\n\n").encode()
+
+
+async def test_openai_streams_deltas_and_sends_the_history_with_the_session_settings() -> None:
+    requests: list[dict[str, object]] = []
+
+    def handler(request: httpx.Request) -> httpx.Response:
+        requests.append(json.loads(request.content))
+        return httpx.Response(
+            200, content=_sse("It is ", "noon."), headers={"content-type": "text/event-stream"}
+        )
+
+    client = AsyncOpenAI(
+        base_url="http://llm.test/v1",
+        api_key="k",
+        http_client=httpx.AsyncClient(transport=httpx.MockTransport(handler)),
+    )
+    history = [Message("user", "hi"), Message("assistant", "Hello th"), Message("user", "what time is it")]
+    sampling = SamplingParams(temperature=0.2, max_tokens=64)
+    assert await collect(OpenAIResponder(client, "tiny"), history, sampling) == ["It is ", "noon."]
+    (sent,) = requests
+    assert sent["model"] == "tiny" and sent["stream"] is True
+    assert sent["temperature"] == 0.2 and sent["max_tokens"] == 64
+    assert sent["messages"] == [
+        {"role": "system", "content": DEFAULT_INSTRUCTIONS},
+        {"role": "user", "content": "hi"},
+        {"role": "assistant", "content": "Hello th"},
+        {"role": "user", "content": "what time is it"},
+    ]
+
+
+async def test_openai_uses_the_session_instructions_and_surfaces_http_errors() -> None:
+    def handler(request: httpx.Request) -> httpx.Response:
+        assert json.loads(request.content)["messages"][0] == {"role": "system", "content": "Be terse."}
+        return httpx.Response(503, json={"error": {"message": "overloaded"}})
+
+    client = AsyncOpenAI(
+        base_url="http://llm.test/v1",
+        api_key="k",
+        max_retries=0,
+        http_client=httpx.AsyncClient(transport=httpx.MockTransport(handler)),
+    )
+    with pytest.raises(APIStatusError, match="overloaded"):
+        await collect(
+            OpenAIResponder(client, "tiny"), [Message("user", "hi")], SamplingParams(instructions="Be terse.")
+        )
+
+
+def test_connect_builds_a_client_for_the_url() -> None:
+    responder = OpenAIResponder.connect("http://127.0.0.1:9/v1", "tiny", api_key="k")
+    assert responder.name == "openai"

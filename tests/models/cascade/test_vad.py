@@ -1,0 +1,115 @@
+"""The Sans-I/O VAD detector: start after min_speech_ms, prefix padding, stop after the silence window."""
+
+from __future__ import annotations
+
+from collections.abc import Sequence
+
+import numpy as np
+import numpy.typing as npt
+import pytest
+
+from duplexkit.models.cascade.vad import (
+    SpeechStarted,
+    SpeechStopped,
+    VadEvent,
+    VadParams,
+    VoiceActivityDetector,
+)
+
+FRAME = 512  # 32 ms at 16 kHz
+
+
+class ScriptedScorer:
+    """Returns a preset probability per frame (then 0.0); counts resets."""
+
+    frame_samples = FRAME
+
+    def __init__(self, probabilities: Sequence[float]) -> None:
+        self.probabilities = list(probabilities)
+        self.calls = 0
+        self.resets = 0
+
+    def __call__(self, frame: npt.NDArray[np.float32]) -> float:
+        assert len(frame) == FRAME
+        p = self.probabilities[self.calls] if self.calls < len(self.probabilities) else 0.0
+        self.calls += 1
+        return p
+
+    def reset(self) -> None:
+        self.resets += 1
+
+
+def run(probabilities: Sequence[float], chunk: int = 1600, params: VadParams | None = None) -> list[VadEvent]:
+    vad = VoiceActivityDetector(ScriptedScorer(probabilities), params)
+    samples = np.zeros(len(probabilities) * FRAME, dtype=np.float32)
+    events: list[VadEvent] = []
+    for offset in range(0, len(samples), chunk):
+        events += vad.feed(samples[offset : offset + chunk], 1000.0 * offset / 16_000)
+    return events
+
+
+def test_speech_starts_after_min_speech_and_stops_after_the_silence_window() -> None:
+    probs = [0.0] * 20 + [0.9] * 30 + [0.0] * 20
+    events = run(probs)
+    assert events == [
+        SpeechStarted(audio_start_ms=20 * 32 - 300, speech_start_ms=20 * 32),
+        SpeechStopped(audio_end_ms=50 * 32 + 16 * 32, speech_end_ms=50 * 32),
+    ]
+
+
+def test_a_blip_shorter_than_min_speech_is_not_speech() -> None:
+    assert run([0.0] * 5 + [0.9, 0.9] + [0.0] * 30) == []
+
+
+def test_prefix_padding_never_reaches_before_the_first_audio() -> None:
+    (started, _) = run([0.0] * 2 + [0.9] * 10 + [0.0] * 20)
+    assert started == SpeechStarted(audio_start_ms=0.0, speech_start_ms=64.0)
+
+
+def test_hysteresis_keeps_speech_through_mid_probabilities_and_short_pauses() -> None:
+    probs = [0.9] * 5 + [0.4] * 30 + [0.0] * 10 + [0.9] * 5 + [0.0] * 20
+    events = run(probs)
+    started, stopped = events
+    assert isinstance(started, SpeechStarted) and isinstance(stopped, SpeechStopped)
+    assert stopped.speech_end_ms == 50 * 32  # the 0.4 frames (above 0.5 - 0.15) were still speech
+
+
+def test_events_do_not_depend_on_how_the_audio_is_chunked() -> None:
+    probs = [0.0] * 7 + [0.8] * 13 + [0.1] * 17 + [0.95] * 4 + [0.0] * 25
+    reference = run(probs, chunk=FRAME)
+    assert reference
+    for chunk in (100, 1600, 5000, 16_000):
+        assert run(probs, chunk=chunk) == reference
+
+
+def test_flush_stops_speech_in_progress_at_its_last_speech_frame() -> None:
+    vad = VoiceActivityDetector(ScriptedScorer([0.9] * 10))
+    events = vad.feed(np.zeros(10 * FRAME, dtype=np.float32), 1000.0)
+    assert vad.in_speech and isinstance(events[0], SpeechStarted)
+    assert vad.flush() == [SpeechStopped(audio_end_ms=1000.0 + 320.0, speech_end_ms=1000.0 + 320.0)]
+    assert not vad.in_speech and vad.flush() == []
+
+
+def test_a_gap_in_media_time_drops_the_partial_frame_and_re_anchors() -> None:
+    vad = VoiceActivityDetector(ScriptedScorer([0.9] * 10))
+    assert vad.feed(np.zeros(FRAME + 100, dtype=np.float32), 0.0) == []  # one frame + a partial one
+    events = vad.feed(np.zeros(3 * FRAME, dtype=np.float32), 5000.0)
+    assert events == [SpeechStarted(audio_start_ms=0.0, speech_start_ms=0.0)]
+    assert vad.scorer.calls == 4  # type: ignore[attr-defined]
+
+
+def test_reset_forgets_speech_and_resets_the_scorer() -> None:
+    scorer = ScriptedScorer([0.9] * 10)
+    vad = VoiceActivityDetector(scorer)
+    vad.feed(np.zeros(5 * FRAME, dtype=np.float32), 0.0)
+    vad.reset()
+    assert not vad.in_speech and scorer.resets == 2
+
+
+@pytest.mark.parametrize(
+    "field, value",
+    [("threshold", 0.0), ("threshold", 1.0), ("min_speech_ms", -1.0), ("silence_duration_ms", float("nan"))],
+)
+def test_bad_params_are_rejected_naming_the_field(field: str, value: float) -> None:
+    with pytest.raises(ValueError, match=field):
+        VadParams(**{field: value})
