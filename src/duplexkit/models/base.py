@@ -8,12 +8,17 @@ their work off the event loop (e.g. `asyncio.to_thread`) so one slow step never 
 
 from __future__ import annotations
 
+import math
 from abc import ABC, abstractmethod
 from collections.abc import AsyncIterator, Mapping
 from dataclasses import dataclass, replace
 from typing import Any, Literal
 
 from duplexkit.engine import Decision, EngineConfig, Unit
+
+CONTINUATION_BUDGET_MS = 8_000
+"""How long the server keeps stepping a reply on synthesised silence after input pauses: 8 units of the
+protocol's default 1 s grid (vLLM-Omni's bound), the same time for models with smaller units."""
 
 
 @dataclass(frozen=True, slots=True)
@@ -39,6 +44,7 @@ class ModelCapabilities:
             accepts_video=self.accepts_video,
             supports_barge_in=self.supports_barge_in,
             max_sessions=max_sessions,
+            continuation_limit=max(1, math.ceil(CONTINUATION_BUDGET_MS / self.chunk_period_ms)),
             server_vad=server_vad,
         )
 
