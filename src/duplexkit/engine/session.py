@@ -73,13 +73,11 @@ class Step:
     events: ServerEvents = field(default_factory=list)
     units: list[Unit] = field(default_factory=list)
     close_reason: str | None = None
-    configured: bool = False
 
     def extend(self, other: Step) -> None:
         self.events.extend(other.events)
         self.units.extend(other.units)
         self.close_reason = self.close_reason or other.close_reason
-        self.configured = self.configured or other.configured
 
 
 @dataclass(slots=True)
@@ -135,7 +133,7 @@ class EngineSession:
         """Open the session with defaults (autostart): `session.created`."""
         self.started = True
         self._last_input_at = now
-        return Step(events=[se.SessionCreated(session=self._session_info())], configured=True)
+        return Step(events=[se.SessionCreated(session=self._session_info())])
 
     def handle(self, event: ce.ClientEventBase, now: float) -> Step:
         """Apply one client event. Invalid requests become `error` events; the session carries on."""
@@ -233,7 +231,7 @@ class EngineSession:
         if "turn_detection" in update.model_fields_set:  # explicit null: back to model-native turns
             s.turn_detection = update.turn_detection
         self._playback.policy = s.playback_commit_policy
-        step = Step(configured=True)
+        step = Step()
         if not self.started:
             self.started = True
             step.events.append(se.SessionCreated(session=self._session_info()))
