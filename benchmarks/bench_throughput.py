@@ -21,10 +21,7 @@ import asyncio
 import io
 import json
 import math
-import os
-import socket
 import statistics
-import sys
 import tempfile
 import time
 import wave
@@ -34,6 +31,7 @@ from typing import Any
 
 import av
 import numpy as np
+from serving import cpu_seconds, duplexkit_serve, free_port, start
 
 from duplexkit.bench.artifacts import RunDir
 from duplexkit.bench.datasets import Selection, load_dataset
@@ -114,36 +112,6 @@ def write_dataset(root: Path, count: int, seconds: float) -> Path:
 
 
 # --- the server -----------------------------------------------------------------------------------
-
-
-def free_port() -> int:
-    with socket.socket() as sock:
-        sock.bind(("127.0.0.1", 0))
-        return int(sock.getsockname()[1])
-
-
-def cpu_seconds(pid: int) -> float:
-    with open(f"/proc/{pid}/stat") as f:
-        fields = f.read().rsplit(")", 1)[1].split()
-    return (int(fields[11]) + int(fields[12])) / os.sysconf("SC_CLK_TCK")
-
-
-async def start_server(port: int, max_sessions: int, model_args: list[str]) -> asyncio.subprocess.Process:
-    argv = [sys.executable, "-m", "duplexkit", "serve", "--port", str(port)]
-    argv += ["--max-sessions", str(max_sessions), "--log-level", "warning"]
-    for arg in model_args:
-        argv += ["--model-arg", arg]
-    proc = await asyncio.create_subprocess_exec(*argv, stdout=asyncio.subprocess.DEVNULL)
-    for _ in range(400):
-        try:
-            _, writer = await asyncio.open_connection("127.0.0.1", port)
-            writer.close()
-            await writer.wait_closed()
-            return proc
-        except OSError:
-            await asyncio.sleep(0.05)
-    proc.kill()
-    raise RuntimeError("duplexkit serve did not start")
 
 
 # --- the passes -----------------------------------------------------------------------------------
@@ -236,7 +204,7 @@ async def main() -> None:
         samples = list(load_dataset(str(manifest), Selection()).samples)
         print(f"dataset: {args.samples} x {args.seconds:g} s clips in {time.monotonic() - started:.1f} s")
         port = free_port()
-        server = await start_server(port, max(64, args.concurrency), args.model_arg)
+        server = await start(duplexkit_serve(port, max(64, args.concurrency), tuple(args.model_arg)), port)
         url = f"ws://127.0.0.1:{port}/v1/realtime"
         try:
             passes = {"realtime": ["realtime"], "fast": ["as-fast-as-possible"]}

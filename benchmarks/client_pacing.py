@@ -20,13 +20,12 @@ from __future__ import annotations
 import argparse
 import asyncio
 import os
-import socket
-import sys
 import time
 from collections.abc import Awaitable, Callable
 from dataclasses import dataclass
 
 import numpy as np
+from serving import duplexkit_serve, free_port, start
 
 from duplexkit.client import DuplexClient
 from duplexkit.client.stats import Distribution
@@ -40,27 +39,6 @@ class SessionTiming:
     errors_ms: list[float]
     drift_ms: float
     stalls: int
-
-
-def _free_port() -> int:
-    with socket.socket() as sock:
-        sock.bind(("127.0.0.1", 0))
-        return int(sock.getsockname()[1])
-
-
-async def _start_server(port: int, max_sessions: int) -> asyncio.subprocess.Process:
-    argv = [sys.executable, "-m", "duplexkit", "serve", "--port", str(port)]
-    argv += ["--max-sessions", str(max_sessions), "--log-level", "warning"]
-    proc = await asyncio.create_subprocess_exec(*argv, stdout=asyncio.subprocess.DEVNULL)
-    for _ in range(300):
-        try:
-            _, writer = await asyncio.open_connection("127.0.0.1", port)
-            writer.close()
-            return proc
-        except OSError:
-            await asyncio.sleep(0.05)
-    proc.kill()
-    raise RuntimeError("duplexkit serve did not start")
 
 
 def _clip(seconds: float) -> np.ndarray:
@@ -129,8 +107,10 @@ async def main() -> None:
     parser.add_argument("--chunk-ms", type=int, default=200)
     args = parser.parse_args()
 
-    port = _free_port()
-    server = await _start_server(port, max_sessions=2 * args.sessions)  # closing sessions hold slots
+    port = free_port()
+    server = await start(
+        duplexkit_serve(port, max_sessions=2 * args.sessions), port
+    )  # closing sessions hold slots
     url = f"ws://127.0.0.1:{port}"
     clip = _clip(args.seconds)
     try:

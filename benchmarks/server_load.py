@@ -14,8 +14,6 @@ import argparse
 import asyncio
 import base64
 import json
-import os
-import socket
 import statistics
 import sys
 import time
@@ -23,6 +21,7 @@ from dataclasses import dataclass, field
 
 import numpy as np
 import websockets
+from serving import cpu_seconds, duplexkit_serve, free_port, start
 
 APPEND_MS = 200
 UNIT_MS = 1000
@@ -44,31 +43,6 @@ asyncio.run(main())
 class SessionStats:
     latencies_ms: list[float] = field(default_factory=list)
     held: bool = False
-
-
-def _free_port() -> int:
-    with socket.socket() as sock:
-        sock.bind(("127.0.0.1", 0))
-        return int(sock.getsockname()[1])
-
-
-def _cpu_seconds(pid: int) -> float:
-    with open(f"/proc/{pid}/stat") as f:
-        fields = f.read().rsplit(")", 1)[1].split()
-    return (int(fields[11]) + int(fields[12])) / os.sysconf("SC_CLK_TCK")
-
-
-async def _start(argv: list[str], port: int) -> asyncio.subprocess.Process:
-    proc = await asyncio.create_subprocess_exec(*argv, stdout=asyncio.subprocess.DEVNULL)
-    for _ in range(300):
-        try:
-            _, writer = await asyncio.open_connection("127.0.0.1", port)
-            writer.close()
-            return proc
-        except OSError:
-            await asyncio.sleep(0.05)
-    proc.kill()
-    raise RuntimeError(f"server {argv} did not start")
 
 
 def _append_frames(seconds: float) -> list[str]:
@@ -128,19 +102,19 @@ async def _session(url: str, frames: list[str], echo: bool, start_at: float, sta
 async def _run(
     name: str, argv: list[str], url: str, port: int, sessions: int, seconds: float
 ) -> dict[str, float]:
-    proc = await _start(argv, port)
+    proc = await start(argv, port)
     frames = _append_frames(seconds)
     stats = [SessionStats() for _ in range(sessions)]
-    cpu0 = _cpu_seconds(proc.pid)
-    start = time.monotonic() + 1.0
+    cpu0 = cpu_seconds(proc.pid)
+    begin = time.monotonic() + 1.0
     # Stagger starts over one append period so sessions do not all send in the same millisecond.
     await asyncio.gather(
         *(
-            _session(url, frames, name == "echo", start + (i % 40) * APPEND_MS / 40_000, s)
+            _session(url, frames, name == "echo", begin + (i % 40) * APPEND_MS / 40_000, s)
             for i, s in enumerate(stats)
         )
     )
-    cpu = _cpu_seconds(proc.pid) - cpu0
+    cpu = cpu_seconds(proc.pid) - cpu0
     proc.terminate()
     await proc.wait()
     latencies = sorted(x for s in stats for x in s.latencies_ms)
@@ -162,19 +136,8 @@ async def main() -> None:
     parser.add_argument("--seconds", type=float, default=20.0, help="audio streamed per session")
     args = parser.parse_args()
 
-    ours_port, echo_port = _free_port(), _free_port()
-    ours = [
-        sys.executable,
-        "-m",
-        "duplexkit",
-        "serve",
-        "--port",
-        str(ours_port),
-        "--max-sessions",
-        str(args.sessions),
-        "--log-level",
-        "warning",
-    ]
+    ours_port, echo_port = free_port(), free_port()
+    ours = duplexkit_serve(ours_port, args.sessions)
     echo = [sys.executable, "-c", ECHO_SERVER, str(echo_port)]
     results = {
         "echo": await _run(
