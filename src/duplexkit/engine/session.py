@@ -282,6 +282,18 @@ class EngineSession:
             step.extend(self._interrupt("barge_in", now))
         return step
 
+    def vad_failed(self, message: str) -> Step:
+        """Server VAD broke: turn detection falls back to model-native, and the client is told so."""
+        self.settings.turn_detection = None
+        return Step(
+            events=[
+                se.error_event(
+                    ErrorCode.INTERNAL_ERROR, f"server VAD failed and is off for this session: {message}"
+                ),
+                se.SessionUpdated(session=self._session_info()),
+            ]
+        )
+
     def speech_stopped(self, audio_end_ms: float, now: float) -> Step:
         """Server VAD heard speech end: announce it and, with `create_response`, commit the turn."""
         vad = self.settings.turn_detection

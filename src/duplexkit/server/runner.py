@@ -17,9 +17,9 @@ from dataclasses import dataclass
 
 from starlette.websockets import WebSocket, WebSocketDisconnect
 
+from duplexkit import vad
 from duplexkit.engine import EngineSession, Step, Unit
 from duplexkit.models import ModelSession
-from duplexkit.models.cascade import vad
 from duplexkit.protocol import client_events as ce
 from duplexkit.protocol import server_events as se
 from duplexkit.protocol.errors import ErrorCode, ProtocolError
@@ -185,7 +185,12 @@ class SessionRunner:
             # A unit of an older epoch is still stepped (the model must hear all the input); the engine
             # drops whatever it decides.
             if not unit.continuation:
-                await self._detect_speech(unit)
+                try:
+                    await self._detect_speech(unit)
+                except Exception as exc:  # the session goes on without server VAD, and says so
+                    log.exception("session %s: server VAD failed", self.engine.session_id)
+                    self._apply(self.engine.vad_failed(f"{type(exc).__name__}: {exc}"))
+                    self._vad = self._vad_config = None
             self.engine.request_started(unit, started)
             try:
                 async for decision in self.model.step(unit, started):

@@ -13,7 +13,7 @@ from duplexkit.models.cascade.listener import (
     Listener,
     Utterance,
 )
-from duplexkit.models.cascade.vad import VoiceActivityDetector
+from duplexkit.vad import VoiceActivityDetector
 from tests.models.cascade.test_vad import ScriptedScorer
 
 

@@ -4,7 +4,7 @@ from __future__ import annotations
 
 from duplexkit.models.cascade.listener import Heard, Utterance
 from duplexkit.models.cascade.turns import TurnPolicy
-from duplexkit.models.cascade.vad import SpeechStarted
+from duplexkit.vad import SpeechStarted
 
 
 def started(at: float) -> SpeechStarted:

@@ -10,8 +10,8 @@ import numpy.typing as npt
 
 from duplexkit.engine import Fence, Unit
 from duplexkit.models.cascade.tts import Synthesizer
-from duplexkit.models.cascade.vad import SAMPLE_RATE_HZ
 from duplexkit.protocol.audio import resample
+from duplexkit.vad import SAMPLE_RATE_HZ
 
 NOISE_FLOOR_DBFS = -60.0
 _END_FRAME_MS = 10

@@ -21,7 +21,7 @@ import numpy as np
 import numpy.typing as npt
 
 from duplexkit.models.cascade.asr import Recognizer
-from duplexkit.models.cascade.vad import SAMPLE_RATE_HZ, SpeechStarted, VoiceActivityDetector
+from duplexkit.vad import SAMPLE_RATE_HZ, SpeechStarted, VoiceActivityDetector
 
 HISTORY_MS = 2000.0
 ASR_TAIL_MS = 200.0

@@ -10,7 +10,7 @@ from typing import Any, Literal, get_args
 
 from duplexkit.models.cascade.asr import SearchSpec
 from duplexkit.models.cascade.tts import TtsKind
-from duplexkit.models.cascade.vad import VadParams
+from duplexkit.vad import VadParams
 
 ResponderKind = Literal["echo", "openai"]
 DEFAULT_PREEMPT_MS = 200.0

@@ -44,7 +44,7 @@ from duplexkit.models.cascade.reply import Reply, ReplyTiming
 from duplexkit.models.cascade.responders import EchoResponder, Message, OpenAIResponder, Responder
 from duplexkit.models.cascade.tts import Synthesizer, load_synthesizer
 from duplexkit.models.cascade.turns import TurnOutcome, TurnPolicy
-from duplexkit.models.cascade.vad import FrameScorer, SileroScorer, VoiceActivityDetector
+from duplexkit.vad import FrameScorer, SileroScorer, VoiceActivityDetector
 
 
 @dataclass(frozen=True, slots=True)

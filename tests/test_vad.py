@@ -8,7 +8,7 @@ import numpy as np
 import numpy.typing as npt
 import pytest
 
-from duplexkit.models.cascade.vad import (
+from duplexkit.vad import (
     SpeechStarted,
     SpeechStopped,
     VadEvent,

@@ -1,0 +1,95 @@
+"""Server VAD in the engine: speech start/stop events, barge-in on speech start, commit on speech stop."""
+
+from __future__ import annotations
+
+import base64
+import json
+
+import numpy as np
+
+from duplexkit.engine import EngineConfig, EngineSession, Speak
+from duplexkit.protocol import server_events as se
+from duplexkit.protocol.wire import parse_client_event
+
+VAD = {"type": "server_vad", "threshold": 0.5, "prefix_padding_ms": 300, "silence_duration_ms": 500}
+
+
+def _session(vad: dict[str, object] | None = None) -> EngineSession:
+    engine = EngineSession("sess_vad", EngineConfig(model="m", server_vad=True))
+    engine.start(0.0)
+    update = {"type": "session.update", "session": {"turn_detection": vad or VAD}}
+    step = engine.handle(parse_client_event(json.dumps(update)), 0.0)
+    assert [type(e) for e in step.events] == [se.SessionUpdated]
+    return engine
+
+
+def _speaking(engine: EngineSession) -> str:
+    """Open a response by letting the model speak on a unit; return its id."""
+    pcm = np.zeros(16_000, dtype="<i2").tobytes()
+    append = {"type": "input_audio_buffer.append", "audio": base64.b64encode(pcm).decode()}
+    [unit] = engine.handle(parse_client_event(json.dumps(append)), 0.1).units
+    engine.request_started(unit, 0.1)
+    audio = np.full(24_000, 0.1, dtype=np.float32)
+    engine.on_decision(unit, Speak(tokens=("Hello ",), audio=audio), 0.3)
+    assert engine.active_response_id is not None
+    return engine.active_response_id
+
+
+def test_speech_start_and_stop_are_announced_with_their_media_times_and_one_item() -> None:
+    engine = _session()
+    started = engine.speech_started(1234.4, 1.0).events
+    stopped = engine.speech_stopped(2500.0, 2.0).events
+    assert isinstance(started[0], se.InputAudioBufferSpeechStarted) and started[0].audio_start_ms == 1234
+    assert isinstance(stopped[0], se.InputAudioBufferSpeechStopped) and stopped[0].audio_end_ms == 2500
+    assert started[0].item_id == stopped[0].item_id
+
+
+def test_speech_stop_commits_the_turn_when_create_response_is_on() -> None:
+    step = _session().speech_stopped(2500.0, 2.0)
+    assert [type(e) for e in step.events][-1] is se.InputAudioBufferCommitted
+    assert [u.final for u in step.units] == [True]
+
+
+def test_speech_stop_only_announces_when_create_response_is_off() -> None:
+    step = _session({**VAD, "create_response": False}).speech_stopped(2500.0, 2.0)
+    assert [type(e) for e in step.events] == [se.InputAudioBufferSpeechStopped]
+    assert step.units == []
+
+
+def test_speech_start_during_a_reply_barges_in_with_interrupt_response() -> None:
+    engine = _session()
+    response_id = _speaking(engine)
+    epoch = engine.fence.epoch
+    events = engine.speech_started(1500.0, 1.0).events
+    done = [e for e in events if isinstance(e, se.ResponseDone)]
+    assert len(done) == 1 and done[0].response.id == response_id
+    assert done[0].response.status == "cancelled"
+    assert (
+        done[0].response.status_details is not None and done[0].response.status_details.reason == "barge_in"
+    )
+    assert engine.fence.epoch == epoch + 1 and engine.active_response_id is None
+
+
+def test_speech_start_does_not_interrupt_when_interrupt_response_is_off() -> None:
+    engine = _session({**VAD, "interrupt_response": False})
+    response_id = _speaking(engine)
+    events = engine.speech_started(1500.0, 1.0).events
+    assert [type(e) for e in events] == [se.InputAudioBufferSpeechStarted]
+    assert engine.active_response_id == response_id
+
+
+def test_a_failed_detector_turns_server_vad_off_and_says_so() -> None:
+    engine = _session()
+    events = engine.vad_failed("RuntimeError: boom").events
+    assert isinstance(events[0], se.Error) and events[0].error.code == "internal_error"
+    assert isinstance(events[1], se.SessionUpdated) and events[1].session.turn_detection is None
+    assert engine.speech_started(10.0, 1.0).events == []
+
+
+def test_server_vad_is_refused_where_the_server_has_no_detector() -> None:
+    engine = EngineSession("sess_novad", EngineConfig(model="m", server_vad=False))
+    engine.start(0.0)
+    update = {"type": "session.update", "session": {"turn_detection": VAD}}
+    [error] = engine.handle(parse_client_event(json.dumps(update)), 0.0).events
+    assert isinstance(error, se.Error) and error.error.code == "invalid_value"
+    assert error.error.param == "session.turn_detection"
