@@ -48,6 +48,8 @@ class AttemptOutcome:
     close_timeout: float | None = None
     transport_error: str | None = None
     runner_error: str | None = None
+    capacity_exhausted: bool = False
+    """No session slot came free within the capacity wait bound: final, not retried."""
 
     @property
     def deterministic_errors(self) -> list[str]:
@@ -62,7 +64,7 @@ class AttemptOutcome:
 
 def verdict(outcome: AttemptOutcome, attempt: int) -> Verdict:
     """Decide after attempt number `attempt` (1-based)."""
-    if outcome.runner_error is not None or outcome.deterministic_errors:
+    if outcome.runner_error is not None or outcome.deterministic_errors or outcome.capacity_exhausted:
         return Verdict.FAIL
     retryable = outcome.stall is not None or outcome.transport_error is not None
     if not retryable and outcome.close_timeout is not None and not outcome.response_done:
@@ -76,6 +78,8 @@ def failure_reason(outcome: AttemptOutcome) -> str:
     """One line naming why an attempt failed (the sample's `error`)."""
     if outcome.runner_error is not None:
         return f"runner_error: {outcome.runner_error}"
+    if outcome.capacity_exhausted:
+        return "capacity_exhausted: no session slot within the capacity wait bound"
     if outcome.deterministic_errors:
         return f"server_error: {', '.join(outcome.deterministic_errors)}"
     if outcome.stall is not None:

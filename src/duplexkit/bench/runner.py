@@ -25,7 +25,7 @@ from dataclasses import asdict, dataclass, field
 from typing import Any, Literal
 
 import numpy as np
-from websockets.exceptions import ConnectionClosed
+from websockets.exceptions import ConnectionClosed, InvalidStatus
 
 from duplexkit.bench.artifacts import RunDir, write_json_atomic
 from duplexkit.bench.datasets import Sample
@@ -47,6 +47,18 @@ log = logging.getLogger("duplexkit.bench")
 
 CAPACITY_CODES = frozenset({ErrorCode.SESSION_CAPACITY_EXHAUSTED.value, "resource_exhausted"})
 """Refusals that mean "no slot now" (ours, and vLLM-Omni's), not a failed attempt."""
+CAPACITY_HTTP_STATUSES = frozenset({429, 503})
+"""Handshake statuses that mean the same, from servers that refuse before accepting the socket."""
+
+
+def _is_capacity_refusal(event: dict[str, Any]) -> bool:
+    """A capacity code, or any retryable `rate_limit_error`."""
+    error = event.get("error")
+    if not isinstance(error, dict):
+        return False
+    if str(error.get("code")) in CAPACITY_CODES:
+        return True
+    return error.get("type") == "rate_limit_error" and error.get("retryable") is True
 
 
 @dataclass(frozen=True)
@@ -132,8 +144,7 @@ async def run_attempt(sample: Sample, media: PreparedMedia, config: RunConfig) -
                 extra_body=config.extra_body, timeout_s=config.configure_timeout_s
             )
         except SessionError as exc:
-            code = str((exc.event or {}).get("error", {}).get("code"))
-            if code in CAPACITY_CODES:
+            if _is_capacity_refusal(exc.event or {}):
                 raise CapacityRefused(str(exc)) from None
             raise
         meta["unit_ms"] = capabilities.chunk_period_ms
@@ -311,13 +322,16 @@ class BenchmarkRunner:
             try:
                 async with asyncio.timeout(deadline_s):
                     return await run_attempt(sample, media, self.config), waited
-            except CapacityRefused:
+            except (CapacityRefused, InvalidStatus) as exc:
+                if isinstance(exc, InvalidStatus) and exc.response.status_code not in CAPACITY_HTTP_STATUSES:
+                    return _failed_attempt(transport_error=f"handshake refused: {exc}"), waited
                 refusals += 1
-                if waited >= self.config.capacity_wait_max_s:
-                    return _failed_attempt(
-                        transport_error="no session slot within capacity_wait_max_s"
-                    ), waited
-                pause = capacity_backoff_s(refusals, rng=self.rng)
+                remaining = self.config.capacity_wait_max_s - waited
+                if remaining <= 0:
+                    failed = _failed_attempt()
+                    failed.outcome.capacity_exhausted = True
+                    return failed, waited
+                pause = min(remaining, capacity_backoff_s(refusals, rng=self.rng))
                 await asyncio.sleep(pause)
                 waited += pause
             except TimeoutError:

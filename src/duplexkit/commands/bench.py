@@ -6,6 +6,7 @@ import argparse
 import asyncio
 import contextlib
 import datetime as dt
+import json
 import sys
 from collections.abc import AsyncIterator
 from pathlib import Path
@@ -124,6 +125,11 @@ def run_command(args: argparse.Namespace) -> int:
         dataset = load_dataset(args.dataset, selection)
     except DatasetError as exc:
         return _usage(str(exc))
+    if args.score and args.pace != "realtime" and not args.allow_invalid_clock:
+        return _usage("--score refuses an as-fast-as-possible run (clock=invalid); add --allow-invalid-clock")
+    mismatch = _resume_mismatch(args.out / "run.json", dataset.fingerprint, args.pace, args.url)
+    if mismatch and not args.overwrite:
+        return _usage(f"{args.out} holds a run of {mismatch}; use a new --out, or --overwrite to redo it")
     judge = None
     if args.score:
         judge = judge_from_args(args, dataset.source, args.concurrency)
@@ -148,7 +154,7 @@ async def _bench(args: argparse.Namespace, dataset: Any, selection: Any, plugin:
     from duplexkit.bench.runner import BenchmarkRunner, RunConfig
 
     run_dir = RunDir(args.out)
-    started_at = _now()
+    started_at = _previous_start(run_dir.root / "run.json") or _now()
     async with _server(args, plugin) as url:
         config = RunConfig(
             url=url,
@@ -169,7 +175,7 @@ async def _bench(args: argparse.Namespace, dataset: Any, selection: Any, plugin:
             "duplexkit_version": __version__,
             "started_at": started_at,
             "finished_at": None,
-            "command": sys.argv,
+            "command": _redacted(sys.argv),
             "config": config.to_json(),
             "dataset": {
                 "source": dataset.source,
@@ -198,7 +204,7 @@ async def _bench(args: argparse.Namespace, dataset: Any, selection: Any, plugin:
     _print_summary(run_dir, counts, run_metrics(metas), skipped=sum(r.status == "skipped" for r in results))
     scored_ok = True
     if judge is not None:
-        from duplexkit.bench.judge import score_run
+        from duplexkit.bench.judge import JudgeUnreachable, RunError, score_run
 
         try:
             summary = await score_run(
@@ -208,10 +214,18 @@ async def _bench(args: argparse.Namespace, dataset: Any, selection: Any, plugin:
                 samples=dataset.samples,
                 allow_invalid_clock=args.allow_invalid_clock,
             )
+            print(format_summary(summary))
+            scored_ok = summary.complete
+            if not scored_ok:
+                print(
+                    f"duplexkit bench: {summary.coverage['errors']} samples could not be scored",
+                    file=sys.stderr,
+                )
+        except (RunError, JudgeUnreachable) as exc:
+            print(f"duplexkit bench: scoring failed: {exc}", file=sys.stderr)
+            scored_ok = False
         finally:
             await judge.aclose()
-        print(format_summary(summary))
-        scored_ok = summary.complete
     if args.report:
         from duplexkit.bench.report import write_report
 
@@ -219,7 +233,7 @@ async def _bench(args: argparse.Namespace, dataset: Any, selection: Any, plugin:
     if counts["failed"]:
         reasons = sorted({str(m.get("error")) for m in metas if m.get("status") == "failed"})
         failed = f"{counts['failed']} of {counts['attempted']} samples failed"
-        print(f"duplexkit bench: {failed}: {'; '.join(reasons)}")
+        print(f"duplexkit bench: {failed}: {'; '.join(reasons)}", file=sys.stderr)
         return EXIT_FAILED
     return EXIT_OK if scored_ok else EXIT_FAILED
 
@@ -295,6 +309,56 @@ def _print_summary(run_dir: Any, counts: dict[str, int], metrics: dict[str, Any]
         f"retried {counts['retried']} · skipped (already published) {skipped}"
     )
     console.print(f"run folder: {run_dir.root}")
+
+
+_SECRET_OPTIONS = ("--api-key", "--judge-api-key")
+
+
+def _redacted(argv: list[str]) -> list[str]:
+    """The command line as recorded in run.json: secrets replaced by `***`."""
+    out: list[str] = []
+    for arg in argv:
+        if out and out[-1] in _SECRET_OPTIONS:
+            out.append("***")
+        elif arg.startswith(tuple(f"{o}=" for o in _SECRET_OPTIONS)):
+            out.append(arg.split("=", 1)[0] + "=***")
+        else:
+            out.append(arg)
+    return out
+
+
+def _recorded_run(path: Path) -> dict[str, Any] | None:
+    try:
+        data = json.loads(path.read_text(encoding="utf-8"))
+    except (OSError, ValueError):
+        return None
+    return data if isinstance(data, dict) else None
+
+
+def _resume_mismatch(path: Path, fingerprint: str, pace: str, url: str | None) -> str | None:
+    """What differs between the run recorded at `path` and this one (`None`: same run, or none yet).
+
+    A run folder holds one run: resuming it with another selection, pace or server would mix samples
+    that were not measured alike.
+    """
+    run = _recorded_run(path)
+    if run is None:
+        return None
+    dataset = run.get("dataset") or {}
+    if dataset.get("fingerprint") != fingerprint:
+        return "another dataset selection"
+    if (run.get("config") or {}).get("pace") != pace:
+        return "another pace"
+    server = run.get("server") or {}
+    if (url is not None and server.get("url") != url) or (url is None and not server.get("embedded")):
+        return "another server"
+    return None
+
+
+def _previous_start(path: Path) -> str | None:
+    run = _recorded_run(path)
+    started = run.get("started_at") if run else None
+    return started if isinstance(started, str) else None
 
 
 def _usage(message: str) -> int:

@@ -1,0 +1,61 @@
+"""`duplexkit bench` as a command: what it records, what it refuses before running, how it reports."""
+
+from __future__ import annotations
+
+import json
+from pathlib import Path
+
+import pytest
+
+from duplexkit.bench.retry import AttemptOutcome, Verdict, failure_reason, verdict
+from duplexkit.cli import main
+from duplexkit.commands.bench import _redacted
+
+FAST = ["--model", "scripted", "--pace", "as-fast-as-possible", "--settle", "0.3", "--limit", "1"]
+
+
+def test_secrets_on_the_command_line_are_not_recorded() -> None:
+    argv = ["duplexkit", "bench", "--api-key", "sk-1", "--judge-api-key=sk-2", "--url", "ws://x"]
+    assert _redacted(argv) == [
+        "duplexkit",
+        "bench",
+        "--api-key",
+        "***",
+        "--judge-api-key=***",
+        "--url",
+        "ws://x",
+    ]
+
+
+def test_the_recorded_command_of_a_run_holds_no_api_key(tmp_path: Path) -> None:
+    out = tmp_path / "run"
+    assert main(["bench", "--dataset", "builtin", "--out", str(out), *FAST, "--api-key", "sk-SECRET"]) == 0
+    recorded = (out / "run.json").read_text()
+    assert "sk-SECRET" not in recorded and "***" in recorded
+
+
+def test_scoring_an_as_fast_as_possible_run_is_refused_before_it_starts(
+    tmp_path: Path, capsys: pytest.CaptureFixture[str]
+) -> None:
+    out = tmp_path / "run"
+    assert main(["bench", "--dataset", "builtin", "--out", str(out), *FAST, "--score"]) == 2
+    assert "--allow-invalid-clock" in capsys.readouterr().err
+    assert not out.exists()
+
+
+def test_a_run_folder_is_not_resumed_with_another_selection(
+    tmp_path: Path, capsys: pytest.CaptureFixture[str]
+) -> None:
+    out = tmp_path / "run"
+    assert main(["bench", "--dataset", "builtin", "--out", str(out), *FAST, "--split", "RTD_counting"]) == 0
+    started = json.loads((out / "run.json").read_text())["started_at"]
+    assert main(["bench", "--dataset", "builtin", "--out", str(out), *FAST, "--split", "PR_correction"]) == 2
+    assert "another dataset selection" in capsys.readouterr().err
+    assert main(["bench", "--dataset", "builtin", "--out", str(out), *FAST, "--split", "RTD_counting"]) == 0
+    assert json.loads((out / "run.json").read_text())["started_at"] == started  # a resume keeps the start
+
+
+def test_exhausted_capacity_fails_the_sample_without_a_retry() -> None:
+    outcome = AttemptOutcome(capacity_exhausted=True)
+    assert verdict(outcome, 1) is Verdict.FAIL
+    assert failure_reason(outcome).startswith("capacity_exhausted")
