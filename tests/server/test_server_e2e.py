@@ -176,13 +176,34 @@ async def test_session_close_is_answered_then_the_socket_closes_normally(server:
         await client.recv()
 
 
-async def test_config_timeout_closes_a_silent_autostart_0_connection() -> None:
+@pytest.mark.parametrize("query", ["?autostart=0", ""])
+async def test_a_connection_silent_past_the_config_timeout_is_closed_and_frees_its_slot(query: str) -> None:
     config = ServerConfig(limits=small_limits(config_timeout_s=0.2))
     async with EmbeddedServer(load_model("scripted", {}), config) as server:
-        client = await connect(server.url, "?autostart=0")
+        client = await connect(server.url, query)
         assert (await client.until("error"))["error"]["code"] == "config_timeout"
+        assert (await client.recv())["type"] == "session.closed"
+        assert client.events[-1]["reason"] == "config_timeout"
         with pytest.raises(websockets.ConnectionClosed):
             await client.recv()
+        for _ in range(100):
+            if server.duplex.manager.active == 0:
+                break
+            await asyncio.sleep(0.02)
+        assert server.duplex.manager.active == 0
+
+
+async def test_a_refused_session_update_leaves_the_model_settings_as_they_were(
+    server: EmbeddedServer,
+) -> None:
+    client = await connect(server.url)
+    await client.until("session.created")
+    refused = {"modalities": [], "extra_body": {"reply": "Refused update applied."}}
+    await client.send({"type": "session.update", "session": refused})
+    assert (await client.until("error"))["error"]["code"] == "invalid_value"
+    await spoken_turn(client)
+    transcript = "".join(e["delta"] for e in client.of_type("response.output_audio_transcript.delta"))
+    assert transcript == "This is a scripted reply."
 
 
 async def test_api_keys_are_checked_before_admission() -> None:

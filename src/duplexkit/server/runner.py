@@ -71,7 +71,7 @@ class SessionRunner:
         if autostart:
             self._apply(self.engine.start(self.clock()))
         tasks = [
-            asyncio.create_task(self._read(autostart), name="reader"),
+            asyncio.create_task(self._read(), name="reader"),
             asyncio.create_task(self._step_units(), name="stepper"),
             asyncio.create_task(self._tick(), name="ticker"),
             asyncio.create_task(self._write(), name="writer"),
@@ -101,16 +101,18 @@ class SessionRunner:
 
     # --- tasks ----------------------------------------------------------------------------------------
 
-    async def _read(self, autostart: bool) -> None:
-        first = not autostart
+    async def _read(self) -> None:
+        """Read frames until the client goes; the first must come within `config_timeout_s`."""
+        first = True
         try:
             while not self._done.is_set():
                 if first:
                     try:
                         message = await asyncio.wait_for(self.ws.receive(), self.limits.config_timeout_s)
                     except TimeoutError:
+                        now = self.clock()
                         self._apply(self.engine.protocol_error(_config_timeout(self.limits.config_timeout_s)))
-                        self._finish("config_timeout")
+                        self._apply(self.engine.close("config_timeout", now))
                         return
                     first = False
                 else:
@@ -138,9 +140,16 @@ class SessionRunner:
             return
         if isinstance(event, ce.InputAudioBufferAppend) and self._over_input_limit(event):
             return
-        if isinstance(event, ce.SessionUpdate) and not self._configure_model(event):
+        if not isinstance(event, ce.SessionUpdate):
+            self._apply(self.engine.handle(event, now))
             return
-        self._apply(self.engine.handle(event, now))
+        previous = (self.model.sampling, dict(self.engine.settings.extra_body))
+        if not self._configure_model(event):
+            return
+        step = self.engine.handle(event, now)
+        if any(isinstance(e, se.Error) for e in step.events):  # the engine refused it: undo the model's part
+            self.model.configure(*previous)
+        self._apply(step)
 
     def _over_input_limit(self, event: ce.InputAudioBufferAppend) -> bool:
         if self._pending_input_bytes + event.samples.nbytes <= self.limits.max_pending_input_bytes:
@@ -162,7 +171,8 @@ class SessionRunner:
             temperature=update.temperature, max_tokens=update.max_tokens, instructions=update.instructions
         )
         try:
-            self.model.configure(sampling, update.extra_body or self.engine.settings.extra_body)
+            extra = self.engine.settings.extra_body if update.extra_body is None else update.extra_body
+            self.model.configure(sampling, extra)
         except ValueError as exc:
             self._apply(
                 self.engine.protocol_error(
