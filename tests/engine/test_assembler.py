@@ -267,3 +267,16 @@ def test_frames_reach_the_model_only_when_it_accepts_video() -> None:
     without_video = _session()
     [unit] = _append(without_video, np.zeros(16_000, np.float32), video_frames=[frame]).units
     assert unit.frames == ()
+
+
+@pytest.mark.parametrize(("grid", "append_ms"), [(UnitGrid(1000, 1030), 200), (UnitGrid(1000), 300)])
+def test_frame_k_reaches_unit_k_when_appends_do_not_divide_the_units(grid: UnitGrid, append_ms: int) -> None:
+    """The client's rule: frame k rides the append that closes unit k, wherever in it the boundary falls."""
+    assembler = UnitAssembler(grid, 16_000)
+    units = []
+    for i in range(20):
+        closes = grid.units_closed_between(i * append_ms, (i + 1) * append_ms)
+        frames = tuple(f"frame{k}".encode() for k in closes)
+        units += assembler.push(np.zeros(16 * append_ms, np.float32), 16_000, frames)
+    assert len(units) >= 3
+    assert [u.frames for u in units] == [(f"frame{k}".encode(),) for k in range(len(units))]

@@ -52,14 +52,15 @@ class UnitAssembler:
     def push(self, samples: Samples, rate_hz: int, frames: tuple[bytes, ...] = ()) -> list[AssembledUnit]:
         """Append audio at `rate_hz`; return the units it completed (possibly none).
 
-        Frames belong to the unit in which this append ends on the input's media clock (the unit it
-        closes when it ends on a boundary), whatever the resampler's delay does to the cut.
+        Frames ride the append that closes their unit (the client's rule): they belong to the last unit
+        this append closes on the input's media clock, or, when it closes none, to the unit it ends in.
+        This holds whatever the resampler's delay does to the cut.
         """
+        before_ms = self._input_ms
         self._input_ms += samples_to_ms(len(samples), rate_hz)
         if frames:
-            closed = self.grid.units_closed_between(0.0, self._input_ms)
-            last = closed.stop - 1
-            unit = last if last >= 0 and self.grid.unit_end_ms(last) == self._input_ms else closed.stop
+            closed = self.grid.units_closed_between(before_ms, self._input_ms)
+            unit = closed[-1] if closed else len(self.grid.units_closed_between(0.0, self._input_ms))
             self._frames.setdefault(max(unit, self._next_unit), []).extend(frames)
         self._add(self._resample(samples, rate_hz))
         units: list[AssembledUnit] = []
