@@ -60,9 +60,7 @@ async def test_a_spoken_turn_is_answered_in_protocol_order_with_server_side_metr
         "ttft": "model_turn_request_start",
         "ttfp": "model_turn_request_start",
     }
-    assert (
-        50 <= created_metrics["ttfp_ms"] < 500
-    )  # first_output_ms=50 plus three 5 ms tokens, on a busy machine
+    assert 50 <= created_metrics["ttfp_ms"] < 150  # first_output_ms=50, with room for a busy machine
     final = done["response_request_metrics"]
     assert done["response"]["status"] == "completed"
     assert final["ttft_ms"] == created_metrics["ttft_ms"] and final["ttfp_ms"] == created_metrics["ttfp_ms"]
@@ -320,7 +318,7 @@ async def test_fifty_concurrent_sessions_have_correct_isolated_metrics(server: E
         transcript = "".join(e["delta"] for e in client.of_type("response.output_audio_transcript.delta"))
         ttfp = done["response_request_metrics"]["ttfp_ms"]
         assert transcript == reply
-        assert first_output_ms <= ttfp < first_output_ms + 1500, (i, ttfp)
+        assert first_output_ms <= ttfp < first_output_ms + 250, (i, ttfp)
         await client.ws.close()
         return done["response"]["id"], ttfp, transcript
 

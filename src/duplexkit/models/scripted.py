@@ -192,16 +192,17 @@ class ScriptedSession(ModelSession):
         if isinstance(decision, Listen):
             yield decision
             return
-        produced: list[float] = []
-        for offset_ms in decision.token_offsets_ms:
-            delay = request_started_at + offset_ms / 1000.0 - time.monotonic()
-            if delay > 0:
-                await asyncio.sleep(delay)
-            produced.append(time.monotonic())
-        itl = tuple(1000.0 * (b - a) for a, b in itertools.pairwise(produced))
+        offsets = decision.token_offsets_ms
+        await _sleep_until(request_started_at + offsets[0] / 1000.0)
+        # The segment leaves when its first token is due (so TTFT is `first_output_ms`); its tokens are
+        # spaced `token_ms` apart, and the step lasts until the last one is due.
         yield Speak(
-            tokens=decision.tokens, audio=decision.audio, end_of_turn=decision.end_of_turn, itl_ms=itl
+            tokens=decision.tokens,
+            audio=decision.audio,
+            end_of_turn=decision.end_of_turn,
+            itl_ms=tuple(b - a for a, b in itertools.pairwise(offsets)),
         )
+        await _sleep_until(request_started_at + offsets[-1] / 1000.0)
 
     def interrupt(self) -> None:
         self._policy.interrupt()
@@ -229,6 +230,12 @@ class ScriptedModel(ModelPlugin):
 
     def new_session(self) -> ScriptedSession:
         return ScriptedSession(self)
+
+
+async def _sleep_until(deadline: float) -> None:
+    delay = deadline - time.monotonic()
+    if delay > 0:
+        await asyncio.sleep(delay)
 
 
 def _rms(samples: npt.NDArray[np.float32]) -> float:
