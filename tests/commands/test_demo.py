@@ -2,12 +2,13 @@
 
 from __future__ import annotations
 
+import argparse
 import json
 from pathlib import Path
 
 import pytest
 
-from duplexkit.cli import main
+from duplexkit.cli import build_parser, main
 
 
 def test_demo_runs_the_builtin_benchmark_scores_it_and_writes_the_report(tmp_path: Path) -> None:
@@ -28,3 +29,10 @@ def test_every_subcommand_documents_its_options(command: str, capsys: pytest.Cap
         main([command, "--help"])
     assert exited.value.code == 0
     assert f"usage: duplexkit {command}" in capsys.readouterr().out
+    subparsers = next(a for a in build_parser()._actions if isinstance(a, argparse._SubParsersAction))
+    undocumented = [
+        action.dest
+        for action in subparsers.choices[command]._actions
+        if not action.help and not isinstance(action, argparse._HelpAction)
+    ]
+    assert undocumented == []

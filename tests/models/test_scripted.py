@@ -423,3 +423,9 @@ async def test_the_engine_measures_the_scripted_models_first_output_from_the_req
     assert 29.0 <= metrics.ttft_ms < 2000.0
     assert 29.0 <= metrics.ttfp_ms < 2000.0
     assert [e.type for e in events][-1] == "response.done"
+
+
+def test_a_misspelt_server_argument_is_refused_naming_the_known_ones() -> None:
+    with pytest.raises(ValueError, match="frist_output_ms") as refused:
+        ScriptedModel.from_args({"frist_output_ms": "5"})
+    assert "first_output_ms" in str(refused.value)

@@ -708,8 +708,8 @@ def _select(samples: list[Sample], selection: Selection, source: str) -> list[Sa
 
 def _check_component(value: str, what: str) -> None:
     """A name used as one path component: non-empty, not . or .., no separators or control characters."""
-    if value in ("", ".", ".."):
-        raise DatasetError(f"{what} {value!r} is not a usable file name")
+    if value in ("", ".", "..") or value.startswith("."):
+        raise DatasetError(f"{what} {value!r} is not a usable file name (empty, or starts with '.': hidden)")
     bad = sorted({ch for ch in value if ch in "/\\" or ord(ch) < 32 or ord(ch) == 127})
     if bad:
         raise DatasetError(

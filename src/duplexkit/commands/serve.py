@@ -30,7 +30,12 @@ def register(commands: argparse._SubParsersAction[argparse.ArgumentParser]) -> N
         metavar="KEY",
         help="accept only clients presenting KEY (repeatable; also DUPLEXKIT_API_KEYS, comma separated)",
     )
-    parser.add_argument("--log-level", default="info", choices=["debug", "info", "warning", "error"])
+    parser.add_argument(
+        "--log-level",
+        default="info",
+        choices=["debug", "info", "warning", "error"],
+        help="server log verbosity (default: %(default)s)",
+    )
     parser.set_defaults(handler=run)
 
 

@@ -39,6 +39,7 @@ from duplexkit.client.events import error_code_of
 from duplexkit.client.wavfile import read_wav, write_wav
 from duplexkit.commands.options import add_model_options, model_from_args
 from duplexkit.models import ModelPlugin
+from duplexkit.protocol.units import samples_to_ms
 
 EXIT_OK, EXIT_FAILED, EXIT_USAGE = 0, 1, 2
 Samples = npt.NDArray[np.float32]
@@ -211,7 +212,7 @@ async def talk(options: TalkOptions, samples: Samples, rate: int, plugin: ModelP
 
 
 async def _session(options: TalkOptions, url: str, samples: Samples, rate: int) -> TalkResult:
-    result = TalkResult(url=url, input_ms=1000.0 * len(samples) / rate)
+    result = TalkResult(url=url, input_ms=samples_to_ms(len(samples), rate))
     client = DuplexClient(
         url, api_key=options.api_key, model=options.served_model, open_timeout_s=options.connect_timeout_s
     )

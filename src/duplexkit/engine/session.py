@@ -23,7 +23,7 @@ from duplexkit.protocol import client_events as ce
 from duplexkit.protocol import server_events as se
 from duplexkit.protocol.audio import AudioFormat, encode_base64_audio
 from duplexkit.protocol.errors import ErrorCode, ProtocolError
-from duplexkit.protocol.units import UnitGrid, ms_to_samples
+from duplexkit.protocol.units import UnitGrid, ms_to_samples, samples_to_ms
 
 Modality = Literal["audio", "text"]
 ServerEvents = list[se.ServerEventBase]
@@ -500,7 +500,7 @@ class EngineSession:
                 created.response_request_metrics = self._metrics(response.timing)
             step.events.append(se.ResponseSpeak(response_id=response.id, item_id=response.item_id))
         ids = {"response_id": response.id, "item_id": response.item_id}
-        audio_ms = 1000.0 * len(audio) / self.config.output_sample_rate_hz if speaks_audio else 0.0
+        audio_ms = samples_to_ms(len(audio), self.config.output_sample_rate_hz) if speaks_audio else 0.0
         text_chars, audio_end_ms = self._playback.generated(response.id, text, audio_ms)
         response.text += text
         response.audio_ms = audio_end_ms

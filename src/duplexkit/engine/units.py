@@ -8,6 +8,7 @@ import numpy as np
 import numpy.typing as npt
 
 from duplexkit.engine.fence import Fence
+from duplexkit.protocol.units import samples_to_ms
 
 
 @dataclass(frozen=True, slots=True)
@@ -33,4 +34,4 @@ class Unit:
 
     @property
     def duration_ms(self) -> float:
-        return 1000.0 * len(self.samples) / self.sample_rate_hz
+        return samples_to_ms(len(self.samples), self.sample_rate_hz)

@@ -27,6 +27,7 @@ import numpy.typing as npt
 
 from duplexkit.engine import Decision, Listen, Speak, Unit
 from duplexkit.models.base import ModelCapabilities, ModelPlugin, ModelSession, SamplingParams
+from duplexkit.protocol.units import ms_to_samples
 
 
 @dataclass(frozen=True, slots=True)
@@ -161,7 +162,7 @@ class ScriptedPolicy:
             by_segment[min(count - 1, int(offset * p.ms_per_char // period))].append(token)
             offset += len(token)
         tone = _tone(total_ms, caps.output_sample_rate_hz, p.tone_hz)
-        per_unit = round(period * caps.output_sample_rate_hz / 1000)
+        per_unit = ms_to_samples(period, caps.output_sample_rate_hz)
         segments = []
         for k, seg_tokens in enumerate(by_segment):
             first = p.first_output_ms if k == 0 else p.token_ms
@@ -220,6 +221,12 @@ class ScriptedModel(ModelPlugin):
 
     @classmethod
     def from_args(cls, args: Mapping[str, str]) -> ScriptedModel:
+        known = {f.name for f in fields(ScriptedParams)} | {"chunk_period_ms"}
+        unknown = sorted(set(args) - known)
+        if unknown:  # a misspelt server-level argument must not silently fall back to a default
+            raise ValueError(
+                f"unknown scripted model argument(s) {unknown}; known: {', '.join(sorted(known))}"
+            )
         caps = ModelCapabilities()
         if "chunk_period_ms" in args:
             raw = args["chunk_period_ms"]
@@ -253,7 +260,7 @@ def _tokens(text: str) -> list[str]:
 
 
 def _tone(duration_ms: float, rate: int, hz: float) -> npt.NDArray[np.float32]:
-    n = round(duration_ms * rate / 1000)
+    n = ms_to_samples(duration_ms, rate)
     t = np.arange(n, dtype=np.float64) / rate
     envelope = np.minimum(1.0, np.minimum(t, (n / rate) - t) / 0.01)
     return (0.1 * envelope * np.sin(2 * np.pi * hz * t)).astype(np.float32)

@@ -66,7 +66,7 @@ class OpenAIResponder:
             from openai import AsyncOpenAI
         except ImportError as exc:
             raise ValueError(
-                "the openai responder needs the 'openai' package: pip install 'duplexkit[llm]'"
+                "the openai responder needs the 'openai' package: pip install 'openai>=2.0'"
             ) from exc
         key = api_key or os.environ.get("OPENAI_API_KEY") or "unused"
         return cls(AsyncOpenAI(base_url=base_url, api_key=key), model)
