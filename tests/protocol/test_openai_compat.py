@@ -463,3 +463,25 @@ def test_duplex_only_examples_cover_the_list() -> None:
 def test_duplex_only_event_is_unknown_to_openai(event: ServerEventBase) -> None:
     with pytest.raises(ValidationError):
         _validate(event)
+
+
+def test_a_completed_reply_from_the_engine_differs_from_openai_only_in_its_documented_reason() -> None:
+    """What the engine really sends for a finished reply: every field but `status_details.reason: "stop"`
+    (a documented duplex extension) validates against the SDK's strict types."""
+    import numpy as np
+
+    from duplexkit.engine import EngineConfig, EngineSession, Speak
+    from duplexkit.engine.units import Unit
+
+    engine = EngineSession("sess_compat", EngineConfig(model="m"))
+    engine.start(0.0)
+    unit = Unit(0, engine.fence, np.zeros(16_000, np.float32), 16_000, 0.0, 1000.0, final=True)
+    engine.request_started(unit, 0.0)
+    speak = Speak(tokens=("Done.",), audio=np.zeros(2_400, np.float32), end_of_turn=True)
+    [done] = [e for e in engine.on_decision(unit, speak, 0.2).events if isinstance(e, se.ResponseDone)]
+    wire = _wire(done)
+    with pytest.raises(ValidationError) as rejected:
+        ResponseDoneEvent.model_validate(wire)
+    assert [error["loc"] for error in rejected.value.errors()] == [("response", "status_details", "reason")]
+    del wire["response"]["status_details"]["reason"]
+    assert isinstance(OPENAI_EVENT.validate_python(wire), ResponseDoneEvent)
