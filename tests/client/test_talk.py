@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import argparse
 import json
+import math
 import socket
 import wave
 from pathlib import Path
@@ -147,3 +148,24 @@ async def test_a_server_error_fails_the_session(tmp_path: Path) -> None:
     assert result.failure == "server error model_step_failed"
     assert result.drain is not None and result.drain.error is not None
     assert result.close is not None and result.close.clean
+
+
+def test_talk_sends_a_videos_frames_one_per_unit_at_the_requested_fps(tmp_path: Path) -> None:
+    from duplexkit.bench.datasets import Selection, load_dataset
+
+    [sample] = load_dataset("builtin", Selection(splits=("RTD_counting",))).samples
+    video, audio = tmp_path / "clip.mp4", tmp_path / "question.wav"
+    video.write_bytes(sample.video_bytes() or b"")
+    audio.write_bytes(sample.question_audio_bytes())
+    out = tmp_path / "out"
+    assert cli("talk", "--input", str(audio), "--video", str(video), "--out", str(out), *FAST) == 0
+    stream = json.loads((out / "timing.json").read_text())["stream"]
+    clip_s = stream["audio_end_ms"] / 1000
+    assert stream["frames_sent"] == math.ceil(clip_s)  # 1 fps: one frame per 1 s unit, the last one partial
+    assert stream["frames_dropped"] == 0
+
+
+def test_an_unreadable_video_is_a_usage_error(speech_wav: Path, tmp_path: Path) -> None:
+    bogus = tmp_path / "not.mp4"
+    bogus.write_text("hello")
+    assert cli("talk", "--input", str(speech_wav), "--video", str(bogus), "--out", str(tmp_path / "o")) == 2

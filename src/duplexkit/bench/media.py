@@ -55,18 +55,22 @@ def prepare_media(sample: Sample, *, fps: float = 1.0, max_side: int = 640) -> P
         raise ValueError(f"max_side must be positive, got {max_side!r}")
     samples = _decode_audio(sample.question_audio_bytes(), f"question audio of {sample.key}")
     video = sample.video_bytes()
-    frames: list[bytes] = []
-    times: list[float] = []
-    if video is not None:
-        for time_s, jpeg in _sample_frames(video, f"video of {sample.key}", fps, max_side):
-            times.append(time_s)
-            frames.append(jpeg)
+    sampled = [] if video is None else list(_sample_frames(video, f"video of {sample.key}", fps, max_side))
     return PreparedMedia(
         pcm16=encode_audio(samples, "pcm16"),
         duration_ms=samples.size * 1000 / TARGET_RATE_HZ,
-        frames=tuple(frames),
-        frame_times_s=tuple(times),
+        frames=tuple(jpeg for _, jpeg in sampled),
+        frame_times_s=tuple(time_s for time_s, _ in sampled),
     )
+
+
+def video_frames(
+    data: bytes, *, fps: float = 1.0, max_side: int = 640, label: str = "video"
+) -> tuple[bytes, ...]:
+    """A video's frames as JPEGs, frame k being the picture on screen at k / fps (see `prepare_media`)."""
+    if not (math.isfinite(fps) and fps > 0):
+        raise ValueError(f"fps must be a positive number, got {fps!r}")
+    return tuple(jpeg for _, jpeg in _sample_frames(data, label, fps, max_side))
 
 
 def _decode_audio(data: bytes, label: str) -> np.ndarray:

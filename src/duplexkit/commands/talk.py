@@ -12,6 +12,7 @@ from __future__ import annotations
 import argparse
 import asyncio
 import contextlib
+import dataclasses
 import json
 import os
 import sys
@@ -62,6 +63,8 @@ class TalkOptions:
     settle_s: float = 2.0
     drain_timeout_s: float = 60.0
     close_timeout_s: float = 5.0
+    frames: tuple[bytes, ...] = ()
+    """Video frames (JPEG), frame k riding the append that closes unit k."""
 
 
 @dataclass(slots=True)
@@ -89,7 +92,7 @@ def register(commands: argparse._SubParsersAction[argparse.ArgumentParser]) -> N
         description="Stream a WAV file into a duplex server, commit, pad silence until the replies settle "
         "(a quiet window; response.listen acknowledgements do not count), close, and write output.wav, "
         "transcript.json (timed sentences), events.json and timing.json into --out.",
-        epilog="Audio only: video input (--video) is not supported in this version. Exit codes: 0 ok, "
+        epilog="Exit codes: 0 ok, "
         "1 the session failed (an error event, a lost connection, a configure/input/commit/drain timeout), "
         "2 bad usage. A close that times out after the replies settled is reported as a warning (exit 0).",
     )
@@ -104,6 +107,15 @@ def register(commands: argparse._SubParsersAction[argparse.ArgumentParser]) -> N
     )
     parser.add_argument(
         "--out", required=True, type=Path, metavar="DIR", help="output directory (created if missing)"
+    )
+    parser.add_argument(
+        "--video",
+        type=Path,
+        metavar="CLIP",
+        help="a video (mp4, ...) whose frames ride the appends that close each unit, sampled at --fps",
+    )
+    parser.add_argument(
+        "--fps", type=_positive_float, default=1.0, help="video frames per second sent (default: %(default)s)"
     )
     add_talk_options(parser)
     parser.add_argument(
@@ -180,10 +192,20 @@ def run(args: argparse.Namespace) -> int:
     if len(samples) == 0:
         print(f"duplexkit talk: {args.input} holds no audio", file=sys.stderr)
         return EXIT_USAGE
+    frames: tuple[bytes, ...] = ()
+    if args.video is not None:
+        from duplexkit.bench.media import MediaError, video_frames
+
+        try:
+            frames = video_frames(args.video.read_bytes(), fps=args.fps, label=str(args.video))
+        except (OSError, MediaError) as exc:
+            print(f"duplexkit talk: cannot read --video: {exc}", file=sys.stderr)
+            return EXIT_USAGE
     plugin = None if args.url else model_from_args(args)
     if args.url is None and plugin is None:
         return EXIT_USAGE
-    return run_and_report(options_from_args(args, url=args.url, out=args.out), samples, rate, plugin)
+    options = dataclasses.replace(options_from_args(args, url=args.url, out=args.out), frames=frames)
+    return run_and_report(options, samples, rate, plugin)
 
 
 def run_and_report(options: TalkOptions, samples: Samples, rate: int, plugin: ModelPlugin | None) -> int:
@@ -269,6 +291,7 @@ async def _stream_commit_drain(
         pace=options.pace,
         chunk_ms=options.chunk_ms,
         timeout_s=result.input_ms / 1000.0 + options.input_slack_s,
+        frames=list(options.frames),
     )
     if result.stream.timed_out:
         result.fail("input_timeout: the clip did not reach the server in time")
