@@ -362,3 +362,45 @@ async def test_per_session_overrides_do_not_leak_between_sessions(server: Embedd
     text = lambda c: "".join(e["delta"] for e in c.of_type("response.output_audio_transcript.delta"))  # noqa: E731
     assert text(custom) == "Custom."
     assert text(plain) == "This is a scripted reply."
+
+
+class _ListeningSession(ScriptedSession):
+    """Records what the server says the listener heard of each reply."""
+
+    heard_log: list[str]
+
+    def __init__(self, plugin: ScriptedModel) -> None:
+        super().__init__(plugin)
+        self.heard_log = []
+
+    def heard(self, text: str) -> None:
+        self.heard_log.append(text)
+
+
+class _ListeningModel(ScriptedModel):
+    sessions: list[_ListeningSession]
+
+    def new_session(self) -> _ListeningSession:
+        session = _ListeningSession(self)
+        self.sessions = [*getattr(self, "sessions", []), session]
+        return session
+
+
+async def test_the_model_learns_what_was_heard_from_the_playback_ledger_not_what_it_generated() -> None:
+    plugin = _ListeningModel(ScriptedParams(first_output_ms=0, token_ms=0))
+    async with EmbeddedServer(plugin) as server:
+        client = await connect(server.url)
+        await client.until("session.created")
+        await client.send(append(tone_pcm16(1.0)))
+        await client.send({"type": "input_audio_buffer.commit"})
+        created = await client.until("response.created")
+        response_id = created["response"]["id"]
+        await client.until("response.output_audio.delta")  # the first second of a 1.5 s reply
+        await client.send({"type": "playback.ack", "response_id": response_id, "played_ms": 1000})
+        assert (await client.until("playback.acknowledged"))["played_ms"] == 1000
+        await client.send({"type": "barge_in"})
+        done = await client.until("response.done")
+        assert done["response"]["status"] == "cancelled"
+        [session] = plugin.sessions
+        assert session.heard_log[-1] == "This is a scripted "  # the first segment: what 1000 ms played
+        assert "This is a scripted reply." not in session.heard_log

@@ -129,6 +129,11 @@ class EngineSession:
         """The conversation as the listener heard it (assistant items trimmed to played audio)."""
         return [self._heard(item) for item in self._history]
 
+    def heard_text(self, response_id: str) -> str | None:
+        """The part of a response's transcript the listener heard, per the playback ledger."""
+        entry = self._playback.get(response_id)
+        return None if entry is None else entry.heard_text()
+
     def start(self, now: float) -> Step:
         """Open the session with defaults (autostart): `session.created`."""
         self.started = True

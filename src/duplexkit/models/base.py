@@ -90,6 +90,11 @@ class ModelSession(ABC):
     def interrupt(self) -> None:  # noqa: B027 - optional hook, nothing to do by default
         """The reply in progress was cut off (barge-in, cancel): drop what remains of it."""
 
+    def heard(self, text: str) -> None:  # noqa: B027 - optional hook, nothing to do by default
+        """What the listener heard of your latest reply, per the server's playback ledger (the client's
+        `playback.ack`s, trimmed at a barge-in); called again as that grows. Conversation history built
+        from this holds only what was played."""
+
     async def aclose(self) -> None:  # noqa: B027 - optional hook, nothing to do by default
         """The session ended: give back shared resources (decoders, tasks). Called once, always."""
 

@@ -254,6 +254,7 @@ class SessionRunner:
         """Send the step's events in order, queue its units, and act on an epoch change or a close."""
         for event in step.events:
             self._observe(event)
+            self._tell_model_what_was_heard(event)
             text = self._stamper.encode(event)
             self._outbound_bytes += len(text)
             self._outbound.put_nowait(text)
@@ -272,6 +273,18 @@ class SessionRunner:
                 self._outbound_bytes,
             )
             self._finish("client_too_slow")
+
+    def _tell_model_what_was_heard(self, event: se.ServerEventBase) -> None:
+        """After a response ends or an ack moves its played point, the model learns what was heard."""
+        if isinstance(event, se.ResponseDone):
+            response_id = event.response.id
+        elif isinstance(event, se.PlaybackAcknowledged):
+            response_id = event.response_id
+        else:
+            return
+        text = self.engine.heard_text(response_id)
+        if text is not None:
+            self.model.heard(text)
 
     def _observe(self, event: se.ServerEventBase) -> None:
         if isinstance(event, se.ResponseDone) and event.response_request_metrics is not None:

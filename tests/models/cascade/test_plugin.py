@@ -251,3 +251,17 @@ def test_from_args_loads_the_components_and_advertises_100_ms_units(vad_availabl
         {"responder": "openai", "llm_url": "http://127.0.0.1:9/v1", "llm_model": "m"}
     )
     assert remote.responder.name == "openai"
+
+
+async def test_the_playback_ledger_decides_what_of_a_reply_stays_in_the_history(
+    echo: CascadeModel, speech: Speech
+) -> None:
+    session = session_of(echo)
+    await step_all(session, speech.clip(LEAD_IN_MS, QUESTION, 4000.0))
+    assert session.history[-1] == Message("assistant", "You said: turn on the kitchen lights.")
+    session.heard("You said:")  # the server's ledger: the listener heard only the start
+    assert session.history[-1] == Message("assistant", "You said:")
+    session.heard("You said: turn on")  # a later ack: more was heard
+    assert session.history[-1] == Message("assistant", "You said: turn on")
+    session.heard("")  # nothing was heard after all
+    assert [m.role for m in session.history] == ["user"]

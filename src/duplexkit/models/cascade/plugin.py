@@ -136,6 +136,7 @@ class CascadeSession(ModelSession):
         self._listen_lock = threading.Lock()
         self._turns = TurnPolicy(self.params.min_barge_in_ms)
         self.history: list[Message] = []
+        self._heard_by_ledger: str | None = None
         """The conversation as the user experienced it: transcripts, and replies as far as they played."""
         self.last_turn: TurnTrace | None = None
         self._reply: Reply | None = None
@@ -198,6 +199,16 @@ class CascadeSession(ModelSession):
         than real time (tests), which would otherwise outrun synthesis."""
         if self._reply is not None:
             await self._reply.produced()
+
+    def heard(self, text: str) -> None:
+        """The playback ledger's account of the latest reply replaces the model's own estimate."""
+        if self._reply is None and self.history and self.history[-1].role == "assistant":
+            if text.strip():
+                self.history[-1] = Message("assistant", text.strip())
+            else:
+                self.history.pop()
+        else:
+            self._heard_by_ledger = text
 
     def interrupt(self) -> None:
         """The engine cut the reply (barge-in it detected, cancel, output clear): keep what was played,
@@ -266,6 +277,7 @@ class CascadeSession(ModelSession):
         if turn.text:
             self.history.append(Message("user", turn.text))
         self._reply, self._reply_answers_user = reply, bool(turn.text)
+        self._heard_by_ledger = None
         began = time.monotonic()
         try:
             await reply.wait_for_audio()
@@ -292,6 +304,10 @@ class CascadeSession(ModelSession):
             self._prepared = None
 
     def _remember(self, text: str) -> None:
+        """Record the reply as heard: the playback ledger's text when the server has reported it, else the
+        model's own playback estimate."""
+        heard, self._heard_by_ledger = self._heard_by_ledger, None
+        text = heard if heard is not None else text
         if self._reply_answers_user and text.strip():
             self.history.append(Message("assistant", text.strip()))
 
