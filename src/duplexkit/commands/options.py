@@ -3,7 +3,9 @@
 from __future__ import annotations
 
 import argparse
+import json
 import sys
+from typing import Any
 
 from duplexkit.models import MODELS, ModelPlugin, load_model
 
@@ -41,3 +43,14 @@ def model_from_args(args: argparse.Namespace) -> ModelPlugin | None:
     except ValueError as exc:
         print(f"duplexkit {args.command}: {exc}", file=sys.stderr)
         return None
+
+
+def json_object(text: str) -> dict[str, Any]:
+    """argparse type for an option that takes a JSON object (`--extra-body`)."""
+    try:
+        value = json.loads(text)
+    except ValueError as exc:
+        raise argparse.ArgumentTypeError(f"not JSON: {exc}") from None
+    if not isinstance(value, dict):
+        raise argparse.ArgumentTypeError("must be a JSON object")
+    return value

@@ -38,7 +38,7 @@ from duplexkit.client import (
 from duplexkit.client.collector import WAV_RATE_HZ
 from duplexkit.client.events import error_code_of
 from duplexkit.client.wavfile import read_wav, write_wav
-from duplexkit.commands.options import add_model_options, model_from_args
+from duplexkit.commands.options import add_model_options, json_object, model_from_args
 from duplexkit.models import ModelPlugin
 from duplexkit.protocol.units import samples_to_ms
 
@@ -125,7 +125,7 @@ def register(commands: argparse._SubParsersAction[argparse.ArgumentParser]) -> N
     )
     parser.add_argument("--served-model", help="model to request from --url's server (query and session)")
     parser.add_argument(
-        "--extra-body", type=_json_object, help="JSON object sent as session.extra_body (model parameters)"
+        "--extra-body", type=json_object, help="JSON object sent as session.extra_body (model parameters)"
     )
     add_model_options(parser)
     parser.set_defaults(handler=run)
@@ -450,14 +450,4 @@ def _positive_int(text: str) -> int:
         raise argparse.ArgumentTypeError(f"not an integer: {text!r}") from None
     if value <= 0:
         raise argparse.ArgumentTypeError(f"must be a positive integer, got {text!r}")
-    return value
-
-
-def _json_object(text: str) -> dict[str, Any]:
-    try:
-        value = json.loads(text)
-    except ValueError as exc:
-        raise argparse.ArgumentTypeError(f"not JSON: {exc}") from None
-    if not isinstance(value, dict):
-        raise argparse.ArgumentTypeError("must be a JSON object")
     return value
