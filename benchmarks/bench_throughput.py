@@ -36,6 +36,7 @@ from serving import cpu_seconds, duplexkit_serve, free_port, start
 from duplexkit.bench.artifacts import RunDir
 from duplexkit.bench.datasets import Selection, load_dataset
 from duplexkit.bench.runner import BenchmarkRunner, RunConfig
+from duplexkit.client import SessionBounds
 
 RATE_HZ = 16_000
 
@@ -124,8 +125,7 @@ async def run_pass(
         url=url,
         pace=pace,  # type: ignore[arg-type]
         concurrency=args.concurrency,
-        settle_s=args.settle,
-        drain_timeout_s=60.0,
+        bounds=SessionBounds(settle_s=args.settle, drain_timeout_s=60.0),
         keep_audio=args.keep_audio,
     )
     run_dir = RunDir(out / pace)

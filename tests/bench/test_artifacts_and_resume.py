@@ -23,6 +23,7 @@ import duplexkit.bench.artifacts as artifacts
 from duplexkit.bench.artifacts import RunDir, write_json_atomic
 from duplexkit.bench.datasets import Sample, Selection, load_dataset
 from duplexkit.bench.runner import BenchmarkRunner, RunConfig, SampleResult
+from duplexkit.client import SessionBounds
 from duplexkit.models import load_model
 from duplexkit.server import EmbeddedServer, ServerConfig
 from tests.bench.conftest import clip_sample, write_jsonl_dataset
@@ -191,9 +192,7 @@ def resume_config(url: str) -> RunConfig:
         url=url,
         pace="as-fast-as-possible",
         concurrency=3,
-        settle_s=0.3,
-        drain_timeout_s=10.0,
-        close_timeout_s=2.0,
+        bounds=SessionBounds(settle_s=0.3, drain_timeout_s=10.0, close_timeout_s=2.0),
         keep_audio=False,
     )
 

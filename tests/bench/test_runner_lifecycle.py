@@ -22,6 +22,7 @@ from __future__ import annotations
 import asyncio
 import base64
 import contextlib
+import dataclasses
 import itertools
 import json
 import logging
@@ -46,7 +47,7 @@ from duplexkit.bench.datasets import Sample
 from duplexkit.bench.media import prepare_media
 from duplexkit.bench.retry import capacity_backoff_s
 from duplexkit.bench.runner import BenchmarkRunner, RunConfig, SampleResult, run_attempt
-from duplexkit.client import DuplexClient
+from duplexkit.client import DuplexClient, SessionBounds
 from tests.bench.conftest import clip_sample
 
 CAPABILITIES = {
@@ -376,6 +377,10 @@ def fast_config(url: str, **overrides: Any) -> RunConfig:
         "pace": "as-fast-as-possible",
         "chunk_ms": CHUNK_MS,
         "concurrency": 1,
+        "capacity_wait_max_s": 5.0,
+        "keep_audio": False,
+    }
+    bounds: dict[str, Any] = {
         "configure_timeout_s": 2.0,
         "input_slack_s": 0.2,
         "commit_timeout_s": 0.2,
@@ -383,11 +388,11 @@ def fast_config(url: str, **overrides: Any) -> RunConfig:
         "drain_timeout_s": 0.6,
         "close_timeout_s": 0.3,
         "close_grace_s": 0.3,
-        "capacity_wait_max_s": 5.0,
-        "keep_audio": False,
     }
-    settings.update(overrides)
-    return RunConfig(**settings)
+    bound_names = {f.name for f in dataclasses.fields(SessionBounds)}
+    for key, value in overrides.items():
+        (bounds if key in bound_names else settings)[key] = value
+    return RunConfig(bounds=SessionBounds(**bounds), **settings)
 
 
 @dataclass
@@ -495,11 +500,13 @@ async def test_a_stalled_input_is_bounded_and_the_attempt_still_lands_its_transc
         attempt = await run_attempt(sample, media, config)
         elapsed = time.monotonic() - started
 
-    bound = CLIP_S + config.input_slack_s
+    bound = CLIP_S + config.bounds.input_slack_s
     outcome = attempt.outcome
     assert outcome.input_timeout == pytest.approx(bound)
     assert outcome.stall == "input_timeout"
-    assert outcome.commit_timeout == config.commit_timeout_s  # the commit is queued behind the stalled append
+    assert (
+        outcome.commit_timeout == config.bounds.commit_timeout_s
+    )  # the commit is queued behind the stalled append
     assert outcome.response_done is True and outcome.server_errors == []
     assert attempt.meta["input_committed"] is False
     assert attempt.meta["stream"]["input_timeout"] is True
@@ -507,10 +514,10 @@ async def test_a_stalled_input_is_bounded_and_the_attempt_still_lands_its_transc
     assert sentence_texts(attempt.sentences) == REPLY_SENTENCES
     every_bound = (
         bound
-        + config.commit_timeout_s
-        + config.drain_timeout_s
-        + config.close_timeout_s
-        + config.close_grace_s
+        + config.bounds.commit_timeout_s
+        + config.bounds.drain_timeout_s
+        + config.bounds.close_timeout_s
+        + config.bounds.close_grace_s
     )
     assert bound <= elapsed < every_bound + 1.0
     assert len(fake.connections[0].clip) < CLIP_APPENDS

@@ -12,6 +12,7 @@ from pathlib import Path
 import numpy as np
 import pytest
 
+from duplexkit.client import SessionBounds
 from duplexkit.client.wavfile import read_wav, write_wav
 from duplexkit.commands import demo, talk
 from duplexkit.demo_audio import DEMO_RATE_HZ, speech_like
@@ -109,7 +110,8 @@ def test_an_unreachable_server_fails_the_session(speech_wav: Path, tmp_path: Pat
 
 
 def _options(url: str, out: Path) -> talk.TalkOptions:
-    return talk.TalkOptions(url=url, out=out, pace="as-fast-as-possible", settle_s=0.2, close_timeout_s=0.3)
+    bounds = SessionBounds(settle_s=0.2, close_timeout_s=0.3)
+    return talk.TalkOptions(url=url, out=out, pace="as-fast-as-possible", bounds=bounds)
 
 
 async def test_a_close_that_stalls_after_the_replies_settled_is_a_warning_not_a_failure(

@@ -1,6 +1,6 @@
 """The Omni-DuplexEval sample runner: the lifecycle of one sample, its retries, and the run around them.
 
-One attempt, every wait bounded (`RunConfig` holds the bounds):
+One attempt, every wait bounded (`RunConfig.bounds`; the lifecycle is `duplexkit.client.converse`):
 configure → stream on the media clock (bound: clip duration + slack; on a stall `input_timeout` is recorded
 and the sample still lands with its transcript) → commit (bound: `commit_timeout`; on a stall the commit
 stays queued ahead of the padding and the padding still starts) → pad silence until stopped, while draining
@@ -15,7 +15,6 @@ The runner talks to servers only over the wire, through `duplexkit.client`.
 from __future__ import annotations
 
 import asyncio
-import contextlib
 import datetime as dt
 import logging
 import random
@@ -39,7 +38,14 @@ from duplexkit.bench.retry import (
     verdict,
 )
 from duplexkit.bench.speech import speech_segments
-from duplexkit.client import ConnectionLost, DuplexClient, SessionError, dump_events
+from duplexkit.client import (
+    ConnectionLost,
+    DuplexClient,
+    SessionBounds,
+    SessionError,
+    converse,
+    dump_events,
+)
 from duplexkit.client.wavfile import write_wav
 from duplexkit.protocol.errors import ErrorCode
 
@@ -72,32 +78,32 @@ class RunConfig:
     fps: float = 1.0
     chunk_ms: int = 200
     concurrency: int = 4
-    configure_timeout_s: float = 10.0
-    input_slack_s: float = 10.0
-    commit_timeout_s: float = 5.0
-    settle_s: float = 2.0
-    drain_timeout_s: float = 60.0
-    close_timeout_s: float = 5.0
-    close_grace_s: float = 2.0
+    bounds: SessionBounds = field(default_factory=SessionBounds)
     capacity_wait_max_s: float = 300.0
     keep_audio: bool = True
     extra_body: dict[str, Any] = field(default_factory=dict)
 
     def to_json(self) -> dict[str, Any]:
-        data = asdict(self)
+        """The config as recorded in `run.json`, with the bounds' fields inline."""
+        data: dict[str, Any] = {}
+        for key, value in asdict(self).items():
+            if key == "bounds":
+                data.update(value)
+            else:
+                data[key] = value
         data["api_key"] = "***" if self.api_key else None
         return data
 
     def attempt_deadline_s(self, clip_s: float) -> float:
         """The outer bound of one attempt: the sum of its inner bounds, plus a little."""
+        b = self.bounds
         return (
-            self.configure_timeout_s
-            + clip_s
-            + self.input_slack_s
-            + self.commit_timeout_s
-            + self.drain_timeout_s
-            + self.close_timeout_s
-            + self.close_grace_s
+            b.configure_timeout_s
+            + b.input_bound_s(clip_s)
+            + b.commit_timeout_s
+            + b.drain_timeout_s
+            + b.close_timeout_s
+            + b.close_grace_s
             + 5.0
         )
 
@@ -128,47 +134,49 @@ class SampleResult:
 async def run_attempt(sample: Sample, media: PreparedMedia, config: RunConfig) -> Attempt:
     """One session for one sample; raises `CapacityRefused` when the server has no slot."""
     outcome = AttemptOutcome()
-    meta: dict[str, Any] = {"bounds": {}}
-    clip_s = media.duration_ms / 1000.0
-    input_bound = clip_s + config.input_slack_s
-    meta["bounds"] = {
-        "configure_timeout": config.configure_timeout_s,
-        "input_timeout": input_bound,
-        "commit_timeout": config.commit_timeout_s,
-        "drain_timeout": config.drain_timeout_s,
-        "close_timeout": config.close_timeout_s,
+    bounds = config.bounds
+    input_bound = bounds.input_bound_s(media.duration_ms / 1000.0)
+    meta: dict[str, Any] = {
+        "bounds": {
+            "configure_timeout": bounds.configure_timeout_s,
+            "input_timeout": input_bound,
+            "commit_timeout": bounds.commit_timeout_s,
+            "drain_timeout": bounds.drain_timeout_s,
+            "close_timeout": bounds.close_timeout_s,
+        }
     }
     async with DuplexClient(config.url, api_key=config.api_key, model=config.model) as client:
+        samples = np.frombuffer(media.pcm16, dtype="<i2").astype(np.float32) / 32768.0
         try:
-            capabilities = await client.configure(
-                extra_body=config.extra_body, timeout_s=config.configure_timeout_s
+            conversation = await converse(
+                client,
+                samples,
+                sample_rate_hz=16_000,
+                frames=media.frames,
+                pace=config.pace,
+                chunk_ms=config.chunk_ms,
+                bounds=bounds,
+                extra_body=config.extra_body,
             )
         except SessionError as exc:
             if _is_capacity_refusal(exc.event or {}):
                 raise CapacityRefused(str(exc)) from None
             raise
-        meta["unit_ms"] = capabilities.chunk_period_ms
-        samples = np.frombuffer(media.pcm16, dtype="<i2").astype(np.float32) / 32768.0
-        report = await client.stream(
-            samples,
-            sample_rate_hz=16_000,
-            frames=list(media.frames),
-            pace=config.pace,
-            chunk_ms=config.chunk_ms,
-            timeout_s=input_bound,
-        )
+        if conversation.interrupted is not None:  # a lost connection or a padding failure fails the attempt
+            raise conversation.interrupted
+        report, drain, close = conversation.stream, conversation.drain, conversation.close
+        assert report is not None and drain is not None
+        meta["unit_ms"] = conversation.capabilities.chunk_period_ms
         if report.timed_out:
             outcome.input_timeout = input_bound
-        try:
-            await client.commit(timeout_s=config.commit_timeout_s)
-        except TimeoutError:
-            outcome.commit_timeout = config.commit_timeout_s
-        drain = await client.drain_while_padding(settle_s=config.settle_s, timeout_s=config.drain_timeout_s)
+        if conversation.commit_timed_out:
+            outcome.commit_timeout = bounds.commit_timeout_s
         # Conservative: the whole clip went out within its bound, the commit within its bound, and the
         # server acknowledged it; a commit that lands after its bound still counts as not committed.
-        acknowledged = any(e.type == "input_audio_buffer.committed" for e in client.events)
         meta["input_committed"] = (
-            outcome.input_timeout is None and outcome.commit_timeout is None and acknowledged
+            outcome.input_timeout is None
+            and outcome.commit_timeout is None
+            and conversation.commit_acknowledged
         )
         meta["drain"] = {
             "outcome": drain.outcome,
@@ -176,25 +184,20 @@ async def run_attempt(sample: Sample, media: PreparedMedia, config: RunConfig) -
             "listens": drain.listens,
         }
         if drain.outcome == "timeout":
-            outcome.drain_timeout = config.drain_timeout_s
+            outcome.drain_timeout = bounds.drain_timeout_s
         elif drain.outcome == "connection_closed":
             outcome.transport_error = "connection closed during the drain"
-        with contextlib.suppress(TimeoutError, ConnectionLost):
-            await client.ack_playback(timeout_s=1.0)
-        try:
-            close = await asyncio.wait_for(
-                client.close(config.close_timeout_s), config.close_timeout_s + config.close_grace_s
-            )
+        if close is None:
+            outcome.close_timeout = bounds.close_timeout_s
+            meta["close"] = {"clean": False, "outcome": "timeout"}
+        else:
             if not close.clean:
-                outcome.close_timeout = config.close_timeout_s
+                outcome.close_timeout = bounds.close_timeout_s
             meta["close"] = {
                 "clean": close.clean,
                 "outcome": close.outcome,
                 "elapsed_s": round(close.elapsed_s, 3),
             }
-        except TimeoutError:
-            outcome.close_timeout = config.close_timeout_s
-            meta["close"] = {"clean": False, "outcome": "timeout"}
 
         collector = client.collector
         outcome.server_errors = [str(f.get("error", {}).get("code")) for f in collector.failures()]

@@ -1,8 +1,9 @@
 """The duplex client: drive any duplex realtime server and measure what comes back.
 
 `DuplexClient` connects, configures, streams audio on a media clock, commits, pads silence, drains and
-closes, every wait bounded. `EventCollector` turns the events it receives into per-response and per-session
-timing (each value labelled with its clock), timed sentences and the output audio.
+closes, every wait bounded; `converse` runs that whole lifecycle within `SessionBounds`. `EventCollector`
+turns the events it receives into per-response and per-session timing (each value labelled with its
+clock), timed sentences and the output audio.
 """
 
 from duplexkit.client.client import ConnectionLost, DuplexClient, SessionError
@@ -21,12 +22,14 @@ from duplexkit.client.events import ReceivedEvent
 from duplexkit.client.pacing import DeadlinePacer, PacingReport, Slot
 from duplexkit.client.results import CloseResult, DrainResult, Pace, StreamReport
 from duplexkit.client.sentences import SentenceBuilder, TimedSentence
+from duplexkit.client.session import Conversation, SessionBounds, close_session, converse
 
 __all__ = [
     "CLIENT_SOURCE",
     "SERVER_SOURCE",
     "CloseResult",
     "ConnectionLost",
+    "Conversation",
     "DeadlinePacer",
     "DrainResult",
     "DrainTracker",
@@ -39,11 +42,14 @@ __all__ = [
     "ResponseMetrics",
     "SentenceBuilder",
     "ServerCapabilities",
+    "SessionBounds",
     "SessionError",
     "SessionMetrics",
     "Slot",
     "StreamReport",
     "TimedSentence",
     "build_url",
+    "close_session",
+    "converse",
     "dump_events",
 ]

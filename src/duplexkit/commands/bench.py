@@ -12,6 +12,7 @@ from collections.abc import AsyncIterator
 from pathlib import Path
 from typing import Any
 
+from duplexkit.client.session import SessionBounds
 from duplexkit.commands.options import add_model_options, json_object, model_from_args
 from duplexkit.commands.score import add_judge_options, format_summary, judge_from_args
 
@@ -96,15 +97,15 @@ def register(commands: argparse._SubParsersAction[argparse.ArgumentParser]) -> N
     )
 
     bounds = parser.add_argument_group("bounds (seconds)")
-    bounds.add_argument(
-        "--input-slack", type=float, default=10.0, help="stream bound = clip + this (default: 10)"
-    )
-    bounds.add_argument("--commit-timeout", type=float, default=5.0, help="commit write bound (default: 5)")
-    bounds.add_argument(
-        "--settle", type=float, default=2.0, help="quiet window that ends a drain (default: 2)"
-    )
-    bounds.add_argument("--drain-timeout", type=float, default=60.0, help="drain bound (default: 60)")
-    bounds.add_argument("--close-timeout", type=float, default=5.0, help="session.close bound (default: 5)")
+    default = SessionBounds()
+    for flag, value, what in (
+        ("--input-slack", default.input_slack_s, "stream bound = clip duration + this"),
+        ("--commit-timeout", default.commit_timeout_s, "commit write bound"),
+        ("--settle", default.settle_s, "quiet window that ends a drain (listens are not activity)"),
+        ("--drain-timeout", default.drain_timeout_s, "drain bound"),
+        ("--close-timeout", default.close_timeout_s, "session.close bound"),
+    ):
+        bounds.add_argument(flag, type=float, default=value, help=f"{what} (default: %(default)s)")
     add_judge_options(parser)
     parser.set_defaults(handler=run_command)
 
@@ -159,6 +160,7 @@ async def _bench(args: argparse.Namespace, dataset: Any, selection: Any, plugin:
     from duplexkit.bench.aggregate import run_counts, run_metrics
     from duplexkit.bench.artifacts import RunDir, write_json_atomic
     from duplexkit.bench.runner import BenchmarkRunner, RunConfig
+    from duplexkit.client import SessionBounds
 
     run_dir = RunDir(args.out)
     started_at = _previous_start(run_dir.root / "run.json") or _now()
@@ -171,11 +173,13 @@ async def _bench(args: argparse.Namespace, dataset: Any, selection: Any, plugin:
             fps=args.fps,
             chunk_ms=args.chunk_ms,
             concurrency=args.concurrency,
-            input_slack_s=args.input_slack,
-            commit_timeout_s=args.commit_timeout,
-            settle_s=args.settle,
-            drain_timeout_s=args.drain_timeout,
-            close_timeout_s=args.close_timeout,
+            bounds=SessionBounds(
+                input_slack_s=args.input_slack,
+                commit_timeout_s=args.commit_timeout,
+                settle_s=args.settle,
+                drain_timeout_s=args.drain_timeout,
+                close_timeout_s=args.close_timeout,
+            ),
             keep_audio=not args.no_audio,
             extra_body=args.extra_body,
         )

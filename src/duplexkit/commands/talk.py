@@ -27,12 +27,16 @@ from websockets.exceptions import InvalidHandshake, InvalidURI
 from duplexkit.client import (
     CloseResult,
     ConnectionLost,
+    Conversation,
     DrainResult,
     DuplexClient,
     Pace,
+    SessionBounds,
     SessionError,
     StreamReport,
     build_url,
+    close_session,
+    converse,
     dump_events,
 )
 from duplexkit.client.collector import WAV_RATE_HZ
@@ -57,12 +61,8 @@ class TalkOptions:
     served_model: str | None = None
     extra_body: dict[str, Any] | None = None
     connect_timeout_s: float = 10.0
-    configure_timeout_s: float = 10.0
-    input_slack_s: float = 10.0
-    commit_timeout_s: float = 10.0
-    settle_s: float = 2.0
-    drain_timeout_s: float = 60.0
-    close_timeout_s: float = 5.0
+    bounds: SessionBounds = field(default_factory=SessionBounds)
+    """The bounds on the session's waits once connected."""
     frames: tuple[bytes, ...] = ()
     """Video frames (JPEG), frame k riding the append that closes unit k."""
 
@@ -144,14 +144,19 @@ def add_talk_options(parser: argparse.ArgumentParser) -> None:
         "--chunk-ms", type=_positive_int, default=200, metavar="MS", help="append size (default: 200)"
     )
     bounds = parser.add_argument_group("bounds, in seconds")
+    defaults = SessionBounds()
     for flag, default, what in (
         ("--connect-timeout", 10.0, "to open the WebSocket"),
-        ("--configure-timeout", 10.0, "for session.created"),
-        ("--input-slack", 10.0, "the clip may take its own duration plus this to reach the server"),
-        ("--commit-timeout", 10.0, "for the commit to reach the wire"),
-        ("--settle", 2.0, "quiet window that ends the drain (listens do not count)"),
-        ("--drain-timeout", 60.0, "for the replies to settle"),
-        ("--close-timeout", 5.0, "for session.closed"),
+        ("--configure-timeout", defaults.configure_timeout_s, "for session.created"),
+        (
+            "--input-slack",
+            defaults.input_slack_s,
+            "the clip may take its own duration plus this to reach the server",
+        ),
+        ("--commit-timeout", defaults.commit_timeout_s, "for the commit to reach the wire"),
+        ("--settle", defaults.settle_s, "quiet window that ends the drain (listens do not count)"),
+        ("--drain-timeout", defaults.drain_timeout_s, "for the replies to settle"),
+        ("--close-timeout", defaults.close_timeout_s, "for session.closed and the final playback ack"),
     ):
         bounds.add_argument(
             flag, metavar="S", type=_positive_float, default=default, help=f"{what} (default: {default:g})"
@@ -168,12 +173,15 @@ def options_from_args(args: argparse.Namespace, *, url: str | None, out: Path) -
         served_model=getattr(args, "served_model", None),
         extra_body=getattr(args, "extra_body", None),
         connect_timeout_s=args.connect_timeout,
-        configure_timeout_s=args.configure_timeout,
-        input_slack_s=args.input_slack,
-        commit_timeout_s=args.commit_timeout,
-        settle_s=args.settle,
-        drain_timeout_s=args.drain_timeout,
-        close_timeout_s=args.close_timeout,
+        bounds=SessionBounds(
+            configure_timeout_s=args.configure_timeout,
+            input_slack_s=args.input_slack,
+            commit_timeout_s=args.commit_timeout,
+            settle_s=args.settle,
+            drain_timeout_s=args.drain_timeout,
+            close_timeout_s=args.close_timeout,
+            ack_timeout_s=args.close_timeout,
+        ),
     )
 
 
@@ -258,61 +266,58 @@ async def _converse(
     rate: int,
     result: TalkResult,
 ) -> None:
+    """Run the session (`converse`) and judge it: the first failure, in lifecycle order, is the session's."""
+    conversation: Conversation | None = None
     try:
-        await client.configure(extra_body=options.extra_body, timeout_s=options.configure_timeout_s)
+        conversation = await converse(
+            client,
+            samples,
+            sample_rate_hz=rate,
+            frames=options.frames,
+            pace=options.pace,
+            chunk_ms=options.chunk_ms,
+            bounds=options.bounds,
+            extra_body=options.extra_body,
+        )
     except TimeoutError:
         result.fail("configure_timeout: no session.created")
     except SessionError as exc:
         result.fail(str(exc))
-    if result.failure is None:
-        with contextlib.suppress(ConnectionLost):
-            await _stream_commit_drain(options, client, samples, rate, result)
-        if client.connection_lost and result.failure is None:
-            result.fail("connection lost")
-    result.close = await client.close(options.close_timeout_s)
-    if not result.close.clean:
-        note = f"close: no session.closed ({result.close.outcome})"
+    if conversation is not None:
+        _judge(conversation, result)
+    if conversation is None or conversation.interrupted is not None:
+        close = await close_session(client, options.bounds)
+    else:
+        close = conversation.close
+    result.close = close
+    if close is None or not close.clean:
+        note = f"close: no session.closed ({'timeout' if close is None else close.outcome})"
         if result.failure is None and result.drain is not None and result.drain.settled:
             result.warnings.append(note)  # the replies are complete: a stalled close is advisory
         else:
             result.fail(note)
 
 
-async def _stream_commit_drain(
-    options: TalkOptions,
-    client: DuplexClient,
-    samples: Samples,
-    rate: int,
-    result: TalkResult,
-) -> None:
-    result.stream = await client.stream(
-        samples,
-        sample_rate_hz=rate,
-        pace=options.pace,
-        chunk_ms=options.chunk_ms,
-        timeout_s=result.input_ms / 1000.0 + options.input_slack_s,
-        frames=list(options.frames),
-    )
-    if result.stream.timed_out:
+def _judge(conversation: Conversation, result: TalkResult) -> None:
+    """Record the conversation in `result`, failing it for a stalled input or commit, a padding failure, a
+    drain that did not settle, or a lost connection."""
+    result.stream = conversation.stream
+    if result.stream is not None and result.stream.timed_out:
         result.fail("input_timeout: the clip did not reach the server in time")
-    try:
-        await client.commit(timeout_s=options.commit_timeout_s)
-    except TimeoutError:
-        result.commit_timeout = True  # still queued ahead of the padding; pad anyway
+    if conversation.commit_timed_out:
+        result.commit_timeout = True  # still queued ahead of the padding; padded anyway
         result.fail("commit_timeout: the commit did not reach the wire in time")
-    try:
-        result.drain = await client.drain_while_padding(
-            settle_s=options.settle_s, timeout_s=options.drain_timeout_s
-        )
-    except Exception as exc:  # a padding failure is the session's error, not a drain timeout
-        result.fail(f"padding failed: {exc!r}")
-        return
-    if result.drain.error is not None:
-        result.fail(f"server error {error_code_of(result.drain.error) or '?'}")
-    elif not result.drain.settled:
-        result.fail(f"drain: {result.drain.outcome}")
-    with contextlib.suppress(TimeoutError, ConnectionLost):
-        await client.ack_playback(timeout_s=options.close_timeout_s)
+    error = conversation.interrupted
+    if error is not None and not isinstance(error, ConnectionLost):
+        result.fail(f"padding failed: {error!r}")
+    result.drain = conversation.drain
+    if result.drain is not None:
+        if result.drain.error is not None:
+            result.fail(f"server error {error_code_of(result.drain.error) or '?'}")
+        elif not result.drain.settled:
+            result.fail(f"drain: {result.drain.outcome}")
+    if conversation.connection_lost and result.failure is None:
+        result.fail("connection lost")
 
 
 def write_outputs(result: TalkResult, out: Path) -> None:

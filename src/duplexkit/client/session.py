@@ -1,0 +1,145 @@
+"""One session's lifecycle, every wait bounded: the part `duplexkit talk` and the bench runner share.
+
+configure → stream on the media clock (bound: clip duration + slack) → commit (bound; on a stall the commit
+stays queued ahead of the padding and the padding still starts) → pad silence while draining
+(`DuplexClient.drain_while_padding`, bound: `drain_timeout_s`) → final playback ack → close (bound:
+`close_timeout_s`; the outer wait gives the inner one `close_grace_s` more). `converse` records what happened;
+deciding what counts as a failure is the caller's.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import contextlib
+from collections.abc import Mapping, Sequence
+from dataclasses import dataclass
+from typing import Any
+
+import numpy as np
+import numpy.typing as npt
+
+from duplexkit.client.client import ConnectionLost, DuplexClient
+from duplexkit.client.connection import ServerCapabilities
+from duplexkit.client.results import CloseResult, DrainResult, Pace, StreamReport
+from duplexkit.protocol.units import samples_to_ms
+
+
+@dataclass(frozen=True, slots=True)
+class SessionBounds:
+    """The bound, in seconds, on every wait of one session."""
+
+    configure_timeout_s: float = 10.0
+    """For `session.created`."""
+    input_slack_s: float = 10.0
+    """The clip may take its own duration plus this to reach the server."""
+    commit_timeout_s: float = 5.0
+    """For the commit to reach the wire."""
+    settle_s: float = 2.0
+    """The quiet window that ends the drain (`response.listen` acknowledgements are not activity)."""
+    drain_timeout_s: float = 60.0
+    """For the replies to settle."""
+    close_timeout_s: float = 5.0
+    """For `session.closed`."""
+    close_grace_s: float = 2.0
+    """What the outer wait on the close adds to `close_timeout_s` (the socket's closing handshake)."""
+    ack_timeout_s: float = 1.0
+    """For the final playback acks to reach the wire."""
+
+    def input_bound_s(self, clip_s: float) -> float:
+        """The bound on streaming a clip of `clip_s` seconds."""
+        return clip_s + self.input_slack_s
+
+
+@dataclass(frozen=True, slots=True)
+class Conversation:
+    """What one `converse` call did; `None` marks a step that was not reached."""
+
+    capabilities: ServerCapabilities
+    """What `session.created` advertised."""
+    stream: StreamReport | None
+    commit_timed_out: bool
+    """The commit did not reach the wire within its bound (it stayed queued; the padding still started)."""
+    commit_acknowledged: bool
+    """The server had sent `input_audio_buffer.committed` when the drain ended."""
+    drain: DrainResult | None
+    connection_lost: bool
+    """The connection was gone before the close was sent."""
+    interrupted: Exception | None
+    """What ended the session early: `ConnectionLost` while streaming or committing, or the padding's
+    failure. The session is then neither acked nor closed: that is left to the caller."""
+    close: CloseResult | None
+    """`None` when the close outlived `close_timeout_s + close_grace_s`, or was not attempted."""
+
+
+async def close_session(client: DuplexClient, bounds: SessionBounds) -> CloseResult | None:
+    """`client.close`, with the outer wait giving it `close_grace_s`; `None` when that wait runs out."""
+    try:
+        return await asyncio.wait_for(
+            client.close(bounds.close_timeout_s), bounds.close_timeout_s + bounds.close_grace_s
+        )
+    except TimeoutError:
+        return None
+
+
+async def converse(
+    client: DuplexClient,
+    samples: npt.NDArray[np.float32],
+    *,
+    sample_rate_hz: int,
+    frames: Sequence[bytes] = (),
+    pace: Pace = "realtime",
+    chunk_ms: int = 200,
+    bounds: SessionBounds,
+    extra_body: Mapping[str, Any] | None = None,
+) -> Conversation:
+    """Run one session on a connected `client`, from configure to close, and record what happened.
+
+    Raises what `configure` raises (`SessionError` on a refusal, `TimeoutError` without `session.created`)
+    and any unexpected error while streaming or committing; a lost connection and a padding failure are
+    recorded instead (`Conversation.interrupted`).
+    """
+    capabilities = await client.configure(extra_body=extra_body, timeout_s=bounds.configure_timeout_s)
+    stream: StreamReport | None = None
+    commit_timed_out = False
+    interrupted: Exception | None = None
+    try:
+        stream = await client.stream(
+            samples,
+            sample_rate_hz=sample_rate_hz,
+            frames=list(frames),
+            pace=pace,
+            chunk_ms=chunk_ms,
+            timeout_s=bounds.input_bound_s(samples_to_ms(len(samples), sample_rate_hz) / 1000.0),
+        )
+        try:
+            await client.commit(timeout_s=bounds.commit_timeout_s)
+        except TimeoutError:
+            commit_timed_out = True
+    except ConnectionLost as exc:
+        interrupted = exc
+    drain: DrainResult | None = None
+    if interrupted is None:
+        try:
+            drain = await client.drain_while_padding(
+                settle_s=bounds.settle_s, timeout_s=bounds.drain_timeout_s
+            )
+        except Exception as exc:  # a padding failure is the session's error, not a drain timeout
+            interrupted = exc
+    acknowledged = any(e.type == "input_audio_buffer.committed" for e in client.events)
+    close: CloseResult | None = None
+    lost = client.connection_lost
+    if interrupted is None:
+        with contextlib.suppress(TimeoutError, ConnectionLost):
+            await client.ack_playback(timeout_s=bounds.ack_timeout_s)
+        lost = client.connection_lost
+        close = await close_session(client, bounds)
+    return Conversation(
+        capabilities=capabilities,
+        stream=stream,
+        commit_timed_out=commit_timed_out,
+        commit_acknowledged=acknowledged,
+        drain=drain,
+        connection_lost=lost,
+        interrupted=interrupted,
+        close=close,
+    )
