@@ -404,3 +404,29 @@ async def test_the_model_learns_what_was_heard_from_the_playback_ledger_not_what
         [session] = plugin.sessions
         assert session.heard_log[-1] == "This is a scripted "  # the first segment: what 1000 ms played
         assert "This is a scripted reply." not in session.heard_log
+
+
+async def test_input_beyond_the_pending_bound_is_refused_with_a_retryable_backpressure_error() -> None:
+    script = json.dumps([{"speak": "Slow."}] * 20)  # every step waits 500 ms: input piles up
+    plugin = load_model("scripted", {"first_output_ms": "500", "script": script})
+    config = ServerConfig(limits=small_limits(max_pending_input_bytes=3 * 64_000))  # three 1 s units
+    async with EmbeddedServer(plugin, config) as server:
+        client = await connect(server.url)
+        await client.until("session.created")
+        for _ in range(6):
+            await client.send(append(tone_pcm16(1.0)))
+        error = await client.until("error")
+        assert error["error"]["code"] == "input_backpressure"
+        assert error["error"]["type"] == "rate_limit_error" and error["error"]["retryable"] is True
+        await client.send({"type": "session.heartbeat"})
+        await client.until("session.heartbeat_ack")  # the session goes on
+
+
+async def test_a_session_idle_past_its_idle_timeout_is_closed() -> None:
+    async with EmbeddedServer(load_model("scripted", {})) as server:
+        client = await connect(server.url)
+        await client.until("session.created")
+        await client.send({"type": "session.update", "session": {"idle_timeout_s": 0.3}})
+        await client.until("session.updated")
+        assert (await client.until("error", timeout=3))["error"]["code"] == "idle_timeout"
+        assert (await client.until("session.closed"))["reason"] == "idle_timeout"
