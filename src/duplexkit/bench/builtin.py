@@ -14,6 +14,7 @@ espeak-ng), espeak-ng directly, else a synthetic voiced signal (a harmonic buzz 
 
 from __future__ import annotations
 
+import importlib.util
 import json
 import os
 import shutil
@@ -66,14 +67,23 @@ _COLOUR_NAMES: dict[Rgb, str] = {
 
 
 def builtin_dir(cache_dir: Path | None = None) -> Path:
-    """Where this version of the built-in dataset lives: ``<cache_dir>/builtin-<version>``.
+    """Where this version of the built-in dataset lives: ``<cache_dir>/builtin-<version>-<voice>``.
 
+    The voice that can speak the questions here (``piper``, ``espeak``, else ``buzz``) is part of the name,
+    so installing the ``tts`` extra later gives a new dataset spoken by it instead of reusing a buzzed one.
     ``cache_dir`` defaults to ``$XDG_CACHE_HOME/duplexkit`` (``~/.cache/duplexkit``).
     """
     if cache_dir is None:
         xdg = os.environ.get("XDG_CACHE_HOME")
         cache_dir = (Path(xdg) if xdg else Path.home() / ".cache") / "duplexkit"
-    return cache_dir / f"builtin-{BUILTIN_VERSION}"
+    return cache_dir / f"builtin-{BUILTIN_VERSION}-{_available_voice()}"
+
+
+def _available_voice() -> str:
+    """The best voice family this environment offers, without loading it."""
+    if importlib.util.find_spec("piper") is not None:
+        return "piper"
+    return "espeak" if shutil.which("espeak-ng") else "buzz"
 
 
 def ensure_builtin(cache_dir: Path | None = None) -> Path:
