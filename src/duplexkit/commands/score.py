@@ -28,6 +28,7 @@ from duplexkit.bench.judge import (
     load_protocol_dir,
     score_run,
 )
+from duplexkit.bench.judge.windows import REMINDER_WINDOW_S
 
 API_KEY_ENV = "DUPLEXKIT_JUDGE_API_KEY"
 
@@ -82,6 +83,13 @@ def add_judge_options(parser: argparse.ArgumentParser) -> None:
         help="per-request timeout (default: %(default)s)",
     )
     group.add_argument(
+        "--reminder-window",
+        type=float,
+        default=REMINDER_WINDOW_S,
+        metavar="S",
+        help="PR reminders are judged on the sentences starting in [t, t + S] (default: %(default)s)",
+    )
+    group.add_argument(
         "--protocol-dir",
         type=Path,
         metavar="DIR",
@@ -103,11 +111,14 @@ def judge_from_args(args: argparse.Namespace, dataset_source: str | None, concur
             args, "give --judge-url URL and --judge-model NAME (or --judge builtin for the built-in dataset)"
         )
         return None
+    if not args.reminder_window > 0:
+        _usage(args, "--reminder-window must be positive")
+        return None
     if kind == "builtin":
         if args.judge_url or args.judge_model or args.protocol_dir:
             _usage(args, "--judge builtin takes no --judge-url, --judge-model or --protocol-dir")
             return None
-        return BuiltinJudge()
+        return BuiltinJudge(reminder_window_s=args.reminder_window)
     if not args.judge_url or not args.judge_model:
         _usage(args, "an LLM judge needs both --judge-url and --judge-model")
         return None
@@ -128,7 +139,7 @@ def judge_from_args(args: argparse.Namespace, dataset_source: str | None, concur
         concurrency=concurrency,
         timeout_s=args.judge_timeout,
     )
-    return LLMJudge(chat, prompts)
+    return LLMJudge(chat, prompts, reminder_window_s=args.reminder_window)
 
 
 def run(args: argparse.Namespace) -> int:

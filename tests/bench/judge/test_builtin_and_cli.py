@@ -156,3 +156,22 @@ def test_usage_errors_exit_2(tmp_path: Path, capsys: pytest.CaptureFixture[str])
     assert "is not a directory" in capsys.readouterr().err
     args = _parse("score", str(tmp_path), "--judge", "builtin", "--workers", "0")
     assert args.handler(args) == 2
+
+
+async def test_the_reminder_window_decides_which_sentences_answer_an_event_and_keys_the_cache(
+    builtin_samples: tuple[Sample, ...], tmp_path: Path
+) -> None:
+    """The background turns red at 4 s and blue at 7 s; the replies come 6 s after each event."""
+    late = {"PR_event_reminder": sentences(("It turned red.", 10.0, 10.5), ("Now it is blue.", 13.0, 13.5))}
+    write_run_json(tmp_path, "builtin")
+    run = _run_for(tmp_path, builtin_samples, late)
+    record_path = tmp_path / "scores" / "PR_event_reminder" / "background_changes_colour.json"
+
+    await score_run(run, BuiltinJudge(reminder_window_s=5.0), samples=builtin_samples)
+    narrow = json.loads(record_path.read_text())
+    assert narrow["scores"]["all_success"] == 0 and narrow["judge"]["reminder_window_s"] == 5.0
+    assert [e["window"] for e in narrow["details"]["events"]] == [[4.0, 9.0], [7.0, 12.0]]
+
+    wide = await score_run(run, BuiltinJudge(reminder_window_s=10.0), samples=builtin_samples)
+    assert wide.coverage["cached"] == 0  # another window is another judge: nothing is reused
+    assert json.loads(record_path.read_text())["scores"]["all_success"] == 1

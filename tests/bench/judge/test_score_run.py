@@ -115,6 +115,7 @@ async def test_an_rtd_sample_is_judged_by_the_rubric(
         "url": fake_judge.url,
         "prompt_version": PROMPT_VERSION,
         "prompt_source": "duplexkit",
+        "reminder_window_s": 10.0,
     }
     assert not (run / "scores" / RTD[0] / f"{RTD[1]}.trace.jsonl").exists()
     assert summary.rtd["mean_content_score"] == 2.25 and summary.rtd["mean_avg_temporal_score"] == 3.0

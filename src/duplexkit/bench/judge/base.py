@@ -11,6 +11,7 @@ from collections.abc import Callable, Mapping
 from dataclasses import dataclass, field
 from typing import Any, Literal, Protocol
 
+from duplexkit.bench.judge.windows import REMINDER_WINDOW_S
 from duplexkit.client.sentences import TimedSentence
 
 
@@ -31,6 +32,8 @@ class JudgeInfo:
     url: str | None
     prompt_version: str
     prompt_source: str
+    reminder_window_s: float = REMINDER_WINDOW_S
+    """PR reminders are judged on the sentences starting in [t, t + this]."""
 
     def to_json(self) -> dict[str, Any]:
         return {
@@ -39,14 +42,17 @@ class JudgeInfo:
             "url": self.url,
             "prompt_version": self.prompt_version,
             "prompt_source": self.prompt_source,
+            "reminder_window_s": self.reminder_window_s,
         }
 
     def same_scores_as(self, recorded: Mapping[str, Any]) -> bool:
         """Whether a score recorded under `recorded` (a `to_json` dict) would be reproduced by this judge."""
-        return (recorded.get("model"), recorded.get("url"), recorded.get("prompt_version")) == (
+        window = recorded.get("reminder_window_s", REMINDER_WINDOW_S)
+        return (recorded.get("model"), recorded.get("url"), recorded.get("prompt_version"), window) == (
             self.model,
             self.url,
             self.prompt_version,
+            self.reminder_window_s,
         )
 
 

@@ -59,13 +59,15 @@ class _Fact:
 class BuiltinJudge:
     """Scores samples of the built-in dataset from their `ground_truth`; deterministic, offline."""
 
-    info = JudgeInfo(
-        kind="builtin",
-        model="builtin",
-        url=None,
-        prompt_version=BUILTIN_JUDGE_VERSION,
-        prompt_source="ground truth",
-    )
+    def __init__(self, *, reminder_window_s: float = REMINDER_WINDOW_S) -> None:
+        self.info = JudgeInfo(
+            kind="builtin",
+            model="builtin",
+            url=None,
+            prompt_version=BUILTIN_JUDGE_VERSION,
+            prompt_source="ground truth",
+            reminder_window_s=reminder_window_s,
+        )
 
     async def aclose(self) -> None:
         return None
@@ -78,7 +80,7 @@ class BuiltinJudge:
             )
         if request.family == "rtd":
             return _score_rtd(request, truth)
-        return _score_pr(request, truth)
+        return _score_pr(request, truth, self.info.reminder_window_s)
 
 
 def _score_rtd(request: ScoreRequest, truth: Mapping[str, Any]) -> SampleScore:
@@ -112,7 +114,7 @@ def _score_rtd(request: ScoreRequest, truth: Mapping[str, Any]) -> SampleScore:
     )
 
 
-def _score_pr(request: ScoreRequest, truth: Mapping[str, Any]) -> SampleScore:
+def _score_pr(request: ScoreRequest, truth: Mapping[str, Any], window_s: float) -> SampleScore:
     events: list[dict[str, Any]] = []
     if request.task == "correction" or not request.reminders:
         colour = truth.get("colour")
@@ -128,12 +130,12 @@ def _score_pr(request: ScoreRequest, truth: Mapping[str, Any]) -> SampleScore:
             if event is None or abs(float(event["time"]) - t) > _EVENT_MATCH_S:
                 raise ScoringError(f"the ground truth has no event at the reminder time {t}")
             fact = _Fact(t, t, _keywords(event))
-            response = _joined(sentences_after(request.sentences, t))
+            response = _joined(sentences_after(request.sentences, t, window_s))
             success = int(bool(response) and fact.mentioned_in(response))
             events.append(
                 {
                     "event_time": t,
-                    "window": [t, t + REMINDER_WINDOW_S],
+                    "window": [t, t + window_s],
                     "expected": sorted(fact.keywords),
                     "success_score": success,
                 }

@@ -55,7 +55,13 @@ _ASSISTANT_ECHO_CHARS = 4000
 class LLMJudge:
     """Scores samples by asking a judge model through `chat`, with `prompts` (ours unless a protocol dir)."""
 
-    def __init__(self, chat: ChatClient, prompts: PromptSet = BUILTIN_PROMPTS) -> None:
+    def __init__(
+        self,
+        chat: ChatClient,
+        prompts: PromptSet = BUILTIN_PROMPTS,
+        *,
+        reminder_window_s: float = REMINDER_WINDOW_S,
+    ) -> None:
         self._chat = chat
         self._prompts = prompts
         self.info = JudgeInfo(
@@ -64,6 +70,7 @@ class LLMJudge:
             url=chat.base_url,
             prompt_version=prompts.version,
             prompt_source=prompts.source,
+            reminder_window_s=reminder_window_s,
         )
 
     async def aclose(self) -> None:
@@ -75,7 +82,7 @@ class LLMJudge:
             if request.family == "rtd":
                 scores, details = await _score_rtd(request, calls)
             else:
-                scores, details = await _score_pr(request, calls)
+                scores, details = await _score_pr(request, calls, self.info.reminder_window_s)
         except ScoringError as exc:
             raise ScoringError(str(exc), calls.trace()) from exc
         except JudgeRequestError as exc:
@@ -239,7 +246,9 @@ def _halve(frames: Sequence[bytes]) -> list[bytes]:
     return [frames[int((i + 0.5) * len(frames) / keep)] for i in range(keep)]
 
 
-async def _score_pr(request: ScoreRequest, calls: _Calls) -> tuple[dict[str, float], dict[str, Any]]:
+async def _score_pr(
+    request: ScoreRequest, calls: _Calls, window_s: float
+) -> tuple[dict[str, float], dict[str, Any]]:
     if request.task == "correction" or not request.reminders:
         response = _joined(request.sentences)
         values = {"question": request.question, "reference": request.answer1 or "", "response": response}
@@ -248,7 +257,7 @@ async def _score_pr(request: ScoreRequest, calls: _Calls) -> tuple[dict[str, flo
     else:
         name = "pr_post_event_reminder" if request.task == "post_event_reminder" else "pr_event_reminder"
         outcomes = await asyncio.gather(
-            *(_reminder(request, calls, name, i, t) for i, t in enumerate(request.reminders)),
+            *(_reminder(request, calls, name, i, t, window_s) for i, t in enumerate(request.reminders)),
             return_exceptions=True,
         )
         events = []
@@ -260,9 +269,11 @@ async def _score_pr(request: ScoreRequest, calls: _Calls) -> tuple[dict[str, flo
     return {"all_success": all_success}, {"events": events}
 
 
-async def _reminder(request: ScoreRequest, calls: _Calls, name: str, index: int, t: float) -> dict[str, Any]:
-    end = t + REMINDER_WINDOW_S
-    response = _joined(sentences_after(request.sentences, t))
+async def _reminder(
+    request: ScoreRequest, calls: _Calls, name: str, index: int, t: float, window_s: float
+) -> dict[str, Any]:
+    end = t + window_s
+    response = _joined(sentences_after(request.sentences, t, window_s))
     values = {
         "question": request.question,
         "event_time": _seconds(t),
