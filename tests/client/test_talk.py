@@ -15,8 +15,8 @@ import pytest
 from duplexkit.client import SessionBounds
 from duplexkit.client.wavfile import read_wav, write_wav
 from duplexkit.commands import demo, talk
-from duplexkit.demo_audio import DEMO_RATE_HZ, speech_like
 from tests.client.fakes import FakeServer, FakeSession
+from tests.client.speech_clip import DEMO_RATE_HZ, speech_like
 
 FAST = [
     "--pace",

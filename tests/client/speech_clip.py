@@ -1,4 +1,4 @@
-"""A short speech-like clip for the demo, synthesised deterministically (no downloads, no randomness).
+"""A short speech-like clip for the talk tests, synthesised deterministically (no downloads, no randomness).
 
 A voiced signal (a gliding fundamental around 125 Hz with ten harmonics falling off as 1/h) shaped into
 syllables of about 250 ms, followed by silence: loud enough to pass a speech RMS threshold in every unit
