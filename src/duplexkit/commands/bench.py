@@ -12,8 +12,13 @@ from collections.abc import AsyncIterator
 from pathlib import Path
 from typing import Any
 
-from duplexkit.client.session import SessionBounds
-from duplexkit.commands.options import add_model_options, json_object, model_from_args
+from duplexkit.commands.options import (
+    add_bound_options,
+    add_model_options,
+    bounds_from_args,
+    json_object,
+    model_from_args,
+)
 from duplexkit.commands.score import add_judge_options, format_summary, judge_from_args
 
 EXIT_OK, EXIT_FAILED, EXIT_USAGE = 0, 1, 2
@@ -96,16 +101,7 @@ def register(commands: argparse._SubParsersAction[argparse.ArgumentParser]) -> N
         help="with --score: score an as-fast-as-possible run too",
     )
 
-    bounds = parser.add_argument_group("bounds (seconds)")
-    default = SessionBounds()
-    for flag, value, what in (
-        ("--input-slack", default.input_slack_s, "stream bound = clip duration + this"),
-        ("--commit-timeout", default.commit_timeout_s, "commit write bound"),
-        ("--settle", default.settle_s, "quiet window that ends a drain (listens are not activity)"),
-        ("--drain-timeout", default.drain_timeout_s, "drain bound"),
-        ("--close-timeout", default.close_timeout_s, "session.close bound"),
-    ):
-        bounds.add_argument(flag, type=float, default=value, help=f"{what} (default: %(default)s)")
+    add_bound_options(parser)
     add_judge_options(parser)
     parser.set_defaults(handler=run_command)
 
@@ -160,7 +156,6 @@ async def _bench(args: argparse.Namespace, dataset: Any, selection: Any, plugin:
     from duplexkit.bench.aggregate import run_counts, run_metrics
     from duplexkit.bench.artifacts import RunDir, write_json_atomic
     from duplexkit.bench.runner import BenchmarkRunner, RunConfig
-    from duplexkit.client import SessionBounds
 
     run_dir = RunDir(args.out)
     started_at = _previous_start(run_dir.root / "run.json") or _now()
@@ -173,13 +168,7 @@ async def _bench(args: argparse.Namespace, dataset: Any, selection: Any, plugin:
             fps=args.fps,
             chunk_ms=args.chunk_ms,
             concurrency=args.concurrency,
-            bounds=SessionBounds(
-                input_slack_s=args.input_slack,
-                commit_timeout_s=args.commit_timeout,
-                settle_s=args.settle,
-                drain_timeout_s=args.drain_timeout,
-                close_timeout_s=args.close_timeout,
-            ),
+            bounds=bounds_from_args(args),
             keep_audio=not args.no_audio,
             extra_body=args.extra_body,
         )

@@ -7,6 +7,7 @@ import json
 import sys
 from typing import Any
 
+from duplexkit.client.session import SessionBounds
 from duplexkit.models import MODELS, ModelPlugin, load_model
 
 DEFAULT_MODEL = "cascade"
@@ -54,3 +55,53 @@ def json_object(text: str) -> dict[str, Any]:
     if not isinstance(value, dict):
         raise argparse.ArgumentTypeError("must be a JSON object")
     return value
+
+
+def positive_float(text: str) -> float:
+    """argparse type: a finite number > 0."""
+    try:
+        value = float(text)
+    except ValueError:
+        raise argparse.ArgumentTypeError(f"not a number: {text!r}") from None
+    if not value > 0 or value == float("inf"):
+        raise argparse.ArgumentTypeError(f"must be a positive number, got {text!r}")
+    return value
+
+
+def positive_int(text: str) -> int:
+    """argparse type: a whole number > 0."""
+    try:
+        value = int(text)
+    except ValueError:
+        raise argparse.ArgumentTypeError(f"not an integer: {text!r}") from None
+    if value <= 0:
+        raise argparse.ArgumentTypeError(f"must be a positive integer, got {text!r}")
+    return value
+
+
+def add_bound_options(parser: argparse.ArgumentParser) -> None:
+    """The bound on every wait of a session (`SessionBounds`), for the commands that run sessions."""
+    bounds = parser.add_argument_group("bounds, in seconds")
+    defaults = SessionBounds()
+    for flag, default, what in (
+        ("--configure-timeout", defaults.configure_timeout_s, "for session.created"),
+        ("--input-slack", defaults.input_slack_s, "the clip may take its own duration plus this to arrive"),
+        ("--commit-timeout", defaults.commit_timeout_s, "for the commit to reach the wire"),
+        ("--settle", defaults.settle_s, "quiet window that ends the drain (listens do not count)"),
+        ("--drain-timeout", defaults.drain_timeout_s, "for the replies to settle"),
+        ("--close-timeout", defaults.close_timeout_s, "for session.closed"),
+    ):
+        bounds.add_argument(
+            flag, metavar="S", type=positive_float, default=default, help=f"{what} (default: {default:g})"
+        )
+
+
+def bounds_from_args(args: argparse.Namespace) -> SessionBounds:
+    return SessionBounds(
+        configure_timeout_s=args.configure_timeout,
+        input_slack_s=args.input_slack,
+        commit_timeout_s=args.commit_timeout,
+        settle_s=args.settle,
+        drain_timeout_s=args.drain_timeout,
+        close_timeout_s=args.close_timeout,
+    )

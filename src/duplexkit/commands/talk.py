@@ -42,7 +42,15 @@ from duplexkit.client import (
 from duplexkit.client.collector import WAV_RATE_HZ
 from duplexkit.client.events import error_code_of
 from duplexkit.client.wavfile import read_wav, write_wav
-from duplexkit.commands.options import add_model_options, json_object, model_from_args
+from duplexkit.commands.options import (
+    add_bound_options,
+    add_model_options,
+    bounds_from_args,
+    json_object,
+    model_from_args,
+    positive_float,
+    positive_int,
+)
 from duplexkit.models import ModelPlugin
 from duplexkit.protocol.units import samples_to_ms
 
@@ -115,9 +123,9 @@ def register(commands: argparse._SubParsersAction[argparse.ArgumentParser]) -> N
         help="a video (mp4, ...) whose frames ride the appends that close each unit, sampled at --fps",
     )
     parser.add_argument(
-        "--fps", type=_positive_float, default=1.0, help="video frames per second sent (default: %(default)s)"
+        "--fps", type=positive_float, default=1.0, help="video frames per second sent (default: %(default)s)"
     )
-    add_talk_options(parser)
+    _add_pacing_options(parser)
     parser.add_argument(
         "--api-key",
         default=os.environ.get("DUPLEXKIT_API_KEY"),
@@ -131,8 +139,7 @@ def register(commands: argparse._SubParsersAction[argparse.ArgumentParser]) -> N
     parser.set_defaults(handler=run)
 
 
-def add_talk_options(parser: argparse.ArgumentParser) -> None:
-    """Pacing and the bounds on every wait (shared with `duplexkit demo`)."""
+def _add_pacing_options(parser: argparse.ArgumentParser) -> None:
     parser.add_argument(
         "--pace",
         choices=["realtime", "as-fast-as-possible"],
@@ -141,26 +148,16 @@ def add_talk_options(parser: argparse.ArgumentParser) -> None:
         "(default: %(default)s)",
     )
     parser.add_argument(
-        "--chunk-ms", type=_positive_int, default=200, metavar="MS", help="append size (default: 200)"
+        "--chunk-ms", type=positive_int, default=200, metavar="MS", help="append size (default: 200)"
     )
-    bounds = parser.add_argument_group("bounds, in seconds")
-    defaults = SessionBounds()
-    for flag, default, what in (
-        ("--connect-timeout", 10.0, "to open the WebSocket"),
-        ("--configure-timeout", defaults.configure_timeout_s, "for session.created"),
-        (
-            "--input-slack",
-            defaults.input_slack_s,
-            "the clip may take its own duration plus this to reach the server",
-        ),
-        ("--commit-timeout", defaults.commit_timeout_s, "for the commit to reach the wire"),
-        ("--settle", defaults.settle_s, "quiet window that ends the drain (listens do not count)"),
-        ("--drain-timeout", defaults.drain_timeout_s, "for the replies to settle"),
-        ("--close-timeout", defaults.close_timeout_s, "for session.closed and the final playback ack"),
-    ):
-        bounds.add_argument(
-            flag, metavar="S", type=_positive_float, default=default, help=f"{what} (default: {default:g})"
-        )
+    parser.add_argument(
+        "--connect-timeout",
+        metavar="S",
+        type=positive_float,
+        default=10.0,
+        help="to open the WebSocket (default: 10)",
+    )
+    add_bound_options(parser)
 
 
 def options_from_args(args: argparse.Namespace, *, url: str | None, out: Path) -> TalkOptions:
@@ -169,19 +166,12 @@ def options_from_args(args: argparse.Namespace, *, url: str | None, out: Path) -
         out=out,
         pace=args.pace,
         chunk_ms=args.chunk_ms,
-        api_key=getattr(args, "api_key", None),
-        served_model=getattr(args, "served_model", None),
-        extra_body=getattr(args, "extra_body", None),
+        api_key=args.api_key,
+        served_model=args.served_model,
+        extra_body=args.extra_body,
         connect_timeout_s=args.connect_timeout,
-        bounds=SessionBounds(
-            configure_timeout_s=args.configure_timeout,
-            input_slack_s=args.input_slack,
-            commit_timeout_s=args.commit_timeout,
-            settle_s=args.settle,
-            drain_timeout_s=args.drain_timeout,
-            close_timeout_s=args.close_timeout,
-            ack_timeout_s=args.close_timeout,
-        ),
+        # talk gives the final playback ack as long as the close
+        bounds=dataclasses.replace(bounds_from_args(args), ack_timeout_s=args.close_timeout),
     )
 
 
@@ -436,23 +426,3 @@ def _ms(value: float | None, digits: int = 0) -> str:
 
 def _num(value: float | None) -> str:
     return "-" if value is None else f"{value:.3f}"
-
-
-def _positive_float(text: str) -> float:
-    try:
-        value = float(text)
-    except ValueError:
-        raise argparse.ArgumentTypeError(f"not a number: {text!r}") from None
-    if not value > 0 or value == float("inf"):
-        raise argparse.ArgumentTypeError(f"must be a positive number, got {text!r}")
-    return value
-
-
-def _positive_int(text: str) -> int:
-    try:
-        value = int(text)
-    except ValueError:
-        raise argparse.ArgumentTypeError(f"not an integer: {text!r}") from None
-    if value <= 0:
-        raise argparse.ArgumentTypeError(f"must be a positive integer, got {text!r}")
-    return value
