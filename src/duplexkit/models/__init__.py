@@ -2,7 +2,14 @@
 
 from collections.abc import Callable, Mapping
 
-from duplexkit.models.base import ModelCapabilities, ModelPlugin, ModelSession, SamplingParams
+from duplexkit.models.base import (
+    BatchItem,
+    BatchPolicy,
+    ModelCapabilities,
+    ModelPlugin,
+    ModelSession,
+    SamplingParams,
+)
 from duplexkit.models.cascade import CascadeModel
 from duplexkit.models.scripted import ScriptedModel
 
@@ -22,4 +29,13 @@ def load_model(name: str, args: Mapping[str, str]) -> ModelPlugin:
     return factory(args)
 
 
-__all__ = ["MODELS", "ModelCapabilities", "ModelPlugin", "ModelSession", "SamplingParams", "load_model"]
+__all__ = [
+    "MODELS",
+    "BatchItem",
+    "BatchPolicy",
+    "ModelCapabilities",
+    "ModelPlugin",
+    "ModelSession",
+    "SamplingParams",
+    "load_model",
+]

@@ -4,13 +4,17 @@ A plugin is loaded once per process and shared; `new_session` gives each session
 steps a session's model once per unit, in order, and never two units of one session at once. A step is an
 async iterator of decisions so a plugin can stream a reply in several segments; CPU-bound plugins must do
 their work off the event loop (e.g. `asyncio.to_thread`) so one slow step never stalls other sessions.
+
+A plugin that can step many sessions in one call (one batched forward pass on a GPU) sets `batching` and
+implements `step_batch`; the server then gathers the units due across sessions into batches instead of
+calling `ModelSession.step`. Per-session state still lives in each `ModelSession`.
 """
 
 from __future__ import annotations
 
 import math
 from abc import ABC, abstractmethod
-from collections.abc import AsyncIterator, Mapping
+from collections.abc import AsyncIterator, Mapping, Sequence
 from dataclasses import dataclass, replace
 from typing import Any, Literal
 
@@ -99,11 +103,43 @@ class ModelSession(ABC):
         """The session ended: give back shared resources (decoders, tasks). Called once, always."""
 
 
+@dataclass(frozen=True, slots=True)
+class BatchPolicy:
+    """How the server gathers units into a batch: at most `max_size` units, and a batch leaves no later
+    than `max_wait_ms` after its oldest unit became due (the wait budget), full or not."""
+
+    max_size: int = 32
+    max_wait_ms: float = 20.0
+
+    def __post_init__(self) -> None:
+        if self.max_size < 1:
+            raise ValueError(f"batch max_size must be at least 1, got {self.max_size}")
+        if not (math.isfinite(self.max_wait_ms) and self.max_wait_ms >= 0):
+            raise ValueError(f"batch max_wait_ms must be a finite number >= 0, got {self.max_wait_ms}")
+
+
+@dataclass(frozen=True, slots=True)
+class BatchItem:
+    """One session's unit in a batch; `session` is the `ModelSession` this plugin's `new_session` made."""
+
+    session: ModelSession
+    unit: Unit
+    request_started_at: float
+
+
 class ModelPlugin(ABC):
     name: str
     capabilities: ModelCapabilities
     default_sampling: SamplingParams
+    batching: BatchPolicy | None = None
+    """Set (with `step_batch`) by plugins that step many sessions at once; `None`: per-session stepping."""
 
     @abstractmethod
     def new_session(self) -> ModelSession:
         """Fresh per-session state, starting from the plugin's defaults."""
+
+    async def step_batch(self, items: Sequence[BatchItem]) -> Sequence[Decision | Exception]:
+        """Decide for every item at once: one `Listen` or `Speak` per item, in the items' order, or an
+        exception for an item that failed (only that session's response fails). Never holds two units of
+        one session; a session's units arrive in order. Called only when `batching` is set."""
+        raise NotImplementedError(f"{type(self).__name__} sets batching but does not implement step_batch")

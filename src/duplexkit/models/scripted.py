@@ -8,6 +8,9 @@ those times, so the server measures them like any model's. Otherwise it listens.
 
 Alternatively a script of explicit per-unit decisions (`script`, a JSON list or a path to one) replaces
 the policy: `{"listen": true}` or `{"speak": "text", "end_of_turn": true}`, one entry per stepped unit.
+
+With `batch_size` (and optionally `batch_wait_ms`) set, the server steps its sessions through
+`step_batch`: the same decisions per session, a batch lasting as long as its longest member's step.
 """
 
 from __future__ import annotations
@@ -17,7 +20,7 @@ import itertools
 import json
 import math
 import time
-from collections.abc import AsyncIterator, Mapping
+from collections.abc import AsyncIterator, Mapping, Sequence
 from dataclasses import dataclass, fields, replace
 from pathlib import Path
 from typing import Any
@@ -26,7 +29,14 @@ import numpy as np
 import numpy.typing as npt
 
 from duplexkit.engine import Decision, Listen, Speak, Unit
-from duplexkit.models.base import ModelCapabilities, ModelPlugin, ModelSession, SamplingParams
+from duplexkit.models.base import (
+    BatchItem,
+    BatchPolicy,
+    ModelCapabilities,
+    ModelPlugin,
+    ModelSession,
+    SamplingParams,
+)
 from duplexkit.protocol.units import ms_to_samples
 
 
@@ -197,13 +207,12 @@ class ScriptedSession(ModelSession):
         await _sleep_until(request_started_at + offsets[0] / 1000.0)
         # The segment leaves when its first token is due (so TTFT is `first_output_ms`); its tokens are
         # spaced `token_ms` apart, and the step lasts until the last one is due.
-        yield Speak(
-            tokens=decision.tokens,
-            audio=decision.audio,
-            end_of_turn=decision.end_of_turn,
-            itl_ms=tuple(b - a for a, b in itertools.pairwise(offsets)),
-        )
+        yield _speak(decision)
         await _sleep_until(request_started_at + offsets[-1] / 1000.0)
+
+    def decide(self, unit: Unit) -> Listen | PlannedSegment:
+        """The policy's decision for `unit` (the batched path's share of `step`)."""
+        return self._policy.decide(unit)
 
     def interrupt(self) -> None:
         self._policy.interrupt()
@@ -213,15 +222,19 @@ class ScriptedModel(ModelPlugin):
     name = "scripted"
 
     def __init__(
-        self, params: ScriptedParams | None = None, capabilities: ModelCapabilities | None = None
+        self,
+        params: ScriptedParams | None = None,
+        capabilities: ModelCapabilities | None = None,
+        batching: BatchPolicy | None = None,
     ) -> None:
         self.params = params or ScriptedParams()
         self.capabilities = capabilities or ModelCapabilities()
         self.default_sampling = SamplingParams()
+        self.batching = batching
 
     @classmethod
     def from_args(cls, args: Mapping[str, str]) -> ScriptedModel:
-        known = {f.name for f in fields(ScriptedParams)} | {"chunk_period_ms"}
+        known = {f.name for f in fields(ScriptedParams)} | {"chunk_period_ms", "batch_size", "batch_wait_ms"}
         unknown = sorted(set(args) - known)
         if unknown:  # a misspelt server-level argument must not silently fall back to a default
             raise ValueError(
@@ -233,10 +246,50 @@ class ScriptedModel(ModelPlugin):
             if not raw.isdigit() or int(raw) == 0:
                 raise ValueError(f"chunk_period_ms: must be a positive whole number of ms, got {raw!r}")
             caps = replace(caps, chunk_period_ms=int(raw))
-        return cls(ScriptedParams.parse(ScriptedParams(), args), caps)
+        return cls(ScriptedParams.parse(ScriptedParams(), args), caps, _batch_policy(args))
 
     def new_session(self) -> ScriptedSession:
         return ScriptedSession(self)
+
+    async def step_batch(self, items: Sequence[BatchItem]) -> Sequence[Decision | Exception]:
+        """Every session's policy decides its unit; the batch returns when its longest step is over."""
+        results: list[Decision | Exception] = []
+        until = 0.0
+        for item in items:
+            if not isinstance(item.session, ScriptedSession):
+                results.append(TypeError(f"not a scripted session: {type(item.session).__name__}"))
+                continue
+            decision = item.session.decide(item.unit)
+            if isinstance(decision, Listen):
+                results.append(decision)
+                continue
+            until = max(until, item.request_started_at + decision.token_offsets_ms[-1] / 1000.0)
+            results.append(_speak(decision))
+        await _sleep_until(until)
+        return results
+
+
+def _batch_policy(args: Mapping[str, str]) -> BatchPolicy | None:
+    if "batch_size" not in args:
+        if "batch_wait_ms" in args:
+            raise ValueError("batch_wait_ms needs batch_size")
+        return None
+    try:
+        size = int(args["batch_size"])
+        if "batch_wait_ms" not in args:
+            return BatchPolicy(max_size=size)
+        return BatchPolicy(max_size=size, max_wait_ms=float(args["batch_wait_ms"]))
+    except ValueError as exc:
+        raise ValueError(f"batch_size/batch_wait_ms: {exc}") from None
+
+
+def _speak(segment: PlannedSegment) -> Speak:
+    return Speak(
+        tokens=segment.tokens,
+        audio=segment.audio,
+        end_of_turn=segment.end_of_turn,
+        itl_ms=tuple(b - a for a, b in itertools.pairwise(segment.token_offsets_ms)),
+    )
 
 
 async def _sleep_until(deadline: float) -> None:

@@ -24,6 +24,7 @@ from duplexkit.protocol.errors import ErrorCode
 from duplexkit.protocol.server_events import error_event
 from duplexkit.protocol.wire import ServerEventStamper
 from duplexkit.server.auth import is_authorized, presented_keys
+from duplexkit.server.batching import BatchScheduler
 from duplexkit.server.manager import SessionManager
 from duplexkit.server.metrics import ServerMetrics
 from duplexkit.server.runner import RunnerLimits, SessionRunner
@@ -49,6 +50,9 @@ class DuplexServer:
         self.config = config or ServerConfig()
         self.metrics = ServerMetrics()
         self.manager = SessionManager(self.config.max_sessions, self.metrics)
+        self.batches = (
+            None if plugin.batching is None else BatchScheduler(plugin, plugin.batching, self.metrics)
+        )
         self.app = Starlette(
             routes=[
                 WebSocketRoute("/v1/realtime", self._session),
@@ -106,7 +110,12 @@ class DuplexServer:
             )
             engine = EngineSession(slot.session_id, config)
             runner = SessionRunner(
-                websocket, engine, self.plugin.new_session(), self.metrics, self.config.limits
+                websocket,
+                engine,
+                self.plugin.new_session(),
+                self.metrics,
+                self.config.limits,
+                batches=self.batches,
             )
             slot.shutdown = runner.shutdown
             await runner.run(autostart=websocket.query_params.get("autostart", "1") != "0")

@@ -37,6 +37,29 @@ class ServerMetrics:
             buckets=_LATENCY_BUCKETS_S,
             registry=self.registry,
         )
+        self.batch_size = Histogram(
+            "duplexkit_batch_size",
+            "Units per step_batch call (batching plugins only)",
+            buckets=(1, 2, 4, 8, 16, 32, 64, 128, 256, 512),
+            registry=self.registry,
+        )
+        self.batch_step_seconds = Histogram(
+            "duplexkit_batch_step_seconds",
+            "Duration of one step_batch call",
+            buckets=_LATENCY_BUCKETS_S,
+            registry=self.registry,
+        )
+        self.batch_wait_seconds = Histogram(
+            "duplexkit_batch_wait_seconds",
+            "A unit's wait from due to its batch's dispatch",
+            buckets=(0.001, 0.0025, 0.005, 0.01, 0.02, 0.05, 0.1, 0.2, 0.5, 1.0),
+            registry=self.registry,
+        )
+        self.batches_slow = Counter(
+            "duplexkit_batches_slow",
+            "step_batch calls that outlasted the model's unit period",
+            registry=self.registry,
+        )
         self.errors = Counter("duplexkit_errors", "Error events sent", ["code"], registry=self.registry)
 
     def render(self) -> bytes:

@@ -24,6 +24,7 @@ from duplexkit.protocol import client_events as ce
 from duplexkit.protocol import server_events as se
 from duplexkit.protocol.errors import ErrorCode, ProtocolError
 from duplexkit.protocol.wire import MAX_EVENT_BYTES, ServerEventStamper, parse_client_event
+from duplexkit.server.batching import BatchScheduler
 from duplexkit.server.metrics import ServerMetrics
 
 log = logging.getLogger("duplexkit.server")
@@ -48,8 +49,10 @@ class SessionRunner:
         metrics: ServerMetrics,
         limits: RunnerLimits,
         clock: Callable[[], float] = time.monotonic,
+        batches: BatchScheduler | None = None,
     ) -> None:
         self.ws = websocket
+        self.batches = batches
         self.engine = engine
         self.model = model
         self.metrics = metrics
@@ -202,8 +205,13 @@ class SessionRunner:
                     self._apply(self.engine.vad_failed(f"{type(exc).__name__}: {exc}"))
                     self._vad = self._vad_config = None
             self.engine.request_started(unit, started)
+            decisions = (
+                self.model.step(unit, started)
+                if self.batches is None
+                else self.batches.step(self.model, unit, started)
+            )
             try:
-                async for decision in self.model.step(unit, started):
+                async for decision in decisions:
                     self._apply(self.engine.on_decision(unit, decision, self.clock()))
                     if not self.engine.fence.admits(unit.fence):
                         break

@@ -1,0 +1,184 @@
+"""Batched stepping: the gathering rule on a fake clock, and the scheduler inside a real server.
+
+The rule's contract (`BatchGatherer`): a batch leaves when full or when its oldest unit has waited the
+budget, units leave in arrival order, a session never has two units pending or in flight. The server's
+contract: a batching plugin's sessions get the same decisions as per-session stepping, and one session's
+failure fails only its own response.
+"""
+
+from __future__ import annotations
+
+import asyncio
+from collections.abc import Sequence
+
+import pytest
+from hypothesis import given, settings
+from hypothesis import strategies as st
+
+from duplexkit.engine import Decision
+from duplexkit.models import BatchItem, BatchPolicy, load_model
+from duplexkit.models.scripted import ScriptedModel
+from duplexkit.server import EmbeddedServer, ServerConfig
+from duplexkit.server.batching import BatchGatherer
+from tests.server.conftest import append, connect, spoken_turn, tone_pcm16
+
+
+def test_a_batch_leaves_as_soon_as_it_is_full() -> None:
+    gatherer: BatchGatherer[str] = BatchGatherer(BatchPolicy(max_size=3, max_wait_ms=50))
+    for key in "ab":
+        gatherer.submit(key, key.upper(), now=0.0)
+    assert gatherer.take(0.001) == []
+    gatherer.submit("c", "C", now=0.002)
+    assert [p.item for p in gatherer.take(0.002)] == ["A", "B", "C"]
+    assert len(gatherer) == 0 and gatherer.deadline() is None
+
+
+def test_a_partial_batch_leaves_when_its_oldest_unit_reaches_the_wait_budget() -> None:
+    gatherer: BatchGatherer[str] = BatchGatherer(BatchPolicy(max_size=8, max_wait_ms=20))
+    gatherer.submit("a", "A", now=1.000)
+    gatherer.submit("b", "B", now=1.015)
+    assert gatherer.deadline() == pytest.approx(1.020)
+    assert gatherer.take(1.0199) == []
+    assert [p.item for p in gatherer.take(1.020)] == ["A", "B"]
+
+
+def test_a_session_cannot_have_two_units_pending_or_in_flight() -> None:
+    gatherer: BatchGatherer[str] = BatchGatherer(BatchPolicy(max_size=1, max_wait_ms=0))
+    gatherer.submit("a", "A0", now=0.0)
+    with pytest.raises(ValueError, match="already has a unit"):
+        gatherer.submit("a", "A1", now=0.0)
+    assert [p.item for p in gatherer.take(0.0)] == ["A0"]
+    with pytest.raises(ValueError, match="already has a unit"):  # still in flight
+        gatherer.submit("a", "A1", now=0.0)
+    gatherer.release("a")
+    gatherer.submit("a", "A1", now=0.1)
+    assert [p.item for p in gatherer.take(0.1)] == ["A1"]
+
+
+def test_releasing_a_unit_that_has_not_left_withdraws_it() -> None:
+    gatherer: BatchGatherer[str] = BatchGatherer(BatchPolicy(max_size=4, max_wait_ms=10))
+    gatherer.submit("a", "A", now=0.0)
+    gatherer.submit("b", "B", now=0.001)
+    gatherer.release("a")
+    assert [p.item for p in gatherer.take(1.0)] == ["B"]
+
+
+@settings(max_examples=60, deadline=None)
+@given(
+    st.lists(st.tuples(st.integers(0, 5), st.floats(0, 0.05)), min_size=1, max_size=60),
+    st.integers(1, 6),
+    st.floats(0, 30),
+)
+def test_no_unit_waits_past_the_budget_and_each_sessions_units_keep_their_order(
+    arrivals: list[tuple[int, float]], max_size: int, max_wait_ms: float
+) -> None:
+    """Drive the rule as the scheduler does (take at every arrival and every deadline) on a fake clock."""
+    gatherer: BatchGatherer[tuple[int, int]] = BatchGatherer(BatchPolicy(max_size, max_wait_ms))
+    now, sent = 0.0, {k: 0 for k in range(6)}
+    queued: dict[int, list[int]] = {k: [] for k in range(6)}
+    stepped: dict[int, list[int]] = {k: [] for k in range(6)}
+    events = sorted((now + gap * i, key) for i, (key, gap) in enumerate(arrivals))
+
+    def drain(at: float) -> None:
+        while batch := gatherer.take(at):
+            assert len(batch) <= max_size
+            assert len({p.key for p in batch}) == len(batch)
+            for p in batch:
+                assert at - p.due_at <= max_wait_ms / 1000.0 + 1e-9
+                key, index = p.item
+                stepped[key].append(index)
+                gatherer.release(key)  # the step finishes at once: the session submits its next unit
+                if queued[key]:
+                    gatherer.submit(key, (key, queued[key].pop(0)), at)
+
+    for at, key in events:
+        while (deadline := gatherer.deadline()) is not None and deadline < at:
+            drain(deadline)
+        index = sent[key]
+        sent[key] += 1
+        try:
+            gatherer.submit(key, (key, index), at)
+        except ValueError:  # that session's previous unit is still out: it waits its turn, in order
+            queued[key].append(index)
+        drain(at)
+    while (deadline := gatherer.deadline()) is not None:
+        drain(deadline)
+    for key in range(6):
+        assert stepped[key] == list(range(sent[key]))
+
+
+def _scripted(**args: str) -> ScriptedModel:
+    model = load_model("scripted", {"first_output_ms": "30", "token_ms": "5", **args})
+    assert isinstance(model, ScriptedModel)
+    return model
+
+
+async def _conversation(plugin: ScriptedModel) -> tuple[list[tuple[str, object]], float]:
+    """Three concurrent sessions (speech then a silent unit) and what each was answered, in order; and
+    how many `step_batch` calls the server made."""
+    async with EmbeddedServer(plugin, ServerConfig(max_sessions=8)) as server:
+
+        async def one(seconds: float) -> list[tuple[str, object]]:
+            client = await connect(server.url)
+            await client.until("session.created")
+            await client.send(append(tone_pcm16(seconds)))
+            await client.send(append(bytes(32_000)))  # one silent unit: the reply starts
+            done = await client.until("response.done", timeout=10)
+            await client.ws.close()
+            kinds = ("response.listen", "response.output_audio_transcript.delta", "response.done")
+            return [
+                (e["type"], e.get("delta") or e.get("response", {}).get("status"))
+                for e in client.events
+                if e["type"] in kinds
+            ] + [("tokens", done["response_request_metrics"]["output_tokens"])]
+
+        results = await asyncio.gather(one(1.0), one(2.0), one(3.0))
+        batches = server.duplex.metrics.registry.get_sample_value("duplexkit_batch_size_count") or 0.0
+    return [item for r in results for item in r], batches
+
+
+async def test_the_scripted_model_decides_the_same_batched_or_per_session() -> None:
+    per_session, no_batches = await _conversation(_scripted())
+    batched, batches = await _conversation(_scripted(batch_size="4", batch_wait_ms="5"))
+    assert batched == per_session
+    assert any(e[0] == "response.output_audio_transcript.delta" for e in batched)
+    assert no_batches == 0 and batches >= 3  # the second run really went through step_batch
+
+
+class _FailsOneSession(ScriptedModel):
+    """Fails any loud unit (near full scale); the rest of its batch is decided as usual."""
+
+    def __init__(self) -> None:
+        super().__init__(batching=BatchPolicy(max_size=8, max_wait_ms=30))
+        self.batch_sizes: list[int] = []
+
+    async def step_batch(self, items: Sequence[BatchItem]) -> Sequence[Decision | Exception]:
+        self.batch_sizes.append(len(items))
+        results = list(await super().step_batch(items))
+        for i, item in enumerate(items):
+            if float(abs(item.unit.samples).max(initial=0.0)) > 0.5:
+                results[i] = RuntimeError("this session's unit broke the model")
+        return results
+
+
+async def test_a_failing_session_in_a_batch_fails_only_its_own_response() -> None:
+    plugin = _FailsOneSession()
+    async with EmbeddedServer(plugin, ServerConfig(max_sessions=8)) as server:
+        clients = [await connect(server.url) for _ in range(3)]
+        for client in clients:
+            await client.until("session.created")
+        loud = tone_pcm16(1.0, amplitude=0.9)
+        await asyncio.gather(
+            *(c.send(append(loud if i == 0 else tone_pcm16(1.0))) for i, c in enumerate(clients))
+        )
+        failed = await clients[0].until("error", timeout=10)
+        assert failed["error"]["code"] == "model_step_failed"
+        for client in clients[1:]:
+            listen = await client.until("response.listen", timeout=10)
+            assert listen["response"]["metadata"]["reason"] == "model_listen"
+            assert not client.of_type("error")
+        done = await spoken_turn(clients[1])
+        assert done["response"]["status"] == "completed"
+        metrics = server.duplex.metrics.registry
+        assert (metrics.get_sample_value("duplexkit_batch_size_count") or 0) >= 2
+        assert max(plugin.batch_sizes) >= 2  # the three first units went in one batch
