@@ -26,9 +26,11 @@ from duplexkit.protocol import (
     ServerEventStamper,
     error_event,
     parse_client_event,
+    wire,
 )
 from duplexkit.protocol import client_events as ce
 from duplexkit.protocol import server_events as se
+from duplexkit.protocol.audio import AudioDecodeError, decode_audio, decode_base64_audio
 
 SERVER_EVENT_ADAPTER: TypeAdapter[Any] = TypeAdapter(ServerEvent)
 
@@ -792,3 +794,62 @@ def test_error_event_type_and_retryable_come_from_the_code_table(code: ErrorCode
 
 def test_every_error_code_has_a_spec() -> None:
     assert set(ERROR_SPECS) == set(ErrorCode)
+
+
+# --- the fast paths give the reference answers -------------------------------------------------------
+
+_json_values = st.recursive(
+    st.none() | st.booleans() | st.integers() | st.floats(allow_nan=False) | st.text(),
+    lambda children: (
+        st.lists(children, max_size=4) | st.dictionaries(st.text(max_size=5), children, max_size=4)
+    ),
+    max_leaves=12,
+)
+_json_texts = st.one_of(
+    _json_values.map(json.dumps),
+    _json_values.map(lambda v: json.dumps(v, ensure_ascii=False)),
+    st.text(alphabet='{}[]":,.-+eE0123456789 \\ntrufalsNIinfy\ud800\ufeff', max_size=30),
+    st.text(max_size=30),
+)
+
+
+def _reference_loads(data: str | bytes) -> Any:
+    def refuse(name: str) -> Any:
+        raise ValueError(name)
+
+    try:
+        return ("ok", json.loads(data, parse_constant=refuse))
+    except (ValueError, RecursionError):
+        return ("invalid_json", None)
+
+
+@settings(max_examples=400, deadline=None)
+@given(text=_json_texts, as_bytes=st.booleans())
+def test_the_fast_json_parse_accepts_and_refuses_what_json_loads_does(text: str, as_bytes: bool) -> None:
+    data: str | bytes = text.encode("utf-8", "surrogatepass") if as_bytes else text
+    try:
+        ours = ("ok", wire._loads(data))
+    except ProtocolError as exc:
+        assert exc.code is ErrorCode.INVALID_JSON
+        ours = ("invalid_json", None)
+    assert repr(ours) == repr(_reference_loads(data))  # repr: nan-free, and keeps int vs float apart
+
+
+@settings(max_examples=400, deadline=None)
+@given(
+    text=st.one_of(
+        st.binary(max_size=40).map(lambda b: base64.b64encode(b).decode()),
+        st.text(alphabet="ABCDabcd0189+/=\n -_é", max_size=24),
+    )
+)
+def test_audio_base64_is_as_strict_as_the_standard_library(text: str) -> None:
+    try:
+        reference: object = base64.b64decode(text, validate=True)
+    except ValueError:
+        reference = "refused"
+    try:
+        ours: object = decode_base64_audio(text, "g711_ulaw")  # any length decodes: only base64 is judged
+        assert not isinstance(reference, str)
+        assert np.array_equal(ours, decode_audio(reference, "g711_ulaw"))
+    except AudioDecodeError:
+        assert reference == "refused"

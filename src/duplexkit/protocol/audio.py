@@ -16,6 +16,7 @@ from typing import Final, Literal, get_args
 
 import numpy as np
 import numpy.typing as npt
+import pybase64
 import soxr
 
 __all__ = [
@@ -241,17 +242,25 @@ def encode_audio(samples: npt.ArrayLike, fmt: AudioFormat) -> bytes:
 
 
 def decode_base64_audio(b64: str, fmt: AudioFormat) -> Float32Array:
-    """Strict base64 (no whitespace, correct padding) then decode_audio; bad base64 is AudioDecodeError."""
+    """Strict base64 (no whitespace, correct padding) then decode_audio; bad base64 is AudioDecodeError.
+
+    pybase64 (SIMD, about 20x faster: base64 was the largest single cost of an append on the server) goes
+    first; what it refuses goes to the standard library's strict decoder, which has the last word (it
+    also accepts excess padding after a whole quantum, which pybase64 refuses).
+    """
     try:
-        data = base64.b64decode(b64, validate=True)
-    except (binascii.Error, ValueError, TypeError) as exc:
-        raise AudioDecodeError(f"audio payload is not valid base64: {exc}") from exc
+        data = pybase64.b64decode(b64, validate=True)
+    except (ValueError, TypeError):
+        try:
+            data = base64.b64decode(b64, validate=True)
+        except (binascii.Error, ValueError, TypeError) as exc:
+            raise AudioDecodeError(f"audio payload is not valid base64: {exc}") from exc
     return decode_audio(data, fmt)
 
 
 def encode_base64_audio(samples: npt.ArrayLike, fmt: AudioFormat) -> str:
     """encode_audio followed by standard (padded, non-URL-safe) base64."""
-    return base64.b64encode(encode_audio(samples, fmt)).decode("ascii")
+    return pybase64.b64encode(encode_audio(samples, fmt)).decode("ascii")
 
 
 # --------------------------------------------------------------------------------------------------

@@ -13,7 +13,7 @@ import secrets
 from typing import Any
 
 from pydantic import ValidationError
-from pydantic_core import ErrorDetails
+from pydantic_core import ErrorDetails, from_json
 
 from duplexkit.protocol.audio import AudioFormat
 from duplexkit.protocol.client_events import CLIENT_EVENT_TYPES, ClientEventBase
@@ -32,6 +32,23 @@ _CUSTOM_CODES = {
 
 def _reject_constant(name: str) -> Any:
     raise ValueError(f"{name} is not valid JSON")
+
+
+def _loads(data: str | bytes) -> Any:
+    """JSON text → Python values, as `json.loads` defines them (NaN and Infinity refused).
+
+    pydantic-core's Rust parser goes first (about 6x faster on an append); whatever it refuses (lone
+    surrogates, malformed text) goes to `json.loads`, which gives the answer and the error message. Where
+    both accept, they give the same values (a property test holds them to it).
+    """
+    try:
+        return from_json(data, allow_inf_nan=False)
+    except (ValueError, TypeError):  # TypeError: a str it cannot read as UTF-8 (a lone surrogate)
+        pass
+    try:
+        return json.loads(data, parse_constant=_reject_constant)
+    except (ValueError, RecursionError) as exc:
+        raise ProtocolError(ErrorCode.INVALID_JSON, f"frame is not valid JSON: {exc}") from None
 
 
 def _loc(error: ErrorDetails) -> str:
@@ -56,10 +73,7 @@ def parse_client_event(
     )
     if size > max_bytes:
         raise ProtocolError(ErrorCode.EVENT_TOO_LARGE, f"event is {size} bytes; the limit is {max_bytes}")
-    try:
-        obj = json.loads(data, parse_constant=_reject_constant)
-    except (ValueError, RecursionError) as exc:
-        raise ProtocolError(ErrorCode.INVALID_JSON, f"frame is not valid JSON: {exc}") from None
+    obj = _loads(data)
     if not isinstance(obj, dict):
         raise ProtocolError(
             ErrorCode.NOT_AN_OBJECT, f"an event must be a JSON object, not {type(obj).__name__}"
