@@ -20,6 +20,7 @@ from duplexkit.models import BatchItem, BatchPolicy, load_model
 from duplexkit.models.scripted import ScriptedModel
 from duplexkit.server import EmbeddedServer, ServerConfig
 from duplexkit.server.batching import BatchGatherer
+from duplexkit.server.ticker import SessionTicker
 from tests.server.conftest import append, connect, spoken_turn, tone_pcm16
 
 
@@ -182,3 +183,27 @@ async def test_a_failing_session_in_a_batch_fails_only_its_own_response() -> Non
         metrics = server.duplex.metrics.registry
         assert (metrics.get_sample_value("duplexkit_batch_size_count") or 0) >= 2
         assert max(plugin.batch_sizes) >= 2  # the three first units went in one batch
+
+
+async def test_one_shared_ticker_calls_every_session_and_stops_with_the_last() -> None:
+    ticker = SessionTicker(0.01)
+    calls: list[str] = []
+    three = asyncio.Event()
+
+    def healthy() -> None:
+        calls.append("a")
+        if calls.count("a") == 3:
+            three.set()
+
+    def broken() -> None:
+        calls.append("broken")
+        raise RuntimeError("one session's tick failed")
+
+    ticker.add(healthy)
+    ticker.add(broken)
+    await asyncio.wait_for(three.wait(), 5)
+    assert calls.count("broken") >= 2  # a failing callback is logged and the others still run
+    for callback in list(ticker._callbacks):
+        ticker.discard(callback)
+    await asyncio.sleep(0.05)
+    assert ticker._task is None and len(ticker) == 0

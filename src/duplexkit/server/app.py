@@ -28,6 +28,7 @@ from duplexkit.server.batching import BatchScheduler
 from duplexkit.server.manager import SessionManager
 from duplexkit.server.metrics import ServerMetrics
 from duplexkit.server.runner import RunnerLimits, SessionRunner
+from duplexkit.server.ticker import SessionTicker
 
 log = logging.getLogger("duplexkit.server")
 
@@ -54,6 +55,7 @@ class DuplexServer:
         self.config = config or ServerConfig()
         self.metrics = ServerMetrics()
         self.manager = SessionManager(self.config.max_sessions, self.metrics)
+        self.ticker = SessionTicker(self.config.limits.tick_s)
         self.batches = (
             None if plugin.batching is None else BatchScheduler(plugin, plugin.batching, self.metrics)
         )
@@ -119,6 +121,7 @@ class DuplexServer:
                 self.plugin.new_session(),
                 self.metrics,
                 self.config.limits,
+                ticker=self.ticker,
                 batches=self.batches,
             )
             slot.shutdown = runner.shutdown

@@ -26,6 +26,7 @@ from duplexkit.protocol.errors import ErrorCode, ProtocolError
 from duplexkit.protocol.wire import MAX_EVENT_BYTES, ServerEventStamper, parse_client_event
 from duplexkit.server.batching import BatchScheduler
 from duplexkit.server.metrics import ServerMetrics
+from duplexkit.server.ticker import SessionTicker
 
 log = logging.getLogger("duplexkit.server")
 
@@ -48,10 +49,13 @@ class SessionRunner:
         model: ModelSession,
         metrics: ServerMetrics,
         limits: RunnerLimits,
-        clock: Callable[[], float] = time.monotonic,
+        *,
+        ticker: SessionTicker,
         batches: BatchScheduler | None = None,
+        clock: Callable[[], float] = time.monotonic,
     ) -> None:
         self.ws = websocket
+        self.ticker = ticker
         self.batches = batches
         self.engine = engine
         self.model = model
@@ -244,8 +248,15 @@ class SessionRunner:
                 self._apply(self.engine.speech_stopped(change.audio_end_ms, now))
 
     async def _tick(self) -> None:
-        while True:
-            await asyncio.sleep(self.limits.tick_s)
+        """Hear the time from the server's shared ticker (one timer for all sessions) until cancelled."""
+        self.ticker.add(self._on_tick)
+        try:
+            await asyncio.Event().wait()
+        finally:
+            self.ticker.discard(self._on_tick)
+
+    def _on_tick(self) -> None:
+        if not self._done.is_set():
             self._apply(self.engine.tick(self.clock()))
 
     async def _write(self) -> None:
