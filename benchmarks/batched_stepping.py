@@ -4,14 +4,17 @@ The model (`MatmulModel`) is a stack of dense layers with fixed random weights (
 download): each unit's audio is projected into a hidden state kept per session, then `LAYERS` tanh layers
 of width `WIDTH`. Per session, a step is matrix-vector work, bound by reading the weights; in a batch it is
 one matrix-matrix product per layer over every due session, the way GPU duplex models reach many sessions.
-It always listens: what is measured is how many sessions the server keeps up with.
+It always listens: what is measured is how many sessions the server keeps up with. BLAS runs one thread
+per call in both modes (`OPENBLAS_NUM_THREADS=1` for the server): per-session steps get their parallelism
+from concurrent steps, batches from concurrent batches; several multi-threaded BLAS calls at once thrash
+two cores (measured: 6 concurrent per-session steps took 50x longer each).
 
 Each session streams 200 ms appends (one unit each) on a realtime schedule; a unit's lag is (append that
 closes it sent → its `response.listen` received), on the load generator's `time.monotonic`. A session
 count is *held* when every unit was answered and p99 lag is within the unit period. Both modes run in one
 invocation, as server subprocesses (so their CPU is measured apart from the load generator's).
 
-    .venv/bin/python benchmarks/batched_stepping.py --seconds 10
+    .venv/bin/python benchmarks/batched_stepping.py --seconds 6
 """
 
 from __future__ import annotations
@@ -21,11 +24,14 @@ import asyncio
 import base64
 import contextlib
 import json
+import os
 import statistics
 import sys
 import time
 from collections.abc import AsyncIterator, Mapping, Sequence
 from typing import Any
+
+os.environ.setdefault("OPENBLAS_NUM_THREADS", "1")  # before numpy loads; inherited by the servers
 
 import numpy as np
 import numpy.typing as npt
@@ -33,7 +39,13 @@ import websockets
 from serving import cpu_seconds, free_port, start
 
 from duplexkit.engine import Decision, Listen, Unit
-from duplexkit.models import BatchItem, BatchPolicy, ModelCapabilities, ModelPlugin, ModelSession
+from duplexkit.models import (
+    BatchItem,
+    BatchPolicy,
+    ModelCapabilities,
+    ModelPlugin,
+    ModelSession,
+)
 from duplexkit.models.base import SamplingParams
 
 UNIT_MS = 200
@@ -191,8 +203,8 @@ def main() -> None:
         description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter
     )
     parser.add_argument("--seconds", type=float, default=10.0, help="audio streamed per session")
-    parser.add_argument("--per-session", default="16,24,32,48", help="session counts, per-session mode")
-    parser.add_argument("--batched", default="64,96,128,192", help="session counts, batched mode")
+    parser.add_argument("--per-session", default="8,12,16,24,32", help="session counts, per-session mode")
+    parser.add_argument("--batched", default="48,64,96,128,192", help="session counts, batched mode")
     parser.add_argument("--serve", nargs=3, metavar=("MODE", "PORT", "N"), help=argparse.SUPPRESS)
     args = parser.parse_args()
     if args.serve:
@@ -205,7 +217,27 @@ def main() -> None:
     asyncio.run(_compare(ladders, args.seconds))
 
 
+def _model_cost(batch: int, rounds: int = 5) -> tuple[float, float]:
+    """ms of one thread per unit: stepped alone, and inside a batch of `batch` (this process, no server)."""
+    model = MatmulModel(None)
+    costs = []
+    for rows in (1, batch):
+        hidden, frames = np.zeros((rows, WIDTH), np.float32), np.zeros((rows, SAMPLES), np.float32)
+        model.forward(hidden, frames)
+        start = time.thread_time()
+        for _ in range(rounds * (batch // rows)):
+            model.forward(hidden, frames)
+        costs.append((time.thread_time() - start) * 1000 / (rounds * batch))
+    return costs[0], costs[1]
+
+
 async def _compare(ladders: dict[str, list[int]], seconds: float) -> None:
+    alone, batched = _model_cost(64)
+    print(
+        f"model CPU per unit (thread time): alone {alone:.2f} ms, in a batch of 64 {batched:.2f} ms"
+        f"  ->  {alone / batched:.1f}x",
+        flush=True,
+    )
     results = []
     for mode, counts in ladders.items():
         for n in counts:
