@@ -431,3 +431,14 @@ async def test_a_session_idle_past_its_idle_timeout_is_closed() -> None:
         await client.until("session.updated")
         assert (await client.until("error", timeout=3))["error"]["code"] == "idle_timeout"
         assert (await client.until("session.closed"))["reason"] == "idle_timeout"
+
+
+@pytest.mark.parametrize("enabled", [False, True])
+async def test_permessage_deflate_is_negotiated_only_when_the_server_is_told_to(enabled: bool) -> None:
+    plugin = load_model("scripted", {})
+    async with EmbeddedServer(plugin, ServerConfig(ws_compression=enabled)) as server:
+        ws = await websockets.connect(server.url, compression="deflate")  # a client offering it
+        extensions = ws.response.headers.get("Sec-WebSocket-Extensions") or ""
+        assert ("permessage-deflate" in extensions) is enabled
+        assert json.loads(await ws.recv())["type"] == "session.created"
+        await ws.close()
