@@ -6,7 +6,7 @@ apart from the load generator's:
 
 - `floor` (the baseline): a bare `websockets` server that receives the same frames and answers one small
   event per 1 s unit (the protocol's cadence), permessage-deflate off on both sides. It does the transport
-  part of our job and nothing else.
+  part of our job and nothing else. Like duplexkit under uvicorn, it runs on uvloop when installed.
 - `echo`: a bare `websockets` server sending every frame back (five times the protocol's outbound bytes),
   compression off; the floor this benchmark used to quote.
 - `duplexkit`: compression off on both sides (what `DuplexClient` and `--no-ws-compression` do), and
@@ -58,7 +58,11 @@ async def main():
         handler, "127.0.0.1", int(sys.argv[1]), max_size=None, ping_interval=None, compression=None
     ):
         await asyncio.Future()
-asyncio.run(main())
+try:
+    import uvloop  # what uvicorn runs duplexkit on when it is installed: the baselines get it too
+    uvloop.run(main())
+except ImportError:
+    asyncio.run(main())
 """
 """The bare servers; `EVENT` is the size of duplexkit's `response.listen` (170 bytes)."""
 
