@@ -182,6 +182,7 @@ async def run_attempt(sample: Sample, media: PreparedMedia, config: RunConfig) -
             "outcome": drain.outcome,
             "waited_s": round(drain.waited_s, 3),
             "listens": drain.listens,
+            "decision_rule": drain.decision_rule,
         }
         if drain.outcome == "timeout":
             outcome.drain_timeout = bounds.drain_timeout_s

@@ -30,7 +30,7 @@ from websockets.exceptions import ConnectionClosed
 
 from duplexkit.client.collector import EventCollector
 from duplexkit.client.connection import ServerCapabilities, build_url
-from duplexkit.client.drain import DrainTracker
+from duplexkit.client.drain import UNIT_ANSWERS, CommitPoint, DrainTracker
 from duplexkit.client.events import ReceivedEvent, as_str, dig, is_failure
 from duplexkit.client.pacing import DeadlinePacer
 from duplexkit.client.results import CloseResult, DrainResult, Pace, StreamReport
@@ -225,7 +225,13 @@ class DuplexClient:
         Bounded like `send`: on `TimeoutError` the commit stays queued ahead of anything sent after it
         (silence padding included), so it still reaches the server first.
         """
-        self._drain = DrainTracker(time.monotonic(), self.collector.open_responses())
+        commit_ms = self.audio_end_ms
+        point = CommitPoint(
+            media_ms=commit_ms,
+            units_due=self._capabilities.grid.unit_count(commit_ms, include_residual=True),
+            units_answered=sum(1 for e in self.events if e.type in UNIT_ANSWERS),
+        )
+        self._drain = DrainTracker(time.monotonic(), self.collector.open_responses(), point)
         event = ce.InputAudioBufferCommit(final=True)
         queued = self._enqueue(event.model_dump_json(exclude_none=True), commit=True)
         return await self._written(queued, timeout_s)
@@ -401,7 +407,7 @@ class DuplexClient:
             elif now >= deadline:
                 outcome = "timeout"
             if outcome is not None:
-                return DrainResult(outcome, now - started, tracker.listens, status.failure)
+                return DrainResult(outcome, now - started, tracker.listens, status.failure, tracker.rule)
             wake = deadline if status.wake_at is None else min(deadline, status.wake_at)
             await self._next_event(wake - now)
 

@@ -1,24 +1,63 @@
 """When have the replies to a commit settled? A Sans-I/O tracker fed with events and asked with `now`.
 
-Settled means: the commit was acknowledged (`input_audio_buffer.committed`), the model decided after it
-(a `response.created` or a `response.listen`), every response created before or after the commit is done,
-and a quiet window passed with no reply activity. Acknowledgements are not activity: the `response.listen`
-a server sends for every padded unit, and the answers to the client's own housekeeping
-(`playback.acknowledged`, `session.heartbeat_ack`, `rate_limits.updated`, a benign `error`). So a committed
-clip answered only by a model listen settles once the window after the acknowledgement has passed.
+Settled means: the commit was acknowledged (`input_audio_buffer.committed`), the model decided on the unit
+that holds the commit (or a later one), every response created before or after the commit is done, and a
+quiet window passed with no reply activity.
+
+Which decision answers the committed unit (`DecisionRule`). A model that lags behind real time answers the
+backlog of earlier units *after* the acknowledgement, so "the first decision after the commit" is not
+enough. `server_unit_end`: the server says which unit each decision belongs to (`unit_end_ms` on
+`response.listen`, `response.created` and the output deltas, on the input media clock; ours does), and a
+decision counts when its unit ends at or after the commit's media time. `unit_count`, for servers that do
+not say (vLLM-Omni): every stepped unit is answered by one `response.listen` or one output delta, so the
+commit's unit is answered by the `units_due`-th answer, `units_due` counted on the advertised unit grid
+(`chunk_period_ms`, `first_unit_ms`) up to the commit, residual included.
+
+Acknowledgements are not activity: the `response.listen` a server sends for every padded unit, and the
+answers to the client's own housekeeping (`playback.acknowledged`, `session.heartbeat_ack`,
+`rate_limits.updated`, a benign `error`). So a committed clip answered only by a model listen on its unit
+settles once the window after that decision has passed.
 """
 
 from __future__ import annotations
 
 from collections.abc import Iterable
 from dataclasses import dataclass
-from typing import Any
+from typing import Any, Literal
 
-from duplexkit.client.events import ReceivedEvent, is_failure, response_id_of
+from duplexkit.client.events import ReceivedEvent, as_ms, is_failure, response_id_of
 
 NOT_ACTIVITY = frozenset(
     {"response.listen", "playback.acknowledged", "session.heartbeat_ack", "rate_limits.updated"}
 )
+UNIT_ANSWERS = frozenset(
+    {
+        "response.listen",
+        "response.output_audio.delta",
+        "response.audio.delta",  # OpenAI Realtime beta names (vLLM-Omni)
+        "response.output_text.delta",
+        "response.text.delta",
+    }
+)
+"""Events that answer one stepped unit each: a listen, or the output the unit produced."""
+DECISIONS = UNIT_ANSWERS | {"response.created"}
+"""Events that may carry the `unit_end_ms` of the unit they decide."""
+UNIT_END_TOLERANCE_MS = 0.5
+"""Media times are rounded on the wire; a unit ending this close before the commit holds it."""
+
+DecisionRule = Literal["server_unit_end", "unit_count"]
+
+
+@dataclass(frozen=True, slots=True)
+class CommitPoint:
+    """Where a commit fell: its media time and, for servers that do not mark units, the unit count."""
+
+    media_ms: float = 0.0
+    """The client's media clock at the commit (`audio_end_ms` of the last queued append)."""
+    units_due: int = 0
+    """Units the server steps up to and including the one that holds the commit."""
+    units_answered: int = 0
+    """Unit answers (`UNIT_ANSWERS`) received before the commit."""
 
 
 def is_activity(data: dict[str, Any]) -> bool:
@@ -41,32 +80,62 @@ class DrainStatus:
 class DrainTracker:
     """Tracks one commit: created when the commit is queued, fed every event received after that."""
 
-    def __init__(self, committed_at: float, open_responses: Iterable[str]) -> None:
+    def __init__(
+        self, committed_at: float, open_responses: Iterable[str], commit: CommitPoint | None = None
+    ) -> None:
+        self.commit = commit or CommitPoint()
         self.commit_acknowledged = False
-        self.decided = False
         self.open_responses = set(open_responses)
         self.last_activity = committed_at
         self.listens = 0
         self.failure: dict[str, Any] | None = None
+        self._answers = self.commit.units_answered
+        self._marked = False
+        self._marked_decision = False
+        self._counted_decision = False
+
+    @property
+    def rule(self) -> DecisionRule:
+        """The rule that decides which decision answers the commit (see the module docstring)."""
+        return "server_unit_end" if self._marked else "unit_count"
+
+    @property
+    def decided(self) -> bool:
+        """The model decided on the unit that holds the commit (or a later one)."""
+        return self._marked_decision if self._marked else self._counted_decision
 
     def observe(self, event: ReceivedEvent) -> None:
         data, kind = event.data, event.type
+        if kind in DECISIONS:
+            self._decision(kind, data)
         if kind == "input_audio_buffer.committed":
             self.commit_acknowledged = True
         elif kind == "response.created":
             response_id = response_id_of(data)
             if response_id is not None:
                 self.open_responses.add(response_id)
-            self.decided = self.decided or self.commit_acknowledged
         elif kind == "response.listen":
             self.listens += 1
-            self.decided = self.decided or self.commit_acknowledged
         elif kind == "response.done":
             self.open_responses.discard(response_id_of(data) or "")
         elif self.failure is None and is_failure(data):
             self.failure = data
         if is_activity(data):
             self.last_activity = max(self.last_activity, event.received_at)
+
+    def _decision(self, kind: str, data: dict[str, Any]) -> None:
+        unit_end_ms = as_ms(data.get("unit_end_ms"))
+        if unit_end_ms is not None:
+            self._marked = True
+            if unit_end_ms >= self.commit.media_ms - UNIT_END_TOLERANCE_MS:
+                self._marked_decision = True
+        if kind in UNIT_ANSWERS:
+            self._answers += 1
+        # A `response.created` opens on the unit its first delta (the next answer) answers. Answers before
+        # the acknowledgement belong to earlier units: the server steps the commit's unit after the commit.
+        answered = self._answers + (kind == "response.created")
+        if self.commit_acknowledged and answered >= self.commit.units_due:
+            self._counted_decision = True
 
     def poll(self, now: float, settle_s: float) -> DrainStatus:
         """Whether the replies have settled at `now` with a quiet window of `settle_s` seconds."""

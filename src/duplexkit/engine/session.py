@@ -432,10 +432,10 @@ class EngineSession:
         if self.closed or not self.fence.admits(unit.fence):
             return Step()
         if isinstance(decision, Listen):
-            return self._listen(decision, now)
+            return self._listen(decision, unit.end_ms)
         if isinstance(decision, Interrupt):
             return self._interrupt("barge_in", now) if self._response is not None else Step()
-        return self._speak(decision, now)
+        return self._speak(decision, unit.end_ms, now)
 
     def on_step_failed(self, unit: Unit, message: str, now: float) -> Step:
         """The model raised while stepping `unit`: fail the active response only; the session survives."""
@@ -466,7 +466,7 @@ class EngineSession:
             return Step()
         if self._continuations >= self.config.continuation_limit:
             response_id = self._response.id
-            step = Step(events=[_listen_event("continuation_limit", response_id)])
+            step = Step(events=[_listen_event("continuation_limit", self._assembler.media_ms, response_id)])
             step.events.extend(self._finish("incomplete", "continuation_limit", interrupted=False))
             return step
         self._continuations += 1
@@ -480,18 +480,18 @@ class EngineSession:
 
     # --- responses ------------------------------------------------------------------------------------
 
-    def _listen(self, decision: Listen, now: float) -> Step:
+    def _listen(self, decision: Listen, unit_end_ms: float) -> Step:
         if self._response is None:
-            return Step(events=[_listen_event(decision.reason)])
-        step = Step(events=[_listen_event(decision.reason, self._response.id)])
+            return Step(events=[_listen_event(decision.reason, unit_end_ms)])
+        step = Step(events=[_listen_event(decision.reason, unit_end_ms, self._response.id)])
         step.events.extend(self._finish("completed", "stop", interrupted=False))
         return step
 
-    def _speak(self, segment: Speak, now: float) -> Step:
+    def _speak(self, segment: Speak, unit_end_ms: float, now: float) -> Step:
         step = Step()
         response = self._response
         if response is None:
-            response = self._begin_response(step)
+            response = self._begin_response(step, unit_end_ms)
         text, audio = segment.text, segment.audio
         speaks_audio = "audio" in response.modalities
         first = response.timing.mark_response_first_outputs(
@@ -523,6 +523,7 @@ class EngineSession:
                     response_request_metrics=self._metrics(response.timing)
                     if first.ttfp_ms is not None
                     else None,
+                    unit_end_ms=unit_end_ms,
                 )
             )
             step.events.append(
@@ -542,13 +543,14 @@ class EngineSession:
                     response_request_metrics=self._metrics(response.timing)
                     if first.ttft_ms is not None
                     else None,
+                    unit_end_ms=unit_end_ms,
                 )
             )
         if segment.end_of_turn:
             step.events.extend(self._finish("completed", "stop", interrupted=False))
         return step
 
-    def _begin_response(self, step: Step) -> _ActiveResponse:
+    def _begin_response(self, step: Step, unit_end_ms: float) -> _ActiveResponse:
         turn = self.fence.turn_id
         response = _ActiveResponse(
             id=self._new_id("resp"),
@@ -569,7 +571,8 @@ class EngineSession:
                 se.ResponseCreated(
                     response=se.ResponseInfo(
                         id=response.id, status="in_progress", output_modalities=response.modalities
-                    )
+                    ),
+                    unit_end_ms=unit_end_ms,
                 ),
                 se.ConversationItemAdded(item=item, previous_item_id=previous),
                 se.ResponseOutputItemAdded(response_id=response.id, item=item),
@@ -690,9 +693,12 @@ class EngineSession:
         return item.model_copy(update={"content": content})
 
 
-def _listen_event(reason: se.ListenReason, response_id: str | None = None) -> se.ResponseListen:
+def _listen_event(
+    reason: se.ListenReason, unit_end_ms: float, response_id: str | None = None
+) -> se.ResponseListen:
     return se.ResponseListen(
         response_id=response_id,
+        unit_end_ms=unit_end_ms,
         response=se.ListenInfo(
             id=response_id, metadata=se.ListenMetadata(reason=reason, model_listen=reason == "model_listen")
         ),

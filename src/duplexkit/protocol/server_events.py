@@ -251,6 +251,8 @@ class ResponseCreated(ServerEventBase):
     type: Literal["response.created"] = "response.created"
     response: ResponseInfo
     response_request_metrics: ResponseRequestMetrics | None = None
+    unit_end_ms: float | None = None
+    """End, on the input media clock, of the unit whose step opened this response (see `ResponseListen`)."""
 
 
 class ResponseOutputItemAdded(ServerEventBase):
@@ -306,6 +308,8 @@ class ResponseOutputAudioDelta(_ContentDelta):
     delta: str
     sample_rate_hz: int
     metadata: AudioDeltaMetadata
+    unit_end_ms: float | None = None
+    """End, on the input media clock, of the unit whose step produced this delta."""
 
 
 class ResponseOutputAudioTranscriptDelta(_ContentDelta):
@@ -316,6 +320,8 @@ class ResponseOutputAudioTranscriptDelta(_ContentDelta):
 class ResponseOutputTextDelta(_ContentDelta):
     type: Literal["response.output_text.delta"] = "response.output_text.delta"
     delta: str
+    unit_end_ms: float | None = None
+    """End, on the input media clock, of the unit whose step produced this delta."""
 
 
 class ResponseOutputAudioDone(_ContentDelta):
@@ -344,6 +350,9 @@ class ResponseListen(ServerEventBase):
     type: Literal["response.listen"] = "response.listen"
     response_id: str | None = None
     response: ListenInfo
+    unit_end_ms: float | None = None
+    """End of the listened unit on the input media clock: which unit this decision answers, so a client
+    draining a commit can tell a backlog's late listens from the decision on the committed unit."""
 
 
 class PlaybackAcknowledged(ServerEventBase):
