@@ -16,7 +16,7 @@ commit's unit is answered by the `units_due`-th answer, `units_due` counted on t
 Acknowledgements are not activity: the `response.listen` a server sends for every padded unit, and the
 answers to the client's own housekeeping (`playback.acknowledged`, `session.heartbeat_ack`,
 `rate_limits.updated`, a benign `error`). So a committed clip answered only by a model listen on its unit
-settles once the window after that decision has passed.
+settles once that listen has arrived and the window after the commit has passed.
 """
 
 from __future__ import annotations
