@@ -11,7 +11,7 @@ from typing import Any
 import numpy as np
 import pytest
 
-from duplexkit.client import CLIENT_SOURCE, SERVER_SOURCE, ConnectionLost, DuplexClient, SessionError
+from duplexkit.client import COMMIT_SOURCE, SERVER_SOURCE, ConnectionLost, DuplexClient, SessionError
 from tests.client.fakes import FakeServer, FakeSession
 
 RATE = 16_000
@@ -222,7 +222,7 @@ async def test_without_server_metrics_latency_is_on_the_client_clock_from_the_co
         committed_at = await converse(client)
         await client.close(2)
     [r] = client.collector.responses()
-    assert r.source == CLIENT_SOURCE
+    assert r.source == COMMIT_SOURCE
     text = next(e for e in client.events if e.type == "response.output_audio_transcript.delta")
     audio = next(e for e in client.events if e.type == "response.output_audio.delta")
     assert r.ttft_ms == pytest.approx((text.received_at - committed_at) * 1000)

@@ -8,8 +8,11 @@ clock), timed sentences and the output audio.
 
 from duplexkit.client.client import ConnectionLost, DuplexClient, SessionError
 from duplexkit.client.collector import (
-    CLIENT_SOURCE,
+    CLIENT_SOURCES,
+    COMMIT_SOURCE,
+    CREATED_SOURCE,
     SERVER_SOURCE,
+    STREAM_SOURCE,
     EventCollector,
     MetricsSource,
     ResponseMetrics,
@@ -25,8 +28,11 @@ from duplexkit.client.sentences import SentenceBuilder, TimedSentence
 from duplexkit.client.session import Conversation, SessionBounds, close_session, converse
 
 __all__ = [
-    "CLIENT_SOURCE",
+    "CLIENT_SOURCES",
+    "COMMIT_SOURCE",
+    "CREATED_SOURCE",
     "SERVER_SOURCE",
+    "STREAM_SOURCE",
     "CloseResult",
     "ConnectionLost",
     "Conversation",

@@ -7,13 +7,16 @@ named on every response and never mixed:
   (`response_request_metrics{source: "server_monotonic_request_start"}` at the event's top level, at
   `response.metadata.duplex_event` or at `metadata.vllm_omni`): TTFT, TTFP and TPOT are the server's values
   (the first one seen of each); RTF is (server TTFP + client receive span of the audio) / audio duration.
-* `client_monotonic_receive` otherwise: measured on the client's monotonic clock from the commit's send
-  (the first response created after a commit) or else from the response's `response.created` receipt.
-  RTF is (last audio receipt - that anchor) / audio duration; TPOT is `None` (token boundaries are invisible
-  to a client).
+* otherwise the client's monotonic receive clock, from one of two anchors, each its own label because they
+  measure different things: `client_commit_to_receive` for the first response created after a commit
+  (from the commit's send: includes the server's wait for the commit and the model's request), and
+  `client_created_to_receive` for any other response (from its `response.created` receipt: only the time
+  to its first output). RTF is (last audio receipt - that anchor) / audio duration; TPOT is `None` (token
+  boundaries are invisible to a client).
 
 A value that was not observed is `None`, never 0. Per session, `stream_ttft_ms`, `stream_ttfp_ms` and
-`stream_rtf` are always on the client clock, from the stream's start (the media clock's origin).
+`stream_rtf` are always on the client clock, from the stream's start (the media clock's origin), labelled
+`client_stream_start_to_receive`.
 """
 
 from __future__ import annotations
@@ -39,9 +42,15 @@ from duplexkit.client.stats import Distribution
 from duplexkit.protocol.audio import AudioDecodeError, decode_base64_audio, resample
 from duplexkit.protocol.units import ms_to_samples, samples_to_ms
 
-MetricsSource = Literal["server_request_start_and_client_receive", "client_monotonic_receive"]
+MetricsSource = Literal[
+    "server_request_start_and_client_receive", "client_commit_to_receive", "client_created_to_receive"
+]
 SERVER_SOURCE: MetricsSource = "server_request_start_and_client_receive"
-CLIENT_SOURCE: MetricsSource = "client_monotonic_receive"
+COMMIT_SOURCE: MetricsSource = "client_commit_to_receive"
+CREATED_SOURCE: MetricsSource = "client_created_to_receive"
+STREAM_SOURCE: Literal["client_stream_start_to_receive"] = "client_stream_start_to_receive"
+CLIENT_SOURCES = frozenset({COMMIT_SOURCE, CREATED_SOURCE, STREAM_SOURCE})
+"""Every label of a value measured on the client's own clock."""
 
 WAV_RATE_HZ = 24_000
 """Rate of the assembled output audio."""
@@ -115,7 +124,7 @@ class SessionMetrics:
     stream_rtf: float | None
     turns: int
     """Responses the server created."""
-    source: MetricsSource = CLIENT_SOURCE
+    source: Literal["client_stream_start_to_receive"] = STREAM_SOURCE
 
     def to_json(self) -> dict[str, Any]:
         return {
@@ -131,6 +140,8 @@ class SessionMetrics:
 class _Response:
     id: str
     anchor: float
+    anchor_source: MetricsSource
+    """Which client-clock anchor `anchor` is (used when the server sends no request-start metrics)."""
     item_id: str | None = None
     status: str | None = None
     server: dict[str, float] = field(default_factory=dict)
@@ -155,7 +166,7 @@ class _Response:
                 else ttfp_ms + (last_audio - first_audio) * 1000.0
             )
         else:
-            source = CLIENT_SOURCE
+            source = self.anchor_source
             ttft_ms = _since(self.anchor, self.first_text_at)
             ttfp_ms = _since(self.anchor, first_audio)
             generation_ms = _since(self.anchor, last_audio)
@@ -287,9 +298,12 @@ class EventCollector:
         response_id = response_id_of(data) or self._current or "unidentified"
         response = self._responses.get(response_id)
         if response is None:
-            anchor = received_at if self._pending_commit_at is None else self._pending_commit_at
+            if self._pending_commit_at is None:
+                anchor, source = received_at, CREATED_SOURCE
+            else:
+                anchor, source = self._pending_commit_at, COMMIT_SOURCE
             self._pending_commit_at = None
-            response = self._responses[response_id] = _Response(response_id, anchor)
+            response = self._responses[response_id] = _Response(response_id, anchor, source)
             self._current = response_id
         return response
 

@@ -333,7 +333,7 @@ def timing(result: TalkResult) -> dict[str, Any]:
         "warnings": result.warnings,
         "clock": "invalid" if stream is None or stream.pace != "realtime" else "media_realtime",
         "clocks": {
-            "latency": "per response `source`; session values are client_monotonic_receive",
+            "latency": "per response `source`; session values are client_stream_start_to_receive",
             "events_t_ms": "client monotonic ms since the connection opened",
             "media_ms": "audio_end_ms the client had written when the event arrived",
         },

@@ -425,7 +425,10 @@ class EngineSession:
     def request_started(self, unit: Unit, now: float) -> None:
         """The model accepted `unit`'s request at `now`: the anchor for TTFT/TTFP of the reply it produces."""
         if self.fence.admits(unit.fence):
-            self._requests.mark_model_turn_request_started(self.fence.turn_id, now)
+            turn = self.fence.turn_id
+            self._requests.mark_model_turn_request_started(turn, now)
+            if self._response is not None and self._response.turn == turn:
+                self._response.timing.adopt_request_start(self._requests.start_of(turn))
 
     def on_decision(self, unit: Unit, decision: Decision, now: float) -> Step:
         """Turn one model decision for `unit` into events; output of a stale fence is dropped."""
@@ -640,6 +643,9 @@ class EngineSession:
 
     @staticmethod
     def _metrics(timing: ResponseTiming) -> se.ResponseRequestMetrics:
+        """The response's metrics; without a request start they carry no server source (not measured)."""
+        if timing.request_start is None:
+            return se.ResponseRequestMetrics(source=None, measurement_origin=None)
         return se.ResponseRequestMetrics(ttft_ms=timing.ttft_ms, ttfp_ms=timing.ttfp_ms)
 
     # --- helpers --------------------------------------------------------------------------------------

@@ -104,8 +104,9 @@ class ResponseRequestMetrics(BaseModel):
     A value that was not observed is `None` (omitted on the wire), never 0.
     """
 
-    source: Literal["server_monotonic_request_start"] = METRICS_SOURCE_SERVER
-    measurement_origin: MeasurementOrigin = Field(default_factory=MeasurementOrigin)
+    source: Literal["server_monotonic_request_start"] | None = METRICS_SOURCE_SERVER
+    """`None` (omitted) when the response had no request start: nothing here is server-anchored then."""
+    measurement_origin: MeasurementOrigin | None = Field(default_factory=MeasurementOrigin)
     ttft_ms: float | None = None
     ttfp_ms: float | None = None
     tpot_ms: float | None = None

@@ -35,12 +35,18 @@ from duplexkit.bench.report.data import (
 )
 from duplexkit.bench.report.fmt import MISSING, Better, delta, esc, number, seconds
 from duplexkit.bench.report.svg import Series, cdf, timeline, timeline_span
+from duplexkit.client.collector import COMMIT_SOURCE, CREATED_SOURCE, SERVER_SOURCE, STREAM_SOURCE
+
+LEGACY_CLIENT_SOURCE = "client_monotonic_receive"
+"""What runs written before the client anchors got labels of their own called both of them."""
 
 SOURCE_LABELS = {
-    "server_request_start_and_client_receive": "server-anchored",
-    "client_monotonic_receive": "client receive",
+    SERVER_SOURCE: "server-anchored",
+    COMMIT_SOURCE: "client, from commit send",
+    CREATED_SOURCE: "client, from response.created",
+    STREAM_SOURCE: "client, from stream start",
+    LEGACY_CLIENT_SOURCE: "client receive (anchors pooled: older run)",
 }
-CLIENT_SOURCE = "client_monotonic_receive"
 
 
 @dataclass(frozen=True)
@@ -533,7 +539,7 @@ def _metric_card(metric: Metric, runs: Sequence[_Run]) -> str:
         for dist in found:
             source = SOURCE_LABELS.get(dist.source, dist.source)
             label = f"{run.letter} · {source}" if compare else source
-            colour, dashed = run.index % len(SERIES_COLOURS), dist.source == CLIENT_SOURCE
+            colour, dashed = run.index % len(SERIES_COLOURS), dist.source != SERVER_SOURCE
             series.append(Series(label, dist.values, dist.p50, dist.p99, colour, dashed))
             cells = f'<td class="num">{dist.count}</td>'
             cells += "".join(f'<td class="num">{number(v)}</td>' for v in (dist.mean, dist.p50, dist.p99))
