@@ -12,7 +12,8 @@ from collections.abc import AsyncIterator, Mapping
 from typing import Any
 
 from duplexkit.bench.media import prepare_media
-from duplexkit.bench.runner import RunConfig, run_attempt
+from duplexkit.bench.omni_duplex_eval.runner import run_attempt
+from duplexkit.bench.runner import RunConfig
 from duplexkit.client import SessionBounds
 from duplexkit.engine import Decision, Unit
 from duplexkit.models.base import ModelPlugin, ModelSession, SamplingParams

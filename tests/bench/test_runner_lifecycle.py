@@ -4,7 +4,8 @@ Each fake is a `websockets.serve` server on port 0 (in the test's event loop, or
 it must block its loop), speaking just enough of the duplex protocol:
 `session.update` → `session.created` with capabilities, commit → `input_audio_buffer.committed`, a reply as
 `response.created` → transcript delta → audio delta → `response.done`, a `response.listen` per padded
-append, `session.close` → `session.closed`. Each connection follows a `Script`; a fault is one field of it.
+append, `session.close` → `session.closed`. Like our server, it names the unit each decision answers
+(`unit_end_ms`: the media clock of the latest append it has read). Each connection follows a `Script`; a fault is one field of it.
 The fake records every frame it reads and every event it sends, in order, with its time.
 
 Two faults live on the client's side of the socket (the `wire` fixture): a narrow link (small send buffer
@@ -43,10 +44,11 @@ from websockets.exceptions import ConnectionClosed
 
 import duplexkit.client.client as client_module
 from duplexkit.bench.artifacts import RunDir
-from duplexkit.bench.datasets import Sample
 from duplexkit.bench.media import prepare_media
+from duplexkit.bench.omni_duplex_eval.dataset import Sample
+from duplexkit.bench.omni_duplex_eval.runner import run_attempt
 from duplexkit.bench.retry import capacity_backoff_s
-from duplexkit.bench.runner import BenchmarkRunner, RunConfig, SampleResult, run_attempt
+from duplexkit.bench.runner import BenchmarkRunner, RunConfig, SampleResult
 from duplexkit.client import DuplexClient, SessionBounds
 from tests.bench.conftest import clip_sample
 
@@ -187,6 +189,7 @@ class FakeServer:
         conn = Connection(script)
         self.connections.append(conn)
         replies = 0
+        media_ms = 0.0
         busy: asyncio.Task[None] | None = None
 
         async def send(kind: str, **fields: Any) -> None:
@@ -207,7 +210,9 @@ class FakeServer:
             nonlocal replies
             replies += 1
             rid, iid = f"resp_{number}_{replies}", f"item_{number}_{replies}"
-            await send("response.created", response={"id": rid, "status": "in_progress"})
+            await send(
+                "response.created", response={"id": rid, "status": "in_progress"}, unit_end_ms=media_ms
+            )
             await send(
                 "response.output_audio_transcript.delta", response_id=rid, item_id=iid, delta=REPLY_TEXT
             )
@@ -218,6 +223,7 @@ class FakeServer:
                 item_id=iid,
                 delta=audio,
                 sample_rate_hz=24_000,
+                unit_end_ms=media_ms,
             )
             await send("response.done", response={"id": rid, "status": "completed"})
 
@@ -250,12 +256,13 @@ class FakeServer:
                         "audio_end_ms": frame.get("audio_end_ms"),
                         "silent": not any(base64.b64decode(frame["audio"])),
                     }
+                    media_ms = float(frame.get("audio_end_ms") or media_ms)
                     if conn.committed:
                         conn.padding.append(record)
                         if script.reply_on_first_padding and len(conn.padding) == 1:
                             await reply()
                         if script.listen_each_padding:
-                            await send("response.listen", response=PADDING_LISTEN)
+                            await send("response.listen", response=PADDING_LISTEN, unit_end_ms=media_ms)
                         continue
                     conn.clip.append(record)
                     if len(conn.clip) == script.reply_after_append:
@@ -275,7 +282,7 @@ class FakeServer:
                         if action == "reply":
                             await reply()
                         elif action == "model_listen":
-                            await send("response.listen", response=MODEL_LISTEN)
+                            await send("response.listen", response=MODEL_LISTEN, unit_end_ms=media_ms)
                         elif action == "error":
                             error = {"type": "server_error", "code": script.error_code, "message": "boom"}
                             await send("error", error=error)
@@ -667,7 +674,12 @@ async def test_a_committed_clip_answered_only_by_a_model_listen_settles(tmp_path
     meta = ran.meta
     assert meta["status"] == "published" and meta["retry_count"] == 0
     assert meta["timeouts"]["drain_timeout"] is None
-    assert meta["drain"] == {"outcome": "settled", "waited_s": meta["drain"]["waited_s"], "listens": 1}
+    assert meta["drain"] == {
+        "outcome": "settled",
+        "waited_s": meta["drain"]["waited_s"],
+        "listens": 1,
+        "decision_rule": "server_unit_end",
+    }
     assert meta["drain"]["waited_s"] < 1.0
     assert meta["response_done"] is False and meta["responses"] == []
     assert len(fake.connections[0].positions("out", "response.listen")) == 1

@@ -153,7 +153,7 @@ async def test_a_server_error_fails_the_session(tmp_path: Path) -> None:
 
 
 def test_talk_sends_a_videos_frames_one_per_unit_at_the_requested_fps(tmp_path: Path) -> None:
-    from duplexkit.bench.datasets import Selection, load_dataset
+    from duplexkit.bench.omni_duplex_eval.dataset import Selection, load_dataset
 
     [sample] = load_dataset("builtin", Selection(splits=("RTD_counting",))).samples
     video, audio = tmp_path / "clip.mp4", tmp_path / "question.wav"

@@ -1,4 +1,4 @@
-"""Media preparation for one sample: question audio to mono 16 kHz PCM16, video frames to JPEG at a set rate.
+"""Shared media preparation: a sample's audio to mono 16 kHz PCM16, video frames to JPEG at a set rate.
 
 Pure functions without shared state, safe to call from worker threads. Containers are decoded with PyAV from
 memory, whatever their format (wav, mp3, m4a, flac; mp4, mkv, webm, ...).
@@ -11,11 +11,12 @@ import math
 from collections.abc import Iterator
 from dataclasses import dataclass
 from fractions import Fraction
+from typing import Protocol
 
 import av
 import numpy as np
 
-from duplexkit.bench.datasets import DatasetError, Sample
+from duplexkit.bench.sources import DatasetError
 from duplexkit.protocol.audio import encode_audio, resample
 
 __all__ = ["TARGET_RATE_HZ", "MediaError", "PreparedMedia", "prepare_media"]
@@ -27,6 +28,15 @@ _TIME_EPS_S = 1e-6
 
 class MediaError(DatasetError):
     """Media that cannot be decoded (corrupt, unsupported container, no audio or video stream)."""
+
+
+class AudioVisualSample(Protocol):
+    """A sample with a spoken input and an optional video (an Omni-DuplexEval `Sample` is one)."""
+
+    @property
+    def key(self) -> str: ...
+    def question_audio_bytes(self) -> bytes: ...
+    def video_bytes(self) -> bytes | None: ...
 
 
 @dataclass(frozen=True)
@@ -43,7 +53,7 @@ class PreparedMedia:
     frame_times_s: tuple[float, ...]
 
 
-def prepare_media(sample: Sample, *, fps: float = 1.0, max_side: int = 640) -> PreparedMedia:
+def prepare_media(sample: AudioVisualSample, *, fps: float = 1.0, max_side: int = 640) -> PreparedMedia:
     """Decode the sample's question audio and sample its video at ``fps`` from t = 0, within ``max_side``.
 
     Frame k is the picture on screen at k / fps. A sample without video gives no frames. Undecodable media

@@ -1,13 +1,11 @@
-"""The Omni-DuplexEval sample runner: the lifecycle of one sample, its retries, and the run around them.
+"""The shared sample runner: the lifecycle of one sample around its attempts, its retries, and the run.
 
-One attempt, every wait bounded (`RunConfig.bounds`; the lifecycle is `duplexkit.client.converse`):
-configure → stream on the media clock (bound: clip duration + slack; on a stall `input_timeout` is recorded
-and the sample still lands with its transcript) → commit (bound: `commit_timeout`; on a stall the commit
-stays queued ahead of the padding and the padding still starts) → pad silence until stopped, while draining
-on a quiet window in which `response.listen` acknowledgements are not activity (bound: `drain_timeout`) →
-final playback ack → close (bound: `close_timeout`; the outer wait gives the inner one `close_grace` more).
-Padding that fails with anything but a closed transport surfaces as the sample's error. The retry policy
-is `duplexkit.bench.retry`; artifacts are `duplexkit.bench.artifacts`.
+Per sample: prepare media off the event loop (`Benchmark.prepare_media`), run attempts
+(`Benchmark.run_attempt`: one session, every wait bounded by `RunConfig.bounds`, the whole attempt by
+`RunConfig.attempt_deadline_s`) under the retry policy (`duplexkit.bench.retry`), with capacity refusals
+waited out (jittered, bounded) and not counted as attempts, then publish the sample or record its failure
+(`duplexkit.bench.artifacts`). Which benchmark's hooks run is `BenchmarkRunner`'s `benchmark` (default:
+Omni-DuplexEval).
 
 The runner talks to servers only over the wire, through `duplexkit.client`.
 """
@@ -26,9 +24,8 @@ from typing import Any, Literal
 import numpy as np
 from websockets.exceptions import ConnectionClosed, InvalidStatus
 
-from duplexkit.bench.artifacts import RunDir, write_json_atomic
-from duplexkit.bench.datasets import Sample
-from duplexkit.bench.media import PreparedMedia, prepare_media
+from duplexkit.bench.artifacts import RunDir
+from duplexkit.bench.benchmark import DEFAULT_BENCHMARK, Benchmark, BenchSample, PreparedInput, get_benchmark
 from duplexkit.bench.retry import (
     AttemptOutcome,
     Verdict,
@@ -37,16 +34,7 @@ from duplexkit.bench.retry import (
     timeout_label,
     verdict,
 )
-from duplexkit.bench.speech import speech_segments
-from duplexkit.client import (
-    ConnectionLost,
-    DuplexClient,
-    SessionBounds,
-    SessionError,
-    converse,
-    dump_events,
-)
-from duplexkit.client.wavfile import write_wav
+from duplexkit.client import ConnectionLost, SessionBounds, SessionError
 from duplexkit.protocol.errors import ErrorCode
 
 log = logging.getLogger("duplexkit.bench")
@@ -57,7 +45,7 @@ CAPACITY_HTTP_STATUSES = frozenset({429, 503})
 """Handshake statuses that mean the same, from servers that refuse before accepting the socket."""
 
 
-def _is_capacity_refusal(event: dict[str, Any]) -> bool:
+def is_capacity_refusal(event: dict[str, Any]) -> bool:
     """A capacity code, or any retryable `rate_limit_error`."""
     error = event.get("error")
     if not isinstance(error, dict):
@@ -131,126 +119,33 @@ class SampleResult:
     ttfp_ms: float | None = None
 
 
-async def run_attempt(sample: Sample, media: PreparedMedia, config: RunConfig) -> Attempt:
-    """One session for one sample; raises `CapacityRefused` when the server has no slot."""
-    outcome = AttemptOutcome()
-    bounds = config.bounds
-    input_bound = bounds.input_bound_s(media.duration_ms / 1000.0)
-    meta: dict[str, Any] = {
-        "bounds": {
-            "configure_timeout": bounds.configure_timeout_s,
-            "input_timeout": input_bound,
-            "commit_timeout": bounds.commit_timeout_s,
-            "drain_timeout": bounds.drain_timeout_s,
-            "close_timeout": bounds.close_timeout_s,
-        }
-    }
-    async with DuplexClient(config.url, api_key=config.api_key, model=config.model) as client:
-        samples = np.frombuffer(media.pcm16, dtype="<i2").astype(np.float32) / 32768.0
-        try:
-            conversation = await converse(
-                client,
-                samples,
-                sample_rate_hz=16_000,
-                frames=media.frames,
-                pace=config.pace,
-                chunk_ms=config.chunk_ms,
-                bounds=bounds,
-                extra_body=config.extra_body,
-            )
-        except SessionError as exc:
-            if _is_capacity_refusal(exc.event or {}):
-                raise CapacityRefused(str(exc)) from None
-            raise
-        if conversation.interrupted is not None:  # a lost connection or a padding failure fails the attempt
-            raise conversation.interrupted
-        report, drain, close = conversation.stream, conversation.drain, conversation.close
-        assert report is not None and drain is not None
-        meta["unit_ms"] = conversation.capabilities.chunk_period_ms
-        if report.timed_out:
-            outcome.input_timeout = input_bound
-        if conversation.commit_timed_out:
-            outcome.commit_timeout = bounds.commit_timeout_s
-        # Conservative: the whole clip went out within its bound, the commit within its bound, and the
-        # server acknowledged it; a commit that lands after its bound still counts as not committed.
-        meta["input_committed"] = (
-            outcome.input_timeout is None
-            and outcome.commit_timeout is None
-            and conversation.commit_acknowledged
-        )
-        meta["drain"] = {
-            "outcome": drain.outcome,
-            "waited_s": round(drain.waited_s, 3),
-            "listens": drain.listens,
-            "decision_rule": drain.decision_rule,
-        }
-        if drain.outcome == "timeout":
-            outcome.drain_timeout = bounds.drain_timeout_s
-        elif drain.outcome == "connection_closed":
-            outcome.transport_error = "connection closed during the drain"
-        if close is None:
-            outcome.close_timeout = bounds.close_timeout_s
-            meta["close"] = {"clean": False, "outcome": "timeout"}
-        else:
-            if not close.clean:
-                outcome.close_timeout = bounds.close_timeout_s
-            meta["close"] = {
-                "clean": close.clean,
-                "outcome": close.outcome,
-                "elapsed_s": round(close.elapsed_s, 3),
-            }
-
-        collector = client.collector
-        outcome.server_errors = [str(f.get("error", {}).get("code")) for f in collector.failures()]
-        responses = collector.responses()
-        outcome.response_done = bool(responses) and not collector.open_responses()
-        meta.update(
-            {
-                "stream": report.to_json(),
-                "responses": [r.to_json() for r in responses],
-                "session": collector.session().to_json(),
-                "pacing": report.pacing.to_json() if report.pacing else None,
-                "timeline": {"decisions": _timeline(client), "input_speech": speech_segments(media.pcm16)},
-            }
-        )
-        sentences = [s.to_json() for s in collector.sentences()]
-        events = dump_events(client.events, client.connected_at) if config.keep_audio else []
-        audio = collector.output_audio() if config.keep_audio else None
-    return Attempt(outcome=outcome, sentences=sentences, meta=meta, events=events, audio=audio)
-
-
-def _timeline(client: DuplexClient) -> list[dict[str, Any]]:
-    """The model's decisions on the media clock: a listen per listened unit, speech per audio delta."""
-    marks = []
-    for event in client.events:
-        if event.type == "response.listen":
-            marks.append({"t": round(event.media_ms / 1000, 3), "decision": "listen"})
-        elif event.type == "response.output_audio.delta":
-            marks.append({"t": round(event.media_ms / 1000, 3), "decision": "speak"})
-    return marks
-
-
 class BenchmarkRunner:
-    """Runs samples with bounded concurrency and the retry policy, publishing each to the run folder."""
+    """Runs samples with bounded concurrency and the retry policy, publishing each to the run folder.
+
+    `benchmark` supplies the per-benchmark hooks (media, the session, metadata, extras); by default
+    Omni-DuplexEval's.
+    """
 
     def __init__(
         self,
         config: RunConfig,
         run_dir: RunDir,
         *,
+        benchmark: Benchmark | None = None,
         on_result: Callable[[SampleResult], None] | None = None,
         rng: random.Random | None = None,
     ) -> None:
         self.config = config
         self.run_dir = run_dir
+        self.benchmark = benchmark or get_benchmark(DEFAULT_BENCHMARK)
         self.on_result = on_result or (lambda _: None)
         self.rng = rng or random.Random()
 
-    async def run(self, samples: list[Sample], *, overwrite: bool = False) -> list[SampleResult]:
+    async def run(self, samples: list[Any], *, overwrite: bool = False) -> list[SampleResult]:
         self.run_dir.clean_temporaries()
         gate = asyncio.Semaphore(self.config.concurrency)
 
-        async def one(sample: Sample) -> SampleResult:
+        async def one(sample: Any) -> SampleResult:
             if not overwrite and self.run_dir.is_published(sample.split, sample.id):
                 result = SampleResult(sample.split, sample.id, "skipped")
             else:
@@ -261,15 +156,15 @@ class BenchmarkRunner:
 
         return list(await asyncio.gather(*(one(s) for s in samples)))
 
-    async def run_sample(self, sample: Sample) -> SampleResult:
+    async def run_sample(self, sample: Any) -> SampleResult:
         """Prepare media off the event loop, run attempts per the retry policy, publish or record failure."""
         started_at = _now_iso()
         try:
-            media = await asyncio.to_thread(prepare_media, sample, fps=self.config.fps)
+            media = await asyncio.to_thread(self.benchmark.prepare_media, sample, self.config)
         except Exception as exc:
             meta = self._base_meta(sample, started_at)
             meta.update(status="failed", error=f"media_error: {exc}", attempts=[], retry_count=0)
-            self.run_dir.record_failure(sample.split, sample.id, meta)
+            self.run_dir.record_failure(sample.split, sample.id, meta, self.benchmark.artifacts)
             return SampleResult(sample.split, sample.id, "failed", error=meta["error"])
         attempts: list[dict[str, Any]] = []
         capacity_wait = 0.0
@@ -313,10 +208,10 @@ class BenchmarkRunner:
                 (r["ttfp_ms"] for r in meta.get("responses", []) if r.get("ttfp_ms") is not None), None
             )
             return SampleResult(sample.split, sample.id, "published", retried, ttfp_ms=ttfp)
-        self.run_dir.record_failure(sample.split, sample.id, meta)
+        self.run_dir.record_failure(sample.split, sample.id, meta, self.benchmark.artifacts)
         return SampleResult(sample.split, sample.id, "failed", retried, error=meta["error"])
 
-    async def _attempt_with_capacity(self, sample: Sample, media: PreparedMedia) -> tuple[Attempt, float]:
+    async def _attempt_with_capacity(self, sample: Any, media: PreparedInput) -> tuple[Attempt, float]:
         """One attempt; capacity refusals before it are waited out (jittered, bounded) and not counted."""
         waited = 0.0
         refusals = 0
@@ -325,7 +220,7 @@ class BenchmarkRunner:
             started = time.monotonic()
             try:
                 async with asyncio.timeout(deadline_s):
-                    return await run_attempt(sample, media, self.config), waited
+                    return await self.benchmark.run_attempt(sample, media, self.config), waited
             except (CapacityRefused, InvalidStatus) as exc:
                 if isinstance(exc, InvalidStatus) and exc.response.status_code not in CAPACITY_HTTP_STATUSES:
                     return _failed_attempt(transport_error=f"handshake refused: {exc}"), waited
@@ -362,22 +257,12 @@ class BenchmarkRunner:
                 failed.outcome.runner_error = f"{type(exc).__name__}: {exc}"
                 return failed, waited
 
-    def _base_meta(self, sample: Sample, started_at: str) -> dict[str, Any]:
+    def _base_meta(self, sample: BenchSample, started_at: str) -> dict[str, Any]:
         c = self.config
         return {
             "split": sample.split,
             "id": sample.id,
-            "task": sample.task,
-            "family": sample.family,
-            "sample": {
-                "question_text": sample.question_text,
-                "answer1": sample.answer1,
-                "answer2": sample.answer2,
-                "reminder1": sample.reminder1,
-                "reminder2": sample.reminder2,
-                "video_type": sample.video_type,
-                "video_duration": sample.video_duration,
-            },
+            **self.benchmark.sample_meta(sample),
             "clock": "media" if c.pace == "realtime" else "invalid",
             "pace": c.pace,
             "fps": c.fps,
@@ -387,14 +272,12 @@ class BenchmarkRunner:
             "started_at": started_at,
         }
 
-    def _write_extras(self, sample: Sample, attempt: Attempt) -> None:
+    def _write_extras(self, sample: BenchSample, attempt: Attempt) -> None:
         if not self.config.keep_audio:
             return
         folder = self.run_dir.sample_dir(sample.split, sample.id)
         folder.mkdir(parents=True, exist_ok=True)
-        if attempt.audio is not None:
-            write_wav(folder / "output.wav", attempt.audio, 24_000)
-        write_json_atomic(folder / "events.json", attempt.events)
+        self.benchmark.write_artifacts(folder, sample, attempt)
 
 
 def _failed_attempt(*, transport_error: str | None = None, server_errors: list[str] | None = None) -> Attempt:

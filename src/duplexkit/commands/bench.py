@@ -107,7 +107,7 @@ def register(commands: argparse._SubParsersAction[argparse.ArgumentParser]) -> N
 
 
 def run_command(args: argparse.Namespace) -> int:
-    from duplexkit.bench.datasets import DatasetError, Selection, load_dataset
+    from duplexkit.bench.omni_duplex_eval.dataset import DatasetError, Selection, load_dataset
 
     if args.ids and args.exclude_ids:
         return _usage("--ids and --exclude-ids cannot be combined")

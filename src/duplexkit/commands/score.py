@@ -16,19 +16,9 @@ from collections.abc import Mapping
 from pathlib import Path
 from typing import Any
 
-from duplexkit.bench.judge import (
-    BUILTIN_PROMPTS,
-    BuiltinJudge,
-    ChatClient,
-    Judge,
-    JudgeUnreachable,
-    LLMJudge,
-    RunError,
-    Summary,
-    load_protocol_dir,
-    score_run,
-)
-from duplexkit.bench.judge.windows import REMINDER_WINDOW_S
+from duplexkit.bench.judge import ChatClient, Judge, JudgeUnreachable, RunError, Summary, score_run
+from duplexkit.bench.omni_duplex_eval import BUILTIN_PROMPTS, BuiltinJudge, LLMJudge, load_protocol_dir
+from duplexkit.bench.omni_duplex_eval.windows import REMINDER_WINDOW_S
 
 API_KEY_ENV = "DUPLEXKIT_JUDGE_API_KEY"
 
@@ -187,9 +177,10 @@ def format_summary(summary: Summary) -> str:
         f"judge {judge} {info.prompt_version}: scored {cov['scored']}/{cov['total']} samples "
         f"({cov['cached']} cached), skipped {cov['skipped']} failed, {cov['errors']} errors",
     ]
+    recorded = summary.to_json()
     for name, section, means in (
-        ("RTD", summary.rtd, ("mean_content_score", "mean_avg_temporal_score")),
-        ("PR", summary.pr, ("mean_all_success",)),
+        ("RTD", recorded["rtd"], ("mean_content_score", "mean_avg_temporal_score")),
+        ("PR", recorded["pr"], ("mean_all_success",)),
     ):
         if section["samples"]:
             lines.append(_row(name, section, means))

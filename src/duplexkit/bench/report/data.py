@@ -98,9 +98,33 @@ class ScoreGroup:
 
 @dataclass(frozen=True)
 class FamilyScores:
-    family: Literal["rtd", "pr"]
+    """One section of `scores/summary.json` (a `ReportSpec.sections` key): its overall row and its groups."""
+
+    family: str
     overall: ScoreGroup
     tasks: tuple[ScoreGroup, ...]
+
+
+@dataclass(frozen=True)
+class ScoreSection:
+    """How a benchmark's summary section is read and shown: `key` in `summary.json` (whose `by_task` holds
+    the groups), the means it reports, the table title and the label of its overall row."""
+
+    key: str
+    means: tuple[str, ...]
+    title: str
+    overall: str
+
+
+@dataclass(frozen=True)
+class ReportSpec:
+    """A benchmark's report section: its score sections, how its means and per-sample scores are labelled
+    (`(label, decimals)` / short name), and the name of what its groups are (`task`, `scenario`)."""
+
+    sections: tuple[ScoreSection, ...]
+    mean_labels: Mapping[str, tuple[str, int]]
+    score_names: Mapping[str, str]
+    group_label: str = "task"
 
 
 @dataclass(frozen=True)
@@ -207,6 +231,8 @@ class ReportData:
     """One run folder, ready to render. `problems` lists what could not be read, one line each."""
 
     run_dir: Path
+    spec: ReportSpec
+    """The report section of the run's benchmark (`run.json` `benchmark`)."""
     run: RunInfo
     coverage: Coverage
     latency: tuple[Distribution, ...]

@@ -13,9 +13,10 @@ import math
 from collections import Counter
 from collections.abc import Iterable, Mapping
 from pathlib import Path
-from typing import Any, Literal
+from typing import Any
 
 from duplexkit.bench.aggregate import RESPONSE_METRICS, SESSION_METRICS, run_counts, summarize
+from duplexkit.bench.benchmark import benchmark_name_of_run, get_benchmark
 from duplexkit.bench.report.data import (
     AttemptInfo,
     Coverage,
@@ -24,6 +25,7 @@ from duplexkit.bench.report.data import (
     FamilyScores,
     JudgeInfo,
     ReportData,
+    ReportSpec,
     ResponseLatency,
     RunInfo,
     SampleReport,
@@ -35,11 +37,6 @@ from duplexkit.bench.report.data import (
 
 META_SUFFIX = ".meta.json"
 SCORES_DIR = "scores"
-FAMILY_MEANS: Mapping[Literal["rtd", "pr"], tuple[str, ...]] = {
-    "rtd": ("mean_content_score", "mean_avg_temporal_score"),
-    "pr": ("mean_all_success",),
-}
-"""The means `scores/summary.json` reports per family (and per task)."""
 SHOWN_IDS = 8
 """How many of a selection's ids the run details list."""
 
@@ -67,6 +64,7 @@ def load_run(run_dir: Path) -> ReportData:
         raise ReportError(f"{run_dir} is not a run folder (no run.json and no <split>/<id>.meta.json)")
     if not run_path.is_file():
         problems.append("run.json is missing: run details are unknown")
+    spec = get_benchmark(benchmark_name_of_run(run_dir)).report
     metas: list[Mapping[str, Any]] = []
     samples: list[SampleReport] = []
     for path in meta_paths:
@@ -79,10 +77,11 @@ def load_run(run_dir: Path) -> ReportData:
         samples.append(_sample(run_dir, path, meta, problems))
     return ReportData(
         run_dir=run_dir,
+        spec=spec,
         run=_run_info(run_json, samples),
         coverage=_coverage(metas, samples, run_json),
         latency=_latency(samples),
-        scores=_score_summary(run_dir, problems),
+        scores=_score_summary(run_dir, problems, spec),
         samples=tuple(samples),
         problems=tuple(problems),
     )
@@ -295,13 +294,14 @@ def _sample_score(run_dir: Path, split: str, sample_id: str, problems: list[str]
     return SampleScore(status=_str(raw.get("status")), scores=scores, error=_str(raw.get("error")))
 
 
-def _score_summary(run_dir: Path, problems: list[str]) -> ScoreSummary | None:
+def _score_summary(run_dir: Path, problems: list[str], spec: ReportSpec) -> ScoreSummary | None:
     raw = _read_json(run_dir / SCORES_DIR / "summary.json", run_dir, problems)
     if not isinstance(raw, dict):
         return None
     judge = _obj(raw.get("judge"))
     families = []
-    for family, means in FAMILY_MEANS.items():
+    for spec_section in spec.sections:
+        family, means = spec_section.key, spec_section.means
         section = _obj(raw.get(family))
         tasks = _obj(section.get("by_task"))
         families.append(

@@ -11,7 +11,7 @@ import pyarrow as pa  # type: ignore[import-untyped]
 import pyarrow.parquet as pq  # type: ignore[import-untyped]
 import pytest
 
-from duplexkit.bench.datasets import (
+from duplexkit.bench.omni_duplex_eval.dataset import (
     PR_SPLITS,
     RTD_SPLITS,
     DatasetError,

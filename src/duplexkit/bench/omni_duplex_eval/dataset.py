@@ -6,7 +6,8 @@ Face ``{bytes, path}`` layout are read a row group at a time on demand: a large 
 
 Spec forms accepted by ``load_dataset``:
 
-- ``"builtin"``: the synthetic dataset of ``duplexkit.bench.builtin``, generated into the cache on first use;
+- ``"builtin"``: the synthetic dataset of ``duplexkit.bench.omni_duplex_eval.builtin``, generated into the
+  cache on first use;
 - a ``.jsonl`` manifest (or a ``.json`` list of rows): dataset fields plus ``split``, with ``video`` and
   ``question_audio`` as file paths relative to the manifest;
 - a ``.parquet`` file, a glob of them, or a directory searched recursively for ``*.parquet``;
@@ -32,6 +33,15 @@ from collections.abc import Callable, Iterable, Mapping, Sequence
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any, Literal
+
+from duplexkit.bench.omni_duplex_eval import builtin
+from duplexkit.bench.sources import (
+    HF_REPO_ID,
+    DatasetError,
+    Media,
+    check_component,
+    hf_snapshot,
+)
 
 __all__ = [
     "PR_SPLITS",
@@ -61,73 +71,14 @@ _KNOWN_SPLITS: tuple[str, ...] = RTD_SPLITS + PR_SPLITS
 _MEDIA_FIELDS = ("video", "question_audio")
 _TEXT_FIELDS = ("question_text", "answer1", "answer2", "video_type")
 _FLOAT_FIELDS = ("reminder1", "reminder2", "video_duration")
-_MAX_ID_BYTES = 200  # leaves room for ".meta.json" and temp-file affixes within a 255-byte file name
+
 _FINGERPRINT_VERSION = b"duplexkit-dataset-fingerprint-v1\n"
-_DIGEST_EDGE_BYTES = 64 * 1024
-_HF_REPO_ID = re.compile(r"^(?P<repo>[A-Za-z0-9][\w.-]*/[\w.-]+)(?:@(?P<revision>[\w.-]+))?$")
 _SHARD_SUFFIX = re.compile(r"-\d{5}-of-\d{5}$")
 
 
-class DatasetError(ValueError):
-    """Any user-facing problem with a dataset spec, its rows or a selection; the message says what to fix."""
-
-
 # --------------------------------------------------------------------------------------------------
-# Media handles
+# Parquet media cells
 # --------------------------------------------------------------------------------------------------
-
-
-@dataclass(frozen=True)
-class Media:
-    """Raw container bytes of one media item (mp4, wav, mp3, ...), read on demand.
-
-    ``token`` is a cheap stable identity of the content (a digest, or sizes and positions for lazy parquet
-    cells), used by fingerprints; ``label`` names the item in error messages. Two Media are equal when their
-    tokens are.
-    """
-
-    token: str
-    label: str = field(compare=False)
-    _reader: Callable[[], bytes] = field(repr=False, compare=False)
-
-    def read(self) -> bytes:
-        """Return the raw bytes; raise DatasetError when they cannot be read."""
-        try:
-            return self._reader()
-        except OSError as exc:
-            raise DatasetError(f"cannot read media {self.label}: {exc}") from exc
-
-    @classmethod
-    def from_bytes(cls, data: bytes, label: str = "<bytes>") -> Media:
-        """Media held in memory; its token is the sha256 of the bytes."""
-        frozen = bytes(data)
-        return cls(token=f"sha256:{hashlib.sha256(frozen).hexdigest()}", label=label, _reader=lambda: frozen)
-
-    @classmethod
-    def from_file(cls, path: Path) -> Media:
-        """Media in a file, read at use time; raises DatasetError now if the file does not exist.
-
-        The token digests the size and the first and last 64 KiB, so fingerprinting large media stays cheap.
-        """
-        if not path.is_file():
-            raise DatasetError(f"media file {path} does not exist")
-        try:
-            token = _file_digest(path)
-        except OSError as exc:
-            raise DatasetError(f"cannot read media file {path}: {exc}") from exc
-        return cls(token=token, label=str(path), _reader=path.read_bytes)
-
-
-def _file_digest(path: Path) -> str:
-    """sha256 over the size and the first and last 64 KiB of a file."""
-    size = path.stat().st_size
-    digest = hashlib.sha256(str(size).encode())
-    with path.open("rb") as f:
-        digest.update(f.read(_DIGEST_EDGE_BYTES))
-        if size > _DIGEST_EDGE_BYTES:
-            f.seek(max(_DIGEST_EDGE_BYTES, size - _DIGEST_EDGE_BYTES))
-            digest.update(f.read())
-    return f"edges-sha256:{digest.hexdigest()}"
 
 
 def _arrow() -> tuple[Any, Any]:
@@ -317,8 +268,6 @@ def load_dataset(spec: str, selection: Selection, *, cache_dir: Path | None = No
 def _load_all(spec: str, cache_dir: Path | None) -> tuple[str, list[Sample]]:
     """The samples ``spec`` names and the canonical spec to load them again (see ``Dataset.source``)."""
     if spec == "builtin":
-        from duplexkit.bench import builtin  # imported here: builtin uses DatasetError from this module
-
         return "builtin", _load_manifest(builtin.ensure_builtin(cache_dir))
     path = Path(spec).expanduser()
     if path.is_dir():
@@ -337,10 +286,10 @@ def _load_all(spec: str, cache_dir: Path | None) -> tuple[str, list[Sample]]:
         if not matches:
             raise DatasetError(f"no .parquet files match {spec!r}")
         return pattern, _load_parquet_files(matches, _common_parent(matches))
-    match = _HF_REPO_ID.match(spec)
+    match = HF_REPO_ID.match(spec)
     if match and path.suffix not in (".parquet", ".jsonl", ".json"):
         repo_id, revision = match["repo"], match["revision"]
-        snapshot = _hf_snapshot(repo_id, revision)
+        snapshot = hf_snapshot(repo_id, revision)
         return f"{repo_id}@{snapshot.name}", _load_parquet_files(_parquet_files_in(snapshot), snapshot)
     raise DatasetError(
         f"dataset {spec!r} not found: expected 'builtin', a .parquet file, glob or directory, a .jsonl/.json "
@@ -362,43 +311,6 @@ def _parquet_files_in(root: Path) -> list[Path]:
     if not files:
         raise DatasetError(f"no .parquet files under {root}")
     return files
-
-
-def _hf_hub_cache() -> Path:
-    for var in ("HF_HUB_CACHE", "HUGGINGFACE_HUB_CACHE"):
-        if os.environ.get(var):
-            return Path(os.environ[var]).expanduser()
-    if os.environ.get("HF_HOME"):
-        return Path(os.environ["HF_HOME"]).expanduser() / "hub"
-    xdg = os.environ.get("XDG_CACHE_HOME")
-    return (Path(xdg) if xdg else Path.home() / ".cache") / "huggingface" / "hub"
-
-
-def _hf_snapshot(repo_id: str, revision: str | None) -> Path:
-    """The cached snapshot of a hub dataset at ``revision`` (a commit or a ref such as ``main``).
-
-    Without a revision: the snapshot ``refs/main`` names, else the most recently written one.
-    """
-    owner, name = repo_id.split("/")
-    repo_dir = _hf_hub_cache() / f"datasets--{owner}--{name}"
-    snapshots = repo_dir / "snapshots"
-    ref = repo_dir / "refs" / (revision or "main")
-    commit = ref.read_text(encoding="utf-8").strip() if ref.is_file() else revision
-    if commit and (snapshots / commit).is_dir():
-        return snapshots / commit
-    candidates = (
-        sorted(snapshots.iterdir(), key=lambda p: (p.stat().st_mtime, p.name)) if snapshots.is_dir() else []
-    )
-    candidates = [p for p in candidates if p.is_dir()]
-    if revision is None and candidates:
-        return candidates[-1]
-    wanted = f"{repo_id}@{revision}" if revision else repo_id
-    raise DatasetError(
-        f"dataset {wanted} is not in the local Hugging Face cache ({repo_dir}) and duplexkit never "
-        f"downloads. Fetch it yourself, e.g. `huggingface-cli download --repo-type dataset {repo_id}` "
-        "(set HF_HOME to use another cache), or pass a local copy: a directory of .parquet files, "
-        "a .parquet file or a .jsonl manifest."
-    )
 
 
 # --------------------------------------------------------------------------------------------------
@@ -706,19 +618,6 @@ def _select(samples: list[Sample], selection: Selection, source: str) -> list[Sa
     return chosen
 
 
-def _check_component(value: str, what: str) -> None:
-    """A name used as one path component: non-empty, not . or .., no separators or control characters."""
-    if value in ("", ".", "..") or value.startswith("."):
-        raise DatasetError(f"{what} {value!r} is not a usable file name (empty, or starts with '.': hidden)")
-    bad = sorted({ch for ch in value if ch in "/\\" or ord(ch) < 32 or ord(ch) == 127})
-    if bad:
-        raise DatasetError(
-            f"{what} {value!r} contains {', '.join(repr(c) for c in bad)}; it must be one path component"
-        )
-    if len(value.encode("utf-8")) > _MAX_ID_BYTES:
-        raise DatasetError(f"{what} {value[:40]!r}... is longer than {_MAX_ID_BYTES} bytes")
-
-
 def _check_artifact_names(samples: Sequence[Sample]) -> None:
     """Ids are safe path components whose artifacts (``<id>``, ``<id>.json``, ``<id>.meta.json``) never clash.
 
@@ -726,8 +625,8 @@ def _check_artifact_names(samples: Sequence[Sample]) -> None:
     """
     owners: dict[tuple[str, str], str] = {}
     for sample in samples:
-        _check_component(sample.split, "split")
-        _check_component(sample.id, f"sample id in {sample.split}")
+        check_component(sample.split, "split")
+        check_component(sample.id, f"sample id in {sample.split}")
         for name in (sample.id, f"{sample.id}.json", f"{sample.id}.meta.json"):
             slot = (sample.split, name.casefold())
             other = owners.setdefault(slot, sample.id)

@@ -6,7 +6,7 @@ from pathlib import Path
 
 import pytest
 
-from duplexkit.bench.judge.prompts import (
+from duplexkit.bench.omni_duplex_eval.prompts import (
     BUILTIN_PROMPTS,
     FOLLOW_UP_QUOTE_CHARS,
     PLACEHOLDERS,

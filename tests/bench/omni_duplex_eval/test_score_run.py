@@ -9,15 +9,9 @@ from typing import Any
 
 import pytest
 
-from duplexkit.bench.judge import (
-    ChatClient,
-    JudgeUnreachable,
-    LLMJudge,
-    RunError,
-    load_protocol_dir,
-    score_run,
-)
-from duplexkit.bench.judge.prompts import PLACEHOLDERS, PROMPT_VERSION, REQUIRED
+from duplexkit.bench.judge import ChatClient, JudgeUnreachable, RunError, score_run
+from duplexkit.bench.omni_duplex_eval import LLMJudge, load_protocol_dir
+from duplexkit.bench.omni_duplex_eval.prompts import PLACEHOLDERS, PROMPT_VERSION, REQUIRED
 from tests.bench.judge.conftest import (
     CONTENT,
     CORRECTION,

@@ -9,10 +9,11 @@ from typing import Any
 
 import pytest
 
-from duplexkit.bench.builtin import generate_builtin
-from duplexkit.bench.datasets import Sample, Selection, load_dataset
-from duplexkit.bench.judge import BuiltinJudge, LLMJudge, score_run
-from duplexkit.bench.judge.builtin import NOT_COMPARABLE
+from duplexkit.bench.judge import score_run
+from duplexkit.bench.omni_duplex_eval import BuiltinJudge, LLMJudge
+from duplexkit.bench.omni_duplex_eval.builtin import generate_builtin
+from duplexkit.bench.omni_duplex_eval.builtin_judge import NOT_COMPARABLE
+from duplexkit.bench.omni_duplex_eval.dataset import Sample, Selection, load_dataset
 from duplexkit.commands import score
 from tests.bench.judge.conftest import FakeJudge, image_count, sentences, write_run_json, write_sample
 

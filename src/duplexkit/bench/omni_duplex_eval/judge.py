@@ -23,12 +23,13 @@ from typing import Any
 
 from openai.types.chat import ChatCompletionContentPartParam, ChatCompletionMessageParam
 
-from duplexkit.bench.judge.base import JudgeInfo, SampleScore, ScoreRequest, ScoringError
+from duplexkit.bench.judge.base import JudgeInfo, SampleScore, ScoringError
 from duplexkit.bench.judge.client import ChatClient, ContextOverflow, JudgeRequestError
 from duplexkit.bench.judge.frames import VideoError, data_url, extract_jpegs
 from duplexkit.bench.judge.parsing import Field, ParseError, Verdict, parse_reply
-from duplexkit.bench.judge.prompts import BUILTIN_PROMPTS, PromptSet
-from duplexkit.bench.judge.windows import (
+from duplexkit.bench.omni_duplex_eval.prompts import BUILTIN_PROMPTS, PromptSet
+from duplexkit.bench.omni_duplex_eval.request import ScoreRequest
+from duplexkit.bench.omni_duplex_eval.windows import (
     REMINDER_WINDOW_S,
     Window,
     content_frame_times,
@@ -64,6 +65,7 @@ class LLMJudge:
     ) -> None:
         self._chat = chat
         self._prompts = prompts
+        self._reminder_window_s = reminder_window_s
         self.info = JudgeInfo(
             kind="llm",
             model=chat.model,
@@ -82,7 +84,7 @@ class LLMJudge:
             if request.family == "rtd":
                 scores, details = await _score_rtd(request, calls)
             else:
-                scores, details = await _score_pr(request, calls, self.info.reminder_window_s)
+                scores, details = await _score_pr(request, calls, self._reminder_window_s)
         except ScoringError as exc:
             raise ScoringError(str(exc), calls.trace()) from exc
         except JudgeRequestError as exc:

@@ -5,7 +5,7 @@ from __future__ import annotations
 from hypothesis import given
 from hypothesis import strategies as st
 
-from duplexkit.bench.judge.windows import (
+from duplexkit.bench.omni_duplex_eval.windows import (
     Window,
     content_frame_times,
     sentence_window,

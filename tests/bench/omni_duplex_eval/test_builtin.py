@@ -11,8 +11,8 @@ import numpy as np
 import numpy.typing as npt
 import pytest
 
-from duplexkit.bench import builtin
-from duplexkit.bench.datasets import Dataset, DatasetError, Selection, load_dataset
+from duplexkit.bench.omni_duplex_eval import builtin
+from duplexkit.bench.omni_duplex_eval.dataset import Dataset, DatasetError, Selection, load_dataset
 from duplexkit.client.wavfile import read_wav
 
 Frames = list[tuple[float, npt.NDArray[np.uint8]]]

@@ -30,7 +30,7 @@ import av
 import numpy as np
 import numpy.typing as npt
 
-from duplexkit.bench.datasets import DatasetError
+from duplexkit.bench.sources import DatasetError
 from duplexkit.client.wavfile import read_wav, write_wav
 from duplexkit.protocol.audio import resample
 

@@ -27,8 +27,9 @@ from collections.abc import Mapping, Sequence
 from dataclasses import dataclass
 from typing import Any
 
-from duplexkit.bench.judge.base import JudgeInfo, SampleScore, ScoreRequest, ScoringError
-from duplexkit.bench.judge.windows import (
+from duplexkit.bench.judge.base import JudgeInfo, SampleScore, ScoringError
+from duplexkit.bench.omni_duplex_eval.request import ScoreRequest
+from duplexkit.bench.omni_duplex_eval.windows import (
     LEAD_S,
     REMINDER_WINDOW_S,
     sentence_window,
@@ -60,6 +61,7 @@ class BuiltinJudge:
     """Scores samples of the built-in dataset from their `ground_truth`; deterministic, offline."""
 
     def __init__(self, *, reminder_window_s: float = REMINDER_WINDOW_S) -> None:
+        self._reminder_window_s = reminder_window_s
         self.info = JudgeInfo(
             kind="builtin",
             model="builtin",
@@ -80,7 +82,7 @@ class BuiltinJudge:
             )
         if request.family == "rtd":
             return _score_rtd(request, truth)
-        return _score_pr(request, truth, self.info.reminder_window_s)
+        return _score_pr(request, truth, self._reminder_window_s)
 
 
 def _score_rtd(request: ScoreRequest, truth: Mapping[str, Any]) -> SampleScore:
