@@ -5,8 +5,9 @@ it must block its loop), speaking just enough of the duplex protocol:
 `session.update` → `session.created` with capabilities, commit → `input_audio_buffer.committed`, a reply as
 `response.created` → transcript delta → audio delta → `response.done`, a `response.listen` per padded
 append, `session.close` → `session.closed`. Like our server, it names the unit each decision answers
-(`unit_end_ms`: the media clock of the latest append it has read). Each connection follows a `Script`; a fault is one field of it.
-The fake records every frame it reads and every event it sends, in order, with its time.
+(`unit_end_ms`: the media clock of the latest append it has read). Each connection follows a `Script`; a
+fault is one field of it. The fake records every frame it reads and every event it sends, in order, with
+its time.
 
 Two faults live on the client's side of the socket (the `wire` fixture): a narrow link (small send buffer
 and write limit), so that a server that stops reading stalls the client after kilobytes instead of the
