@@ -325,6 +325,8 @@ class Wire:
     write_limit: int | None = None
     stall_commit_s: float = 0.0
     """The first connection's commit frame takes this long to reach the socket."""
+    stall_first_ack_s: float = 0.0
+    """The first connection's first `playback.ack` frame takes this long to reach the socket."""
     opened: int = 0
 
 
@@ -347,13 +349,20 @@ def wire(monkeypatch: pytest.MonkeyPatch) -> Wire:
         if settings.write_limit is not None:
             extra["write_limit"] = settings.write_limit
         ws = await real_connect(uri, **kwargs, **extra)
-        if index == 0 and settings.stall_commit_s > 0:
+        if index == 0 and (settings.stall_commit_s > 0 or settings.stall_first_ack_s > 0):
             real_send = ws.send
+            acks = 0
 
             async def send(message: Any, *args: Any, **kw: Any) -> None:
-                is_commit = isinstance(message, str) and len(message) < 200 and "buffer.commit" in message
-                if is_commit and json.loads(message).get("type") == "input_audio_buffer.commit":
+                nonlocal acks
+                small = isinstance(message, str) and len(message) < 400
+                kind = json.loads(message).get("type") if small else None
+                if kind == "input_audio_buffer.commit":
                     await asyncio.sleep(settings.stall_commit_s)
+                elif kind == "playback.ack":
+                    acks += 1
+                    if acks == 1:
+                        await asyncio.sleep(settings.stall_first_ack_s)
                 await real_send(message, *args, **kw)
 
             ws.send = send
@@ -466,7 +475,7 @@ async def test_a_clean_sample_is_published_once_with_its_metadata(tmp_path: Path
     assert (meta["fps"], meta["chunk_ms"], meta["unit_ms"]) == (1.0, CHUNK_MS, 1000)
     assert meta["input_committed"] is True and meta["response_done"] is True
     assert meta["timeouts"] == dict.fromkeys(
-        ("input_timeout", "commit_timeout", "drain_timeout", "close_timeout"), None
+        ("input_timeout", "commit_timeout", "drain_timeout", "ack_timeout", "close_timeout"), None
     )
     assert meta["bounds"]["input_timeout"] == pytest.approx(CLIP_S + 0.2)
     assert meta["retry_count"] == 0 and meta["capacity_wait_s"] == 0.0
@@ -764,6 +773,70 @@ async def test_a_completed_sample_whose_close_is_never_answered_is_published_and
     assert len(fake.connections) == 1
 
 
+async def test_a_silent_sample_whose_close_is_never_answered_is_published_and_not_retried(
+    tmp_path: Path,
+) -> None:
+    """The model chose silence (a listen on the committed unit, no response) and the close stalled: the
+    drain settled with nothing open, so the stall is advisory, as under a reply."""
+    script = Script(on_commit=("model_listen",), listen_each_padding=False, answer_close=False)
+    async with serving(script) as fake:
+        ran = await run_sample(fast_config(fake.url), tmp_path)
+
+    assert ran.published and not ran.result.retried and len(fake.connections) == 1
+    meta = ran.meta
+    assert meta["status"] == "published" and meta["error"] is None and meta["retry_count"] == 0
+    assert meta["response_done"] is False and meta["responses"] == []
+    assert meta["drain"]["outcome"] == "settled"
+    assert meta["timeouts"]["close_timeout"] == 0.3  # recorded
+    assert ran.sentences() == []
+
+
+async def test_a_final_playback_ack_that_stalls_is_recorded_not_swallowed(tmp_path: Path, wire: Wire) -> None:
+    wire.stall_first_ack_s = 1.0
+    async with serving(Script()) as fake:
+        ran = await run_sample(fast_config(fake.url, ack_timeout_s=0.2, close_timeout_s=2.0), tmp_path)
+
+    assert ran.published and ran.meta["retry_count"] == 0  # the reply was received in full
+    assert ran.meta["timeouts"]["ack_timeout"] == 0.2
+    assert ran.meta["attempts"][0]["timeouts"]["ack_timeout"] == 0.2
+    assert sentence_texts(ran.sentences()) == REPLY_SENTENCES
+
+
+async def test_the_attempt_deadline_names_the_stage_it_cut_and_keeps_the_sentences(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """A reply mid-clip, then no decision on the commit: the drain would wait 30 s, the outer deadline
+    (forced to 2 s here) cuts it. The record says the drain was running and keeps what was said."""
+    monkeypatch.setattr(RunConfig, "attempt_deadline_s", lambda self, clip_s: 2.0)
+    script = Script(reply_after_append=1, on_commit=(), listen_each_padding=False)
+    async with serving(script) as fake:
+        ran = await run_sample(fast_config(fake.url, drain_timeout_s=30.0), tmp_path)
+
+    assert not ran.published and ran.meta["retry_count"] == 1
+    assert ran.meta["deadline"] == {"deadline_s": 2.0, "stage": "drain"}
+    for attempt in ran.meta["attempts"]:
+        assert attempt["transport_error"] == "request_deadline"
+        assert sentence_texts(attempt["sentences"]) == REPLY_SENTENCES
+
+
+def test_the_attempt_deadline_covers_every_inner_bound() -> None:
+    bounds = SessionBounds(
+        open_timeout_s=1.0,
+        configure_timeout_s=2.0,
+        input_slack_s=3.0,
+        commit_timeout_s=4.0,
+        settle_s=50.0,  # inside the drain's bound, not added
+        drain_timeout_s=5.0,
+        ack_timeout_s=6.0,
+        close_timeout_s=7.0,
+        close_grace_s=8.0,
+    )
+    clip_s = 10.0
+    by_hand = 1.0 + 2.0 + (10.0 + 3.0) + 4.0 + 5.0 + 6.0 + 7.0 + 8.0
+    assert bounds.total_s(clip_s) == by_hand
+    assert RunConfig(url="ws://x", bounds=bounds).attempt_deadline_s(clip_s) > by_hand
+
+
 @pytest.mark.parametrize(("close_grace_s", "clean"), [(0.6, True), (0.0, False)])
 async def test_the_outer_close_wait_gives_the_inner_one_a_grace_period(
     tmp_path: Path, close_grace_s: float, clean: bool
@@ -928,5 +1001,5 @@ async def test_a_failed_retry_publishes_nothing_and_keeps_the_first_attempts_sen
     assert first["error"] == "drain_timeout" and first["response_done"] is True
     assert sentence_texts(first["sentences"]) == REPLY_SENTENCES
     assert all(isinstance(s["start"], float) for s in first["sentences"])
-    assert second["error"] == "server_error: model_step_failed" and "sentences" not in second
+    assert second["error"] == "server_error: model_step_failed" and second["sentences"] == []
     assert len(fake.connections) == 2
