@@ -10,6 +10,7 @@ go to `$DUPLEXKIT_TEST_ARTIFACTS` (or the test's tmp dir). Skipped only when no 
 from __future__ import annotations
 
 import asyncio
+import json
 import os
 import wave
 from collections.abc import AsyncIterator
@@ -19,6 +20,7 @@ from typing import Any
 import numpy as np
 import pytest
 import soxr
+import websockets
 
 from duplexkit.models import load_model
 from duplexkit.server import EmbeddedServer, ServerConfig
@@ -36,6 +38,11 @@ pytestmark = pytest.mark.skipif(
 FAKE_MIC = ("--use-fake-device-for-media-stream", "--autoplay-policy=no-user-gesture-required")
 CAPTURE_RATE = 48_000
 REPLY = "Hello from the playground test."
+REPLY_MS = 60.0 * len(REPLY)  # the scripted model speaks 60 ms a character
+LONG_REPLY = (
+    "This reply goes on and on, long enough that whoever is listening has time to speak over it. " * 2
+)
+LONG_REPLY_MS = 60.0 * len(LONG_REPLY)
 
 STATE = """(() => {
   const alert = document.getElementById("alert");
@@ -45,7 +52,8 @@ STATE = """(() => {
     status: document.getElementById("status").dataset.state,
     alert: alert.hidden ? null : { kind: alert.dataset.kind, text: alert.textContent.trim() },
     responses: items.map((li) => ({
-      text: li.querySelector(".text").textContent, meta: li.querySelector(".meta").textContent,
+      id: li.dataset.response, text: li.querySelector(".text").textContent,
+      meta: li.querySelector(".meta").textContent,
       status: li.dataset.status, ttft: li.dataset.ttftMs ? Number(li.dataset.ttftMs) : null,
       ttfp: li.dataset.ttfpMs ? Number(li.dataset.ttfpMs) : null, source: li.dataset.source || null,
     })),
@@ -58,9 +66,9 @@ STATE = """(() => {
 })()"""
 
 LAYOUT = """(() => ({
-  overflow: document.scrollingElement.scrollWidth - window.innerWidth,
+  overflow: document.scrollingElement.scrollWidth - document.documentElement.clientWidth,
   unlabelled: [...document.querySelectorAll("input, select, textarea, button")]
-    .filter((el) => !(el.labels && el.labels.length) && !el.textContent.trim() && !el.getAttribute("aria-label"))
+    .filter((el) => !(el.labels && el.labels.length) && !el.textContent.trim())
     .map((el) => el.id),
 }))()"""
 
@@ -125,10 +133,152 @@ async def test_the_page_talks_to_the_server_through_a_fake_microphone(
         await browser.open(server.http_url + "/playground")
         await browser.click("#connect")
 
-        def replied(state: dict[str, Any]) -> bool:
-            done = [r for r in state["responses"] if r["status"] == "completed"]
-            return bool(done) and state["stats"]["acksAcknowledged"] > 0 and state["stats"]["playedMs"] > 0
+        def heard_whole_reply(state: dict[str, Any]) -> bool:
+            acknowledged = state["stats"]["acknowledgedMs"]
+            return any(r["status"] == "completed" for r in state["responses"]) and any(
+                ms >= REPLY_MS - 25 for ms in acknowledged.values()
+            )
 
-        state = await _until(browser, replied)
-        (artifacts / "playground.png").write_bytes(await browser.screenshot())
-        print(state)
+        state = await _until(browser, heard_whole_reply)
+        (artifacts / "playground-desktop.png").write_bytes(await browser.screenshot())
+        stats = state["stats"]
+
+        reply = next(r for r in state["responses"] if r["status"] == "completed")
+        assert reply["text"] == REPLY
+        assert (
+            reply["ttft"] == pytest.approx(150, abs=100)
+            and reply["source"] == "server_monotonic_request_start"
+        )
+        assert "TTFT" in reply["meta"] and "server_monotonic_request_start" in reply["meta"]
+        # The microphone went out as 200 ms appends on the media clock, and the speech was detected.
+        assert stats["appends"] >= 10 and stats["sentMs"] == pytest.approx(200 * stats["appends"])
+        assert stats["speechChunks"] >= 5 and state["cells"]["speech"] == stats["speechChunks"]
+        assert state["cells"]["listen"] >= 1 and state["cells"]["speak"] == stats["units"]["speak"] >= 2
+        # The reply reached the playback worklet (24 kHz samples, not silence) and was played whole:
+        # the server kept the played time the page reported, no more than it generated.
+        assert stats["workletReceived"] == round(REPLY_MS * 24) and stats["workletPeak"] > 0.05
+        assert max(stats["acknowledgedMs"].values()) == pytest.approx(REPLY_MS, abs=25)
+        assert stats["acksAcknowledged"] == stats["acksSent"] and stats["errors"] == []
+        assert state["alert"] is None and state["status"] == "live"
+        assert browser.log.console_errors == []
+        assert _outside(browser.log.requests, server) == []
+        assert any(url.startswith("ws://") for url in browser.log.requests)
+
+        await browser.resize(320, 700)
+        layout = await browser.evaluate(LAYOUT)
+        (artifacts / "playground-320px.png").write_bytes(await browser.screenshot())
+        assert layout["overflow"] <= 0 and layout["unlabelled"] == []
+
+
+async def test_speaking_over_a_reply_barges_in_and_acks_what_was_played(
+    speech_wav: Path, artifacts: Path
+) -> None:
+    """The fake microphone loops its file: the second sentence lands while the long reply is playing."""
+    assert BROWSER is not None
+    plugin = load_model("scripted", {"reply": LONG_REPLY, "first_output_ms": "150"})
+    async with (
+        EmbeddedServer(plugin) as server,
+        HeadlessChromium(BROWSER, flags=_mic(speech_wav), timeout_s=30) as browser,
+    ):
+        await browser.open(server.http_url + "/")
+        await browser.click("#connect")
+        state = await _until(browser, lambda s: any(r["status"] == "cancelled" for r in s["responses"]), 40)
+        (artifacts / "playground-barge-in.png").write_bytes(await browser.screenshot())
+
+        cut = next(r for r in state["responses"] if r["status"] == "cancelled")
+        assert "barge_in" in cut["meta"]
+        truncated_at = state["stats"]["truncatedAtMs"][cut["id"]]
+        assert 500 < truncated_at < LONG_REPLY_MS - 1000  # cut partway, at what had actually been played
+        await _until(browser, lambda s: cut["id"] in s["stats"]["acknowledgedMs"])
+        state = await browser.evaluate(STATE)
+        assert state["stats"]["acknowledgedMs"][cut["id"]] == pytest.approx(truncated_at, abs=0.1)
+        assert state["stats"]["errors"] == [] and browser.log.console_errors == []
+        assert _outside(browser.log.requests, server) == []
+
+
+async def test_a_refused_microphone_shows_its_error_and_never_opens_a_socket(
+    server: EmbeddedServer, speech_wav: Path, artifacts: Path
+) -> None:
+    assert BROWSER is not None
+    flags = (
+        *FAKE_MIC,
+        "--use-fake-ui-for-media-stream=deny",
+        f"--use-file-for-fake-audio-capture={speech_wav}",
+    )
+    async with HeadlessChromium(BROWSER, flags=flags) as browser:
+        await browser.open(server.http_url + "/")
+        await browser.click("#connect")
+        state = await _until(browser, lambda s: s["alert"] is not None)
+        (artifacts / "playground-mic-refused.png").write_bytes(await browser.screenshot())
+
+        assert (
+            state["alert"]["kind"] == "mic-refused"
+            and "Microphone access was refused" in state["alert"]["text"]
+        )
+        assert not any(url.startswith("ws://") for url in browser.log.requests)
+        assert await browser.evaluate("document.getElementById('connect').disabled") is False
+        assert browser.log.console_errors == []
+
+
+async def test_a_full_server_shows_its_capacity_refusal_with_a_retry(
+    speech_wav: Path, artifacts: Path
+) -> None:
+    assert BROWSER is not None
+    plugin = load_model("scripted", {})
+    async with (
+        EmbeddedServer(plugin, ServerConfig(max_sessions=1)) as server,
+        websockets.connect(server.url) as occupant,
+        HeadlessChromium(BROWSER, flags=_mic(speech_wav)) as browser,
+    ):
+        assert json.loads(await occupant.recv())["type"] == "session.created"
+        await browser.open(server.http_url + "/")
+        await browser.click("#connect")
+        state = await _until(browser, lambda s: s["alert"] is not None)
+
+        assert state["alert"]["kind"] == "capacity" and "retry" in state["alert"]["text"].lower()
+        assert state["stats"]["closed"]["code"] == 1013
+        assert await browser.evaluate("document.getElementById('retry').hidden") is False
+
+
+async def test_with_api_keys_the_page_asks_for_one_and_sends_it_as_a_subprotocol(
+    speech_wav: Path, artifacts: Path
+) -> None:
+    assert BROWSER is not None
+    plugin = load_model("scripted", {})
+    async with (
+        EmbeddedServer(plugin, ServerConfig(api_keys=frozenset({"s3cret"}))) as server,
+        HeadlessChromium(BROWSER, flags=_mic(speech_wav)) as browser,
+    ):
+        await browser.open(server.http_url + "/")
+        assert await browser.evaluate("document.getElementById('auth-fields').hidden") is False
+        await browser.click("#connect")
+        state = await _until(browser, lambda s: s["alert"] is not None)
+        assert state["alert"]["kind"] == "auth-required"
+        assert not any(url.startswith("ws://") for url in browser.log.requests)
+
+        await _type(browser, "#api-key", "wrong")
+        await _press_enter(browser)  # the key field has focus: Enter submits the form
+        state = await _until(
+            browser, lambda s: s["alert"] is not None and s["alert"]["kind"] != "auth-required"
+        )
+        assert state["alert"]["kind"] == "auth-refused"
+
+        await browser.evaluate("document.getElementById('api-key').select()")
+        await _type(browser, "#api-key", "s3cret")
+        await _press_enter(browser)
+        state = await _until(browser, lambda s: s["status"] == "live")
+        assert state["alert"] is None
+        assert await browser.evaluate("localStorage.length") == 0  # "remember" was not ticked
+
+
+async def _type(browser: HeadlessChromium, selector: str, text: str) -> None:
+    await browser.evaluate(f"document.querySelector({json.dumps(selector)}).focus()")
+    await browser.send("Input.insertText", {"text": text})
+
+
+async def _press_enter(browser: HeadlessChromium) -> None:
+    for kind in ("keyDown", "keyUp"):
+        await browser.send(
+            "Input.dispatchKeyEvent",
+            {"type": kind, "key": "Enter", "code": "Enter", "windowsVirtualKeyCode": 13, "text": "\r"},
+        )

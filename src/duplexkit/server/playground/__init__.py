@@ -46,6 +46,17 @@ _HEADERS = {
 }
 
 
+def playground_url(host: str, port: int) -> str:
+    """Where a browser on this machine opens the playground of a server bound to `host`:`port`.
+
+    A wildcard bind is reached on loopback, which also keeps the page a secure context for the microphone.
+    """
+    local = {"": "127.0.0.1", "0.0.0.0": "127.0.0.1", "::": "[::1]"}.get(host, host)
+    if ":" in local and not local.startswith("["):
+        local = f"[{local}]"
+    return f"http://{local}:{port}/"
+
+
 def render_page(*, model: str, auth_required: bool) -> str:
     """The page for a server serving `model`, asking for an API key when `auth_required`."""
     page = _TEMPLATE.replace("{auth}", "required" if auth_required else "none")

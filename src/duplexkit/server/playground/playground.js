@@ -14,7 +14,7 @@
   // What the page observed; read by people through the stats panel, and by the browser test.
   const stats = {
     appends: 0, sentMs: 0, speechChunks: 0, receivedMs: 0, workletReceived: 0, workletPeak: 0,
-    playedMs: 0, acksSent: 0, acksAcknowledged: 0, acksTooLate: 0, errors: [], units: { listen: 0, speak: 0 },
+    playedMs: 0, acksSent: 0, acksAcknowledged: 0, acknowledgedMs: {}, truncatedAtMs: {}, acksTooLate: 0, errors: [], units: { listen: 0, speak: 0 },
     closed: null,
   };
   window.duplexkitPlayground = { stats };
@@ -276,6 +276,7 @@
       const r = conn.responses.get(rid);
       if (r) r.playedMs = Math.min(r.receivedMs, (1000 * frames) / conn.ctx.sampleRate);
     }
+    stats.truncatedAtMs[id] = response.playedMs;
     ack(conn, response, true);
   }
 
@@ -476,6 +477,7 @@
         break;
       case "playback.acknowledged":
         stats.acksAcknowledged += 1;
+        stats.acknowledgedMs[event.response_id] = event.played_ms;
         renderStats();
         break;
       case "session.closed":
