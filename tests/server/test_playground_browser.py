@@ -158,7 +158,8 @@ async def test_the_page_talks_to_the_server_through_a_fake_microphone(
         # the server kept the played time the page reported, no more than it generated.
         assert stats["workletReceived"] == round(REPLY_MS * 24) and stats["workletPeak"] > 0.05
         assert max(stats["acknowledgedMs"].values()) == pytest.approx(REPLY_MS, abs=25)
-        assert stats["acksAcknowledged"] == stats["acksSent"] and stats["errors"] == []
+        assert stats["acksAcknowledged"] == stats["acksSent"] and stats["acksTooLate"] == 0
+        assert stats["errors"] == []
         assert state["alert"] is None and state["status"] == "live"
         assert browser.log.console_errors == []
         assert _outside(browser.log.requests, server) == []
@@ -240,7 +241,7 @@ async def test_a_full_server_shows_its_capacity_refusal_with_a_retry(
         assert await browser.evaluate("document.getElementById('retry').hidden") is False
 
 
-async def test_with_api_keys_the_page_asks_for_one_and_sends_it_as_a_subprotocol(
+async def test_with_api_keys_the_page_asks_for_one_sends_it_as_a_subprotocol_and_shows_a_close(
     speech_wav: Path, artifacts: Path
 ) -> None:
     assert BROWSER is not None
@@ -263,12 +264,22 @@ async def test_with_api_keys_the_page_asks_for_one_and_sends_it_as_a_subprotocol
         )
         assert state["alert"]["kind"] == "auth-refused"
 
+        assert await browser.evaluate("localStorage.length") == 0  # "remember" is not ticked
+
         await browser.evaluate("document.getElementById('api-key').select()")
         await _type(browser, "#api-key", "s3cret")
+        await browser.click("#remember")
+        await browser.evaluate("document.getElementById('api-key').focus()")
         await _press_enter(browser)
         state = await _until(browser, lambda s: s["status"] == "live")
         assert state["alert"] is None
-        assert await browser.evaluate("localStorage.length") == 0  # "remember" was not ticked
+        assert await browser.evaluate("localStorage.getItem('duplexkit.playground.api-key')") == "s3cret"
+
+        # The server goes away under a live session: the page says the socket closed, and why.
+        await server.duplex.manager.shutdown()
+        state = await _until(browser, lambda s: s["alert"] is not None)
+        assert state["alert"]["kind"] == "closed" and "server_shutdown" in state["alert"]["text"]
+        assert state["status"] == "closed"
 
 
 async def _type(browser: HeadlessChromium, selector: str, text: str) -> None:

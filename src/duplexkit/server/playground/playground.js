@@ -81,6 +81,7 @@
       modalities: ["audio", "text"],
       input_audio_format: "pcm16",
       output_audio_format: "pcm16",
+      playback_commit_policy: "ack_only", // history keeps what this page reports played, nothing more
       overlap_policy: $("overlap").value,
       turn_detection: $("turn-detection").value === "server_vad" ? { type: "server_vad" } : null,
       extra_body: extra,
@@ -238,7 +239,7 @@
     if (chunk.type !== "chunk") return;
     const speech = chunk.rms >= SPEECH_RMS;
     queue(conn, async () => {
-      if (speech && playing(conn) && conn.session.overlap_policy === "barge_in_on_speech") await truncate(conn);
+      if (speech && conn.session.overlap_policy === "barge_in_on_speech") await truncate(conn);
       conn.sentSamples += chunk.pcm.length;
       const durationMs = (1000 * chunk.pcm.length) / conn.inputRate;
       send(conn, {
@@ -257,27 +258,26 @@
     });
   }
 
-  function playing(conn) {
-    const r = conn.active && conn.responses.get(conn.active);
-    return Boolean(r && r.receivedMs > r.playedMs && !r.cut);
+  // The responses whose audio is still queued or playing.
+  function audible(conn) {
+    return [...conn.responses.values()].filter((r) => r.receivedMs > 0 && !r.cut && !r.drained);
   }
 
   // Stop playback now and report exactly what was played, before the speech that interrupts it is sent.
+  // Everything the worklet rendered is heard (it is already in the output device's buffer).
   async function truncate(conn) {
-    const id = conn.active;
-    if (!id) return;
-    const response = conn.responses.get(id);
-    response.cut = true;
+    const cut = audible(conn);
+    if (!cut.length) return;
+    for (const r of cut) r.cut = true;
     const played = await new Promise((resolve) => {
       conn.onCleared = resolve;
       conn.playback.port.postMessage({ type: "clear" });
     });
-    for (const [rid, frames] of Object.entries(played)) {
-      const r = conn.responses.get(rid);
-      if (r) r.playedMs = Math.min(r.receivedMs, (1000 * frames) / conn.ctx.sampleRate);
+    for (const r of cut) {
+      r.playedMs = Math.min(r.receivedMs, (1000 * (played[r.id] || 0)) / conn.ctx.sampleRate);
+      stats.truncatedAtMs[r.id] = r.playedMs;
+      ack(conn, r, true);
     }
-    stats.truncatedAtMs[id] = response.playedMs;
-    ack(conn, response, true);
   }
 
   function outputLatencyMs(ctx) {
@@ -304,6 +304,7 @@
     } else if (report.type === "drained") {
       const r = conn.responses.get(report.id);
       if (!r || r.cut) return;
+      r.drained = true;
       setTimeout(() => {
         r.playedMs = Math.min(r.receivedMs, (1000 * report.played) / conn.ctx.sampleRate);
         ack(conn, r, false);
@@ -365,7 +366,7 @@
       $("transcript").append(li);
       $("transcript-empty").hidden = true;
       r = { id, itemId: null, li, text, meta, transcript: "", metrics: {}, status: "in_progress", reason: null,
-        receivedMs: 0, playedMs: 0, ackedMs: 0, lastAckAt: 0, cut: false };
+        receivedMs: 0, playedMs: 0, ackedMs: 0, lastAckAt: 0, cut: false, drained: false };
       conn.responses.set(id, r);
       renderResponse(r);
     }
@@ -555,7 +556,7 @@
   });
   $("interrupt").addEventListener("click", () => {
     const conn = live;
-    if (!conn || !playing(conn)) return;
+    if (!conn || !audible(conn).length) return;
     queue(conn, async () => {
       await truncate(conn);
       send(conn, { type: "output_audio_buffer.clear" });
