@@ -302,6 +302,8 @@
         if (now - r.lastAckAt >= ACK_EVERY_MS) ack(conn, r, false);
       }
     } else if (report.type === "drained") {
+      stats.workletReceived = report.received;
+      stats.workletPeak = report.peak;
       const r = conn.responses.get(report.id);
       if (!r || r.cut) return;
       r.drained = true;

@@ -170,7 +170,10 @@ class PlaybackProcessor extends AudioWorkletProcessor {
         this.queue.shift();
         if (entry.last) {
           this.resamplers.delete(entry.id);
-          this.port.postMessage({ type: "drained", id: entry.id, played: this.rendered.get(entry.id) });
+          this.port.postMessage({
+            type: "drained", id: entry.id, played: this.rendered.get(entry.id), received: this.received,
+            peak: this.peak,
+          });
         }
       }
     }
