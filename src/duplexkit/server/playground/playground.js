@@ -172,10 +172,20 @@
     setStatus("connecting", "Connecting to the server…");
     const protocols = ["realtime"];
     if (key) protocols.push(`openai-insecure-api-key.${key}`);
-    const ws = new WebSocket(socketUrl(), protocols);
+    let ws;
+    try {
+      ws = new WebSocket(socketUrl(), protocols);
+    } catch (error) {
+      for (const track of stream.getTracks()) track.stop();
+      await ctx.close();
+      $("connect").disabled = false;
+      setStatus("idle", "Not connected.");
+      fail("auth-refused", `This key cannot be sent by a browser (${error.name}): check it for spaces or commas.`);
+      return;
+    }
     live = {
       ws, ctx, stream, capture: null, playback: null, session: null, opened: false, closedReason: null,
-      responses: new Map(), active: null, sendChain: Promise.resolve(), refused: null,
+      responses: new Map(), sendChain: Promise.resolve(), refused: null,
     };
     const conn = live;
     ws.onopen = () => {
@@ -416,7 +426,6 @@
       case "response.created": {
         const created = responseEntry(conn, event.response.id);
         adoptMetrics(created, event.response_request_metrics);
-        conn.active = event.response.id;
         renderResponse(created);
         break;
       }
@@ -457,7 +466,6 @@
         adoptMetrics(done, event.response_request_metrics);
         done.status = event.response.status;
         done.reason = event.response.status_details && event.response.status_details.reason;
-        if (conn.active === done.id) conn.active = null;
         if (conn.playback && !done.cut) conn.playback.port.postMessage({ type: "end", id: done.id });
         if (done.status === "cancelled" && !done.cut && conn.playback) {
           done.cut = true;
