@@ -23,7 +23,7 @@ import soxr
 import websockets
 
 from duplexkit.models import load_model
-from duplexkit.server import EmbeddedServer, ServerConfig
+from duplexkit.server import EmbeddedServer, ServerConfig, playground
 from tests.report.devtools import HeadlessChromium, find_chromium
 
 pytest.importorskip("piper", reason="needs the tts extra: pip install 'duplexkit[tts]'")
@@ -319,3 +319,48 @@ async def _press_enter(browser: HeadlessChromium) -> None:
             "Input.dispatchKeyEvent",
             {"type": kind, "key": "Enter", "code": "Enter", "windowsVirtualKeyCode": 13, "text": "\r"},
         )
+
+
+RESAMPLER = """(() => {
+  const sampleRate = 48000;
+  class AudioWorkletProcessor {}
+  const registerProcessor = () => {};
+  %s
+  const sine = (hz, rate, seconds) => Float32Array.from(
+    { length: Math.round(rate * seconds) }, (_, i) => 0.5 * Math.sin((2 * Math.PI * hz * i) / rate));
+  const run = (input, inRate, outRate, chunk) => {
+    const r = new Resampler(inRate, outRate);
+    const parts = [];
+    for (let i = 0; i < input.length; i += chunk) parts.push(r.push(input.subarray(i, i + chunk)));
+    parts.push(r.flush());
+    const out = new Float32Array(parts.reduce((n, p) => n + p.length, 0));
+    let at = 0;
+    for (const p of parts) { out.set(p, at); at += p.length; }
+    return out;
+  };
+  const rms = (x) => Math.sqrt(
+    x.subarray(200, x.length - 200).reduce((s, v) => s + v * v, 0) / (x.length - 400));
+  const down = run(sine(1000, 48000, 1), 48000, 16000, 128);
+  const downOdd = run(sine(1000, 48000, 1), 48000, 16000, 1000);
+  const up = run(sine(1000, 24000, 1), 24000, 48000, 4800);
+  return {
+    down: down.length, up: up.length,
+    same: down.length === downOdd.length && down.every((v, i) => v === downOdd[i]),
+    passband: rms(down), upPassband: rms(up),
+    alias: rms(run(sine(12000, 48000, 1), 48000, 16000, 128)),
+  };
+})()"""
+
+
+async def test_the_worklet_resampler_keeps_speech_band_rejects_aliases_and_ignores_chunking() -> None:
+    """The capture/playback resampler, run in Chromium outside any page (its source, with worklet stubs)."""
+    assert BROWSER is not None
+    source = (Path(playground.__file__).parent / "worklet.js").read_text()
+    async with HeadlessChromium(BROWSER) as browser:
+        result = await browser.evaluate(RESAMPLER % source)
+    sine_rms = 0.5 / np.sqrt(2)
+    assert abs(result["down"] - 16_000) <= 20 and abs(result["up"] - 48_000) <= 40  # 1 s in, 1 s out
+    assert result["same"]  # 128-sample render quanta or 1000-sample chunks: the same output
+    assert result["passband"] == pytest.approx(sine_rms, rel=0.01)
+    assert result["upPassband"] == pytest.approx(sine_rms, rel=0.01)
+    assert result["alias"] < 0.01 * sine_rms  # 12 kHz cannot fold into a 16 kHz stream: below -40 dB
