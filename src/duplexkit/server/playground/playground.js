@@ -511,7 +511,7 @@
     stats.errors.push(error.code);
     if (error.code === "session_capacity_exhausted") {
       conn.refused = error;
-      fail("capacity", `The server is full: ${error.message}` +
+      fail("capacity", `The server is full (${error.message}).` +
         (error.retryable ? " This is temporary: retry in a moment." : ""), Boolean(error.retryable));
       return;
     }
