@@ -182,7 +182,8 @@ async def test_a_second_unparseable_reply_makes_the_sample_an_error(
         (2, "the reply contains no JSON object"),
     ]
     assert not summary.complete and summary.coverage["errors"] == 1
-    assert summary.rtd["mean_content_score"] is None  # errors are not scores
+    assert summary.rtd["mean_content_score"] == 0.0  # the error stays in the denominator, as 0
+    assert summary.rtd["errors"] == 1 and summary.rtd["samples"] == 1
 
     fake_judge.requests.clear()
     fake_judge.script = valid_replies
