@@ -211,6 +211,29 @@ async def test_a_context_overflow_halves_the_frames(fake_judge: FakeJudge, run: 
     assert content["frames"] == 4 and content["context_overflows"] == 2 and content["content_score"] == 2.5
 
 
+async def test_an_event_reminder_without_reminder_times_is_one_call_on_the_whole_response(
+    fake_judge: FakeJudge, run: Path
+) -> None:
+    write_sample(
+        run,
+        "PR_event_reminder",
+        "untimed",
+        sentences(("It turned red.", 4.5, 5.0), ("Now blue.", 9.0, 9.5)),
+        answer1="It turned red, then blue.",
+        reminders=(None, None),
+    )
+    fake_judge.script = lambda r: completion('{"success_score": 1}')
+    judge = make_judge(fake_judge)
+    summary = await score_run(run, judge, samples=[])
+    await judge.aclose()
+
+    assert len(fake_judge.requests) == 1 and not fake_judge.of_kind(REMINDER)
+    (call,) = fake_judge.of_kind(CORRECTION)
+    assert '"It turned red. Now blue."' in user_text(call)  # every sentence, not a reminder window
+    assert _score_file(run, "PR_event_reminder", "untimed")["scores"] == {"all_success": 1}
+    assert summary.pr["mean_all_success"] == 1.0
+
+
 async def test_pr_samples_and_failed_samples(fake_judge: FakeJudge, run: Path) -> None:
     write_sample(run, "PR_correction", "c", sentences(("No, it is blue.", 3.0, 4.0)), answer1="It is blue.")
     write_sample(
