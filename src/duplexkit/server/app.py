@@ -20,6 +20,7 @@ from starlette.websockets import WebSocket
 from duplexkit import __version__
 from duplexkit.engine import EngineSession
 from duplexkit.models import ModelPlugin
+from duplexkit.protocol.dialects import DIALECTS, select_dialect
 from duplexkit.protocol.errors import ErrorCode
 from duplexkit.protocol.server_events import error_event
 from duplexkit.protocol.wire import ServerEventStamper
@@ -89,6 +90,14 @@ class DuplexServer:
             await websocket.close(code=1008, reason="unauthorized")  # before accept: HTTP 403
             return
         subprotocol = "realtime" if "realtime" in offered else None
+        try:
+            dialect = select_dialect(websocket.query_params, websocket.headers)
+        except ValueError as exc:
+            await websocket.accept(subprotocol=subprotocol)
+            refusal = error_event(ErrorCode.INVALID_VALUE, str(exc), param="dialect")
+            await websocket.send_text(ServerEventStamper().encode(refusal))
+            await websocket.close(code=1008, reason="unknown dialect")
+            return
         slot = self.manager.try_admit()
         if slot is None:
             await websocket.accept(subprotocol=subprotocol)
@@ -96,7 +105,7 @@ class DuplexServer:
             refusal = error_event(
                 code, f"all {self.manager.max_sessions} session slots are in use; retry later"
             )
-            await websocket.send_text(ServerEventStamper().encode(refusal))
+            await websocket.send_text(ServerEventStamper(dialect).encode(refusal))
             await websocket.close(code=1013, reason="try again later")
             return
         try:
@@ -105,8 +114,16 @@ class DuplexServer:
                 self.plugin.name, max_sessions=self.config.max_sessions, server_vad=SERVER_VAD_AVAILABLE
             )
             engine = EngineSession(slot.session_id, config)
+            engine.settings.input_sample_rate_hz = (
+                DIALECTS[dialect].input_sample_rate_hz or engine.settings.input_sample_rate_hz
+            )
             runner = SessionRunner(
-                websocket, engine, self.plugin.new_session(), self.metrics, self.config.limits
+                websocket,
+                engine,
+                self.plugin.new_session(),
+                self.metrics,
+                self.config.limits,
+                dialect=dialect,
             )
             slot.shutdown = runner.shutdown
             await runner.run(autostart=websocket.query_params.get("autostart", "1") != "0")

@@ -22,6 +22,7 @@ from duplexkit.engine import EngineSession, Step, Unit
 from duplexkit.models import ModelSession
 from duplexkit.protocol import client_events as ce
 from duplexkit.protocol import server_events as se
+from duplexkit.protocol.dialects import Dialect, follow_ups
 from duplexkit.protocol.errors import ErrorCode, ProtocolError
 from duplexkit.protocol.wire import MAX_EVENT_BYTES, ServerEventStamper, parse_client_event
 from duplexkit.server.metrics import ServerMetrics
@@ -48,6 +49,7 @@ class SessionRunner:
         metrics: ServerMetrics,
         limits: RunnerLimits,
         clock: Callable[[], float] = time.monotonic,
+        dialect: Dialect = Dialect.GA,
     ) -> None:
         self.ws = websocket
         self.engine = engine
@@ -55,7 +57,8 @@ class SessionRunner:
         self.metrics = metrics
         self.limits = limits
         self.clock = clock
-        self._stamper = ServerEventStamper()
+        self.dialect = dialect
+        self._stamper = ServerEventStamper(dialect)
         self._outbound: asyncio.Queue[str | None] = asyncio.Queue()
         self._outbound_bytes = 0
         self._units: asyncio.Queue[Unit] = asyncio.Queue()
@@ -134,6 +137,7 @@ class SessionRunner:
                 data,
                 input_audio_format=self.engine.settings.input_audio_format,
                 max_bytes=self.limits.max_event_bytes,
+                dialect=self.dialect,
             )
         except ProtocolError as exc:
             self._apply(self.engine.protocol_error(exc))
@@ -255,9 +259,10 @@ class SessionRunner:
         for event in step.events:
             self._observe(event)
             self._tell_model_what_was_heard(event)
-            text = self._stamper.encode(event)
-            self._outbound_bytes += len(text)
-            self._outbound.put_nowait(text)
+            for sent in (event, *follow_ups(event, self.dialect)):
+                text = self._stamper.encode(sent)
+                self._outbound_bytes += len(text)
+                self._outbound.put_nowait(text)
         for unit in step.units:
             self._pending_input_bytes += unit.samples.nbytes
             self._units.put_nowait(unit)
