@@ -14,8 +14,9 @@ import logging
 import time
 from collections.abc import Callable
 from dataclasses import dataclass
+from typing import Any, Protocol
 
-from starlette.websockets import WebSocket, WebSocketDisconnect
+from starlette.websockets import WebSocketDisconnect
 
 from duplexkit import vad
 from duplexkit.engine import EngineSession, Step, Unit
@@ -28,6 +29,17 @@ from duplexkit.protocol.wire import MAX_EVENT_BYTES, ServerEventStamper, parse_c
 from duplexkit.server.metrics import ServerMetrics
 
 log = logging.getLogger("duplexkit.server")
+
+
+class SessionSocket(Protocol):
+    """What the runner needs of its connection: a Starlette `WebSocket`, or a protocol edge standing in
+    front of one (`server.moshi.MoshiSocket`)."""
+
+    async def receive(self) -> Any: ...
+
+    async def send_text(self, data: str) -> None: ...
+
+    async def close(self, code: int = 1000) -> None: ...
 
 
 @dataclass(frozen=True, slots=True)
@@ -43,7 +55,7 @@ class RunnerLimits:
 class SessionRunner:
     def __init__(
         self,
-        websocket: WebSocket,
+        websocket: SessionSocket,
         engine: EngineSession,
         model: ModelSession,
         metrics: ServerMetrics,
