@@ -82,6 +82,8 @@ class RunConfig:
     capacity_wait_max_s: float = 300.0
     keep_audio: bool = True
     extra_body: dict[str, Any] = field(default_factory=dict)
+    protocol: str = "auto"
+    """The wire protocol (`client.protocols`); `auto` detects it from the URL."""
 
     def to_json(self) -> dict[str, Any]:
         """The config as recorded in `run.json`, with the bounds' fields inline."""
@@ -145,7 +147,9 @@ async def run_attempt(sample: Sample, media: PreparedMedia, config: RunConfig) -
             "close_timeout": bounds.close_timeout_s,
         }
     }
-    async with DuplexClient(config.url, api_key=config.api_key, model=config.model) as client:
+    async with DuplexClient(
+        config.url, api_key=config.api_key, model=config.model, protocol=config.protocol
+    ) as client:
         samples = np.frombuffer(media.pcm16, dtype="<i2").astype(np.float32) / 32768.0
         try:
             conversation = await converse(

@@ -231,8 +231,11 @@ class DuplexClient:
         (silence padding included), so it still reaches the server first.
         """
         self._drain = DrainTracker(time.monotonic(), self.collector.open_responses())
-        if not self.protocol.acknowledges_commit:  # no commit on the wire: the input's end is the commit
+        if not self.protocol.acknowledges_commit:
+            # No commit on the wire (Moshi): the input's end stands for it, and a model that decides all
+            # along may already have answered during the input: a reply seen so far is its decision.
             self._drain.commit_acknowledged = True
+            self._drain.decided = bool(self.collector.responses())
         event = ce.InputAudioBufferCommit(final=True)
         queued = self._enqueue(event.model_dump(mode="json", exclude_none=True), commit=True)
         return await self._written(queued, timeout_s)
