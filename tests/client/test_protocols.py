@@ -1,0 +1,117 @@
+"""`duplexkit talk --protocol ...` against servers of other protocols (fakes written from their contracts
+in `tests/client/protocol_peers.py`), and the adapters' own rules."""
+
+from __future__ import annotations
+
+import argparse
+import json
+from pathlib import Path
+
+import numpy as np
+import pytest
+
+from duplexkit.client.protocols import detect_protocol, protocol_for
+from duplexkit.client.wavfile import read_wav, write_wav
+from duplexkit.commands import talk
+from tests.client.protocol_peers import (
+    MOSHI_MODEL_VERSION,
+    MOSHI_REPLY,
+    MOSHI_SPEAKS_AT_FRAME,
+    OPENAI_REPLY,
+    MoshiPeer,
+    OpenAIPeer,
+    ServedInThread,
+)
+from tests.client.speech_clip import DEMO_RATE_HZ, speech_like
+
+
+def cli(*argv: str) -> int:
+    parser = argparse.ArgumentParser(prog="duplexkit")
+    talk.register(parser.add_subparsers(dest="command", required=True))
+    args = parser.parse_args(argv)
+    code: int = args.handler(args)
+    return code
+
+
+@pytest.fixture
+def speech_wav(tmp_path: Path) -> Path:
+    path = tmp_path / "speech.wav"
+    write_wav(path, speech_like()[: round(1.6 * DEMO_RATE_HZ)], DEMO_RATE_HZ)
+    return path
+
+
+@pytest.mark.parametrize("explicit", [True, False], ids=["--protocol moshi", "auto from /api/chat"])
+def test_talk_drives_a_moshi_server(speech_wav: Path, tmp_path: Path, explicit: bool) -> None:
+    peer = MoshiPeer()
+    out = tmp_path / "out"
+    with ServedInThread(peer) as url:
+        protocol = ["--protocol", "moshi"] if explicit else []
+        code = cli(
+            "talk", "--url", f"{url}/api/chat?text_temperature=0.7", "--input", str(speech_wav),
+            "--out", str(out), "--settle", "0.6", *protocol,
+        )  # fmt: skip
+    assert code == 0
+    assert peer.text_messages == 0 and set(peer.kinds) == {1}  # only Ogg-Opus audio frames, no JSON
+    assert peer.query.endswith("?text_temperature=0.7")  # settings ride the query, unchanged
+    # The client kept streaming (silence) through the drain: more input than the clip itself.
+    assert peer.input_samples > 1.6 * 24_000
+    audio, rate = read_wav(out / "output.wav")
+    assert rate == 24_000 and float(np.abs(audio).max()) > 0.1
+    sentences = json.loads((out / "transcript.json").read_text())
+    assert [s["sentence"] for s in sentences] == ["".join(MOSHI_REPLY)]
+    # The reply began at input frame 5 (400 ms) of the stream: its sentence starts there on the media clock.
+    assert MOSHI_SPEAKS_AT_FRAME * 0.08 <= sentences[0]["start"] <= MOSHI_SPEAKS_AT_FRAME * 0.08 + 0.5
+    timing = json.loads((out / "timing.json").read_text())
+    assert timing["protocol"] == "moshi"
+    assert [r["source"] for r in timing["responses"]] == ["client_monotonic_receive"]
+    assert "client_monotonic_receive only" in timing["clocks"]["latency"]
+    assert timing["commit"]["acknowledged"] is None  # there is no commit to acknowledge
+    assert timing["close"]["clean"] is True
+    events = json.loads((out / "events.json").read_text())
+    created = events[0]["event"]
+    assert created["type"] == "session.created" and created["synthesized_from"] == "moshi"
+    assert created["session"]["moshi"] == {"protocol_version": 0, "model_version": MOSHI_MODEL_VERSION}
+
+
+@pytest.mark.parametrize("beta", [False, True], ids=["openai", "openai-beta"])
+def test_talk_drives_an_openai_style_server(speech_wav: Path, tmp_path: Path, beta: bool) -> None:
+    peer = OpenAIPeer(beta=beta)
+    out = tmp_path / "out"
+    with ServedInThread(peer) as url:
+        code = cli(
+            "talk", "--url", url, "--input", str(speech_wav), "--out", str(out), "--settle", "0.3",
+            "--pace", "as-fast-as-possible", "--protocol", "openai-beta" if beta else "openai",
+        )  # fmt: skip
+    assert code == 0
+    kinds = [e["type"] for e in peer.events]
+    assert "error" not in kinds and kinds[0] == "session.update"
+    assert kinds[kinds.index("input_audio_buffer.commit") + 1] == "response.create"
+    assert not {"playback.ack", "session.close", "session.heartbeat"} & set(kinds)  # not in that API
+    assert (peer.headers.get("openai-beta") == "realtime=v1") is beta
+    # PCM16 at 24 kHz: 1.6 s of speech plus the silence padded through the drain.
+    assert peer.buffered >= 1.6 * 24_000
+    assert json.loads((out / "transcript.json").read_text())[0]["sentence"] == OPENAI_REPLY
+    audio, _ = read_wav(out / "output.wav")
+    assert float(np.abs(audio).max()) > 0.1
+    timing = json.loads((out / "timing.json").read_text())
+    assert timing["protocol"] == ("openai-beta" if beta else "openai")
+    assert timing["commit"]["acknowledged"] is True
+    assert [r["source"] for r in timing["responses"]] == ["client_monotonic_receive"]  # it sent no metrics
+
+
+def test_auto_detection_and_unknown_protocols() -> None:
+    assert detect_protocol("ws://h:1/api/chat") == "moshi"
+    assert detect_protocol("http://h:1/api/chat/?x=1") == "moshi"
+    assert detect_protocol("ws://h:1/v1/realtime") == detect_protocol("ws://h:1") == "duplex"
+    assert protocol_for("auto", "ws://h:1/api/chat").url("ws://h:1/api/chat?a=1", model="m") == (
+        "ws://h:1/api/chat?a=1"
+    )
+    assert protocol_for("openai", "http://h:1").url("http://h:1", model="m") == "ws://h:1/v1/realtime?model=m"
+    with pytest.raises(ValueError, match="unknown protocol"):
+        protocol_for("grpc", "ws://h:1")
+    with pytest.raises(ValueError, match="no equivalent in the Moshi protocol"):
+        protocol_for("moshi", "ws://h:1/api/chat").encode({"type": "response.cancel"})
+
+
+def test_a_bad_url_is_a_usage_error(speech_wav: Path, tmp_path: Path) -> None:
+    assert cli("talk", "--url", "ftp://x/api/chat", "--input", str(speech_wav), "--out", str(tmp_path)) == 2
