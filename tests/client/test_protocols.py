@@ -10,9 +10,13 @@ from pathlib import Path
 import numpy as np
 import pytest
 
+from duplexkit.bench.runner import _is_capacity_refusal
+from duplexkit.client import DuplexClient, SessionError
 from duplexkit.client.protocols import detect_protocol, protocol_for
 from duplexkit.client.wavfile import read_wav, write_wav
 from duplexkit.commands import talk
+from duplexkit.models import load_model
+from duplexkit.server import EmbeddedServer, ServerConfig
 from tests.client.protocol_peers import (
     MOSHI_MODEL_VERSION,
     MOSHI_REPLY,
@@ -115,3 +119,16 @@ def test_auto_detection_and_unknown_protocols() -> None:
 
 def test_a_bad_url_is_a_usage_error(speech_wav: Path, tmp_path: Path) -> None:
     assert cli("talk", "--url", "ftp://x/api/chat", "--input", str(speech_wav), "--out", str(tmp_path)) == 2
+
+
+async def test_the_client_reads_a_flat_vllm_omni_capacity_refusal() -> None:
+    async with EmbeddedServer(load_model("scripted", {}), ServerConfig(max_sessions=1)) as server:
+        holder = DuplexClient(server.url)
+        client = DuplexClient(server.url)  # duplex=1: vLLM-Omni's flat handshake errors
+        async with holder:
+            await holder.configure()
+            async with client:
+                with pytest.raises(SessionError, match="resource_exhausted") as info:
+                    await client.configure(timeout_s=5)
+    assert info.value.event is not None and isinstance(info.value.event["error"], str)
+    assert _is_capacity_refusal(info.value.event)

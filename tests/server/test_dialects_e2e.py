@@ -15,7 +15,8 @@ import numpy as np
 import websockets
 from openai import AsyncOpenAI
 
-from duplexkit.server import EmbeddedServer
+from duplexkit.models import ModelPlugin
+from duplexkit.server import EmbeddedServer, ServerConfig
 
 REPLY = "This is a scripted reply."
 
@@ -189,3 +190,25 @@ async def test_an_explicit_dialect_query_wins_and_an_unknown_one_is_refused(serv
         assert error["error"]["code"] == "invalid_value" and error["error"]["param"] == "dialect"
         await asyncio.wait_for(ws.wait_closed(), 5)
         assert ws.close_code == 1008
+
+
+async def test_vllm_omni_handshake_errors_are_flat_and_later_ones_nested(plugin: ModelPlugin) -> None:
+    async with (
+        EmbeddedServer(plugin, ServerConfig(max_sessions=1)) as server,
+        websockets.connect(server.url + "?duplex=1&autostart=0") as ws,
+    ):
+        await ws.send(json.dumps({"type": "input_audio_buffer.commit", "event_id": "c1"}))
+        early = json.loads(await ws.recv())
+        assert early["type"] == "error" and early["code"] == "session_not_configured"
+        assert isinstance(early["error"], str) and "session.update" in early["error"]
+        await ws.send(json.dumps({"type": "session.update", "session": {}}))
+        assert json.loads(await ws.recv())["type"] == "session.created"
+        async with websockets.connect(server.url + "?duplex=1") as refused:
+            capacity = json.loads(await refused.recv())
+            assert capacity == {**capacity, "type": "error", "code": "resource_exhausted"}
+            assert isinstance(capacity["error"], str)
+        await ws.send(json.dumps({"type": "no.such.event"}))
+        late = json.loads(await ws.recv())
+        while late["type"] != "error":
+            late = json.loads(await ws.recv())
+        assert late["error"]["code"] == "unknown_event"  # once the session is open: the nested shape

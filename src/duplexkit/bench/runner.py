@@ -58,8 +58,10 @@ CAPACITY_HTTP_STATUSES = frozenset({429, 503})
 
 
 def _is_capacity_refusal(event: dict[str, Any]) -> bool:
-    """A capacity code, or any retryable `rate_limit_error`."""
+    """A capacity code (also in vLLM-Omni's flat handshake errors), or any retryable `rate_limit_error`."""
     error = event.get("error")
+    if isinstance(error, str):
+        return str(event.get("code")) in CAPACITY_CODES
     if not isinstance(error, dict):
         return False
     if str(error.get("code")) in CAPACITY_CODES:

@@ -33,7 +33,14 @@ from websockets.exceptions import ConnectionClosed
 from duplexkit.client.collector import EventCollector
 from duplexkit.client.connection import ServerCapabilities
 from duplexkit.client.drain import DrainTracker
-from duplexkit.client.events import ReceivedEvent, as_str, dig, is_failure
+from duplexkit.client.events import (
+    ReceivedEvent,
+    as_str,
+    dig,
+    error_code_of,
+    error_message_of,
+    is_failure,
+)
 from duplexkit.client.pacing import DeadlinePacer
 from duplexkit.client.protocols import ProtocolAdapter, Wire, protocol_for
 from duplexkit.client.results import CloseResult, DrainResult, Pace, StreamReport
@@ -625,4 +632,4 @@ def _retrieve(future: asyncio.Future[float]) -> None:
 
 
 def _error_text(data: dict[str, Any]) -> str:
-    return f"{as_str(dig(data, 'error', 'code')) or 'error'}: {as_str(dig(data, 'error', 'message')) or ''}"
+    return f"{error_code_of(data) or 'error'}: {error_message_of(data) or ''}"

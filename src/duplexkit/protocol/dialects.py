@@ -7,7 +7,9 @@ are rendered on the wire and which input aliases it accepts, and this module is 
 * `beta`: the OpenAI Realtime beta API (`client.beta.realtime`, header `OpenAI-Beta: realtime=v1`);
   beta names (`response.audio.delta`, ...) and the beta session shape.
 * `vllm_omni`: vLLM-Omni's `/v1/realtime?duplex=1` contract; beta names, request-start metrics also at
-  vLLM-Omni's placements, `rate_limits.updated` after each `response.done`, and its input aliases.
+  vLLM-Omni's placements, `rate_limits.updated` after each `response.done`, flat errors before the session
+  opens (`{type: "error", error: "<message>", code}`, capacity as `resource_exhausted`), and its input
+  aliases.
 
 Selection (`select_dialect`): an explicit `dialect=` query parameter, else the beta header, else
 `duplex=1`, else GA.
@@ -57,6 +59,8 @@ aliases, `input_text.append`/`push_text`/`signal_turn`, name events this server 
 _WAV_BY_DEFAULT = frozenset({"input.audio.append", "push_chunk"})
 """Aliases whose audio is a base64 WAV file unless the event names another `input_audio_format`."""
 
+_VLLM_OMNI_CODES = {"session_capacity_exhausted": "resource_exhausted"}
+
 _GA_FORMATS = {"pcm16": "audio/pcm", "g711_ulaw": "audio/pcmu", "g711_alaw": "audio/pcma"}
 
 
@@ -69,6 +73,8 @@ class DialectSpec:
     vllm_omni_metrics: bool
     rate_limits_after_done: bool
     aliases: Mapping[str, str]
+    flat_handshake_errors: bool
+    """Errors before `session.created` are `{type, error: "<message>", code}` (vLLM-Omni's handshake)."""
     input_sample_rate_hz: int | None
     """The rate `pcm16` input means before the client says otherwise; `None` keeps the protocol's 16 kHz.
     The beta API's `pcm16` is 24 kHz and its session shape cannot name a rate; a GA client names its rate
@@ -76,9 +82,9 @@ class DialectSpec:
 
 
 DIALECTS: dict[Dialect, DialectSpec] = {
-    Dialect.GA: DialectSpec({}, True, False, False, {}, None),
-    Dialect.BETA: DialectSpec(_BETA_NAMES, False, False, False, {}, 24_000),
-    Dialect.VLLM_OMNI: DialectSpec(_BETA_NAMES, False, True, True, _VLLM_OMNI_ALIASES, None),
+    Dialect.GA: DialectSpec({}, True, False, False, {}, False, None),
+    Dialect.BETA: DialectSpec(_BETA_NAMES, False, False, False, {}, False, 24_000),
+    Dialect.VLLM_OMNI: DialectSpec(_BETA_NAMES, False, True, True, _VLLM_OMNI_ALIASES, True, None),
 }
 
 CANONICAL_NAMES: dict[str, str] = {dialect_name: ga for ga, dialect_name in _BETA_NAMES.items()}
@@ -111,10 +117,17 @@ def follow_ups(event: se.ServerEventBase, dialect: Dialect) -> list[se.ServerEve
     return []
 
 
-def render(payload: dict[str, Any], dialect: Dialect) -> dict[str, Any]:
-    """Rewrite one dumped canonical event (JSON-ready dict, modified in place) into the dialect."""
+def render(payload: dict[str, Any], dialect: Dialect, *, opened: bool = True) -> dict[str, Any]:
+    """Rewrite one dumped canonical event (JSON-ready dict, modified in place) into the dialect.
+
+    `opened`: whether the connection's `session.created` has been sent (errors before it are handshake
+    errors)."""
     spec = DIALECTS[dialect]
     kind = payload.get("type")
+    if kind == "error" and spec.flat_handshake_errors and not opened:
+        error = payload.pop("error")
+        code = _VLLM_OMNI_CODES.get(error["code"], error["code"])
+        return {**payload, "error": error["message"], "code": code}
     if isinstance(kind, str):
         payload["type"] = spec.names.get(kind, kind)
     if spec.ga_session and kind in ("session.created", "session.updated"):

@@ -119,6 +119,7 @@ class ServerEventStamper:
 
     def __init__(self, dialect: Dialect = Dialect.GA) -> None:
         self.dialect = dialect
+        self._opened = False
         self._seq = itertools.count(1)
         self._prefix = f"evt_{secrets.token_hex(6)}_"
 
@@ -135,7 +136,11 @@ class ServerEventStamper:
         stamped = self.stamp(event)
         if self.dialect is Dialect.GA and not isinstance(stamped, _SESSION_EVENTS):
             return stamped.model_dump_json(exclude_none=True)  # canonical names: nothing to render
-        return json.dumps(render(stamped.model_dump(mode="json", exclude_none=True), self.dialect))
+        payload = render(
+            stamped.model_dump(mode="json", exclude_none=True), self.dialect, opened=self._opened
+        )
+        self._opened = self._opened or isinstance(stamped, SessionCreated)
+        return json.dumps(payload)
 
 
 _SESSION_EVENTS = (SessionCreated, SessionUpdated)
