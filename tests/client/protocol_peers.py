@@ -8,8 +8,10 @@ contracts (`shared/reference/protocol.md`), not from our adapters.
   metadata ride along. No commit, no listen, no per-response metric exist.
 * `openai_server`: an OpenAI-Realtime-style server: `session.created` on connect, `session.update` →
   `session.updated`, PCM16 at 24 kHz, client commit → `input_audio_buffer.committed`, `response.create`
-  → a response in GA or beta names; no `response.listen`, no playback acks, no `session.close`, and
-  unknown events or fields are rejected with an `error`, as the OpenAI API does.
+  → a response in GA or beta names; with `turn_detection: server_vad` it detects the turn itself
+  (`speech_started`, then after 500 ms of silence `speech_stopped`, `committed` and its response); no
+  `response.listen`, no playback acks, no `session.close`, and unknown events or fields are rejected with
+  an `error`, as the OpenAI API does.
 """
 
 from __future__ import annotations
@@ -109,6 +111,9 @@ class OpenAIPeer:
         self.events: list[dict[str, Any]] = []
         self.headers: dict[str, str] = {}
         self.buffered = 0
+        self.server_vad = False
+        self._speech = False
+        self._silence_ms = 0.0
 
     async def send(self, ws: ServerConnection, event_type: str, **fields: Any) -> None:
         await ws.send(json.dumps({"type": event_type, "event_id": f"evt_{len(self.events)}", **fields}))
@@ -141,18 +146,42 @@ class OpenAIPeer:
                 ):
                     await self.error(ws, "invalid_value", "unsupported session shape")
                     continue
+                turns = (
+                    shape.get("turn_detection")
+                    if self.beta
+                    else shape["audio"]["input"].get("turn_detection")
+                )
+                self.server_vad = isinstance(turns, dict) and turns.get("type") == "server_vad"
                 await self.send(ws, "session.updated", session={**session, **event["session"]})
             elif kind == "input_audio_buffer.append":
                 unknown = set(event) - _APPEND_FIELDS
                 if unknown:
                     await self.error(ws, "unknown_parameter", f"Unknown parameter: {sorted(unknown)[0]}")
                     continue
-                self.buffered += len(base64.b64decode(event["audio"])) // 2
+                pcm = np.frombuffer(base64.b64decode(event["audio"]), dtype="<i2")
+                self.buffered += len(pcm)
+                if self.server_vad:
+                    await self._detect(ws, pcm)
             elif kind == "input_audio_buffer.commit":
                 end_ms = self.buffered * 1000 // RATE
                 await self.send(ws, "input_audio_buffer.committed", item_id="item_user", audio_end_ms=end_ms)
             elif kind == "response.create":
                 await self._respond(ws)
+
+    async def _detect(self, ws: ServerConnection, pcm: np.ndarray) -> None:
+        loud = len(pcm) > 0 and float(np.sqrt(np.mean((pcm / 32768.0) ** 2))) > 0.01
+        end_ms = self.buffered * 1000 // RATE
+        if loud and not self._speech:
+            self._speech = True
+            await self.send(
+                ws, "input_audio_buffer.speech_started", audio_start_ms=end_ms, item_id="item_user"
+            )
+        self._silence_ms = 0.0 if loud else self._silence_ms + len(pcm) * 1000 / RATE
+        if self._speech and self._silence_ms >= 500:
+            self._speech = False
+            await self.send(ws, "input_audio_buffer.speech_stopped", audio_end_ms=end_ms, item_id="item_user")
+            await self.send(ws, "input_audio_buffer.committed", item_id="item_user", audio_end_ms=end_ms)
+            await self._respond(ws)
 
     async def _respond(self, ws: ServerConnection) -> None:
         ids = {"response_id": "resp_oai", "item_id": "item_oai", "output_index": 0, "content_index": 0}

@@ -11,8 +11,9 @@ import numpy as np
 import pytest
 
 from duplexkit.bench.runner import _is_capacity_refusal
-from duplexkit.client import DuplexClient, SessionError
+from duplexkit.client import DuplexClient, SessionBounds, SessionError, converse
 from duplexkit.client.protocols import detect_protocol, protocol_for
+from duplexkit.client.protocols.openai import OpenAIBetaProtocol, OpenAIProtocol
 from duplexkit.client.wavfile import read_wav, write_wav
 from duplexkit.commands import talk
 from duplexkit.models import load_model
@@ -132,3 +133,24 @@ async def test_the_client_reads_a_flat_vllm_omni_capacity_refusal() -> None:
                     await client.configure(timeout_s=5)
     assert info.value.event is not None and isinstance(info.value.event["error"], str)
     assert _is_capacity_refusal(info.value.event)
+
+
+@pytest.mark.parametrize("beta", [False, True], ids=["openai", "openai-beta"])
+async def test_openai_server_vad_turns_need_no_commit(beta: bool) -> None:
+    peer = OpenAIPeer(beta=beta)
+    clip = speech_like()[: round(1.6 * DEMO_RATE_HZ)]  # ends in speech: the server's VAD needs the padding
+    protocol = (OpenAIBetaProtocol if beta else OpenAIProtocol)(server_vad=True)
+    with ServedInThread(peer) as url:
+        async with DuplexClient(url, protocol=protocol) as client:
+            conversation = await converse(
+                client,
+                clip,
+                sample_rate_hz=DEMO_RATE_HZ,
+                pace="as-fast-as-possible",
+                bounds=SessionBounds(settle_s=0.3, drain_timeout_s=10.0),
+            )
+    kinds = [e["type"] for e in peer.events]
+    assert "error" not in kinds and not {"input_audio_buffer.commit", "response.create"} & set(kinds)
+    assert conversation.drain is not None and conversation.drain.settled
+    assert [s.sentence for s in client.collector.sentences()] == [OPENAI_REPLY]
+    assert any(e.type == "input_audio_buffer.speech_stopped" for e in client.events)

@@ -238,9 +238,9 @@ class DuplexClient:
         (silence padding included), so it still reaches the server first.
         """
         self._drain = DrainTracker(time.monotonic(), self.collector.open_responses())
-        if not self.protocol.acknowledges_commit:
-            # No commit on the wire (Moshi): the input's end stands for it, and a model that decides all
-            # along may already have answered during the input: a reply seen so far is its decision.
+        if not self.protocol.sends_commit:
+            # No commit on the wire (Moshi, server VAD): the input's end stands for it, and a server that
+            # decides by itself may already have answered during the input: a reply seen is its decision.
             self._drain.commit_acknowledged = True
             self._drain.decided = bool(self.collector.responses())
         event = ce.InputAudioBufferCommit(final=True)

@@ -369,7 +369,7 @@ def timing(result: TalkResult) -> dict[str, Any]:
             "timeout": result.commit_timeout,
             # None: the protocol has no commit acknowledgement to observe
             "acknowledged": any(e.type == "input_audio_buffer.committed" for e in client.events)
-            if client.protocol.acknowledges_commit
+            if client.protocol.sends_commit
             else None,
         },
         "padded_ms": round(client.padded_ms, 3),

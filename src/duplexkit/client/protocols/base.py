@@ -22,8 +22,9 @@ class ProtocolAdapter(ABC):
     name: ClassVar[str]
     ready_event: ClassVar[str] = "session.created"
     """The event that answers `configure`."""
-    acknowledges_commit: ClassVar[bool] = True
-    """The server answers a commit with `input_audio_buffer.committed` (Moshi has no commit at all)."""
+    sends_commit: bool = True
+    """The client's commit goes on the wire and is acknowledged (`input_audio_buffer.committed`); not so
+    where the server decides turns by itself (Moshi, which has no commit; server VAD)."""
     closes_with_event: ClassVar[bool] = True
     """`session.close` is answered with `session.closed`; otherwise closing the socket is the close."""
     acks_playback: ClassVar[bool] = True

@@ -35,7 +35,7 @@ _SYNTHESIZED = {"synthesized_from": "moshi"}
 
 class MoshiProtocol(ProtocolAdapter):
     name = "moshi"
-    acknowledges_commit = False
+    sends_commit = False
     closes_with_event = False
     acks_playback = False
     carries_server_timing = False

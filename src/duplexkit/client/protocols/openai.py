@@ -1,8 +1,9 @@
 """`openai`, `openai-beta`: an OpenAI-Realtime-style server, which has no `response.listen`, no playback
 acks, no `session.close` and no duplex fields.
 
-The session is configured for client-decided turns (`turn_detection: null`); a commit is followed by
-`response.create`, which is how such a server is asked to answer. PCM16 is 24 kHz both ways. Outgoing
+Turns are the client's by default (`turn_detection: null`): a commit is followed by `response.create`,
+which is how such a server is asked to answer. With `server_vad=True` the server detects the turns and
+answers by itself, and the client sends no commit. PCM16 is 24 kHz both ways. Outgoing
 events carry only the fields the OpenAI API defines (it rejects unknown ones). Incoming events are kept
 as sent: the collector reads the GA and the beta names alike.
 """
@@ -40,12 +41,16 @@ class OpenAIProtocol(ProtocolAdapter):
     acks_playback = False
     beta: ClassVar[bool] = False
 
+    def __init__(self, *, server_vad: bool = False) -> None:
+        self.server_vad = server_vad
+        self.sends_commit = not server_vad
+
     def headers(self) -> dict[str, str]:
         return {"OpenAI-Beta": "realtime=v1"} if self.beta else {}
 
     def encode(self, event: dict[str, Any]) -> list[Wire]:
         kind = event.get("type")
-        if kind in _NOT_SENT:
+        if kind in _NOT_SENT or (kind == "input_audio_buffer.commit" and self.server_vad):
             return []
         if kind == "session.update":
             return [json.dumps({"type": kind, "session": self._session(event.get("session", {}))})]
@@ -72,6 +77,7 @@ class OpenAIProtocol(ProtocolAdapter):
 
     def _session(self, ours: dict[str, Any]) -> dict[str, Any]:
         modalities = ours.get("modalities") or ["audio", "text"]
+        turns = {"type": "server_vad"} if self.server_vad else None
         common = {k: ours[k] for k in ("instructions",) if ours.get(k) is not None}
         if self.beta:
             beta: dict[str, Any] = {
@@ -79,7 +85,7 @@ class OpenAIProtocol(ProtocolAdapter):
                 "modalities": modalities,
                 "input_audio_format": "pcm16",
                 "output_audio_format": "pcm16",
-                "turn_detection": None,
+                "turn_detection": turns,
             }
             if ours.get("voice"):
                 beta["voice"] = ours["voice"]
@@ -91,7 +97,7 @@ class OpenAIProtocol(ProtocolAdapter):
             "type": "realtime",
             # GA takes one output modality; audio replies carry their transcript.
             "output_modalities": ["audio"] if "audio" in modalities else ["text"],
-            "audio": {"input": {"format": pcm, "turn_detection": None}, "output": output},
+            "audio": {"input": {"format": pcm, "turn_detection": turns}, "output": output},
         }
 
 
