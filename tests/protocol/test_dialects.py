@@ -8,9 +8,10 @@ import pytest
 
 from duplexkit.protocol import ServerEventStamper
 from duplexkit.protocol import server_events as se
-from duplexkit.protocol.dialects import CANONICAL_NAMES, Dialect, follow_ups, select_dialect
+from duplexkit.protocol.dialects import CANONICAL_NAMES, Dialect, follow_ups, render, select_dialect
 from duplexkit.protocol.errors import ErrorCode, ProtocolError
 from duplexkit.protocol.wire import parse_client_event
+from tests.protocol.test_wire import SERVER_EXAMPLES
 
 BETA = {"openai-beta": "realtime=v1"}
 
@@ -100,3 +101,16 @@ def test_vllm_omni_aliases_parse_only_in_that_dialect(alias: str, canonical: str
     with pytest.raises(ProtocolError) as info:
         parse_client_event(frame, dialect=Dialect.GA)
     assert info.value.code is ErrorCode.UNKNOWN_EVENT
+
+
+@pytest.mark.parametrize("dialect", list(Dialect))
+@pytest.mark.parametrize("event_type", sorted(SERVER_EXAMPLES))
+def test_the_serialiser_fast_path_equals_the_full_rendering(dialect: Dialect, event_type: str) -> None:
+    event = SERVER_EXAMPLES[event_type].model_copy(deep=True)
+    for opened in (False, True):
+        stamper = ServerEventStamper(dialect)
+        if opened:
+            stamper.encode(se.SessionCreated(session=SERVER_EXAMPLES["session.created"].session))  # type: ignore[attr-defined]
+        wire = json.loads(stamper.encode(event))
+        expected = render(event.model_dump(mode="json", exclude_none=True), dialect, opened=opened)
+        assert wire == expected

@@ -117,6 +117,23 @@ def follow_ups(event: se.ServerEventBase, dialect: Dialect) -> list[se.ServerEve
     return []
 
 
+def reshapes(event: se.ServerEventBase, dialect: Dialect, *, opened: bool = True) -> bool:
+    """Whether `render` changes more than the event's name (the serialiser's fast path when not)."""
+    spec = DIALECTS[dialect]
+    if isinstance(event, se.SessionCreated | se.SessionUpdated):
+        return spec.ga_session
+    if isinstance(event, se.Error):
+        return spec.flat_handshake_errors and not opened
+    if isinstance(event, se.ResponseCreated | se.ResponseOutputAudioDelta):
+        return spec.vllm_omni_metrics and event.response_request_metrics is not None
+    return False
+
+
+def wire_name(event_type: str, dialect: Dialect) -> str:
+    """The name an event of canonical type `event_type` has on the wire in `dialect`."""
+    return DIALECTS[dialect].names.get(event_type, event_type)
+
+
 def render(payload: dict[str, Any], dialect: Dialect, *, opened: bool = True) -> dict[str, Any]:
     """Rewrite one dumped canonical event (JSON-ready dict, modified in place) into the dialect.
 

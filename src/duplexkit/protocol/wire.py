@@ -17,9 +17,9 @@ from pydantic_core import ErrorDetails
 
 from duplexkit.protocol.audio import AudioFormat
 from duplexkit.protocol.client_events import CLIENT_EVENT_TYPES, ClientEventBase
-from duplexkit.protocol.dialects import Dialect, render, resolve_alias
+from duplexkit.protocol.dialects import Dialect, render, reshapes, resolve_alias, wire_name
 from duplexkit.protocol.errors import ErrorCode, ProtocolError
-from duplexkit.protocol.server_events import ServerEventBase, SessionCreated, SessionUpdated
+from duplexkit.protocol.server_events import ServerEventBase, SessionCreated
 
 MAX_EVENT_BYTES = 15 * 1024 * 1024
 """Largest client frame accepted (vLLM-Omni's limit); larger frames are answered with `event_too_large`."""
@@ -134,13 +134,16 @@ class ServerEventStamper:
         """Stamp and serialise to the JSON text frame in the dialect; unobserved (`None`) values are
         omitted."""
         stamped = self.stamp(event)
-        if self.dialect is Dialect.GA and not isinstance(stamped, _SESSION_EVENTS):
-            return stamped.model_dump_json(exclude_none=True)  # canonical names: nothing to render
-        payload = render(
-            stamped.model_dump(mode="json", exclude_none=True), self.dialect, opened=self._opened
-        )
-        self._opened = self._opened or isinstance(stamped, SessionCreated)
-        return json.dumps(payload)
-
-
-_SESSION_EVENTS = (SessionCreated, SessionUpdated)
+        opened, self._opened = self._opened, self._opened or isinstance(stamped, SessionCreated)
+        if reshapes(stamped, self.dialect, opened=opened):
+            dumped = stamped.model_dump(mode="json", exclude_none=True)
+            return json.dumps(render(dumped, self.dialect, opened=opened))
+        # Only the name may differ: `type` is the first field serialised, so swap it in the text.
+        text = stamped.model_dump_json(exclude_none=True)
+        name = wire_name(stamped.type, self.dialect)
+        if name == stamped.type:
+            return text
+        prefix = f'{{"type":"{stamped.type}"'
+        if not text.startswith(prefix):
+            raise AssertionError(f"serialised {stamped.type} does not start with its type")
+        return f'{{"type":"{name}"' + text[len(prefix) :]
