@@ -8,6 +8,7 @@ from `append_pcm` and `append_bytes` directly, and the client uses that.)"""
 from __future__ import annotations
 
 import asyncio
+import json
 import struct
 import time
 
@@ -17,7 +18,9 @@ import sphn
 import websockets
 
 from duplexkit.models import ModelPlugin
+from duplexkit.protocol.audio import encode_base64_audio
 from duplexkit.server import EmbeddedServer, ServerConfig
+from duplexkit.server.moshi import MoshiSocket, session_from_query
 
 RATE = 24_000
 FRAME = 1_920
@@ -142,3 +145,42 @@ async def test_moshi_sessions_share_admission_with_realtime(plugin: ModelPlugin)
             with pytest.raises(websockets.ConnectionClosed):
                 await asyncio.wait_for(ws.recv(), 5)
             assert ws.close_code == 1013
+
+
+class _FakeWebSocket:
+    """Just enough of Starlette's WebSocket for `MoshiSocket`: queued binary input, recorded output."""
+
+    def __init__(self, frames: list[bytes]) -> None:
+        self.incoming = [{"type": "websocket.receive", "bytes": f} for f in frames]
+        self.sent: list[bytes] = []
+
+    async def receive(self) -> dict[str, object]:
+        return self.incoming.pop(0) if self.incoming else {"type": "websocket.disconnect"}
+
+    async def send_bytes(self, data: bytes) -> None:
+        self.sent.append(data)
+
+
+async def test_a_cancelled_reply_stops_at_once_and_the_stream_goes_on_in_silence() -> None:
+    writer = sphn.OpusStreamWriter(RATE)
+    frames = [b"\x01" + writer.append_pcm(np.zeros(FRAME, dtype=np.float32)) for _ in range(6)]
+    ws = _FakeWebSocket(frames)
+    socket = MoshiSocket(ws, session_from_query({}))  # type: ignore[arg-type]
+    update = await socket.receive()
+    assert json.loads(update["text"])["type"] == "session.update"
+    await socket.send_text(json.dumps({"type": "session.created", "session": {}}))
+    reply = encode_base64_audio(_clip(2.0, 0.0), "pcm16")  # 2 s of reply tone
+    await socket.send_text(json.dumps({"type": "response.output_audio.delta", "delta": reply}))
+    await socket.send_text(json.dumps({"type": "response.output_audio_transcript.delta", "delta": "Hi"}))
+    for _ in range(3):  # three input frames: three reply frames, the text piece before the first
+        assert json.loads((await socket.receive())["text"])["type"] == "input_audio_buffer.append"
+    done = {"type": "response.done", "response": {"id": "r", "status": "cancelled"}}
+    await socket.send_text(json.dumps(done))
+    for _ in range(3):
+        await socket.receive()
+    reader = sphn.OpusStreamReader(RATE)
+    kinds = [m[0] for m in ws.sent]
+    assert kinds[:3] == [0, 2, 1] and ws.sent[1] == b"\x02Hi"
+    pcm = np.concatenate([reader.append_bytes(m[1:]) for m in ws.sent if m[0] == 1])
+    rms = _frame_rms(pcm)
+    assert len(rms) == 6 and all(v > 0.05 for v in rms[1:3]) and all(v < 0.01 for v in rms[4:]), rms

@@ -103,7 +103,7 @@ class DuplexClient:
         self.streams: list[StreamReport] = []
         self.padded_ms = 0.0
         self.ignored_frames = 0
-        """Server frames that were not JSON objects."""
+        """Server messages the protocol adapter could not read (for JSON protocols: not a JSON object)."""
         self.connected_at = 0.0
         self._headers = self.protocol.headers() | ({"Authorization": f"Bearer {api_key}"} if api_key else {})
         self._open_timeout_s = open_timeout_s

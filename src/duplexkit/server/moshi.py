@@ -11,7 +11,7 @@ canonical JSON events and writes canonical JSON events, and this edge translates
   80 ms Ogg-Opus frames, one per 80 ms of input received: reply audio when the model has some queued,
   silence while it listens, so a client that builds its output by concatenation stays on the input's
   timeline. Each reply delta's transcript goes out as a kind 2 text piece just before its first audio
-  frame. `error` events become kind 5 frames.
+  frame; a cancelled reply (barge-in) drops what was not played yet. `error` events become kind 5 frames.
 
 The first event the runner reads is a `session.update` built from the query (see `moshi.map_query`):
 24 kHz PCM16 input, model-native turns, playback counted as heard when sent (Moshi has no playback acks).
@@ -91,6 +91,9 @@ class MoshiSocket:
                 await self._send(moshi.frame(moshi.Kind.TEXT, event["delta"].encode()))
         elif kind == "response.output_text.delta" and event.get("delta"):
             await self._send(moshi.frame(moshi.Kind.TEXT, event["delta"].encode()))
+        elif kind == "response.done" and event.get("response", {}).get("status") == "cancelled":
+            self._reply.clear()  # barge-in or cancel: what was not played yet is never said
+            self._reply_offset = 0
         elif kind == "error":
             error = event.get("error", {})
             await self._error(f"{error.get('code')}: {error.get('message')}")
