@@ -212,3 +212,21 @@ async def test_vllm_omni_handshake_errors_are_flat_and_later_ones_nested(plugin:
         while late["type"] != "error":
             late = json.loads(await ws.recv())
         assert late["error"]["code"] == "unknown_event"  # once the session is open: the nested shape
+
+
+async def test_the_minicpm_o_clients_query_and_extra_body_do_not_break_a_session(
+    server: EmbeddedServer,
+) -> None:
+    query = "?duplex=1&model=minicpm-o-4.5&minicpmo45_native_duplex=1&autostart=0&session_id=mine"
+    async with websockets.connect(server.url + query, max_size=None) as ws:
+        probe = VllmOmniProbe(ws)
+        extra = {"auto_response": True, "minicpmo45_native_duplex": True, "force_listen_count": 2}
+        await probe.send({"type": "session.update", "session": {"extra_body": extra}})
+        created = await probe.read_until("session.created", 5)
+        assert created["session"]["id"]
+        await probe.send(
+            {"type": "input_audio_buffer.append", "audio": base64.b64encode(_speech_pcm16(16_000)).decode()}
+        )
+        await probe.send({"type": "input_audio_buffer.commit"})
+        assert (await probe.read_until("response.done"))["response"]["status"] == "completed"
+    assert "error" not in probe.types and "".join(probe.transcript) == REPLY
