@@ -26,8 +26,6 @@ FRAME_SAMPLES = 1_920
 """One Moshi frame: 80 ms at 24 kHz."""
 FRAME_MS = 80
 PROTOCOL_VERSION = 0
-MAX_OGG_PAGE_BYTES = 27 + 255 + 255 * 255
-"""The largest page the Ogg format can describe (header, full segment table, full segments)."""
 
 Float32Array = npt.NDArray[np.float32]
 
