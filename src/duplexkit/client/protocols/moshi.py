@@ -6,10 +6,11 @@ the drain; no playback acks; closing the socket ends the session).
 
 In: the server's one continuous stream is cut into replies on the client's side, since the protocol has
 no response events: a reply opens at the first output frame louder than `SPEECH_RMS` (or the first text
-piece) and ends after `END_SILENCE_MS` of quiet frames. Those are reported as canonical events marked
-`synthesized_from: "moshi"` (the handshake as `session.created`, audio and text pieces as deltas, kind 5
-as `error`), so the collector times them on the client's receive clock, which is the only clock a Moshi
-server offers (no request-start metrics exist in the protocol).
+piece) and ends after `END_SILENCE_MS` of quiet frames; a quiet frame outside a reply is the model
+listening for that frame. Those are reported as canonical events marked `synthesized_from: "moshi"` (the
+handshake as `session.created`, replies as `response.created`, deltas and `response.done`, quiet frames as
+`response.listen`, kind 5 as `error`), so the collector times them on the client's receive clock, the only
+clock a Moshi server offers (no request-start metrics exist in the protocol).
 """
 
 from __future__ import annotations
@@ -121,6 +122,7 @@ class MoshiProtocol(ProtocolAdapter):
             chunk, self._pending = self._pending[: moshi.FRAME_SAMPLES], self._pending[moshi.FRAME_SAMPLES :]
             loud = float(np.sqrt(np.mean(np.square(chunk)))) >= SPEECH_RMS
             if self._reply is None and not loud:
+                events.append(_listen())
                 continue
             if self._reply is None:
                 events += self._open()
@@ -162,6 +164,14 @@ class MoshiProtocol(ProtocolAdapter):
         } | _SYNTHESIZED
         self._reply = None
         return done
+
+
+def _listen() -> dict[str, Any]:
+    metadata = {"reason": "model_listen", "model_listen": True}
+    return {
+        "type": "response.listen",
+        "response": {"status": "listening", "metadata": metadata},
+    } | _SYNTHESIZED
 
 
 def _error(message: str) -> dict[str, Any]:
