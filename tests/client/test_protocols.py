@@ -72,6 +72,7 @@ def test_talk_drives_a_moshi_server(speech_wav: Path, tmp_path: Path, explicit: 
     assert "client_monotonic_receive only" in timing["clocks"]["latency"]
     assert timing["commit"]["acknowledged"] is None  # there is no commit to acknowledge
     assert timing["close"]["clean"] is True
+    assert timing["drain"]["outcome"] == "settled" and timing["drain"]["listens_after_commit"] > 0
     events = json.loads((out / "events.json").read_text())
     created = events[0]["event"]
     assert created["type"] == "session.created" and created["synthesized_from"] == "moshi"
