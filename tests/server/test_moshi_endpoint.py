@@ -12,6 +12,7 @@ import json
 import struct
 import time
 
+import httpx
 import numpy as np
 import pytest
 import sphn
@@ -184,3 +185,23 @@ async def test_a_cancelled_reply_stops_at_once_and_the_stream_goes_on_in_silence
     pcm = np.concatenate([reader.append_bytes(m[1:]) for m in ws.sent if m[0] == 1])
     rms = _frame_rms(pcm)
     assert len(rms) == 6 and all(v > 0.05 for v in rms[1:3]) and all(v < 0.01 for v in rms[4:]), rms
+
+
+async def test_moshi_sessions_count_in_the_same_prometheus_metrics(plugin: ModelPlugin) -> None:
+    async with (
+        EmbeddedServer(plugin, ServerConfig(api_keys=frozenset({"k1"}))) as server,
+        httpx.AsyncClient() as http,
+    ):
+        with pytest.raises(websockets.InvalidStatus):  # no key: refused at the handshake, as on /v1/realtime
+            await websockets.connect(_chat_url(server))
+        async with websockets.connect(
+            _chat_url(server), additional_headers={"Authorization": "Bearer k1"}
+        ) as ws:
+            client = FdbMoshiClient(ws)
+            await client.handshake()
+            await ws.send(b"\x09")  # a bad frame is answered, and the session stays admitted
+            assert (await asyncio.wait_for(ws.recv(), 5))[0] == 5
+            text = (await http.get(f"{server.http_url}/metrics")).text
+    assert 'duplexkit_sessions_rejected_total{reason="unauthorized"} 1.0' in text
+    assert "duplexkit_sessions_admitted_total 1.0" in text
+    assert "duplexkit_sessions_active 1.0" in text
