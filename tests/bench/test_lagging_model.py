@@ -66,3 +66,6 @@ async def test_a_model_lagging_behind_real_time_gets_its_reply_to_the_commit_pub
     assert attempt.meta["drain"]["outcome"] == "settled"
     assert attempt.meta["drain"]["decision_rule"] == "server_unit_end"
     assert attempt.meta["responses"][0]["status"] == "completed"
+    # our client connects with duplex=1 and hears vLLM-Omni's (beta) names: the timeline still sees speech
+    decisions = {mark["decision"] for mark in attempt.meta["timeline"]["decisions"]}
+    assert decisions == {"listen", "speak"}

@@ -48,8 +48,10 @@ DEADLINE_MARGIN_S = 5.0
 
 
 def is_capacity_refusal(event: dict[str, Any]) -> bool:
-    """A capacity code, or any retryable `rate_limit_error`."""
+    """A capacity code (also in vLLM-Omni's flat handshake errors), or any retryable `rate_limit_error`."""
     error = event.get("error")
+    if isinstance(error, str):
+        return str(event.get("code")) in CAPACITY_CODES
     if not isinstance(error, dict):
         return False
     if str(error.get("code")) in CAPACITY_CODES:
@@ -72,6 +74,8 @@ class RunConfig:
     capacity_wait_max_s: float = 300.0
     keep_audio: bool = True
     extra_body: dict[str, Any] = field(default_factory=dict)
+    protocol: str = "auto"
+    """The wire protocol (`client.protocols`); `auto` detects it from the URL."""
 
     def to_json(self) -> dict[str, Any]:
         """The config as recorded in `run.json`, with the bounds' fields inline."""

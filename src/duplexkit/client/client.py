@@ -8,6 +8,9 @@ every event with its receive time (`time.monotonic()`) and the media clock at re
 
 Input audio goes out as PCM16 at the server's input rate on a media clock (`MediaClock`): every append
 carries its `duration_ms` and the cumulative `audio_end_ms`.
+
+The wire protocol is an adapter (`client.protocols`): the client builds canonical events, the adapter
+turns each into its protocol's frames and each received message into canonical events.
 """
 
 from __future__ import annotations
@@ -15,7 +18,6 @@ from __future__ import annotations
 import asyncio
 import base64
 import contextlib
-import json
 import time
 from collections.abc import Callable, Mapping, Sequence
 from dataclasses import dataclass
@@ -29,10 +31,18 @@ from websockets.asyncio.client import ClientConnection, connect
 from websockets.exceptions import ConnectionClosed
 
 from duplexkit.client.collector import EventCollector
-from duplexkit.client.connection import ServerCapabilities, build_url
+from duplexkit.client.connection import ServerCapabilities
 from duplexkit.client.drain import UNIT_ANSWERS, CommitPoint, DrainTracker
-from duplexkit.client.events import ReceivedEvent, as_str, dig, is_failure
+from duplexkit.client.events import (
+    ReceivedEvent,
+    as_str,
+    dig,
+    error_code_of,
+    error_message_of,
+    is_failure,
+)
 from duplexkit.client.pacing import DeadlinePacer
+from duplexkit.client.protocols import ProtocolAdapter, Wire, protocol_for
 from duplexkit.client.results import CloseResult, DrainResult, Pace, StreamReport
 from duplexkit.protocol import client_events as ce
 from duplexkit.protocol.audio import encode_audio, resample
@@ -60,7 +70,7 @@ class ConnectionLost(SessionError):
 
 @dataclass(slots=True)
 class _Outgoing:
-    text: str
+    frames: list[Wire]
     future: asyncio.Future[float]
     audio_end_ms: float | None
     is_commit: bool
@@ -82,17 +92,20 @@ class DuplexClient:
         model: str | None = None,
         open_timeout_s: float = 10.0,
         ack_interval_s: float = 0.25,
+        protocol: ProtocolAdapter | str = "auto",
     ) -> None:
-        self.url = build_url(url, model=model)
+        self.protocol = protocol_for(protocol, url) if isinstance(protocol, str) else protocol
+        """The wire protocol; a name (`auto` detects it from the URL) or an adapter."""
+        self.url = self.protocol.url(url, model=model)
         self.model = model
         self.collector = EventCollector()
         self.events: list[ReceivedEvent] = []
         self.streams: list[StreamReport] = []
         self.padded_ms = 0.0
         self.ignored_frames = 0
-        """Server frames that were not JSON objects."""
+        """Server messages the protocol adapter could not read (for JSON protocols: not a JSON object)."""
         self.connected_at = 0.0
-        self._headers = {"Authorization": f"Bearer {api_key}"} if api_key else {}
+        self._headers = self.protocol.headers() | ({"Authorization": f"Bearer {api_key}"} if api_key else {})
         self._open_timeout_s = open_timeout_s
         self._ack_interval_s = ack_interval_s
         self._ws: ClientConnection | None = None
@@ -192,13 +205,12 @@ class DuplexClient:
         payload = ce.SessionUpdate(session=session).model_dump(mode="json", exclude_none=True)
         payload["session"]["turn_detection"] = None  # explicit null: model-native turn taking
         answer = None
+        ready = self.protocol.ready_event
         try:
             async with asyncio.timeout(timeout_s):
-                await self._written(self._enqueue(json.dumps(payload)))
+                await self._written(self._enqueue(payload))
                 answer = await self._wait_for(
-                    lambda: next(
-                        (e for e in self.events if e.type == "session.created" or is_failure(e.data)), None
-                    )
+                    lambda: next((e for e in self.events if e.type == ready or is_failure(e.data)), None)
                 )
         except ConnectionLost:  # a refusal (e.g. capacity) is an error event and then a closed socket
             if self._reader is not None:  # let the reader deliver what arrived before the close
@@ -206,7 +218,7 @@ class DuplexClient:
             answer = next((e for e in self.events if is_failure(e.data)), None)
             if answer is None:
                 raise
-        if answer.type != "session.created":
+        if answer.type != ready:
             raise SessionError(f"session refused: {_error_text(answer.data)}", answer.data)
         return self._capabilities
 
@@ -218,8 +230,8 @@ class DuplexClient:
         On `TimeoutError` the event stays queued: it reaches the wire, whole, before anything queued later.
         Raises `ConnectionLost` when the connection is gone.
         """
-        text = event.model_dump_json(exclude_none=True) if isinstance(event, BaseModel) else json.dumps(event)
-        return await self._written(self._enqueue(text), timeout_s)
+        payload = event.model_dump(mode="json", exclude_none=True) if isinstance(event, BaseModel) else event
+        return await self._written(self._enqueue(dict(payload)), timeout_s)
 
     async def commit(self, *, timeout_s: float | None = None) -> float:
         """Send `input_audio_buffer.commit{final: true}`; from here `drain()` tracks the replies.
@@ -234,8 +246,12 @@ class DuplexClient:
             units_answered=sum(1 for e in self.events if e.type in UNIT_ANSWERS),
         )
         self._drain = DrainTracker(time.monotonic(), self.collector.open_responses(), point)
+        if not self.protocol.sends_commit:
+            # No commit on the wire (Moshi, server VAD): the input's end stands for it, and a server that
+            # decides by itself may already have answered during the input: a reply seen is its decision.
+            self._drain.assume_committed(decided=bool(self.collector.responses()))
         event = ce.InputAudioBufferCommit(final=True)
-        queued = self._enqueue(event.model_dump_json(exclude_none=True), commit=True)
+        queued = self._enqueue(event.model_dump(mode="json", exclude_none=True), commit=True)
         return await self._written(queued, timeout_s)
 
     async def cancel(self, response_id: str | None = None, *, timeout_s: float | None = None) -> float:
@@ -425,6 +441,8 @@ class DuplexClient:
             self._acker.cancel()  # no acks after the close request
         closed: ReceivedEvent | None = None
         outcome: Literal["closed", "timeout", "connection_closed"] = "closed"
+        if not self.protocol.closes_with_event:
+            return await self._close_without_event(started)
         try:
             async with asyncio.timeout(timeout_s):
                 await self.send(ce.SessionClose(reason=reason))
@@ -445,6 +463,19 @@ class DuplexClient:
         )
 
     # --- internals ------------------------------------------------------------------------------------
+
+    async def _close_without_event(self, started: float) -> CloseResult:
+        """A protocol without `session.close`: the WebSocket closing handshake is the close; clean when
+        it completed normally (1000)."""
+        lost = self._lost is not None
+        await self._close_socket()
+        clean = not lost and self._ws is not None and self._ws.close_code == 1000
+        return CloseResult(
+            clean=clean,
+            reason=None,
+            outcome="connection_closed" if lost else "closed",
+            elapsed_s=time.monotonic() - started,
+        )
 
     async def _close_socket(self) -> None:
         """The WebSocket closing handshake, bounded: if the peer stopped reading, the transport is aborted."""
@@ -487,16 +518,18 @@ class DuplexClient:
         }
         if frames:
             payload["video_frames"] = [base64.b64encode(frame).decode("ascii") for frame in frames]
-        return self._enqueue(json.dumps(payload), audio_end_ms=end_ms)
+        return self._enqueue(payload, audio_end_ms=end_ms)
 
     def _enqueue(
-        self, text: str, *, audio_end_ms: float | None = None, commit: bool = False
+        self, event: dict[str, Any], *, audio_end_ms: float | None = None, commit: bool = False
     ) -> asyncio.Future[float]:
+        """Queue one canonical event as its protocol's frames (possibly none: it still takes its turn)."""
         if self._lost is not None:
             raise self._lost
+        frames = self.protocol.encode(event)
         future: asyncio.Future[float] = asyncio.get_running_loop().create_future()
         future.add_done_callback(_retrieve)
-        self._outbox.put_nowait(_Outgoing(text, future, audio_end_ms, commit))
+        self._outbox.put_nowait(_Outgoing(frames, future, audio_end_ms, commit))
         return future
 
     async def _written(self, future: asyncio.Future[float], timeout_s: float | None = None) -> float:
@@ -508,7 +541,8 @@ class DuplexClient:
         while True:
             item = await self._outbox.get()
             try:
-                await ws.send(item.text)
+                for frame in item.frames:
+                    await ws.send(frame)
             except ConnectionClosed as exc:
                 self._connection_closed(exc)
                 item.future.set_exception(self._lost or ConnectionLost(str(exc)))
@@ -526,14 +560,12 @@ class DuplexClient:
         try:
             async for message in ws:
                 received_at = time.monotonic()
-                try:
-                    data = json.loads(message)
-                except ValueError:
-                    data = None
-                if not isinstance(data, dict):
+                events = self.protocol.decode(message)
+                if events is None:
                     self.ignored_frames += 1
                     continue
-                self._on_event(ReceivedEvent(data, received_at, self._sent_audio_end_ms))
+                for data in events:
+                    self._on_event(ReceivedEvent(data, received_at, self._sent_audio_end_ms))
         except ConnectionClosed as exc:
             self._connection_closed(exc)
         else:
@@ -544,7 +576,7 @@ class DuplexClient:
         session = event.data.get("session")
         if event.type in ("session.created", "session.updated") and isinstance(session, dict):
             self._session = session
-            self._capabilities = ServerCapabilities.from_session(session)
+            self._capabilities = self.protocol.capabilities(session)
             self.collector.output_rate_hz = self._capabilities.output_sample_rate_hz
         self.collector.observe(event)
         if self._drain is not None:
@@ -578,6 +610,8 @@ class DuplexClient:
             await self._changed.wait()
 
     async def _ack_loop(self) -> None:
+        if not self.protocol.acks_playback:
+            return
         while True:
             await asyncio.sleep(self._ack_interval_s)
             try:
@@ -586,11 +620,13 @@ class DuplexClient:
                 return
 
     def _queue_acks(self) -> None:
+        if not self.protocol.acks_playback:
+            return
         for response_id, item_id, played_ms in self.collector.playback_positions():
             if played_ms > self._acked.get(response_id, 0.0):
                 self._acked[response_id] = played_ms
                 ack = ce.PlaybackAck(response_id=response_id, item_id=item_id, played_ms=played_ms)
-                self._latest_acks[response_id] = self._enqueue(ack.model_dump_json(exclude_none=True))
+                self._latest_acks[response_id] = self._enqueue(ack.model_dump(mode="json", exclude_none=True))
 
 
 def _pcm16_at(samples: npt.NDArray[np.float32], rate: int, target_rate: int) -> bytes:
@@ -604,4 +640,4 @@ def _retrieve(future: asyncio.Future[float]) -> None:
 
 
 def _error_text(data: dict[str, Any]) -> str:
-    return f"{as_str(dig(data, 'error', 'code')) or 'error'}: {as_str(dig(data, 'error', 'message')) or ''}"
+    return f"{error_code_of(data) or 'error'}: {error_message_of(data) or ''}"

@@ -13,6 +13,9 @@ named on every response and never mixed:
   `client_created_to_receive` for any other response (from its `response.created` receipt: only the time
   to its first output). RTF is (last audio receipt - that anchor) / audio duration; TPOT is `None` (token
   boundaries are invisible to a client).
+* `client_receive_unanchored` for a reply the client's protocol adapter cut out of a continuous stream
+  (Moshi: `synthesized_from` on its events): its opening is its first output, so nothing anchors it and
+  its TTFT, TTFP and RTF are `None` rather than a meaningless 0.
 
 A value that was not observed is `None`, never 0. Per session, `stream_ttft_ms`, `stream_ttfp_ms` and
 `stream_rtf` are always on the client clock, from the stream's start (the media clock's origin), labelled
@@ -43,13 +46,19 @@ from duplexkit.protocol.audio import AudioDecodeError, decode_base64_audio, resa
 from duplexkit.protocol.units import ms_to_samples, samples_to_ms
 
 MetricsSource = Literal[
-    "server_request_start_and_client_receive", "client_commit_to_receive", "client_created_to_receive"
+    "server_request_start_and_client_receive",
+    "client_commit_to_receive",
+    "client_created_to_receive",
+    "client_receive_unanchored",
 ]
 SERVER_SOURCE: MetricsSource = "server_request_start_and_client_receive"
 COMMIT_SOURCE: MetricsSource = "client_commit_to_receive"
 CREATED_SOURCE: MetricsSource = "client_created_to_receive"
+UNANCHORED_SOURCE: MetricsSource = "client_receive_unanchored"
+"""A reply the client cut out of a continuous stream itself (Moshi): its `response.created` is the first
+output, so nothing anchors its TTFT/TTFP/RTF, which are `None`; the session's stream values still hold."""
 STREAM_SOURCE: Literal["client_stream_start_to_receive"] = "client_stream_start_to_receive"
-CLIENT_SOURCES = frozenset({COMMIT_SOURCE, CREATED_SOURCE, STREAM_SOURCE})
+CLIENT_SOURCES = frozenset({COMMIT_SOURCE, CREATED_SOURCE, UNANCHORED_SOURCE, STREAM_SOURCE})
 """Every label of a value measured on the client's own clock."""
 
 WAV_RATE_HZ = 24_000
@@ -139,7 +148,7 @@ class SessionMetrics:
 @dataclass(slots=True)
 class _Response:
     id: str
-    anchor: float
+    anchor: float | None
     anchor_source: MetricsSource
     """Which client-clock anchor `anchor` is (used when the server sends no request-start metrics)."""
     item_id: str | None = None
@@ -253,8 +262,9 @@ class EventCollector:
         records = list(self._responses.values())
         first_text = min((r.first_text_at for r in records if r.first_text_at is not None), default=None)
         first_audio = min((r.audio_at[0] for r in records if r.audio_at), default=None)
-        generation_ms = sum((r.audio_at[-1] - r.anchor) * 1000.0 for r in records if r.audio_at)
-        audio_ms = sum(r.audio_ms for r in records if r.audio_at)
+        anchored = [r for r in records if r.audio_at and r.anchor is not None]
+        generation_ms = sum(_since(r.anchor, r.audio_at[-1]) or 0.0 for r in anchored)
+        audio_ms = sum(r.audio_ms for r in anchored)
         return SessionMetrics(
             stream_ttft_ms=None if start is None else _since(start, first_text),
             stream_ttfp_ms=None if start is None else _since(start, first_audio),
@@ -298,11 +308,14 @@ class EventCollector:
         response_id = response_id_of(data) or self._current or "unidentified"
         response = self._responses.get(response_id)
         if response is None:
-            if self._pending_commit_at is None:
+            anchor: float | None
+            if data.get("synthesized_from") is not None:
+                anchor, source = None, UNANCHORED_SOURCE
+            elif self._pending_commit_at is None:
                 anchor, source = received_at, CREATED_SOURCE
             else:
                 anchor, source = self._pending_commit_at, COMMIT_SOURCE
-            self._pending_commit_at = None
+                self._pending_commit_at = None
             response = self._responses[response_id] = _Response(response_id, anchor, source)
             self._current = response_id
         return response
@@ -339,8 +352,8 @@ class EventCollector:
         )
 
 
-def _since(anchor: float, at: float | None) -> float | None:
-    return None if at is None else (at - anchor) * 1000.0
+def _since(anchor: float | None, at: float | None) -> float | None:
+    return None if at is None or anchor is None else (at - anchor) * 1000.0
 
 
 def _round(value: float | None, digits: int = 3) -> float | None:

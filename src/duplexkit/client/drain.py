@@ -104,6 +104,13 @@ class DrainTracker:
         """The model decided on the unit that holds the commit (or a later one)."""
         return self._marked_decision if self._marked else self._counted_decision
 
+    def assume_committed(self, *, decided: bool) -> None:
+        """For protocols with no commit on the wire (Moshi, server VAD): the end of the input stands for an
+        acknowledged commit, and `decided` says a reply has already answered it."""
+        self.commit_acknowledged = True
+        if decided:
+            self._marked_decision = self._counted_decision = True
+
     def observe(self, event: ReceivedEvent) -> None:
         data, kind = event.data, event.type
         if kind in DECISIONS:

@@ -15,9 +15,11 @@ from typing import Any
 from duplexkit.commands.options import (
     add_bound_options,
     add_model_options,
+    add_protocol_option,
     bounds_from_args,
     json_object,
     model_from_args,
+    resolve_protocol,
 )
 from duplexkit.commands.score import add_judge_options, format_summary, judge_from_args
 
@@ -61,6 +63,7 @@ def register(commands: argparse._SubParsersAction[argparse.ArgumentParser]) -> N
     target.add_argument("--url", default=None, help="server to evaluate (ws://, wss://, http:// or https://)")
     target.add_argument("--api-key", default=None, help="API key sent as a bearer token")
     target.add_argument("--served-model", default=None, help="`model` query parameter sent to --url")
+    add_protocol_option(target)
     add_model_options(target)
 
     run = parser.add_argument_group("run")
@@ -171,6 +174,7 @@ async def _bench(args: argparse.Namespace, dataset: Any, selection: Any, plugin:
             bounds=bounds_from_args(args),
             keep_audio=not args.no_audio,
             extra_body=args.extra_body,
+            protocol=args.protocol,
         )
         run_info: dict[str, Any] = {
             "duplexkit_version": __version__,
@@ -249,7 +253,7 @@ async def _server(args: argparse.Namespace, plugin: Any) -> AsyncIterator[str]:
     from duplexkit.server import EmbeddedServer, ServerConfig
 
     async with EmbeddedServer(plugin, ServerConfig(max_sessions=max(64, args.concurrency))) as server:
-        yield server.url
+        yield server.moshi_url if resolve_protocol(args.protocol, None) == "moshi" else server.url
 
 
 class _Progress:

@@ -7,6 +7,7 @@ import json
 import sys
 from typing import Any
 
+from duplexkit.client.protocols import PROTOCOL_CHOICES, detect_protocol
 from duplexkit.client.session import SessionBounds
 from duplexkit.models import MODELS, ModelPlugin, load_model
 
@@ -105,3 +106,26 @@ def bounds_from_args(args: argparse.Namespace) -> SessionBounds:
         drain_timeout_s=args.drain_timeout,
         close_timeout_s=args.close_timeout,
     )
+
+
+def add_protocol_option(parser: argparse.ArgumentParser | argparse._ArgumentGroup) -> None:
+    parser.add_argument(
+        "--protocol",
+        choices=PROTOCOL_CHOICES,
+        default="auto",
+        help="wire protocol: duplex (ours and vLLM-Omni's), openai (OpenAI Realtime GA), openai-beta, "
+        "moshi (Moshi/PersonaPlex /api/chat); auto: moshi for a /api/chat URL, else duplex. Without --url "
+        "the embedded server is reached on the protocol's own endpoint (default: %(default)s)",
+    )
+
+
+def resolve_protocol(name: str, url: str | None) -> str:
+    """The protocol `--protocol` means for `url` (`None`: the embedded server, where `auto` is duplex)."""
+    if name != "auto":
+        return name
+    return detect_protocol(url) if url is not None else "duplex"
+
+
+def default_chunk_ms(protocol: str) -> int:
+    """The append size a peer of `protocol` uses: one 80 ms frame for Moshi, 200 ms otherwise."""
+    return 80 if protocol == "moshi" else 200

@@ -1,5 +1,5 @@
-"""The ASGI app: WebSocket `/v1/realtime` (alias `/v1/duplex`), `/healthz`, `/v1/models`, `/metrics`,
-and the browser playground at `/` (`/playground`).
+"""The ASGI app: WebSocket `/v1/realtime` (alias `/v1/duplex`) and `/api/chat` (the Moshi protocol),
+`/healthz`, `/v1/models`, `/metrics`, and the browser playground at `/` (`/playground`).
 
 A small explicit Starlette app. The handshake checks API keys before admission, admission hands out a
 slot (or the retryable `session_capacity_exhausted` error), and each admitted connection gets an engine
@@ -10,7 +10,9 @@ from __future__ import annotations
 
 import importlib.util
 import logging
+from collections.abc import Awaitable, Callable
 from dataclasses import dataclass, field
+from typing import Literal
 
 from starlette.applications import Starlette
 from starlette.requests import Request
@@ -21,14 +23,17 @@ from starlette.websockets import WebSocket
 from duplexkit import __version__
 from duplexkit.engine import EngineSession
 from duplexkit.models import ModelPlugin
+from duplexkit.protocol import moshi
+from duplexkit.protocol.dialects import DIALECTS, Dialect, select_dialect
 from duplexkit.protocol.errors import ErrorCode
 from duplexkit.protocol.server_events import error_event
 from duplexkit.protocol.wire import ServerEventStamper
 from duplexkit.server.auth import is_authorized, presented_keys
 from duplexkit.server.manager import SessionManager
 from duplexkit.server.metrics import ServerMetrics
+from duplexkit.server.moshi import MoshiSocket, session_from_query
 from duplexkit.server.playground import playground_routes
-from duplexkit.server.runner import RunnerLimits, SessionRunner
+from duplexkit.server.runner import RunnerLimits, SessionRunner, SessionSocket
 
 log = logging.getLogger("duplexkit.server")
 
@@ -55,6 +60,7 @@ class DuplexServer:
             routes=[
                 WebSocketRoute("/v1/realtime", self._session),
                 WebSocketRoute("/v1/duplex", self._session),
+                WebSocketRoute("/api/chat", self._moshi),
                 Route("/healthz", self._healthz),
                 Route("/v1/models", self._models),
                 Route("/metrics", self._metrics),
@@ -82,6 +88,47 @@ class DuplexServer:
         return Response(self.metrics.render(), media_type="text/plain; version=0.0.4; charset=utf-8")
 
     async def _session(self, websocket: WebSocket) -> None:
+        """`/v1/realtime`: JSON events in the dialect the connection asked for."""
+        subprotocol = await self._authorize(websocket)
+        if subprotocol is False:
+            return
+        try:
+            dialect = select_dialect(websocket.query_params, websocket.headers)
+        except ValueError as exc:
+            await websocket.accept(subprotocol=subprotocol)
+            refusal = error_event(ErrorCode.INVALID_VALUE, str(exc), param="dialect")
+            await websocket.send_text(ServerEventStamper().encode(refusal))
+            await websocket.close(code=1008, reason="unknown dialect")
+            return
+
+        async def refuse(message: str) -> None:
+            refusal = error_event(ErrorCode.SESSION_CAPACITY_EXHAUSTED, message)
+            await websocket.send_text(ServerEventStamper(dialect).encode(refusal))
+
+        await self._admit_and_run(
+            websocket,
+            websocket,
+            subprotocol,
+            refuse,
+            dialect=dialect,
+            autostart=websocket.query_params.get("autostart", "1") != "0",
+        )
+
+    async def _moshi(self, websocket: WebSocket) -> None:
+        """`/api/chat`: the Moshi binary protocol (see `server.moshi`), same auth, admission and metrics."""
+        subprotocol = await self._authorize(websocket)
+        if subprotocol is False:
+            return
+        socket = MoshiSocket(websocket, session_from_query(dict(websocket.query_params)))
+
+        async def refuse(message: str) -> None:
+            await websocket.send_bytes(moshi.frame(moshi.Kind.ERROR, message.encode()))
+
+        # The session opens on the update built from the query; its session.created sends the handshake.
+        await self._admit_and_run(websocket, socket, subprotocol, refuse, dialect=Dialect.GA, autostart=False)
+
+    async def _authorize(self, websocket: WebSocket) -> str | Literal[False] | None:
+        """The subprotocol to accept with, or `False` when the handshake was refused (HTTP 403)."""
         offered = [
             p.strip() for p in websocket.headers.get("sec-websocket-protocol", "").split(",") if p.strip()
         ]
@@ -90,16 +137,24 @@ class DuplexServer:
         ):
             self.metrics.sessions_rejected.labels(reason="unauthorized").inc()
             await websocket.close(code=1008, reason="unauthorized")  # before accept: HTTP 403
-            return
-        subprotocol = "realtime" if "realtime" in offered else None
+            return False
+        return "realtime" if "realtime" in offered else None
+
+    async def _admit_and_run(
+        self,
+        websocket: WebSocket,
+        socket: SessionSocket,
+        subprotocol: str | None,
+        refuse: Callable[[str], Awaitable[None]],
+        *,
+        dialect: Dialect,
+        autostart: bool,
+    ) -> None:
+        """Admission (or the retryable capacity refusal, close 1013), then one runner until the end."""
         slot = self.manager.try_admit()
         if slot is None:
             await websocket.accept(subprotocol=subprotocol)
-            code = ErrorCode.SESSION_CAPACITY_EXHAUSTED
-            refusal = error_event(
-                code, f"all {self.manager.max_sessions} session slots are in use; retry later"
-            )
-            await websocket.send_text(ServerEventStamper().encode(refusal))
+            await refuse(f"all {self.manager.max_sessions} session slots are in use; retry later")
             await websocket.close(code=1013, reason="try again later")
             return
         try:
@@ -108,11 +163,19 @@ class DuplexServer:
                 self.plugin.name, max_sessions=self.config.max_sessions, server_vad=SERVER_VAD_AVAILABLE
             )
             engine = EngineSession(slot.session_id, config)
+            engine.settings.input_sample_rate_hz = (
+                DIALECTS[dialect].input_sample_rate_hz or engine.settings.input_sample_rate_hz
+            )
             runner = SessionRunner(
-                websocket, engine, self.plugin.new_session(), self.metrics, self.config.limits
+                socket,
+                engine,
+                self.plugin.new_session(),
+                self.metrics,
+                self.config.limits,
+                dialect=dialect,
             )
             slot.shutdown = runner.shutdown
-            await runner.run(autostart=websocket.query_params.get("autostart", "1") != "0")
+            await runner.run(autostart=autostart)
         except Exception:
             log.exception("session %s failed", slot.session_id)
         finally:

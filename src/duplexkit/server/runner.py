@@ -14,19 +14,32 @@ import logging
 import time
 from collections.abc import Callable
 from dataclasses import dataclass
+from typing import Any, Protocol
 
-from starlette.websockets import WebSocket, WebSocketDisconnect
+from starlette.websockets import WebSocketDisconnect
 
 from duplexkit import vad
 from duplexkit.engine import EngineSession, Step, Unit
 from duplexkit.models import ModelSession
 from duplexkit.protocol import client_events as ce
 from duplexkit.protocol import server_events as se
+from duplexkit.protocol.dialects import Dialect, follow_ups
 from duplexkit.protocol.errors import ErrorCode, ProtocolError
 from duplexkit.protocol.wire import MAX_EVENT_BYTES, ServerEventStamper, parse_client_event
 from duplexkit.server.metrics import ServerMetrics
 
 log = logging.getLogger("duplexkit.server")
+
+
+class SessionSocket(Protocol):
+    """What the runner needs of its connection: a Starlette `WebSocket`, or a protocol edge standing in
+    front of one (`server.moshi.MoshiSocket`)."""
+
+    async def receive(self) -> Any: ...
+
+    async def send_text(self, data: str) -> None: ...
+
+    async def close(self, code: int = 1000) -> None: ...
 
 
 @dataclass(frozen=True, slots=True)
@@ -42,12 +55,13 @@ class RunnerLimits:
 class SessionRunner:
     def __init__(
         self,
-        websocket: WebSocket,
+        websocket: SessionSocket,
         engine: EngineSession,
         model: ModelSession,
         metrics: ServerMetrics,
         limits: RunnerLimits,
         clock: Callable[[], float] = time.monotonic,
+        dialect: Dialect = Dialect.GA,
     ) -> None:
         self.ws = websocket
         self.engine = engine
@@ -55,7 +69,8 @@ class SessionRunner:
         self.metrics = metrics
         self.limits = limits
         self.clock = clock
-        self._stamper = ServerEventStamper()
+        self.dialect = dialect
+        self._stamper = ServerEventStamper(dialect)
         self._outbound: asyncio.Queue[str | None] = asyncio.Queue()
         self._outbound_bytes = 0
         self._units: asyncio.Queue[Unit] = asyncio.Queue()
@@ -134,6 +149,7 @@ class SessionRunner:
                 data,
                 input_audio_format=self.engine.settings.input_audio_format,
                 max_bytes=self.limits.max_event_bytes,
+                dialect=self.dialect,
             )
         except ProtocolError as exc:
             self._apply(self.engine.protocol_error(exc))
@@ -255,9 +271,10 @@ class SessionRunner:
         for event in step.events:
             self._observe(event)
             self._tell_model_what_was_heard(event)
-            text = self._stamper.encode(event)
-            self._outbound_bytes += len(text)
-            self._outbound.put_nowait(text)
+            for sent in (event, *follow_ups(event, self.dialect)):
+                text = self._stamper.encode(sent)
+                self._outbound_bytes += len(text)
+                self._outbound.put_nowait(text)
         for unit in step.units:
             self._pending_input_bytes += unit.samples.nbytes
             self._units.put_nowait(unit)

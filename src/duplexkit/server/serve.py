@@ -104,5 +104,10 @@ class EmbeddedServer:
             await asyncio.wait_for(self._task, 10)
 
     @property
+    def moshi_url(self) -> str:
+        """The Moshi protocol endpoint, `/api/chat`."""
+        return self.url.removesuffix("/v1/realtime") + "/api/chat"
+
+    @property
     def http_url(self) -> str:
         return self.url.replace("ws://", "http://", 1).removesuffix("/v1/realtime")

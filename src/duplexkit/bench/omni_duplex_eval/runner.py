@@ -24,6 +24,7 @@ from duplexkit.bench.retry import AttemptOutcome
 from duplexkit.bench.runner import Attempt, CapacityRefused, RunConfig, is_capacity_refusal
 from duplexkit.bench.speech import speech_segments
 from duplexkit.client import DuplexClient, SessionError, SessionProgress, converse, dump_events
+from duplexkit.client.collector import AUDIO_DELTAS
 from duplexkit.client.wavfile import write_wav
 
 ARTIFACTS = ("output.wav", "events.json")
@@ -48,7 +49,11 @@ async def run_attempt(
         }
     }
     async with DuplexClient(
-        config.url, api_key=config.api_key, model=config.model, open_timeout_s=bounds.open_timeout_s
+        config.url,
+        api_key=config.api_key,
+        model=config.model,
+        protocol=config.protocol,
+        open_timeout_s=bounds.open_timeout_s,
     ) as client:
         samples = np.frombuffer(media.pcm16, dtype="<i2").astype(np.float32) / 32768.0
         try:
@@ -133,7 +138,7 @@ def _timeline(client: DuplexClient) -> list[dict[str, Any]]:
     for event in client.events:
         if event.type == "response.listen":
             marks.append({"t": round(event.media_ms / 1000, 3), "decision": "listen"})
-        elif event.type == "response.output_audio.delta":
+        elif event.type in AUDIO_DELTAS:  # either dialect's name
             marks.append({"t": round(event.media_ms / 1000, 3), "decision": "speak"})
     return marks
 

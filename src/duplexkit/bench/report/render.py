@@ -37,7 +37,13 @@ from duplexkit.bench.report.data import (
 )
 from duplexkit.bench.report.fmt import MISSING, Better, delta, esc, number, seconds
 from duplexkit.bench.report.svg import Series, cdf, timeline, timeline_span
-from duplexkit.client.collector import COMMIT_SOURCE, CREATED_SOURCE, SERVER_SOURCE, STREAM_SOURCE
+from duplexkit.client.collector import (
+    COMMIT_SOURCE,
+    CREATED_SOURCE,
+    SERVER_SOURCE,
+    STREAM_SOURCE,
+    UNANCHORED_SOURCE,
+)
 
 LEGACY_CLIENT_SOURCE = "client_monotonic_receive"
 """What runs written before the client anchors got labels of their own called both of them."""
@@ -47,6 +53,7 @@ SOURCE_LABELS = {
     COMMIT_SOURCE: "client, from commit send",
     CREATED_SOURCE: "client, from response.created",
     STREAM_SOURCE: "client, from stream start",
+    UNANCHORED_SOURCE: "client, unanchored (no request or commit to time from)",
     LEGACY_CLIENT_SOURCE: "client receive (anchors pooled: older run)",
 }
 
