@@ -16,6 +16,7 @@ from collections.abc import Mapping
 from pathlib import Path
 from typing import Any
 
+from duplexkit.bench.benchmark import BENCHMARKS, benchmark_name_of_run
 from duplexkit.bench.judge import ChatClient, Judge, JudgeUnreachable, RunError, Summary, score_run
 from duplexkit.bench.omni_duplex_eval import BUILTIN_PROMPTS, BuiltinJudge, LLMJudge, load_protocol_dir
 from duplexkit.bench.omni_duplex_eval.windows import REMINDER_WINDOW_S
@@ -33,6 +34,20 @@ def register(commands: argparse._SubParsersAction[argparse.ArgumentParser]) -> N
     )
     parser.add_argument(
         "run_dir", type=Path, metavar="RUN_DIR", help="a run folder written by `duplexkit bench`"
+    )
+    parser.add_argument(
+        "--benchmark",
+        choices=sorted(BENCHMARKS),
+        default=None,
+        help="the benchmark's rules to score by (default: the one RUN_DIR/run.json names; fdb also scores "
+        "any folder of Full-Duplex-Bench sample folders holding output.wav and output.json)",
+    )
+    parser.add_argument(
+        "--icc-distribution",
+        type=Path,
+        metavar="PATH",
+        help="fdb: the human backchannel timing distributions ({sample_id: [p, ...]}, upstream's "
+        "icc_gt_distribution.json); without it JSD is reported unavailable",
     )
     add_judge_options(parser)
     parser.add_argument(
@@ -133,6 +148,8 @@ def judge_from_args(args: argparse.Namespace, dataset_source: str | None, concur
 
 
 def run(args: argparse.Namespace) -> int:
+    if (args.benchmark or benchmark_name_of_run(args.run_dir)) == "fdb":
+        return score_fdb(args, args.run_dir)
     if args.workers < 1:
         _usage(args, "--workers must be at least 1")
         return 2
@@ -197,3 +214,57 @@ def _row(label: str, group: Mapping[str, Any], means: tuple[str, ...]) -> str:
 
 def _usage(args: argparse.Namespace, message: str) -> None:
     print(f"duplexkit {args.command}: {message}", file=sys.stderr)
+
+
+def score_fdb(args: argparse.Namespace, root: Path) -> int:
+    """Full-Duplex-Bench scores of the sample folders under `root` → `root/fdb_scores.json` and a table.
+
+    The relevance judge runs when --judge-url and --judge-model are given; otherwise relevance is null.
+    Exit 0 when every sample scored, 1 when some could not be, 2 on bad usage or a folder with no samples.
+    """
+    from duplexkit.bench.fdb.dataset import FdbDatasetError
+    from duplexkit.bench.fdb.judge import RelevanceJudge
+    from duplexkit.bench.fdb.scoring import SCORES_FILE, format_table, read_distribution, score_dir
+
+    human = None
+    if args.icc_distribution is not None:
+        try:
+            human = read_distribution(args.icc_distribution)
+        except ValueError as exc:
+            _usage(args, str(exc))
+            return 2
+    judge = None
+    if args.judge_url or args.judge_model:
+        if not (args.judge_url and args.judge_model) or args.judge_timeout <= 0:
+            _usage(
+                args, "the relevance judge needs --judge-url, --judge-model and a positive --judge-timeout"
+            )
+            return 2
+        judge = RelevanceJudge(
+            ChatClient(
+                base_url=args.judge_url,
+                model=args.judge_model,
+                api_key=args.judge_api_key or os.environ.get(API_KEY_ENV) or "none",
+                concurrency=max(1, args.workers),
+                timeout_s=args.judge_timeout,
+            )
+        )
+
+    async def go() -> dict[str, Any]:
+        try:
+            return await score_dir(root, human=human, judge=judge)
+        finally:
+            if judge is not None:
+                await judge.aclose()
+
+    try:
+        scores = asyncio.run(go())
+    except FdbDatasetError as exc:
+        _usage(args, str(exc))
+        return 2
+    except JudgeUnreachable as exc:
+        print(f"duplexkit {args.command}: {exc}", file=sys.stderr)
+        return 1
+    print(format_table(scores))
+    print(f"wrote {root / SCORES_FILE}")
+    return 1 if any(t["errors"] for t in scores["tasks"].values()) else 0

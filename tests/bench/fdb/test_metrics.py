@@ -1,4 +1,4 @@
-"""Every FDB metric rule on hand-made `output.json` files; expected numbers worked out by hand from the rules."""
+"""Every FDB metric rule on hand-made `output.json` files; expected numbers worked out by hand."""
 
 from __future__ import annotations
 
@@ -58,7 +58,9 @@ LATENCY_CASES = [
 @pytest.mark.parametrize(
     ("label", "chunks", "anchor", "latency"), LATENCY_CASES, ids=[c[0] for c in LATENCY_CASES]
 )
-def test_latency_after(tmp_path: Path, label: str, chunks: list, anchor: float, latency: float | None) -> None:
+def test_latency_after(
+    tmp_path: Path, label: str, chunks: list, anchor: float, latency: float | None
+) -> None:
     got = m.latency_after(words_of(write_output_json(tmp_path / "s", chunks)), anchor)
     if latency is None:
         assert got is None
@@ -81,13 +83,12 @@ def test_output_json_round_trips_and_records_its_source() -> None:
     assert m.words_from_output_json(data) == words
 
 
-def test_cut_after_offsets_from_the_cut() -> None:
+def test_cut_after_keeps_the_input_timeline() -> None:
     words = [m.Word("old", 3.0, 3.5), m.Word("straddle", 9.8, 10.4), m.Word("new", 11.0, 11.5)]
     cut = m.cut_after(words, 10.0)
-    assert [(w.text, w.start, w.end) for w in cut] == [
-        ("straddle", 0.0, pytest.approx(0.4)),
-        ("new", pytest.approx(1.0), pytest.approx(1.5)),
-    ]
+    assert [(w.text, w.start, w.end) for w in cut] == [("straddle", 10.0, 10.4), ("new", 11.0, 11.5)]
+    # interruption ends at 10.0, first word after it at 11.0 → latency 1.0
+    assert m.latency_after(m.cut_after(words[::2], 10.0), 10.0) == pytest.approx(1.0)
 
 
 BACKCHANNEL_CASES = [
@@ -104,8 +105,24 @@ BACKCHANNEL_CASES = [
         0,
         0.0,
     ),
-    ("a 1.5 s segment of two words", [("yeah", 1.0, 1.5), ("right", 2.0, 2.5)], [(1.0, 2.5)], 10.0, 1, 0, 0.0),
-    ("three words under 1 s", [("oh", 1.0, 1.2), ("i", 1.2, 1.3), ("see", 1.3, 1.6)], [(1.0, 1.7)], 10.0, 1, 0, 0.0),
+    (
+        "a 1.5 s segment of two words",
+        [("yeah", 1.0, 1.5), ("right", 2.0, 2.5)],
+        [(1.0, 2.5)],
+        10.0,
+        1,
+        0,
+        0.0,
+    ),
+    (
+        "three words under 1 s",
+        [("oh", 1.0, 1.2), ("i", 1.2, 1.3), ("see", 1.3, 1.6)],
+        [(1.0, 1.7)],
+        10.0,
+        1,
+        0,
+        0.0,
+    ),
     (
         "two backchannels in 20 s",
         [("yeah", 3.0, 3.3), ("mhm", 8.0, 8.4)],
@@ -125,7 +142,14 @@ BACKCHANNEL_CASES = [
     ids=[c[0] for c in BACKCHANNEL_CASES],
 )
 def test_backchannel(
-    tmp_path: Path, label: str, chunks: list, segments: list, output_s: float, tor: int, count: int, freq: float
+    tmp_path: Path,
+    label: str,
+    chunks: list,
+    segments: list,
+    output_s: float,
+    tor: int,
+    count: int,
+    freq: float,
 ) -> None:
     result = m.backchannel(words_of(write_output_json(tmp_path / "s", chunks)), segments, output_s)
     assert (result.tor, len(result.backchannels)) == (tor, count)

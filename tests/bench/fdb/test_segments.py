@@ -28,7 +28,9 @@ def silence(seconds: float) -> npt.NDArray[np.float32]:
 
 
 def test_segments_follow_silero_defaults() -> None:
-    clip = np.concatenate([silence(1.024), tone(1.024), silence(1.024), tone(0.128), silence(0.512), tone(0.512)])
+    clip = np.concatenate(
+        [silence(1.024), tone(1.024), silence(1.024), tone(0.128), silence(0.512), tone(0.512)]
+    )
     segs = speech_segments(clip, 16_000, scorer=EnergyScorer)
     # speech 1.024-2.048 padded by 30 ms each side; the 128 ms burst is under the 250 ms minimum;
     # the last burst runs to the end of the clip, where the padding is clipped.

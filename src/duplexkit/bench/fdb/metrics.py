@@ -105,23 +105,21 @@ def take_over(words: Sequence[Word]) -> int:
 
 
 def latency_after(words: Sequence[Word], anchor_s: float) -> float | None:
-    """First word start − `anchor_s`, negative clipped to 0; `None` without words."""
+    """First word start - `anchor_s`, negative clipped to 0; `None` without words."""
     if not words:
         return None
     return max(0.0, words[0].start - anchor_s)
 
 
 def cut_after(words: Sequence[Word], cut_s: float) -> list[Word]:
-    """The words from `cut_s` on, on a timeline that starts there (FDB's interruption convention: the
-    output is cut at the end of the interruption). A word straddling the cut keeps its part after it."""
+    """The words from `cut_s` on (FDB's interruption convention: the output is cut at the end of the
+    interruption). Times stay on the input's timeline, so latency = first start - `cut_s` as FDB's scorer
+    computes it; a word straddling the cut keeps its part after it (start moved to the cut)."""
     kept = []
     for w in words:
-        end = w.end if w.end is not None else w.start
-        if end <= cut_s and w.start < cut_s:
+        if (w.end if w.end is not None else w.start) <= cut_s and w.start < cut_s:
             continue
-        kept.append(
-            Word(w.text, max(0.0, w.start - cut_s), None if w.end is None else max(0.0, w.end - cut_s))
-        )
+        kept.append(Word(w.text, max(cut_s, w.start), w.end))
     return kept
 
 

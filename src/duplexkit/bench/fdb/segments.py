@@ -15,7 +15,9 @@ import numpy.typing as npt
 from duplexkit.protocol.audio import resample
 from duplexkit.vad import SAMPLE_RATE_HZ, FrameScorer, SpeechStarted, VadParams, VoiceActivityDetector
 
-SILERO_DEFAULTS = VadParams(threshold=0.5, min_speech_ms=250.0, silence_duration_ms=100.0, prefix_padding_ms=30.0)
+SILERO_DEFAULTS = VadParams(
+    threshold=0.5, min_speech_ms=250.0, silence_duration_ms=100.0, prefix_padding_ms=30.0
+)
 """`get_speech_timestamps`' defaults, in `VadParams`' terms."""
 PAD_S = 0.030
 
