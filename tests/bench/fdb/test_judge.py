@@ -1,4 +1,4 @@
-"""The interruption relevance judge over a real loopback OpenAI-compatible server: prompts, parsing, follow-up."""
+"""The interruption relevance judge over a OpenAI-compatible server: prompt, parsing, follow-up."""
 
 from __future__ import annotations
 
@@ -22,7 +22,7 @@ def test_the_prompt_texts_are_pinned_to_their_version() -> None:
         "duplexkit-fdb-relevance-1",
         "7fdde8e932ff5796adf8dc373271ab928e8b3f8ca7e4ed7815f6010a1cbd1d12",
     )
-    assert j.PROMPT_SHA256 == j.prompt_digest()
+    assert j.prompt_digest() == j.PROMPT_SHA256
 
 
 @pytest.mark.parametrize(
