@@ -14,8 +14,10 @@ All three return words in seconds on `output.wav`'s timeline (the input's timeli
 
 from __future__ import annotations
 
+import asyncio
 import functools
 import importlib.util
+import itertools
 import re
 from collections.abc import Sequence
 from dataclasses import dataclass
@@ -110,7 +112,7 @@ def server_words(
 
 def _reply_ms(points: Sequence[tuple[int, float]], chars: int) -> float:
     """Reply-audio ms at character `chars`, linear between the marks."""
-    for (c0, a0), (c1, a1) in zip(points, points[1:], strict=False):
+    for (c0, a0), (c1, a1) in itertools.pairwise(points):
         if chars <= c1:
             return a0 if c1 == c0 else a0 + (chars - c0) / (c1 - c0) * (a1 - a0)
     return points[-1][1]
@@ -118,7 +120,8 @@ def _reply_ms(points: Sequence[tuple[int, float]], chars: int) -> float:
 
 def _on_timeline(reply_ms: float, spans: Sequence[tuple[float, float, float]], *, opening: bool) -> float:
     """Reply-audio ms → playback-timeline ms through the response's placed chunks; a position on the
-    boundary of two chunks belongs to the later one when it opens a word, to the earlier when it closes one."""
+    boundary of two chunks belongs to the later one when it opens a word, to the earlier one when it
+    closes a word."""
     for reply_start, reply_end, timeline_start in spans:
         if reply_ms < reply_end or (reply_ms == reply_end and not opening):
             return timeline_start + max(0.0, reply_ms - reply_start)
@@ -223,10 +226,11 @@ async def transcription_words(wav: Path, endpoint: TranscriptionEndpoint) -> Tim
     client = openai.AsyncOpenAI(
         base_url=endpoint.base_url, api_key=endpoint.api_key, timeout=endpoint.timeout_s, max_retries=2
     )
+    data = await asyncio.to_thread(wav.read_bytes)
     try:
         result = await client.audio.transcriptions.create(
             model=endpoint.model,
-            file=(wav.name, wav.read_bytes(), "audio/wav"),
+            file=(wav.name, data, "audio/wav"),
             response_format="verbose_json",
             timestamp_granularities=["word"],
         )
