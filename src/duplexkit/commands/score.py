@@ -42,13 +42,7 @@ def register(commands: argparse._SubParsersAction[argparse.ArgumentParser]) -> N
         help="the benchmark's rules to score by (default: the one RUN_DIR/run.json names; fdb also scores "
         "any folder of Full-Duplex-Bench sample folders holding output.wav and output.json)",
     )
-    parser.add_argument(
-        "--icc-distribution",
-        type=Path,
-        metavar="PATH",
-        help="fdb: the human backchannel timing distributions ({sample_id: [p, ...]}, upstream's "
-        "icc_gt_distribution.json); without it JSD is reported unavailable",
-    )
+    add_fdb_options(parser)
     add_judge_options(parser)
     parser.add_argument(
         "--workers", type=int, default=4, help="samples and judge requests in flight (default: %(default)s)"
@@ -59,6 +53,33 @@ def register(commands: argparse._SubParsersAction[argparse.ArgumentParser]) -> N
         help="score samples run at as-fast-as-possible pace (clock=invalid) anyway",
     )
     parser.set_defaults(handler=run)
+
+
+def add_fdb_options(parser: argparse.ArgumentParser) -> None:
+    """Full-Duplex-Bench's scoring options, shared with `duplexkit bench --benchmark fdb`."""
+    group = parser.add_argument_group("Full-Duplex-Bench (fdb)")
+    group.add_argument(
+        "--icc-distribution",
+        type=Path,
+        metavar="PATH",
+        help="the human backchannel timing distributions ({sample_id: [p, ...]}, upstream's "
+        "icc_gt_distribution.json); without it JSD is reported unavailable",
+    )
+    group.add_argument(
+        "--words",
+        choices=["keep", "asr", "transcription"],
+        default="keep",
+        help="where output.json's word times come from: keep the output.json each folder holds (a bench run "
+        "writes it from the server's transcript and audio_text_marks); asr re-times every output.wav "
+        "offline (faster-whisper if installed with packaged weights, else pocketsphinx); transcription "
+        "sends it to --transcription-url (default: %(default)s)",
+    )
+    group.add_argument(
+        "--transcription-url",
+        metavar="URL",
+        help="OpenAI-compatible base URL serving /audio/transcriptions with word timestamps",
+    )
+    group.add_argument("--transcription-model", metavar="NAME", help="model name for --transcription-url")
 
 
 def add_judge_options(parser: argparse.ArgumentParser) -> None:
@@ -217,14 +238,21 @@ def _usage(args: argparse.Namespace, message: str) -> None:
 
 
 def score_fdb(args: argparse.Namespace, root: Path) -> int:
-    """Full-Duplex-Bench scores of the sample folders under `root` → `root/fdb_scores.json` and a table.
+    """`fdb_scores` run to completion (the `duplexkit score --benchmark fdb` entry point)."""
+    return asyncio.run(fdb_scores(args, root))
+
+
+async def fdb_scores(args: argparse.Namespace, root: Path) -> int:
+    """Full-Duplex-Bench scores of the sample folders under `root` → `root/fdb_scores.json` and a table,
+    after re-timing the words when --words asks for another source.
 
     The relevance judge runs when --judge-url and --judge-model are given; otherwise relevance is null.
     Exit 0 when every sample scored, 1 when some could not be, 2 on bad usage or a folder with no samples.
     """
-    from duplexkit.bench.fdb.dataset import FdbDatasetError
+    from duplexkit.bench.fdb.dataset import FdbDatasetError, find_samples
     from duplexkit.bench.fdb.judge import RelevanceJudge
     from duplexkit.bench.fdb.scoring import SCORES_FILE, format_table, read_distribution, score_dir
+    from duplexkit.bench.fdb.words import TranscriptionEndpoint, retime_samples
 
     human = None
     if args.icc_distribution is not None:
@@ -233,6 +261,16 @@ def score_fdb(args: argparse.Namespace, root: Path) -> int:
         except ValueError as exc:
             _usage(args, str(exc))
             return 2
+    endpoint = None
+    if args.words == "transcription":
+        if not (args.transcription_url and args.transcription_model):
+            _usage(args, "--words transcription needs --transcription-url and --transcription-model")
+            return 2
+        endpoint = TranscriptionEndpoint(
+            args.transcription_url,
+            args.transcription_model,
+            api_key=args.judge_api_key or os.environ.get(API_KEY_ENV) or "none",
+        )
     judge = None
     if args.judge_url or args.judge_model:
         if not (args.judge_url and args.judge_model) or args.judge_timeout <= 0:
@@ -245,26 +283,25 @@ def score_fdb(args: argparse.Namespace, root: Path) -> int:
                 base_url=args.judge_url,
                 model=args.judge_model,
                 api_key=args.judge_api_key or os.environ.get(API_KEY_ENV) or "none",
-                concurrency=max(1, args.workers),
+                concurrency=int(getattr(args, "workers", 0) or getattr(args, "concurrency", 0) or 1),
                 timeout_s=args.judge_timeout,
             )
         )
-
-    async def go() -> dict[str, Any]:
-        try:
-            return await score_dir(root, human=human, judge=judge)
-        finally:
-            if judge is not None:
-                await judge.aclose()
-
     try:
-        scores = asyncio.run(go())
+        if args.words in ("asr", "transcription"):
+            failed = await retime_samples(find_samples(root), args.words, endpoint)
+            for where, error in failed:
+                print(f"duplexkit {args.command}: {where}: {error}", file=sys.stderr)
+        scores = await score_dir(root, human=human, judge=judge)
     except FdbDatasetError as exc:
         _usage(args, str(exc))
         return 2
     except JudgeUnreachable as exc:
         print(f"duplexkit {args.command}: {exc}", file=sys.stderr)
         return 1
+    finally:
+        if judge is not None:
+            await judge.aclose()
     print(format_table(scores))
     print(f"wrote {root / SCORES_FILE}")
     return 1 if any(t["errors"] for t in scores["tasks"].values()) else 0

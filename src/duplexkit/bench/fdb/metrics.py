@@ -108,7 +108,7 @@ def latency_after(words: Sequence[Word], anchor_s: float) -> float | None:
     """First word start - `anchor_s`, negative clipped to 0; `None` without words."""
     if not words:
         return None
-    return max(0.0, words[0].start - anchor_s)
+    return round(max(0.0, words[0].start - anchor_s), 6)
 
 
 def cut_after(words: Sequence[Word], cut_s: float) -> list[Word]:
@@ -168,7 +168,8 @@ def backchannel_histogram(backchannels: Sequence[Segment], output_s: float) -> n
         last = min(int(end / JSD_BIN_S), len(bins) - 1)
         bins[first : last + 1] += 1
     bins += JSD_EPSILON
-    return bins / bins.sum()
+    normalised: np.ndarray = bins / bins.sum()
+    return normalised
 
 
 def jensen_shannon(p: Sequence[float] | np.ndarray, q: Sequence[float] | np.ndarray) -> float:

