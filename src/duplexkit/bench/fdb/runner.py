@@ -35,6 +35,7 @@ from duplexkit.bench.fdb.dataset import Sample
 from duplexkit.bench.fdb.words import server_words
 from duplexkit.bench.retry import AttemptOutcome
 from duplexkit.bench.runner import Attempt, CapacityRefused, RunConfig, is_capacity_refusal
+from duplexkit.bench.speech import speech_segments
 from duplexkit.client import ConnectionLost, DuplexClient, SessionError, dump_events
 from duplexkit.client.session import close_session
 from duplexkit.client.wavfile import read_wav, write_wav
@@ -141,11 +142,44 @@ async def run_attempt(sample: Sample, media: FdbInput, config: RunConfig) -> Att
                 "words": len(words),
             }
         )
+        meta["timeline"] = {
+            "input_speech": speech_segments(_pcm16(media.samples)),
+            "decisions": [
+                {"t": round(chunk.start / OUTPUT_RATE_HZ, 3), "decision": "speak"}
+                for chunk in collector.audio_placements()
+                if chunk.start / OUTPUT_RATE_HZ < media.duration_s
+            ],
+        }
+        meta["sentences_timing"] = "playback: the words grouped, before any interruption cut"
         audio = fit_to(collector.output_audio(), round(media.duration_s * OUTPUT_RATE_HZ))
         events = dump_events(client.events, client.connected_at)
-        sentences = [s.to_json() for s in collector.sentences()]
+        sentences = sentences_of(timed.words)
     extras = {"output_json": metrics.output_json(words, source=source)}
     return Attempt(outcome=outcome, sentences=sentences, meta=meta, events=events, audio=audio, extras=extras)
+
+
+def _pcm16(samples: npt.NDArray[np.float32]) -> bytes:
+    return (np.clip(samples, -1.0, 1.0) * 32767).astype("<i2").tobytes()
+
+
+def sentences_of(words: list[metrics.Word]) -> list[dict[str, Any]]:
+    """The published `<id>.json`: the words grouped into sentences (split after . ? !), each from its first
+    word's start to its last word's end, so the report's reply lane shows what played, where it played."""
+    out: list[dict[str, Any]] = []
+    current: list[metrics.Word] = []
+    for word in words:
+        current.append(word)
+        if word.text.endswith((".", "?", "!")) or word is words[-1]:
+            last = current[-1]
+            out.append(
+                {
+                    "sentence": " ".join(w.text for w in current),
+                    "start": current[0].start,
+                    "end": last.end if last.end is not None else last.start,
+                }
+            )
+            current = []
+    return out
 
 
 def sample_meta(sample: Sample) -> dict[str, Any]:
@@ -155,6 +189,9 @@ def sample_meta(sample: Sample) -> dict[str, Any]:
         "version": sample.version,
         "synthetic": sample.synthetic,
         "sample": {
+            "question_text": None
+            if sample.task != "interruption"
+            else f"{sample.context} (interrupted by: {sample.interrupt})",
             "folder": str(sample.folder),
             "span": None if sample.span is None else list(sample.span),
             "context": sample.context,

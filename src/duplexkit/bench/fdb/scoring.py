@@ -244,4 +244,48 @@ async def score_dir(
 
     scores = await score_samples(find_samples(root), segmenter=segmenter, human=human, judge=judge)
     write_json_atomic(root / SCORES_FILE, scores)
+    if (root / "run.json").is_file():
+        write_run_scores(root, scores)
     return scores
+
+
+def write_run_scores(root: Path, scores: Mapping[str, Any]) -> None:
+    """A run folder's scores in the shared report's shape: `scores/summary.json` (one `fdb` section, a group
+    per task folder) and `scores/<split>/<id>.json` per sample."""
+    from duplexkit.bench.artifacts import write_json_atomic
+    from duplexkit.bench.fdb.report import MEANS
+
+    by_task: dict[str, Any] = {}
+    total = errors = 0
+    for split, entry in scores["tasks"].items():
+        by_task[split] = {m: entry.get(m) for m in MEANS} | {
+            "samples": entry["scored"],
+            "errors": entry["errors"],
+        }
+        total += entry["samples"]
+        errors += entry["errors"]
+        for row in entry["per_sample"]:
+            values = {m: row[m] for m in MEANS if isinstance(row.get(m), int | float)}
+            status = "error" if "error" in row else "scored"
+            write_json_atomic(
+                root / "scores" / split / f"{row['id']}.json",
+                {"status": status, "scores": values, "error": row.get("message")},
+            )
+    judge = scores.get("judge") or {}
+    summary = {
+        "benchmark": "fdb",
+        "judge": {
+            "kind": "rules",
+            "model": f"Full-Duplex-Bench rules; relevance: {judge.get('model') or 'not judged'}",
+            "url": judge.get("url"),
+            "prompt_version": judge.get("prompt_version") or "none",
+            "prompt_source": judge.get("prompt_source"),
+        },
+        "note": "synthetic built-in data: not comparable to published numbers"
+        if scores.get("synthetic")
+        else None,
+        "complete": errors == 0,
+        "coverage": {"total": total, "scored": total - errors, "skipped": 0, "errors": errors},
+        "fdb": {"samples": total - errors, "errors": errors, "by_task": by_task},
+    }
+    write_json_atomic(root / "scores" / "summary.json", summary)
