@@ -11,6 +11,7 @@ import pytest
 from duplexkit.bench.fdb.dataset import FdbDatasetError, Selection, find_samples, load_dataset
 from duplexkit.bench.fdb.scoring import score_dir
 from duplexkit.cli import main
+from tests.bench.fdb.conftest import FakeOpenAI
 from tests.bench.fdb.helpers import sample_folder
 
 
@@ -159,3 +160,55 @@ def test_score_cli_on_someone_elses_folders(tmp_path: Path, capsys: pytest.Captu
     assert json.loads((root / "fdb_scores.json").read_text())["tasks"]["theirs"]["tor"] == 0.5
     assert main(["score", "--benchmark", "fdb", str(tmp_path / "nothing")]) == 2
     assert "[not_a_folder]" in capsys.readouterr().err
+
+
+def test_v15_sample_gets_stop_and_response_latency_from_merged_segments(tmp_path: Path) -> None:
+    root = tmp_path / "v15"
+    it = [{"context": "c", "interrupt": "i", "timestamp": [4.0, 6.0]}]
+    folder = sample_folder(
+        root / "s1", task_file="interrupt.json", task=it, seconds=12, words=[("ok", 6.5, 7.8)]
+    )
+    (folder / "metadata.json").write_text(json.dumps({"category": "user_interruption"}))
+    (folder / "clean_input.wav").write_bytes((folder / "input.wav").read_bytes())
+
+    def segments(path: Path) -> tuple[list[tuple[float, float]], float]:
+        if path.name == "input.wav":  # user: [1, 2] and [2.5, 3] merge (gap 0.5 ≤ 0.6); [4, 6]
+            return [(1.0, 2.0), (2.5, 3.0), (4.0, 6.0)], 12.0
+        # model: [3.4, 5.0] and [5.5, 6.2] merge (gap 0.5 ≤ 0.5); [6.9, 7.8] stays apart (gap 0.7)
+        return [(3.4, 5.0), (5.5, 6.2), (6.9, 7.8)], 12.0
+
+    (sample,) = find_samples(root)
+    assert sample.version == "v1.5" and "clean_input.wav" in sample.task_files
+    row = asyncio.run(score_dir(root, segmenter=segments))["tasks"]["v15"]["per_sample"][0]
+    # merged user [1, 3], [4, 6]; merged model [3.4, 6.2], [6.9, 7.8] (gap 0.7 > 0.5 stays apart)
+    # overlap [4.0, 6.0] → stop latency 2.0; responses: user end 3.0 → model 3.4 (0.4), 6.0 → 6.9 (0.9)
+    assert row["stop_latencies_s"] == pytest.approx([2.0])
+    assert row["response_latencies_s"] == pytest.approx([0.4, 0.9])
+
+
+def test_score_cli_retimes_words_through_a_transcription_endpoint(
+    tmp_path: Path, fake_openai, capsys
+) -> None:  # type: ignore[no-untyped-def]
+    fake_openai.transcribe = lambda form: {
+        "text": "well I think so",
+        "words": [
+            {"word": "well", "start": 14.2, "end": 14.5},
+            {"word": "I", "start": 14.6, "end": 14.7},
+            {"word": "think", "start": 14.8, "end": 15.1},
+            {"word": "so", "start": 15.2, "end": 15.5},
+        ],
+    }
+    root = tmp_path / "turn"
+    sample_folder(
+        root / "t1", task_file="turn_taking.json", task=[{"timestamp": [12.0, 16.0]}], seconds=16, words=None
+    )
+    args = ["score", "--benchmark", "fdb", str(root), "--words", "transcription"]
+    args += ["--transcription-url", fake_openai.url, "--transcription-model", "whisper-x"]
+    assert main(args) == 0
+    written = json.loads((root / "t1" / "output.json").read_text())
+    assert written["word_timing"] == {"source": "transcription", "url": fake_openai.url, "model": "whisper-x"}
+    scores = json.loads((root / "fdb_scores.json").read_text())["tasks"]["turn"]
+    # 4 words over 1.3 s → TOR 1; first word at 14.2 after the span start 12.0 → 2.2
+    assert scores["tor"] == 1.0 and scores["latency_s"] == pytest.approx(2.2)
+    assert main(["score", "--benchmark", "fdb", str(root), "--words", "transcription"]) == 2
+    assert "--transcription-url" in capsys.readouterr().err
