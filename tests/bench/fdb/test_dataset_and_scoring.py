@@ -187,8 +187,8 @@ def test_v15_sample_gets_stop_and_response_latency_from_merged_segments(tmp_path
 
 
 def test_score_cli_retimes_words_through_a_transcription_endpoint(
-    tmp_path: Path, fake_openai, capsys
-) -> None:  # type: ignore[no-untyped-def]
+    tmp_path: Path, fake_openai: FakeOpenAI, capsys: pytest.CaptureFixture[str]
+) -> None:
     fake_openai.transcribe = lambda form: {
         "text": "well I think so",
         "words": [
