@@ -199,6 +199,15 @@ async def _score(args: argparse.Namespace, judge: Judge) -> Summary:
         await judge.aclose()
 
 
+def _recorded_pace(run_dir: Path) -> str | None:
+    """The pace `run_dir/run.json` records; `None` for a folder that is not a run (anyone's FDB outputs)."""
+    try:
+        pace = json.loads((run_dir / "run.json").read_text(encoding="utf-8"))["config"]["pace"]
+    except (OSError, ValueError, KeyError, TypeError):
+        return None
+    return pace if isinstance(pace, str) else None
+
+
 def _dataset_source(run_dir: Path) -> str | None:
     try:
         source = json.loads((run_dir / "run.json").read_text(encoding="utf-8"))["dataset"]["source"]
@@ -254,6 +263,9 @@ async def fdb_scores(args: argparse.Namespace, root: Path) -> int:
     from duplexkit.bench.fdb.scoring import SCORES_FILE, format_table, read_distribution, score_dir
     from duplexkit.bench.fdb.words import TranscriptionEndpoint, retime_samples
 
+    if _recorded_pace(root) not in (None, "realtime") and not args.allow_invalid_clock:
+        _usage(args, f"{root} was run as fast as possible (clock=invalid); add --allow-invalid-clock")
+        return 2
     human = None
     if args.icc_distribution is not None:
         try:

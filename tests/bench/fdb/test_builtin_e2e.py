@@ -106,3 +106,17 @@ def test_bench_fdb_refuses_an_out_inside_the_dataset(
         == 2
     )
     assert "overlaps the dataset" in capsys.readouterr().err
+
+
+def test_score_refuses_an_as_fast_as_possible_run(tmp_path: Path, capsys: pytest.CaptureFixture[str]) -> None:
+    from tests.bench.fdb.helpers import sample_folder
+
+    root = tmp_path / "run"
+    sample_folder(root / "pause" / "p1", task_file="pause.json", words=[])
+    (root / "run.json").write_text(
+        json.dumps({"benchmark": "fdb", "config": {"pace": "as-fast-as-possible"}})
+    )
+    assert main(["score", str(root)]) == 2
+    assert "clock=invalid" in capsys.readouterr().err
+    assert main(["score", str(root), "--allow-invalid-clock"]) == 0
+    assert json.loads((root / "scores" / "summary.json").read_text())["fdb"]["by_task"]["pause"]["tor"] == 0.0
