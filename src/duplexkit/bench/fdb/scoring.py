@@ -10,6 +10,7 @@ listed with an error code and left out of the means.
 
 from __future__ import annotations
 
+import asyncio
 import json
 from collections.abc import Callable, Mapping, Sequence
 from pathlib import Path
@@ -125,33 +126,49 @@ async def score_samples(
     human: Mapping[str, Sequence[float]] | None = None,
     judge: RelevanceJudge | None = None,
 ) -> dict[str, Any]:
-    """Every sample's metrics and the per-split summary (the `fdb_scores.json` payload)."""
-    rows: list[dict[str, Any]] = []
-    for sample in samples:
+    """Every sample's metrics and the per-split summary (the `fdb_scores.json` payload). The rules (VAD
+    included) run in a worker thread; the relevance judge's requests run concurrently (the chat client
+    bounds how many are in flight)."""
+
+    def measure() -> list[dict[str, Any]]:
+        rows = []
+        for sample in samples:
+            try:
+                rows.append(score_sample(sample, segmenter=segmenter, human=human))
+            except SampleError as exc:
+                rows.append(
+                    {
+                        "split": sample.split,
+                        "id": sample.id,
+                        "task": sample.task,
+                        "error": exc.code,
+                        "message": str(exc),
+                    }
+                )
+        return rows
+
+    rows = await asyncio.to_thread(measure)
+
+    async def rate(sample: Sample, row: dict[str, Any]) -> None:
+        row["relevance"] = None
+        if judge is None or row["tor"] != 1:
+            return
         try:
-            row = score_sample(sample, segmenter=segmenter, human=human)
-        except SampleError as exc:
-            rows.append(
-                {
-                    "split": sample.split,
-                    "id": sample.id,
-                    "task": sample.task,
-                    "error": exc.code,
-                    "message": str(exc),
-                }
-            )
-            continue
-        if sample.task == "interruption":
-            row["relevance"] = None
-            if judge is not None and row["tor"] == 1:
-                try:
-                    rated = await judge.rate(sample.context or "", sample.interrupt or "", row["reply"])
-                    row.update(relevance=rated["relevance"], relevance_analysis=rated["analysis"])
-                    if rated["trace"]:
-                        row["relevance_trace"] = rated["trace"]
-                except ScoringError as exc:
-                    row.update(relevance_error=str(exc), relevance_trace=exc.trace)
-        rows.append(row)
+            rated = await judge.rate(sample.context or "", sample.interrupt or "", row["reply"])
+        except ScoringError as exc:
+            row.update(relevance_error=str(exc), relevance_trace=exc.trace)
+            return
+        row.update(relevance=rated["relevance"], relevance_analysis=rated["analysis"])
+        if rated["trace"]:
+            row["relevance_trace"] = rated["trace"]
+
+    await asyncio.gather(
+        *(
+            rate(s, r)
+            for s, r in zip(samples, rows, strict=True)
+            if s.task == "interruption" and "error" not in r
+        )
+    )
     return {
         "benchmark": "fdb",
         "synthetic": any(s.synthetic for s in samples),
