@@ -92,3 +92,26 @@ async def test_the_runner_writes_fdb_folders_on_the_input_timeline(tmp_path: Pat
     turn = scores["tasks"]["turn"]
     # a 1.4 s reply (24 characters at 60 ms) is a take-over; its latency runs from the span start at 1.5 s
     assert turn["tor"] == 1.0 and turn["latency_s"] == round(first - 1.5, 6)
+
+
+async def test_an_unreachable_server_is_retried_once_then_recorded_as_failed(tmp_path: Path) -> None:
+    import socket
+
+    data = tmp_path / "data"
+    write_sample(data / "turn" / "t1", 16_000, "turn_taking.json", [{"timestamp": [1.5, 4.5]}])
+    dataset = load_dataset(str(data), Selection())
+    with socket.socket() as sock:  # a port nobody listens on
+        sock.bind(("127.0.0.1", 0))
+        port = sock.getsockname()[1]
+    run_dir = RunDir(tmp_path / "run")
+    config = RunConfig(
+        url=f"ws://127.0.0.1:{port}/v1/realtime", bounds=SessionBounds(configure_timeout_s=2.0)
+    )
+    (result,) = await BenchmarkRunner(config, run_dir, benchmark=get_benchmark("fdb")).run(
+        list(dataset.samples)
+    )
+    assert result.status == "failed" and result.retried
+    meta = json.loads(run_dir.meta_path("turn", "t1").read_text())
+    assert meta["retry_count"] == 1 and meta["error"].startswith("transport_error")
+    assert not (run_dir.sample_dir("turn", "t1") / "output.wav").exists()
+    assert not run_dir.is_published("turn", "t1")
