@@ -20,6 +20,7 @@ from duplexkit.bench.fdb.dataset import Dataset, Sample, Selection, load_dataset
 from duplexkit.bench.fdb.report import REPORT
 from duplexkit.bench.judge.base import JudgeInfo
 from duplexkit.bench.runner import Attempt, RunConfig
+from duplexkit.client import SessionProgress
 
 __all__ = ["BENCHMARK"]
 
@@ -50,8 +51,10 @@ class FullDuplexBench:
     def prepare_media(self, sample: Sample, config: RunConfig) -> runner.FdbInput:
         return runner.prepare_media(sample)
 
-    async def run_attempt(self, sample: Sample, media: runner.FdbInput, config: RunConfig) -> Attempt:
-        return await runner.run_attempt(sample, media, config)
+    async def run_attempt(
+        self, sample: Sample, media: runner.FdbInput, config: RunConfig, progress: SessionProgress
+    ) -> Attempt:
+        return await runner.run_attempt(sample, media, config, progress)
 
     def sample_meta(self, sample: Sample) -> dict[str, Any]:
         return runner.sample_meta(sample)

@@ -20,7 +20,6 @@ plugs in once the client adapters land.
 
 from __future__ import annotations
 
-import contextlib
 import shutil
 from dataclasses import dataclass
 from pathlib import Path
@@ -36,7 +35,7 @@ from duplexkit.bench.fdb.words import server_words
 from duplexkit.bench.retry import AttemptOutcome
 from duplexkit.bench.runner import Attempt, CapacityRefused, RunConfig, is_capacity_refusal
 from duplexkit.bench.speech import speech_segments
-from duplexkit.client import ConnectionLost, DuplexClient, SessionError, dump_events
+from duplexkit.client import ConnectionLost, DuplexClient, SessionError, SessionProgress, dump_events
 from duplexkit.client.session import close_session
 from duplexkit.client.wavfile import read_wav, write_wav
 from duplexkit.protocol.audio import resample
@@ -69,8 +68,10 @@ def prepare_media(sample: Sample) -> FdbInput:
 
 
 def connect(config: RunConfig) -> DuplexClient:
-    """The client for `config`'s server (today our duplex protocol)."""
-    return DuplexClient(config.url, api_key=config.api_key, model=config.model)
+    """The client for `config`'s server (today our duplex protocol), its handshake bounded."""
+    return DuplexClient(
+        config.url, api_key=config.api_key, model=config.model, open_timeout_s=config.bounds.open_timeout_s
+    )
 
 
 def fit_to(samples: npt.NDArray[np.float32], length: int) -> npt.NDArray[np.float32]:
@@ -80,8 +81,12 @@ def fit_to(samples: npt.NDArray[np.float32], length: int) -> npt.NDArray[np.floa
     return np.concatenate([samples, np.zeros(length - len(samples), dtype=np.float32)])
 
 
-async def run_attempt(sample: Sample, media: FdbInput, config: RunConfig) -> Attempt:
-    """One full-duplex session over the whole input; raises `CapacityRefused` when the server has no slot."""
+async def run_attempt(
+    sample: Sample, media: FdbInput, config: RunConfig, progress: SessionProgress | None = None
+) -> Attempt:
+    """One full-duplex session over the whole input; raises `CapacityRefused` when the server has no slot.
+    `progress` follows the session's steps (the harness reads it when the outer deadline fires)."""
+    progress = progress or SessionProgress()
     outcome = AttemptOutcome()
     bounds = config.bounds
     input_bound = bounds.input_bound_s(media.duration_s)
@@ -89,11 +94,13 @@ async def run_attempt(sample: Sample, media: FdbInput, config: RunConfig) -> Att
         "bounds": {
             "configure_timeout": bounds.configure_timeout_s,
             "input_timeout": input_bound,
+            "ack_timeout": bounds.ack_timeout_s,
             "close_timeout": bounds.close_timeout_s,
         },
         "input_s": round(media.duration_s, 3),
     }
     async with connect(config) as client:
+        progress.client, progress.stage = client, "configure"
         try:
             capabilities = await client.configure(
                 extra_body=config.extra_body, timeout_s=bounds.configure_timeout_s
@@ -103,6 +110,7 @@ async def run_attempt(sample: Sample, media: FdbInput, config: RunConfig) -> Att
                 raise CapacityRefused(str(exc)) from None
             raise
         meta["unit_ms"] = capabilities.chunk_period_ms
+        progress.stage = "input"
         report = await client.stream(
             media.samples,
             sample_rate_hz=INPUT_RATE_HZ,
@@ -112,10 +120,19 @@ async def run_attempt(sample: Sample, media: FdbInput, config: RunConfig) -> Att
         )
         if report.timed_out:
             outcome.input_timeout = input_bound
-        with contextlib.suppress(TimeoutError, ConnectionLost):
+        progress.stage = "final_ack"
+        try:
             await client.ack_playback(timeout_s=bounds.ack_timeout_s)
+        except TimeoutError:
+            outcome.ack_timeout = bounds.ack_timeout_s
+        except ConnectionLost:
+            pass  # recorded just below
         if client.connection_lost:
             outcome.transport_error = "connection closed before the end of the input"
+        # No drain in full duplex: what is observed is the input's own span, complete once all of it was
+        # streamed; a close that stalls after that is then advisory, as after a settled drain.
+        outcome.drain_settled = not report.timed_out and not client.connection_lost
+        progress.stage = "close"
         close = await close_session(client, bounds)
         if close is None or not close.clean:
             outcome.close_timeout = bounds.close_timeout_s
@@ -154,6 +171,7 @@ async def run_attempt(sample: Sample, media: FdbInput, config: RunConfig) -> Att
         audio = fit_to(collector.output_audio(), round(media.duration_s * OUTPUT_RATE_HZ))
         events = dump_events(client.events, client.connected_at)
         sentences = sentences_of(timed.words)
+    progress.stage = "done"
     extras = {"output_json": metrics.output_json(words, source=source)}
     return Attempt(outcome=outcome, sentences=sentences, meta=meta, events=events, audio=audio, extras=extras)
 
