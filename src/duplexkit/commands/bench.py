@@ -133,6 +133,8 @@ def register(commands: argparse._SubParsersAction[argparse.ArgumentParser]) -> N
 def run_command(args: argparse.Namespace) -> int:
     if args.benchmark == "fdb":
         return _run_fdb(args)
+    if args.task or args.icc_distribution or args.words != "keep" or args.transcription_url:
+        return _usage("--task, --icc-distribution, --words and --transcription-* need --benchmark fdb")
     from duplexkit.bench.omni_duplex_eval.dataset import DatasetError, Selection, load_dataset
 
     if args.ids and args.exclude_ids:

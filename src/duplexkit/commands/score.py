@@ -171,6 +171,9 @@ def judge_from_args(args: argparse.Namespace, dataset_source: str | None, concur
 def run(args: argparse.Namespace) -> int:
     if (args.benchmark or benchmark_name_of_run(args.run_dir)) == "fdb":
         return score_fdb(args, args.run_dir)
+    if args.icc_distribution or args.words != "keep" or args.transcription_url or args.transcription_model:
+        _usage(args, "--icc-distribution, --words and --transcription-* are Full-Duplex-Bench options")
+        return 2
     if args.workers < 1:
         _usage(args, "--workers must be at least 1")
         return 2

@@ -120,3 +120,30 @@ def test_score_refuses_an_as_fast_as_possible_run(tmp_path: Path, capsys: pytest
     assert "clock=invalid" in capsys.readouterr().err
     assert main(["score", str(root), "--allow-invalid-clock"]) == 0
     assert json.loads((root / "scores" / "summary.json").read_text())["fdb"]["by_task"]["pause"]["tor"] == 0.0
+
+
+def test_fdb_options_are_refused_for_omni_duplex_eval(
+    tmp_path: Path, capsys: pytest.CaptureFixture[str]
+) -> None:
+    assert main(["bench", "--dataset", "builtin", "--out", str(tmp_path / "o"), "--task", "pause"]) == 2
+    assert "need --benchmark fdb" in capsys.readouterr().err
+    (tmp_path / "r").mkdir()
+    assert main(["score", str(tmp_path / "r"), "--benchmark", "omni-duplex-eval", "--words", "asr"]) == 2
+    assert "Full-Duplex-Bench options" in capsys.readouterr().err
+
+
+def test_the_report_shows_the_fdb_selection_and_survives_missing_scores(tmp_path: Path) -> None:
+    from duplexkit.bench.fdb.report import REPORT
+    from duplexkit.bench.report import load_run
+    from tests.bench.fdb.helpers import sample_folder
+
+    root = tmp_path / "run"
+    sample_folder(root / "pause" / "p1", task_file="pause.json", words=[])
+    run = {"benchmark": "fdb", "dataset": {"selection": {"tasks": ["pause"], "ids": [], "limit": None}}}
+    (root / "run.json").write_text(json.dumps(run))
+    (root / "pause" / "p1.meta.json").write_text(
+        json.dumps({"split": "pause", "id": "p1", "status": "published"})
+    )
+    data = load_run(root)
+    assert data.run.selection == "tasks: pause · ids: all · limit: none"
+    assert REPORT.extra is not None and "No fdb_scores.json" in REPORT.extra(data)
