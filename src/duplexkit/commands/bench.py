@@ -56,7 +56,7 @@ def register(commands: argparse._SubParsersAction[argparse.ArgumentParser]) -> N
         "--task",
         action="append",
         default=[],
-        choices=["pause", "backchannel", "turn_taking", "interruption"],
+        choices=["pause", "backchannel", "turn_taking", "interruption", "overlap"],
         help="fdb: run only this task (repeatable; default: all)",
     )
     data.add_argument(

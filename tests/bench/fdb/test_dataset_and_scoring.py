@@ -94,6 +94,7 @@ def test_tasks_are_detected_from_the_files(tmp_path: Path) -> None:
         ({"input.wav": b"", "turn_taking.json": b'[{"timestamp": [3, 1]}]'}, "bad_task_file"),
         ({"input.wav": b"", "interrupt.json": b"not json"}, "bad_task_file"),
         ({"input.wav": b"", "pause.json": b"[]", "metadata.json": b"[1]"}, "bad_metadata"),
+        ({"input.wav": b"", "metadata.json": b"not json"}, "bad_metadata"),
     ],
 )
 def test_a_folder_fitting_no_task_gets_a_coded_error(
@@ -212,3 +213,20 @@ def test_score_cli_retimes_words_through_a_transcription_endpoint(
     assert scores["tor"] == 1.0 and scores["latency_s"] == pytest.approx(2.2)
     assert main(["score", "--benchmark", "fdb", str(root), "--words", "transcription"]) == 2
     assert "--transcription-url" in capsys.readouterr().err
+
+
+def test_a_v15_folder_without_a_task_file_is_an_overlap_sample(tmp_path: Path) -> None:
+    root = tmp_path / "background_speech"
+    folder = sample_folder(
+        root / "b1", task_file=None, seconds=6, words=[("so", 1.0, 1.2), ("anyway", 1.3, 2.4)]
+    )
+    (folder / "metadata.json").write_text(json.dumps({"scenario": "background"}))
+    (sample,) = find_samples(root)
+    assert (sample.task, sample.version) == ("overlap", "v1.5")
+    segments = {"input.wav": [(0.5, 3.0)], "output.wav": [(1.0, 2.4)]}
+    row = asyncio.run(score_dir(root, segmenter=lambda p: (segments[p.name], 6.0)))["tasks"][
+        "background_speech"
+    ]
+    # 2 words over 1.4 s → TOR 1 (no latency for this task); the model talked over the user for 1.4 s
+    assert row["tor"] == 1.0 and row["latency_s"] is None
+    assert row["per_sample"][0]["stop_latencies_s"] == pytest.approx([1.4])

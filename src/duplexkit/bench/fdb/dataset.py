@@ -5,7 +5,8 @@ A sample folder holds `input.wav` and one task file: `pause.json` (pause handlin
 (`[{"context", "interrupt", "timestamp": [s, e]}]`, the interrupting user turn) or `backchannel.json`
 (duplexkit's own marker for backchannel-only input; FDB v1's ICC folders have no task file, so a folder
 with only `input.wav` under a parent whose name contains `backchannel` is one too). v1.5 adds
-`metadata.json` and `clean_input.wav`; such a sample is also scored on the v1.5 timing metrics.
+`metadata.json` and `clean_input.wav`; such a sample is also scored on the v1.5 timing metrics, and one with
+no task file of its own is an `overlap` sample (v1.5's background speech, talking to someone else, ...).
 
 A dataset spec is a folder holding sample folders (one task), or a folder of such task folders. The split
 of a sample is its task folder's name, its id the sample folder's name. Every problem is an `FdbDatasetError`
@@ -24,7 +25,7 @@ from typing import Any, Literal
 
 from duplexkit.bench.sources import DatasetError, check_component
 
-Task = Literal["pause", "turn_taking", "interruption", "backchannel"]
+Task = Literal["pause", "turn_taking", "interruption", "backchannel", "overlap"]
 TASK_FILES: Mapping[str, Task] = {
     "pause.json": "pause",
     "turn_taking.json": "turn_taking",
@@ -32,7 +33,7 @@ TASK_FILES: Mapping[str, Task] = {
     "backchannel.json": "backchannel",
 }
 """Task file name → task."""
-TASKS: tuple[Task, ...] = ("pause", "backchannel", "turn_taking", "interruption")
+TASKS: tuple[Task, ...] = ("pause", "backchannel", "turn_taking", "interruption", "overlap")
 
 
 class FdbDatasetError(DatasetError):
@@ -103,12 +104,14 @@ def detect_sample(folder: Path, *, split: str) -> Sample:
         raise FdbDatasetError(
             "ambiguous_task", f"{folder}: task files of {', '.join(found)}; keep exactly one"
         )
+    if not found and (folder / "metadata.json").is_file():
+        found = ["overlap"]  # a v1.5 overlap scenario (background speech, talking to someone else, ...)
     if not found:
         if "backchannel" not in folder.parent.name.lower():
             raise FdbDatasetError(
                 "no_task",
-                f"{folder}: input.wav but no pause.json, turn_taking.json, interrupt.json or "
-                "backchannel.json "
+                f"{folder}: input.wav but no pause.json, turn_taking.json, interrupt.json, "
+                "backchannel.json or metadata.json "
                 "(a backchannel folder without a task file must sit under a folder named *backchannel*)",
             )
         found = ["backchannel"]
