@@ -266,6 +266,13 @@ async def fdb_scores(args: argparse.Namespace, root: Path) -> int:
     from duplexkit.bench.fdb.scoring import SCORES_FILE, format_table, read_distribution, score_dir
     from duplexkit.bench.fdb.words import TranscriptionEndpoint, retime_samples
 
+    if args.judge == "builtin" or args.protocol_dir is not None:
+        _usage(
+            args,
+            "fdb's only judge is the relevance LLM (--judge-url, --judge-model); no --judge builtin "
+            "or --protocol-dir",
+        )
+        return 2
     if _recorded_pace(root) not in (None, "realtime") and not args.allow_invalid_clock:
         _usage(args, f"{root} was run as fast as possible (clock=invalid); add --allow-invalid-clock")
         return 2

@@ -130,6 +130,8 @@ def test_fdb_options_are_refused_for_omni_duplex_eval(
     (tmp_path / "r").mkdir()
     assert main(["score", str(tmp_path / "r"), "--benchmark", "omni-duplex-eval", "--words", "asr"]) == 2
     assert "Full-Duplex-Bench options" in capsys.readouterr().err
+    assert main(["score", str(tmp_path / "r"), "--benchmark", "fdb", "--judge", "builtin"]) == 2
+    assert "relevance LLM" in capsys.readouterr().err
 
 
 def test_the_report_shows_the_fdb_selection_and_survives_missing_scores(tmp_path: Path) -> None:
