@@ -37,6 +37,7 @@ if TYPE_CHECKING:
 
 BENCHMARKS: Mapping[str, str] = {
     "omni-duplex-eval": "duplexkit.bench.omni_duplex_eval",
+    "fdb": "duplexkit.bench.fdb",
 }
 """Benchmark name (as `--benchmark` and `run.json` `benchmark` spell it) → the package holding `BENCHMARK`."""
 

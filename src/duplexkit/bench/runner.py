@@ -105,6 +105,8 @@ class Attempt:
     meta: dict[str, Any]
     events: list[dict[str, Any]] = field(default_factory=list)
     audio: np.ndarray | None = None
+    extras: dict[str, Any] = field(default_factory=dict)
+    """Benchmark payloads for its `write_artifacts` (e.g. FDB's `output.json`), not recorded in the meta."""
 
 
 @dataclass(slots=True)

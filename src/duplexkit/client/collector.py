@@ -195,6 +195,15 @@ class _Response:
         )
 
 
+@dataclass(frozen=True, slots=True)
+class PlacedAudio:
+    """One received audio chunk of `response_id` at sample `start` of the 24 kHz playback timeline."""
+
+    response_id: str
+    start: int
+    samples: npt.NDArray[np.float32]
+
+
 class EventCollector:
     """Feed it every received event (`observe`) and the client's own sends (`stream_started`,
     `commit_sent`); read metrics, sentences and audio whenever you like.
@@ -213,7 +222,7 @@ class EventCollector:
         self._current: str | None = None
         self._sentences = SentenceBuilder()
         self._text_owner: str | None = None
-        self._audio: list[tuple[float, npt.NDArray[np.float32]]] = []
+        self._audio: list[tuple[str, float, npt.NDArray[np.float32]]] = []
 
     # --- inputs ---------------------------------------------------------------------------------------
 
@@ -291,16 +300,22 @@ class EventCollector:
     def output_audio(self) -> npt.NDArray[np.float32]:
         """All response audio at 24 kHz on its playback timeline: a chunk starts when the media clock read
         at its receipt, or when the audio before it ends if that is later; silence fills the gaps."""
-        cursor = 0
-        placed: list[tuple[int, npt.NDArray[np.float32]]] = []
-        for media_ms, samples in self._audio:
-            start = max(cursor, ms_to_samples(media_ms, WAV_RATE_HZ))
-            placed.append((start, samples))
-            cursor = start + len(samples)
-        out = np.zeros(cursor, dtype=np.float32)
-        for start, samples in placed:
-            out[start : start + len(samples)] = samples
+        placed = self.audio_placements()
+        out = np.zeros(placed[-1].start + len(placed[-1].samples) if placed else 0, dtype=np.float32)
+        for chunk in placed:
+            out[chunk.start : chunk.start + len(chunk.samples)] = chunk.samples
         return out
+
+    def audio_placements(self) -> list[PlacedAudio]:
+        """Where each received audio chunk sits on the playback timeline `output_audio` builds, with its
+        response, so per-response positions (e.g. `audio_text_marks`) can be placed on that timeline."""
+        cursor = 0
+        placed: list[PlacedAudio] = []
+        for response_id, media_ms, samples in self._audio:
+            start = max(cursor, ms_to_samples(media_ms, WAV_RATE_HZ))
+            placed.append(PlacedAudio(response_id, start, samples))
+            cursor = start + len(samples)
+        return placed
 
     # --- internals ------------------------------------------------------------------------------------
 
@@ -348,7 +363,11 @@ class EventCollector:
         response.audio_at.append(event.received_at)
         response.audio_ms += samples_to_ms(len(samples), rate)
         self._audio.append(
-            (event.media_ms, samples if rate == WAV_RATE_HZ else resample(samples, rate, WAV_RATE_HZ))
+            (
+                response.id,
+                event.media_ms,
+                samples if rate == WAV_RATE_HZ else resample(samples, rate, WAV_RATE_HZ),
+            )
         )
 
 

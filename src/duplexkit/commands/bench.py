@@ -1,4 +1,5 @@
-"""`duplexkit bench`: run Omni-DuplexEval against a server (or the embedded one) into a resumable folder."""
+"""`duplexkit bench`: run a benchmark (Omni-DuplexEval, Full-Duplex-Bench) against a server (or the embedded
+one) into a resumable folder."""
 
 from __future__ import annotations
 
@@ -21,7 +22,13 @@ from duplexkit.commands.options import (
     model_from_args,
     resolve_protocol,
 )
-from duplexkit.commands.score import add_judge_options, format_summary, judge_from_args
+from duplexkit.commands.score import (
+    add_fdb_options,
+    add_judge_options,
+    fdb_scores,
+    format_summary,
+    judge_from_args,
+)
 
 EXIT_OK, EXIT_FAILED, EXIT_USAGE = 0, 1, 2
 
@@ -33,18 +40,34 @@ def _csv(value: str) -> list[str]:
 def register(commands: argparse._SubParsersAction[argparse.ArgumentParser]) -> None:
     parser = commands.add_parser(
         "bench",
-        help="run the Omni-DuplexEval benchmark against a server",
+        help="run a benchmark (Omni-DuplexEval, Full-Duplex-Bench) against a server",
         description="Stream every selected sample into a duplex server, drain its replies, and publish timed "
         "sentences and metadata under --out. Rerunning the same command resumes: published samples are "
         "skipped. Without --url the embedded server runs the built-in model for the duration of the run.",
     )
     data = parser.add_argument_group("dataset")
     data.add_argument(
+        "--benchmark",
+        choices=["omni-duplex-eval", "fdb"],
+        default="omni-duplex-eval",
+        help="omni-duplex-eval, or fdb: Full-Duplex-Bench, streamed in full duplex with no commit, writing "
+        "FDB sample folders (output.wav, output.json) under RUN_DIR/<task folder>/<id>/ "
+        "(default: %(default)s)",
+    )
+    data.add_argument(
+        "--task",
+        action="append",
+        default=[],
+        choices=["pause", "backchannel", "turn_taking", "interruption", "overlap"],
+        help="fdb: run only this task (repeatable; default: all)",
+    )
+    data.add_argument(
         "--dataset",
         required=True,
         metavar="SPEC",
         help="'builtin', a local HF dataset directory or .parquet file, a .jsonl manifest, or a HF dataset "
-        "id already in the local HF cache (never downloaded)",
+        "id already in the local HF cache (never downloaded); fdb: 'builtin' (synthetic, generated offline) "
+        "or a folder of FDB sample folders (or of task folders of them)",
     )
     data.add_argument("--split", action="append", default=[], help="split to run (repeatable; default: all)")
     data.add_argument(
@@ -106,10 +129,15 @@ def register(commands: argparse._SubParsersAction[argparse.ArgumentParser]) -> N
 
     add_bound_options(parser)
     add_judge_options(parser)
+    add_fdb_options(parser)
     parser.set_defaults(handler=run_command)
 
 
 def run_command(args: argparse.Namespace) -> int:
+    if args.benchmark == "fdb":
+        return _run_fdb(args)
+    if args.task or args.icc_distribution or args.words != "keep" or args.transcription_url:
+        return _usage("--task, --icc-distribution, --words and --transcription-* need --benchmark fdb")
     from duplexkit.bench.omni_duplex_eval.dataset import DatasetError, Selection, load_dataset
 
     if args.ids and args.exclude_ids:
@@ -154,11 +182,63 @@ def run_command(args: argparse.Namespace) -> int:
         return 130
 
 
-async def _bench(args: argparse.Namespace, dataset: Any, selection: Any, plugin: Any, judge: Any) -> int:
+def _run_fdb(args: argparse.Namespace) -> int:
+    """`--benchmark fdb`: the FDB selection and dataset, then the shared run; scoring by FDB's rules."""
+    from duplexkit.bench.fdb.dataset import Selection, load_dataset
+    from duplexkit.bench.sources import DatasetError
+
+    if args.split or args.family != "all" or args.exclude_ids:
+        return _usage("--split, --family and --exclude-ids are Omni-DuplexEval options; fdb takes --task")
+    if args.concurrency < 1 or (args.limit is not None and args.limit < 1) or args.chunk_ms <= 0:
+        return _usage("--concurrency, --limit and --chunk-ms must be positive")
+    if args.no_audio:
+        return _usage("fdb needs output.wav in every sample folder; drop --no-audio")
+    if args.words != "keep" and not args.score:
+        return _usage("--words asr|transcription re-times the words when scoring; add --score")
+    selection = Selection(tasks=tuple(args.task), ids=tuple(args.ids), limit=args.limit)
+    try:
+        dataset = load_dataset(args.dataset, selection)
+    except DatasetError as exc:
+        return _usage(str(exc))
+    out = args.out.resolve()
+    roots = {s.folder.parent.parent.resolve() for s in dataset.samples} | {
+        s.folder.parent.resolve() for s in dataset.samples
+    }
+    if any(out == root or root in out.parents or out in root.parents for root in roots):
+        return _usage(f"--out {args.out} overlaps the dataset folder; write the run elsewhere")
+    if args.score and args.pace != "realtime" and not args.allow_invalid_clock:
+        return _usage("--score refuses an as-fast-as-possible run (clock=invalid); add --allow-invalid-clock")
+    mismatch = _resume_mismatch(args.out / "run.json", dataset.fingerprint, args.pace, args.url)
+    if mismatch and not args.overwrite:
+        return _usage(f"{args.out} holds a run of {mismatch}; use a new --out, or --overwrite to redo it")
+    plugin = None
+    if args.url is None:
+        plugin = model_from_args(args)
+        if plugin is None:
+            return EXIT_USAGE
+    try:
+        return asyncio.run(_bench(args, dataset, selection, plugin, None, benchmark_name="fdb"))
+    except KeyboardInterrupt:
+        print("duplexkit bench: interrupted; rerun the same command to resume", file=sys.stderr)
+        return 130
+
+
+async def _bench(
+    args: argparse.Namespace,
+    dataset: Any,
+    selection: Any,
+    plugin: Any,
+    judge: Any,
+    *,
+    benchmark_name: str = "omni-duplex-eval",
+) -> int:
     from duplexkit import __version__
     from duplexkit.bench.aggregate import run_counts, run_metrics
     from duplexkit.bench.artifacts import RunDir, write_json_atomic
+    from duplexkit.bench.benchmark import get_benchmark
     from duplexkit.bench.runner import BenchmarkRunner, RunConfig
+
+    benchmark = get_benchmark(benchmark_name)
 
     run_dir = RunDir(args.out)
     started_at = _previous_start(run_dir.root / "run.json") or _now()
@@ -177,6 +257,7 @@ async def _bench(args: argparse.Namespace, dataset: Any, selection: Any, plugin:
             protocol=args.protocol,
         )
         run_info: dict[str, Any] = {
+            "benchmark": benchmark.name,
             "duplexkit_version": __version__,
             "versions": _versions(),
             "started_at": started_at,
@@ -186,20 +267,14 @@ async def _bench(args: argparse.Namespace, dataset: Any, selection: Any, plugin:
             "dataset": {
                 "source": dataset.source,
                 "fingerprint": dataset.fingerprint,
-                "selection": {
-                    "splits": list(selection.splits),
-                    "family": selection.family,
-                    "ids": list(selection.ids),
-                    "exclude_ids": list(selection.exclude_ids),
-                    "limit": selection.limit,
-                },
+                "selection": benchmark.selection_to_json(selection),
                 "samples": len(dataset.samples),
             },
             "server": {"url": url, "model": config.model, "embedded": args.url is None},
         }
         write_json_atomic(run_dir.root / "run.json", run_info)
         with _Progress(len(dataset.samples)) as progress:
-            runner = BenchmarkRunner(config, run_dir, on_result=progress.record)
+            runner = BenchmarkRunner(config, run_dir, benchmark=benchmark, on_result=progress.record)
             results = await runner.run(list(dataset.samples), overwrite=args.overwrite)
     metas = [
         m for m in run_dir.metas() if (m["split"], m["id"]) in {(s.split, s.id) for s in dataset.samples}
@@ -209,6 +284,8 @@ async def _bench(args: argparse.Namespace, dataset: Any, selection: Any, plugin:
     write_json_atomic(run_dir.root / "run.json", {**run_info, "finished_at": _now(), "counts": counts})
     _print_summary(run_dir, counts, run_metrics(metas), skipped=sum(r.status == "skipped" for r in results))
     scored_ok = True
+    if benchmark.name == "fdb" and args.score:
+        scored_ok = await fdb_scores(args, run_dir.root) == 0
     if judge is not None:
         from duplexkit.bench.judge import JudgeUnreachable, RunError, score_run
 

@@ -16,6 +16,7 @@ from collections.abc import Mapping
 from pathlib import Path
 from typing import Any
 
+from duplexkit.bench.benchmark import BENCHMARKS, benchmark_name_of_run
 from duplexkit.bench.judge import ChatClient, Judge, JudgeUnreachable, RunError, Summary, score_run
 from duplexkit.bench.omni_duplex_eval import BUILTIN_PROMPTS, BuiltinJudge, LLMJudge, load_protocol_dir
 from duplexkit.bench.omni_duplex_eval.windows import REMINDER_WINDOW_S
@@ -34,6 +35,14 @@ def register(commands: argparse._SubParsersAction[argparse.ArgumentParser]) -> N
     parser.add_argument(
         "run_dir", type=Path, metavar="RUN_DIR", help="a run folder written by `duplexkit bench`"
     )
+    parser.add_argument(
+        "--benchmark",
+        choices=sorted(BENCHMARKS),
+        default=None,
+        help="the benchmark's rules to score by (default: the one RUN_DIR/run.json names; fdb also scores "
+        "any folder of Full-Duplex-Bench sample folders holding output.wav and output.json)",
+    )
+    add_fdb_options(parser)
     add_judge_options(parser)
     parser.add_argument(
         "--workers", type=int, default=4, help="samples and judge requests in flight (default: %(default)s)"
@@ -44,6 +53,33 @@ def register(commands: argparse._SubParsersAction[argparse.ArgumentParser]) -> N
         help="score samples run at as-fast-as-possible pace (clock=invalid) anyway",
     )
     parser.set_defaults(handler=run)
+
+
+def add_fdb_options(parser: argparse.ArgumentParser) -> None:
+    """Full-Duplex-Bench's scoring options, shared with `duplexkit bench --benchmark fdb`."""
+    group = parser.add_argument_group("Full-Duplex-Bench (fdb)")
+    group.add_argument(
+        "--icc-distribution",
+        type=Path,
+        metavar="PATH",
+        help="the human backchannel timing distributions ({sample_id: [p, ...]}, upstream's "
+        "icc_gt_distribution.json); without it JSD is reported unavailable",
+    )
+    group.add_argument(
+        "--words",
+        choices=["keep", "asr", "transcription"],
+        default="keep",
+        help="where output.json's word times come from: keep the output.json each folder holds (a bench run "
+        "writes it from the server's transcript and audio_text_marks); asr re-times every output.wav "
+        "offline (faster-whisper if installed with packaged weights, else pocketsphinx); transcription "
+        "sends it to --transcription-url (default: %(default)s)",
+    )
+    group.add_argument(
+        "--transcription-url",
+        metavar="URL",
+        help="OpenAI-compatible base URL serving /audio/transcriptions with word timestamps",
+    )
+    group.add_argument("--transcription-model", metavar="NAME", help="model name for --transcription-url")
 
 
 def add_judge_options(parser: argparse.ArgumentParser) -> None:
@@ -133,6 +169,11 @@ def judge_from_args(args: argparse.Namespace, dataset_source: str | None, concur
 
 
 def run(args: argparse.Namespace) -> int:
+    if (args.benchmark or benchmark_name_of_run(args.run_dir)) == "fdb":
+        return score_fdb(args, args.run_dir)
+    if args.icc_distribution or args.words != "keep" or args.transcription_url or args.transcription_model:
+        _usage(args, "--icc-distribution, --words and --transcription-* are Full-Duplex-Bench options")
+        return 2
     if args.workers < 1:
         _usage(args, "--workers must be at least 1")
         return 2
@@ -159,6 +200,15 @@ async def _score(args: argparse.Namespace, judge: Judge) -> Summary:
         )
     finally:
         await judge.aclose()
+
+
+def _recorded_pace(run_dir: Path) -> str | None:
+    """The pace `run_dir/run.json` records; `None` for a folder that is not a run (anyone's FDB outputs)."""
+    try:
+        pace = json.loads((run_dir / "run.json").read_text(encoding="utf-8"))["config"]["pace"]
+    except (OSError, ValueError, KeyError, TypeError):
+        return None
+    return pace if isinstance(pace, str) else None
 
 
 def _dataset_source(run_dir: Path) -> str | None:
@@ -197,3 +247,83 @@ def _row(label: str, group: Mapping[str, Any], means: tuple[str, ...]) -> str:
 
 def _usage(args: argparse.Namespace, message: str) -> None:
     print(f"duplexkit {args.command}: {message}", file=sys.stderr)
+
+
+def score_fdb(args: argparse.Namespace, root: Path) -> int:
+    """`fdb_scores` run to completion (the `duplexkit score --benchmark fdb` entry point)."""
+    return asyncio.run(fdb_scores(args, root))
+
+
+async def fdb_scores(args: argparse.Namespace, root: Path) -> int:
+    """Full-Duplex-Bench scores of the sample folders under `root` → `root/fdb_scores.json` and a table,
+    after re-timing the words when --words asks for another source.
+
+    The relevance judge runs when --judge-url and --judge-model are given; otherwise relevance is null.
+    Exit 0 when every sample scored, 1 when some could not be, 2 on bad usage or a folder with no samples.
+    """
+    from duplexkit.bench.fdb.dataset import FdbDatasetError, find_samples
+    from duplexkit.bench.fdb.judge import RelevanceJudge
+    from duplexkit.bench.fdb.scoring import SCORES_FILE, format_table, read_distribution, score_dir
+    from duplexkit.bench.fdb.words import TranscriptionEndpoint, retime_samples
+
+    if args.judge == "builtin" or args.protocol_dir is not None:
+        _usage(
+            args,
+            "fdb's only judge is the relevance LLM (--judge-url, --judge-model); no --judge builtin "
+            "or --protocol-dir",
+        )
+        return 2
+    if _recorded_pace(root) not in (None, "realtime") and not args.allow_invalid_clock:
+        _usage(args, f"{root} was run as fast as possible (clock=invalid); add --allow-invalid-clock")
+        return 2
+    human = None
+    if args.icc_distribution is not None:
+        try:
+            human = read_distribution(args.icc_distribution)
+        except ValueError as exc:
+            _usage(args, str(exc))
+            return 2
+    endpoint = None
+    if args.words == "transcription":
+        if not (args.transcription_url and args.transcription_model):
+            _usage(args, "--words transcription needs --transcription-url and --transcription-model")
+            return 2
+        endpoint = TranscriptionEndpoint(
+            args.transcription_url,
+            args.transcription_model,
+            api_key=args.judge_api_key or os.environ.get(API_KEY_ENV) or "none",
+        )
+    judge = None
+    if args.judge_url or args.judge_model:
+        if not (args.judge_url and args.judge_model) or args.judge_timeout <= 0:
+            _usage(
+                args, "the relevance judge needs --judge-url, --judge-model and a positive --judge-timeout"
+            )
+            return 2
+        judge = RelevanceJudge(
+            ChatClient(
+                base_url=args.judge_url,
+                model=args.judge_model,
+                api_key=args.judge_api_key or os.environ.get(API_KEY_ENV) or "none",
+                concurrency=int(getattr(args, "workers", 0) or getattr(args, "concurrency", 0) or 1),
+                timeout_s=args.judge_timeout,
+            )
+        )
+    try:
+        if args.words in ("asr", "transcription"):
+            failed = await retime_samples(find_samples(root), args.words, endpoint)
+            for where, error in failed:
+                print(f"duplexkit {args.command}: {where}: {error}", file=sys.stderr)
+        scores = await score_dir(root, human=human, judge=judge)
+    except FdbDatasetError as exc:
+        _usage(args, str(exc))
+        return 2
+    except JudgeUnreachable as exc:
+        print(f"duplexkit {args.command}: {exc}", file=sys.stderr)
+        return 1
+    finally:
+        if judge is not None:
+            await judge.aclose()
+    print(format_table(scores))
+    print(f"wrote {root / SCORES_FILE}")
+    return 1 if any(t["errors"] for t in scores["tasks"].values()) else 0

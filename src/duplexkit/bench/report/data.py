@@ -7,7 +7,7 @@ renderer's job. Times on the media clock are seconds; latencies are milliseconds
 
 from __future__ import annotations
 
-from collections.abc import Mapping
+from collections.abc import Callable, Mapping
 from dataclasses import dataclass
 from pathlib import Path
 from typing import Literal
@@ -125,6 +125,9 @@ class ReportSpec:
     mean_labels: Mapping[str, tuple[str, int]]
     score_names: Mapping[str, str]
     group_label: str = "task"
+    extra: Callable[[ReportData], str] | None = None
+    """HTML the benchmark adds after the score tables (e.g. published reference numbers), already escaped;
+    given the primary run."""
 
 
 @dataclass(frozen=True)

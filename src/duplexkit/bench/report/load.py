@@ -119,6 +119,8 @@ def _selection(value: Any) -> str | None:
     `SHOWN_IDS` of them, and how many there are)."""
     if not isinstance(value, dict):
         return None
+    if "splits" not in value and "family" not in value:  # another benchmark's selection: shown as recorded
+        return " · ".join(f"{key}: {_shown(item)}" for key, item in value.items()) or None
     splits = _strs(value.get("splits"))
     family = _str(value.get("family")) or "unknown"
     parts = [f"splits: {', '.join(splits) if splits else 'all'}", f"family: {family}"]
@@ -129,6 +131,16 @@ def _selection(value: Any) -> str | None:
     limit = _int(value.get("limit"))
     parts.append(f"limit: {'none' if limit is None else limit}")
     return " · ".join(parts)
+
+
+def _shown(item: Any) -> str:
+    """A recorded selection value in words: a list joined (the first `SHOWN_IDS`), none for empty."""
+    if isinstance(item, list):
+        if not item:
+            return "all"
+        more = f", ... ({len(item)} in all)" if len(item) > SHOWN_IDS else ""
+        return ", ".join(str(x) for x in item[:SHOWN_IDS]) + more
+    return "none" if item is None else str(item)
 
 
 def _coverage(

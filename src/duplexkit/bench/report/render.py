@@ -415,6 +415,9 @@ def _scores_section(runs: Sequence[_Run]) -> str:
         table = _family_table(runs, section)
         if table:
             parts.append(table)
+    extra = runs[0].data.spec.extra
+    if extra is not None:
+        parts.append(extra(runs[0].data))
     parts.append("</section>")
     return "".join(parts)
 
