@@ -14,8 +14,8 @@ runner's (`duplexkit.bench.runner`); this module only says what one session does
 - `events.json` and copies of the sample's `input.wav` and task files, so the folder is an FDB sample
   folder that FDB's own scorers accept.
 
-`connect` is the one place a client is made: the seam where a protocol choice (duplex, openai, moshi)
-plugs in once the client adapters land.
+`connect` is the one place a client is made, on the run's wire protocol (`--protocol duplex|openai|moshi`):
+a full-duplex run needs no commit, so every protocol the client drives can be benchmarked.
 """
 
 from __future__ import annotations
@@ -68,9 +68,13 @@ def prepare_media(sample: Sample) -> FdbInput:
 
 
 def connect(config: RunConfig) -> DuplexClient:
-    """The client for `config`'s server (today our duplex protocol), its handshake bounded."""
+    """The client for `config`'s server, on its wire protocol (`--protocol`), its handshake bounded."""
     return DuplexClient(
-        config.url, api_key=config.api_key, model=config.model, open_timeout_s=config.bounds.open_timeout_s
+        config.url,
+        api_key=config.api_key,
+        model=config.model,
+        protocol=config.protocol,
+        open_timeout_s=config.bounds.open_timeout_s,
     )
 
 

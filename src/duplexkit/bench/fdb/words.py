@@ -31,7 +31,7 @@ import numpy.typing as npt
 from duplexkit.bench.fdb.dataset import Sample
 from duplexkit.bench.fdb.metrics import Word
 from duplexkit.client import ReceivedEvent
-from duplexkit.client.collector import PlacedAudio
+from duplexkit.client.collector import AUDIO_DELTAS, TEXT_DELTAS, PlacedAudio
 from duplexkit.client.wavfile import read_wav
 from duplexkit.protocol.audio import resample
 
@@ -72,9 +72,9 @@ def server_words(
         rid = data.get("response_id")
         if not isinstance(rid, str):
             continue
-        if event.type == "response.output_audio_transcript.delta" and isinstance(data.get("delta"), str):
+        if event.type in TEXT_DELTAS and isinstance(data.get("delta"), str):  # GA or beta names
             text[rid] = text.get(rid, "") + data["delta"]
-        elif event.type == "response.output_audio.delta":
+        elif event.type in AUDIO_DELTAS:
             for mark in (data.get("metadata") or {}).get("audio_text_marks") or []:
                 if isinstance(mark, dict):
                     marks.setdefault(rid, []).append((int(mark["text_chars"]), float(mark["audio_end_ms"])))
