@@ -16,8 +16,9 @@ A slot is `[start, answer, end)`: `start` the question time, `answer` (t_a) the 
 
 from __future__ import annotations
 
+from collections.abc import Mapping
 from dataclasses import dataclass
-from typing import Literal
+from typing import Any, Literal
 
 from duplexkit.bench.omniinteract.dataset import QA, Case
 
@@ -64,9 +65,29 @@ class Slot:
             "interrupted": self.interrupted,
             "question": self.question,
             "reference": self.reference,
+            "later_references": list(self.later_references),
             "pair": self.pair,
             "role": self.role,
         }
+
+
+def slot_from_json(raw: Mapping[str, Any]) -> Slot:
+    """A slot as `Slot.to_json` recorded it (in a case's metadata); KeyError/TypeError/ValueError if not."""
+    role = raw.get("role")
+    return Slot(
+        index=int(raw["index"]),
+        start=float(raw["start"]),
+        answer=float(raw["answer"]),
+        end=float(raw["end"]),
+        hard=bool(raw["hard"]),
+        scenario=str(raw["scenario"]),
+        interrupted=bool(raw["interrupted"]),
+        question=str(raw["question"]),
+        reference=str(raw["reference"]),
+        later_references=tuple(str(r) for r in raw.get("later_references") or ()),
+        pair=None if raw.get("pair") is None else int(raw["pair"]),
+        role=role if role in ("outer", "inner") else None,
+    )
 
 
 def build_slots(case: Case) -> list[Slot]:

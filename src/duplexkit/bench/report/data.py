@@ -114,6 +114,8 @@ class ScoreSection:
     means: tuple[str, ...]
     title: str
     overall: str
+    groups: str = "by_task"
+    """The key in the section that holds its groups."""
 
 
 @dataclass(frozen=True)

@@ -303,7 +303,7 @@ def _score_summary(run_dir: Path, problems: list[str], spec: ReportSpec) -> Scor
     for spec_section in spec.sections:
         family, means = spec_section.key, spec_section.means
         section = _obj(raw.get(family))
-        tasks = _obj(section.get("by_task"))
+        tasks = _obj(section.get(spec_section.groups))
         families.append(
             FamilyScores(
                 family=family,
