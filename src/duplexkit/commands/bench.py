@@ -1,4 +1,5 @@
-"""`duplexkit bench`: run Omni-DuplexEval against a server (or the embedded one) into a resumable folder."""
+"""`duplexkit bench`: run a benchmark (Omni-DuplexEval, OmniInteract) against a server (or the embedded one)
+into a resumable folder."""
 
 from __future__ import annotations
 
@@ -12,6 +13,7 @@ from collections.abc import AsyncIterator
 from pathlib import Path
 from typing import Any
 
+from duplexkit.bench.benchmark import BENCHMARKS, DEFAULT_BENCHMARK
 from duplexkit.commands.options import (
     add_bound_options,
     add_model_options,
@@ -31,22 +33,44 @@ def _csv(value: str) -> list[str]:
 def register(commands: argparse._SubParsersAction[argparse.ArgumentParser]) -> None:
     parser = commands.add_parser(
         "bench",
-        help="run the Omni-DuplexEval benchmark against a server",
+        help="run a benchmark (Omni-DuplexEval or OmniInteract) against a server",
         description="Stream every selected sample into a duplex server, drain its replies, and publish timed "
         "sentences and metadata under --out. Rerunning the same command resumes: published samples are "
         "skipped. Without --url the embedded server runs the built-in model for the duration of the run.",
     )
     data = parser.add_argument_group("dataset")
     data.add_argument(
+        "--benchmark",
+        choices=sorted(BENCHMARKS),
+        default=DEFAULT_BENCHMARK,
+        help="which benchmark's data, session and scoring rules (default: %(default)s)",
+    )
+    data.add_argument(
         "--dataset",
         required=True,
         metavar="SPEC",
         help="'builtin', a local HF dataset directory or .parquet file, a .jsonl manifest, or a HF dataset "
-        "id already in the local HF cache (never downloaded)",
+        "id already in the local HF cache (never downloaded); OmniInteract: 'builtin', a directory holding "
+        "data/{1q1a,1q1a_math,1qna}, or its HF id in the cache",
     )
-    data.add_argument("--split", action="append", default=[], help="split to run (repeatable; default: all)")
     data.add_argument(
-        "--family", choices=["rtd", "pr", "all"], default="all", help="task family (default: all)"
+        "--split", action="append", default=[], help="Omni-DuplexEval split to run (repeatable; default: all)"
+    )
+    data.add_argument(
+        "--family",
+        choices=["rtd", "pr", "all"],
+        default="all",
+        help="Omni-DuplexEval task family (default: all)",
+    )
+    data.add_argument(
+        "--subset", action="append", default=[], help="OmniInteract subset to run (repeatable; default: all)"
+    )
+    data.add_argument(
+        "--scenario",
+        action="append",
+        default=[],
+        help="OmniInteract scenario (realtime, proactive, nested, interrupted, 1qna; repeatable): the cases "
+        "with a slot of it",
     )
     data.add_argument("--ids", type=_csv, default=[], help="comma-separated ids (bare or split/id) to run")
     data.add_argument(
@@ -107,10 +131,15 @@ def register(commands: argparse._SubParsersAction[argparse.ArgumentParser]) -> N
 
 
 def run_command(args: argparse.Namespace) -> int:
-    from duplexkit.bench.omni_duplex_eval.dataset import DatasetError, Selection, load_dataset
+    from duplexkit.bench.benchmark import get_benchmark
+    from duplexkit.bench.sources import DatasetError
 
     if args.ids and args.exclude_ids:
         return _usage("--ids and --exclude-ids cannot be combined")
+    wrong = _options_of_another_benchmark(args)
+    if wrong:
+        return _usage(f"{wrong} do not apply to --benchmark {args.benchmark}")
+    benchmark = get_benchmark(args.benchmark)
     if (
         args.concurrency < 1
         or (args.limit is not None and args.limit < 1)
@@ -118,25 +147,31 @@ def run_command(args: argparse.Namespace) -> int:
         or args.chunk_ms <= 0
     ):
         return _usage("--concurrency, --limit, --fps and --chunk-ms must be positive")
-    selection = Selection(
-        splits=tuple(args.split),
-        family=args.family,
-        ids=tuple(args.ids),
-        exclude_ids=tuple(args.exclude_ids),
-        limit=args.limit,
+    selection = benchmark.selection_from_json(
+        {
+            "splits": args.split,
+            "family": args.family,
+            "subsets": args.subset,
+            "scenarios": args.scenario,
+            "ids": args.ids,
+            "exclude_ids": args.exclude_ids,
+            "limit": args.limit,
+        }
     )
     try:
-        dataset = load_dataset(args.dataset, selection)
+        dataset = benchmark.load_dataset(args.dataset, selection)
     except DatasetError as exc:
         return _usage(str(exc))
     if args.score and args.pace != "realtime" and not args.allow_invalid_clock:
         return _usage("--score refuses an as-fast-as-possible run (clock=invalid); add --allow-invalid-clock")
-    mismatch = _resume_mismatch(args.out / "run.json", dataset.fingerprint, args.pace, args.url)
+    mismatch = _resume_mismatch(
+        args.out / "run.json", dataset.fingerprint, args.pace, args.url, args.benchmark
+    )
     if mismatch and not args.overwrite:
         return _usage(f"{args.out} holds a run of {mismatch}; use a new --out, or --overwrite to redo it")
     judge = None
     if args.score:
-        judge = judge_from_args(args, dataset.source, args.concurrency)
+        judge = judge_from_args(args, dataset.source, args.concurrency, args.benchmark)
         if judge is None:
             return EXIT_USAGE
     plugin = None
@@ -145,13 +180,15 @@ def run_command(args: argparse.Namespace) -> int:
         if plugin is None:
             return EXIT_USAGE
     try:
-        return asyncio.run(_bench(args, dataset, selection, plugin, judge))
+        return asyncio.run(_bench(args, benchmark, dataset, selection, plugin, judge))
     except KeyboardInterrupt:
         print("duplexkit bench: interrupted; rerun the same command to resume", file=sys.stderr)
         return 130
 
 
-async def _bench(args: argparse.Namespace, dataset: Any, selection: Any, plugin: Any, judge: Any) -> int:
+async def _bench(
+    args: argparse.Namespace, benchmark: Any, dataset: Any, selection: Any, plugin: Any, judge: Any
+) -> int:
     from duplexkit import __version__
     from duplexkit.bench.aggregate import run_counts, run_metrics
     from duplexkit.bench.artifacts import RunDir, write_json_atomic
@@ -173,6 +210,7 @@ async def _bench(args: argparse.Namespace, dataset: Any, selection: Any, plugin:
             extra_body=args.extra_body,
         )
         run_info: dict[str, Any] = {
+            "benchmark": benchmark.name,
             "duplexkit_version": __version__,
             "versions": _versions(),
             "started_at": started_at,
@@ -182,20 +220,14 @@ async def _bench(args: argparse.Namespace, dataset: Any, selection: Any, plugin:
             "dataset": {
                 "source": dataset.source,
                 "fingerprint": dataset.fingerprint,
-                "selection": {
-                    "splits": list(selection.splits),
-                    "family": selection.family,
-                    "ids": list(selection.ids),
-                    "exclude_ids": list(selection.exclude_ids),
-                    "limit": selection.limit,
-                },
+                "selection": benchmark.selection_to_json(selection),
                 "samples": len(dataset.samples),
             },
             "server": {"url": url, "model": config.model, "embedded": args.url is None},
         }
         write_json_atomic(run_dir.root / "run.json", run_info)
         with _Progress(len(dataset.samples)) as progress:
-            runner = BenchmarkRunner(config, run_dir, on_result=progress.record)
+            runner = BenchmarkRunner(config, run_dir, benchmark=benchmark, on_result=progress.record)
             results = await runner.run(list(dataset.samples), overwrite=args.overwrite)
     metas = [
         m for m in run_dir.metas() if (m["split"], m["id"]) in {(s.split, s.id) for s in dataset.samples}
@@ -215,6 +247,7 @@ async def _bench(args: argparse.Namespace, dataset: Any, selection: Any, plugin:
                 workers=args.concurrency,
                 samples=dataset.samples,
                 allow_invalid_clock=args.allow_invalid_clock,
+                benchmark=benchmark,
             )
             print(format_summary(summary))
             scored_ok = summary.complete
@@ -360,7 +393,22 @@ def _recorded_run(path: Path) -> dict[str, Any] | None:
     return data if isinstance(data, dict) else None
 
 
-def _resume_mismatch(path: Path, fingerprint: str, pace: str, url: str | None) -> str | None:
+def _options_of_another_benchmark(args: argparse.Namespace) -> str | None:
+    """The selection options given that belong to another benchmark than `--benchmark`, as text."""
+    odeval = [
+        ("--split", bool(args.split)),
+        ("--family", args.family != "all"),
+        ("--exclude-ids", bool(args.exclude_ids)),
+    ]
+    omni = [("--subset", bool(args.subset)), ("--scenario", bool(args.scenario))]
+    foreign = omni if args.benchmark == "omni-duplex-eval" else odeval
+    given = [flag for flag, used in foreign if used]
+    return ", ".join(given) if given else None
+
+
+def _resume_mismatch(
+    path: Path, fingerprint: str, pace: str, url: str | None, benchmark: str = DEFAULT_BENCHMARK
+) -> str | None:
     """What differs between the run recorded at `path` and this one (`None`: same run, or none yet).
 
     A run folder holds one run: resuming it with another selection, pace or server would mix samples
@@ -369,6 +417,8 @@ def _resume_mismatch(path: Path, fingerprint: str, pace: str, url: str | None) -
     run = _recorded_run(path)
     if run is None:
         return None
+    if (run.get("benchmark") or DEFAULT_BENCHMARK) != benchmark:
+        return "another benchmark"
     dataset = run.get("dataset") or {}
     if dataset.get("fingerprint") != fingerprint:
         return "another dataset selection"

@@ -259,7 +259,7 @@ async def run_attempt(case: Case, media: CaseMedia, config: RunConfig) -> Attemp
         audio, clipped = _output_audio(pump.listener, media.duration_ms)
         meta.update(
             {
-                "clock": "client_monotonic_since_stream_start",
+                "timeline_clock": "client_monotonic_since_stream_start",
                 "word_timing": timing,
                 "responses": [r.to_json() for r in client.collector.responses()],
                 "response_status": statuses,
@@ -455,7 +455,7 @@ def write_artifacts(folder: Path, attempt: Attempt) -> None:
         "word_timing": meta.get("word_timing"),
         "responses": len(attempt.sentences),
         "input_ms": meta.get("input_ms"),
-        "clock": meta.get("clock"),
+        "timeline_clock": meta.get("timeline_clock"),
     }
     write_json_atomic(folder / "result.json", result)
     (folder / ".failed.json").unlink(missing_ok=True)
