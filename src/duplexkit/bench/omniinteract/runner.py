@@ -47,6 +47,7 @@ from duplexkit.bench.media import TARGET_RATE_HZ, MediaError, decode_audio, vide
 from duplexkit.bench.omniinteract.dataset import Case
 from duplexkit.bench.omniinteract.listener import (
     OUTPUT_RATE_HZ,
+    TOLERATED_ERRORS,
     CompletionTracker,
     SimulatedListener,
     is_clear,
@@ -56,6 +57,7 @@ from duplexkit.bench.omniinteract.slots import build_slots
 from duplexkit.bench.omniinteract.timing import ResponseText, chunk_to_json, response_chunk
 from duplexkit.bench.retry import AttemptOutcome
 from duplexkit.bench.runner import Attempt, CapacityRefused, RunConfig, is_capacity_refusal
+from duplexkit.bench.speech import speech_segments
 from duplexkit.client import ConnectionLost, DuplexClient, SessionError, dump_events
 from duplexkit.client.events import ReceivedEvent, dig, response_id_of
 from duplexkit.client.pacing import DeadlinePacer
@@ -246,13 +248,9 @@ async def run_attempt(case: Case, media: CaseMedia, config: RunConfig) -> Attemp
                 if close is None
                 else {"clean": close.clean, "outcome": close.outcome, "elapsed_s": round(close.elapsed_s, 3)}
             )
-        failures = [e.data for e in client.events if e.type == "error"]
-        outcome.server_errors = [
-            code
-            for code in (str(dig(f, "error", "code")) for f in failures)
-            if code not in pump.completion.tolerated
-        ]
-        meta["tolerated_errors"] = sorted(set(pump.completion.tolerated))
+        codes = [str(dig(e.data, "error", "code")) for e in client.events if e.type == "error"]
+        outcome.server_errors = [code for code in codes if code not in TOLERATED_ERRORS]
+        meta["tolerated_errors"] = sorted({code for code in codes if code in TOLERATED_ERRORS})
         statuses = responses_of(client.events)
         outcome.response_done = not pump.completion.open
         chunks, transcript, timing = _transcript(pump, statuses)
@@ -271,6 +269,7 @@ async def run_attempt(case: Case, media: CaseMedia, config: RunConfig) -> Attemp
                 },
                 "eligibility": _eligibility(pump.listener, statuses, clipped),
                 "timeline": {
+                    "input_speech": speech_segments(media.pcm16),
                     "speech": [[c["timestamp"][0], c["timestamp"][1]] for c in transcript],
                     "frames_s": [t for t, _ in media.frames],
                 },

@@ -7,10 +7,10 @@ renderer's job. Times on the media clock are seconds; latencies are milliseconds
 
 from __future__ import annotations
 
-from collections.abc import Mapping
-from dataclasses import dataclass
+from collections.abc import Callable, Mapping
+from dataclasses import dataclass, field
 from pathlib import Path
-from typing import Literal
+from typing import Any, Literal
 
 Decision = Literal["listen", "speak"]
 
@@ -127,6 +127,10 @@ class ReportSpec:
     mean_labels: Mapping[str, tuple[str, int]]
     score_names: Mapping[str, str]
     group_label: str = "task"
+    only_named_scores: bool = False
+    """Show a sample's scores named in `score_names` only (a benchmark that records many sums per sample)."""
+    sample_figure: Callable[[SampleReport, float], str] | None = None
+    """An extra figure under each sample's timeline (the sample and the timeline's span, in seconds)."""
 
 
 @dataclass(frozen=True)
@@ -146,6 +150,8 @@ class SampleScore:
     status: str | None
     scores: Mapping[str, float]
     error: str | None
+    details: Mapping[str, Any] = field(default_factory=dict)
+    """The judge's per-sample record, raw (untrusted): a benchmark's figure reads what it needs leniently."""
 
 
 @dataclass(frozen=True)
@@ -218,6 +224,8 @@ class SampleReport:
     attempts: tuple[AttemptInfo, ...]
     audio: str | None
     score: SampleScore | None
+    meta: Mapping[str, Any] = field(default_factory=dict, repr=False)
+    """The whole `<id>.meta.json`, raw (untrusted), for a benchmark's own figure."""
 
     @property
     def key(self) -> tuple[str, str]:
