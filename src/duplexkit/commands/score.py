@@ -229,7 +229,9 @@ def _omniinteract_lines(recorded: Mapping[str, Any], builtin: bool) -> list[str]
     scores = recorded["ia_qtf1"]
     lines = [f"IA-QTF1 All Global={f1(scores)}  1Q1A Global={f1(scores.get('1q1a_global') or {})}"]
     lines += [
-        f"  {name}: {f1(group)}  (n={group.get('samples')})" for name, group in scores["by_scenario"].items()
+        f"  {name}: {f1(group)}  (n={group.get('samples')})"
+        for name, group in scores["by_scenario"].items()
+        if name != "1Q1A Global"
     ]
     lines += [
         f"  subset {name}: {f1(group)}  (n={group.get('samples')})"

@@ -1,7 +1,7 @@
 """The built-in OmniInteract-layout dataset: short synthetic streams with spoken questions and known answer
 times, generated locally in the HF archive layout (`data/{1q1a,1q1a_math,1qna}`).
 
-Five cases, 10-12 s each (320x240 at 10 fps, H.264 with a 16 kHz AAC soundtrack): a 1Q1A multi-turn case
+Six cases, 10-12 s each (320x240 at 10 fps, H.264 with a 16 kHz AAC soundtrack): a 1Q1A multi-turn case
 (a realtime and a proactive question), a nested pair, a case whose first answer is interrupted by the next
 question, a maths question, and two 1QnA cases (one per annotation form: `conversations` and `answers`).
 The picture changes exactly at each answer time. Next to each annotation, `<name>.truth.json` holds the

@@ -156,7 +156,13 @@ class Summary:
             "ia_qtf1": {
                 **all_global,
                 **self.counts.get("all_global", {}),
-                "by_scenario": section("scenario:"),
+                "by_scenario": {
+                    **section("scenario:"),
+                    "1Q1A Global": {
+                        **self.groups.get("1q1a_global", {}),
+                        **self.counts.get("1q1a_global", {}),
+                    },
+                },
                 "1q1a_global": {**self.groups.get("1q1a_global", {}), **self.counts.get("1q1a_global", {})},
             },
             "subsets": {
