@@ -47,3 +47,19 @@ def test_the_builtin_set_runs_scores_and_reports_offline(
     # scoring again reuses every cached score
     assert main(["score", str(out)]) == 0
     assert json.loads((out / "scores" / "summary.json").read_text())["coverage"]["cached"] == 3
+
+
+def test_options_of_another_benchmark_and_a_folder_of_another_benchmark_are_refused(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch, capsys: pytest.CaptureFixture[str]
+) -> None:
+    monkeypatch.setenv("XDG_CACHE_HOME", str(tmp_path / "cache"))
+    out = str(tmp_path / "run")
+    assert main(["bench", "--dataset", "builtin", "--subset", "1q1a", "--out", out]) == 2
+    assert "--subset do not apply to --benchmark omni-duplex-eval" in capsys.readouterr().err
+    omni = ["bench", "--benchmark", "omniinteract", "--dataset", "builtin", "--out", out]
+    assert main([*omni, "--family", "rtd"]) == 2
+    assert "--family do not apply to --benchmark omniinteract" in capsys.readouterr().err
+    (tmp_path / "run").mkdir()
+    (tmp_path / "run" / "run.json").write_text(json.dumps({"dataset": {"fingerprint": "x"}}))  # an older run
+    assert main(omni) == 2
+    assert "holds a run of another benchmark" in capsys.readouterr().err

@@ -132,7 +132,6 @@ class CompletionTracker:
         self.created = 0
         self.last_event_at: float | None = None
         self.failure: dict[str, Any] | None = None
-        self.tolerated: list[str] = []
 
     def commit_sent(self, at: float) -> None:
         self.commit_sent_at = at
@@ -144,7 +143,6 @@ class CompletionTracker:
         if kind == "error":
             code = error_code_of(data) or ""
             if code in TOLERATED_ERRORS:
-                self.tolerated.append(code)
                 return
             self.failure = self.failure or data
         elif kind == "input_audio_buffer.committed":
