@@ -190,7 +190,7 @@ async def _bench(
     args: argparse.Namespace, benchmark: Any, dataset: Any, selection: Any, plugin: Any, judge: Any
 ) -> int:
     from duplexkit import __version__
-    from duplexkit.bench.aggregate import run_counts, run_metrics
+    from duplexkit.bench.aggregate import run_counts, run_eligibility, run_metrics
     from duplexkit.bench.artifacts import RunDir, write_json_atomic
     from duplexkit.bench.runner import BenchmarkRunner, RunConfig
 
@@ -233,9 +233,18 @@ async def _bench(
         m for m in run_dir.metas() if (m["split"], m["id"]) in {(s.split, s.id) for s in dataset.samples}
     ]
     counts = run_counts(metas)
+    eligibility = run_eligibility(metas)
+    finished = {"finished_at": _now(), "counts": counts}
+    if eligibility is not None:
+        finished["eligibility"] = eligibility
     write_json_atomic(run_dir.root / "metrics.json", run_metrics(metas))
-    write_json_atomic(run_dir.root / "run.json", {**run_info, "finished_at": _now(), "counts": counts})
+    write_json_atomic(run_dir.root / "run.json", {**run_info, **finished})
     _print_summary(run_dir, counts, run_metrics(metas), skipped=sum(r.status == "skipped" for r in results))
+    if eligibility is not None and not eligibility["eligible"]:
+        cases = "; ".join(
+            f"{c['case']} ({', '.join(c['reasons'] or [])})" for c in eligibility["ineligible_cases"]
+        )
+        print(f"not eligible for official scoring: {cases}")
     scored_ok = True
     if judge is not None:
         from duplexkit.bench.judge import JudgeUnreachable, RunError, score_run

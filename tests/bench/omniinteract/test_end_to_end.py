@@ -23,6 +23,8 @@ def test_the_builtin_set_runs_scores_and_reports_offline(
     assert code == 0, printed
     run = json.loads((out / "run.json").read_text())
     assert run["benchmark"] == "omniinteract" and run["dataset"]["selection"]["limit"] == 3
+    assert run["eligibility"]["eligible"] is False and len(run["eligibility"]["ineligible_cases"]) == 3
+    assert "not eligible for official scoring: 1q1a/0001 (clipped" in printed
     summary = json.loads((out / "scores" / "summary.json").read_text())
     assert summary["judge"]["kind"] == "builtin" and "not comparable" in summary["note"]
     assert summary["coverage"] == {"total": 3, "scored": 3, "skipped": 0, "errors": 0, "cached": 0}
