@@ -291,3 +291,33 @@ def test_qna_steps_have_soft_boundaries_and_only_the_first_has_an_early_phase() 
         (30.0, 30.0, 90.0, False, False),
     ]
     assert slots[0].later_references == ("answer at 20.0", "answer at 30.0")
+
+
+def test_the_summary_counts_a_failed_case_as_silence_and_leaves_judge_errors_out() -> None:
+    from duplexkit.bench.judge.base import JudgeInfo
+    from duplexkit.bench.omniinteract.scoring import summarise
+
+    realtime = slot(0.0, 5.0, 10.0, index=0).to_json()
+    proactive = slot(10.0, 15.0, 20.0, index=1, scenario="proactive").to_json()
+    metas = [
+        {"split": "1q1a", "id": "a", "status": "published", "slots": [realtime]},
+        {"split": "1q1a", "id": "b", "status": "failed", "slots": [realtime, proactive]},
+        {"split": "1q1a", "id": "c", "status": "published", "slots": [proactive]},
+    ]
+    # case a: TP 0.8 (core at t_a with S 1.0), case b failed (2 FN), case c: the judge failed
+    scored = {"scenario:realtime/tp": 0.8, "scenario:realtime/fp": 0.0, "scenario:realtime/fn": 0.0}
+    scored |= {"all_global/tp": 0.8, "all_global/fp": 0.0, "all_global/fn": 0.0}
+    outcomes = {
+        ("1q1a", "a"): ("scored", scored),
+        ("1q1a", "b"): ("skipped", {}),
+        ("1q1a", "c"): ("error", {}),
+    }
+    info = JudgeInfo("builtin", "builtin", None, "v", "ground truth")
+    summary = summarise(info, metas, outcomes).to_json()
+    assert summary["complete"] is False and summary["coverage"]["errors"] == 1
+    # All Global: 2 x 0.8 / (1.6 + 0 + 2) = 0.4444
+    assert summary["ia_qtf1"]["ia_qtf1"] == pytest.approx(0.4444, abs=1e-4)
+    assert summary["ia_qtf1"]["samples"] == 3 and summary["ia_qtf1"]["errors"] == 1
+    # realtime: a (TP 0.8) and b (FN 1): 1.6 / 2.6 = 0.6154; proactive: only b's FN counts: 0
+    assert summary["ia_qtf1"]["by_scenario"]["realtime"]["ia_qtf1"] == pytest.approx(0.6154, abs=1e-4)
+    assert summary["ia_qtf1"]["by_scenario"]["proactive"]["ia_qtf1"] == 0.0

@@ -190,17 +190,16 @@ def summarise(
         coverage["cached"] += outcome == "cached"
         outcome = "scored" if outcome == "cached" else outcome
         coverage[{"scored": "scored", "skipped": "skipped", "error": "errors"}[outcome]] += 1
-        record = scores
-        if outcome == "skipped":
-            try:
-                record = m.silent_totals([slot_from_json(s) for s in meta.get("slots") or []], meta["split"])
-            except (KeyError, TypeError, ValueError):
-                record = {}
-        groups = {key.rsplit("/", 1)[0] for key in record if key.endswith("/tp")}
-        for group in groups:
+        try:  # the groups the case counts in, and what it counts as when it said nothing (failed)
+            silent = m.silent_totals([slot_from_json(s) for s in meta.get("slots") or []], meta["split"])
+        except (KeyError, TypeError, ValueError):
+            silent = {}
+        record = silent if outcome == "skipped" else scores
+        for group in {key.rsplit("/", 1)[0] for key in {**silent, **record} if key.endswith("/tp")}:
             tally = counts.setdefault(group, {"samples": 0, "skipped": 0, "errors": 0})
             tally["samples"] += 1
             tally["skipped"] += outcome == "skipped"
+            tally["errors"] += outcome == "error"
         if outcome == "error":
             continue
         for key, value in record.items():
