@@ -65,10 +65,9 @@ def test_completion_needs_the_ack_a_decision_after_the_commit_no_open_response_a
     tracker.commit_sent(5.0)
     tracker.observe(event({"type": "input_audio_buffer.committed"}, 5.1))
     assert not tracker.poll(100.0, 2.0).complete  # no decision after the commit yet
-    tracker.observe(
-        event({"type": "response.listen", "response": {"metadata": {"model_listen": False}}}, 5.2)
-    )
-    assert not tracker.poll(100.0, 2.0).complete  # a listen that is not the model's decision
+    buffering = {"reason": "buffering", "model_listen": False}
+    tracker.observe(event({"type": "response.listen", "response": {"metadata": buffering}}, 5.2))
+    assert not tracker.poll(100.0, 2.0).complete  # a unit not stepped yet is no decision
     tracker.observe(event({"type": "response.listen", "response": {"metadata": {"model_listen": True}}}, 5.3))
     tracker.observe(event({"type": "playback.acknowledged"}, 7.0))  # housekeeping: not an event here
     status = tracker.poll(7.2, 2.0)
@@ -114,3 +113,12 @@ def test_without_marks_words_take_their_delta_span_and_cut_audio_is_not_heard() 
     chunk, source = response_chunk(text, listener.segments)
     assert source == "delta_chunks" and chunk is not None
     assert chunk.text == "it is" and (chunk.start, chunk.end) == (3.0, 4.0)
+
+
+def test_a_listen_on_a_silent_unit_settles_the_commit() -> None:
+    tracker = CompletionTracker()
+    tracker.commit_sent(1.0)
+    tracker.observe(event({"type": "input_audio_buffer.committed"}, 1.1))
+    silent = {"reason": "silence_or_noise", "model_listen": False}
+    tracker.observe(event({"type": "response.listen", "response": {"metadata": silent}}, 1.2))
+    assert tracker.poll(3.2, 2.0).complete

@@ -9,7 +9,10 @@ end; `played_ms` counts only audio the clock has played.
 
 **Completion.** A case is complete when the commit was acknowledged, every created response is done, a
 decision arrived after the commit was sent (a `response.done` with status `completed`, or a
-`response.listen` whose `metadata.model_listen` is true) and `quiet_s` passed without server events. The
+`response.listen` whose `metadata.model_listen` is true; we also take a listen whose reason is
+`silence_or_noise` or `continuation_limit`, since a model that gates silence itself, like our cascade, labels
+its decision on a silent unit so and would otherwise never complete) and `quiet_s` passed without server
+events. The
 events that do not break the quiet are the answers to our own housekeeping (`playback.acknowledged`,
 `session.heartbeat_ack`, `rate_limits.updated`) and the tolerated errors `playback_ack_too_late` and
 `playback_item_not_found`; any other `error` fails the case.
@@ -27,6 +30,7 @@ OUTPUT_RATE_HZ = 24_000
 ACK_STEP_MS = 200.0
 TOLERATED_ERRORS = frozenset({"playback_ack_too_late", "playback_item_not_found"})
 HOUSEKEEPING = frozenset({"playback.acknowledged", "session.heartbeat_ack", "rate_limits.updated"})
+SETTLING_LISTENS = frozenset({"silence_or_noise", "continuation_limit"})
 
 
 @dataclass
@@ -155,7 +159,8 @@ class CompletionTracker:
             if after_commit and dig(data, "response", "status") == "completed":
                 self.decided = True
         elif kind == "response.listen" and after_commit:
-            self.decided = self.decided or dig(data, "response", "metadata", "model_listen") is True
+            metadata = dig(data, "response", "metadata")
+            self.decided = self.decided or _listen_decides(metadata if isinstance(metadata, dict) else {})
         if kind not in HOUSEKEEPING:
             self.last_event_at = max(self.last_event_at or event.received_at, event.received_at)
 
@@ -168,6 +173,12 @@ class CompletionTracker:
         if now >= quiet_until:
             return CompletionStatus(True, None, None)
         return CompletionStatus(False, None, quiet_until)
+
+
+def _listen_decides(metadata: dict[str, Any]) -> bool:
+    """A listen that settles a unit: the model's own (`model_listen`), or one for a unit it found silent or
+    was no longer stepped on (`silence_or_noise`, `continuation_limit`); not `buffering` (not stepped yet)."""
+    return metadata.get("model_listen") is True or metadata.get("reason") in SETTLING_LISTENS
 
 
 def is_clear(event: ReceivedEvent) -> bool:
