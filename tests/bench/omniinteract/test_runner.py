@@ -143,6 +143,9 @@ async def test_a_case_streams_as_the_reference_runner_does_and_lands_its_files(
     acks = [m for m in fake.received if m["type"] == "playback.ack"]
     assert acks and all(a["response_id"] == "r1" and a["item_id"] == "item_r1" for a in acks)
     assert acks[-1]["played_ms"] == 500.0  # the final ack is the exact total heard
+    played = [a["played_ms"] for a in acks]
+    assert len(played) >= 2 and played[0] >= 200.0  # acks follow playback, a step of 200 ms apart
+    assert all(later - earlier >= 200.0 for earlier, later in zip(played[:-2], played[1:-1], strict=True))
     assert [a["played_ms"] for a in acks] == sorted(a["played_ms"] for a in acks)
 
     folder = tmp_path / "run" / "1q1a" / "0001"

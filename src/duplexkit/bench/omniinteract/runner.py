@@ -124,14 +124,13 @@ class _Pump:
     def arrival(self, event: ReceivedEvent) -> float:
         return event.received_at - self.origin
 
-    def step(self) -> list[tuple[str, str | None, float]]:
-        """Process the events received since the last step; return the acks now due."""
+    def step(self) -> None:
+        """Process the events received since the last step."""
         events = self.client.events
         while self._seen < len(events):
             event = events[self._seen]
             self._seen += 1
             self._observe(event)
-        return self.listener.acks_due(time.monotonic() - self.origin)
 
     def _observe(self, event: ReceivedEvent) -> None:
         self.completion.observe(event)
@@ -159,9 +158,9 @@ class _Pump:
     async def run(self, timeout_s: float) -> None:
         """Step and ack every POLL_S until cancelled."""
         while True:
-            acks = self.step()
+            self.step()
             try:
-                await self.ack(acks, timeout_s)
+                await self.ack(self.listener.acks_due(time.monotonic() - self.origin), timeout_s)
             except (ConnectionLost, TimeoutError):
                 return
             await asyncio.sleep(POLL_S)
