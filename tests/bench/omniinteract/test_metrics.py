@@ -5,7 +5,7 @@ from __future__ import annotations
 
 import pytest
 
-from duplexkit.bench.omniinteract.dataset import QA, Case
+from duplexkit.bench.omniinteract.case import QA, Case
 from duplexkit.bench.omniinteract.metrics import (
     Chunk,
     CoreVerdict,
@@ -22,7 +22,7 @@ from duplexkit.bench.omniinteract.metrics import (
     silent_totals,
     slot_result,
 )
-from duplexkit.bench.omniinteract.slots import Slot, build_slots
+from duplexkit.bench.omniinteract.slots import Slot, build_slots, case_scenarios
 
 
 def slot(start: float, answer: float, end: float, **kw: object) -> Slot:
@@ -275,6 +275,7 @@ def test_nested_pairs_and_their_ends() -> None:
         (20.0, 25.0, 40.0, "nested", "inner", 0),
         (50.0, 55.0, 115.0, "realtime", None, None),
     ]
+    assert case_scenarios(case) == {"nested", "realtime"}  # what --scenario selects the case by
 
 
 def test_an_inner_question_answered_after_the_outer_answer_does_not_pair() -> None:

@@ -18,7 +18,7 @@ from websockets.asyncio.server import ServerConnection, serve
 
 from duplexkit.bench.artifacts import RunDir
 from duplexkit.bench.benchmark import get_benchmark
-from duplexkit.bench.omniinteract.dataset import QA, Case
+from duplexkit.bench.omniinteract.case import QA, Case
 from duplexkit.bench.runner import BenchmarkRunner, RunConfig
 from duplexkit.bench.sources import Media
 from duplexkit.bench.synth import buzz, write_mp4

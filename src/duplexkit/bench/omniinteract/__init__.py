@@ -15,7 +15,8 @@ from typing import Any
 
 from duplexkit.bench.judge.base import JudgeInfo
 from duplexkit.bench.omniinteract import runner, scoring
-from duplexkit.bench.omniinteract.dataset import Case, Dataset, Selection, load_dataset
+from duplexkit.bench.omniinteract.case import Case
+from duplexkit.bench.omniinteract.dataset import Dataset, Selection, load_dataset
 from duplexkit.bench.omniinteract.report import REPORT
 from duplexkit.bench.runner import Attempt, RunConfig
 

@@ -29,10 +29,12 @@ import shutil
 import tarfile
 import tempfile
 from collections.abc import Mapping, Sequence
-from dataclasses import dataclass, field
+from dataclasses import dataclass
 from pathlib import Path
-from typing import Any, Literal
+from typing import Any
 
+from duplexkit.bench.omniinteract.case import QA, Case, SceneType
+from duplexkit.bench.omniinteract.slots import case_scenarios
 from duplexkit.bench.sources import HF_REPO_ID, DatasetError, Media, check_component, hf_snapshot
 
 __all__ = [
@@ -48,65 +50,11 @@ __all__ = [
 
 SUBSETS: tuple[str, ...] = ("1q1a", "1q1a_math", "1qna")
 SCENARIOS: tuple[str, ...] = ("realtime", "proactive", "nested", "interrupted", "1qna")
-SceneType = Literal["nested", "multi_turn", "1qna"]
 _SCENE_TYPES = ("nested", "multi_turn")
 _QUESTION_TYPES = ("realtime", "proactive")
 _VIDEO_SUFFIXES = (".mp4", ".mkv", ".webm", ".mov")
 _TIME = re.compile(r"^(?:(\d+):)?(\d{1,3}):(\d{1,2}(?:\.\d+)?)$")
 _FINGERPRINT_VERSION = b"duplexkit-omniinteract-fingerprint-v1\n"
-
-
-@dataclass(frozen=True)
-class QA:
-    """One expected response: the question that asks for it and the reference answer, in seconds."""
-
-    question_time: float
-    question_text: str
-    answer_time: float
-    answer_text: str
-    question_type: str
-    """`realtime` or `proactive` (1Q1A); the annotation's `label` or `1qna` (1QnA)."""
-    interrupted: bool
-
-
-@dataclass(frozen=True)
-class Case:
-    """One OmniInteract stream: its video, its annotation and, for the built-in set, its ground truth.
-
-    `split` is the subset; `id` the video's path below its `videos*/` folder without the suffix, with `/`
-    written as `__` so it is one path component. `qas` are in annotation order; for 1QnA they are the steps,
-    all sharing the one question.
-    """
-
-    split: str
-    id: str
-    scene_type: SceneType
-    qas: tuple[QA, ...]
-    annotation: str
-    """The annotation file, for error messages and the run's metadata."""
-    video: Media | None = None
-    ground_truth: Mapping[str, Any] | None = field(default=None, hash=False)
-
-    @property
-    def key(self) -> str:
-        return f"{self.split}/{self.id}"
-
-    @property
-    def subset(self) -> str:
-        return self.split
-
-    def scenarios(self) -> frozenset[str]:
-        """The scenario tags of the case's slots (see `slots.build_slots`)."""
-        if self.scene_type == "1qna":
-            tags = {"1qna"}
-        elif self.scene_type == "nested":
-            tags = {"nested"}
-        else:
-            tags = {qa.question_type for qa in self.qas}
-        return frozenset(tags | ({"interrupted"} if any(qa.interrupted for qa in self.qas) else set()))
-
-    def video_bytes(self) -> bytes | None:
-        return None if self.video is None else self.video.read()
 
 
 @dataclass(frozen=True)
@@ -462,7 +410,7 @@ def _select(cases: list[Case], selection: Selection, source: str) -> list[Case]:
         c
         for c in cases
         if (not selection.subsets or c.split in selection.subsets)
-        and (not selection.scenarios or c.scenarios() & set(selection.scenarios))
+        and (not selection.scenarios or case_scenarios(c) & set(selection.scenarios))
         and (not selection.ids or c.key in selection.ids or c.id in selection.ids)
     ]
     if selection.limit is not None:

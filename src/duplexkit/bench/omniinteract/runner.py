@@ -44,7 +44,7 @@ import numpy as np
 from duplexkit.bench.artifacts import write_bytes_atomic, write_json_atomic
 from duplexkit.bench.judge.frames import extract_jpegs
 from duplexkit.bench.media import TARGET_RATE_HZ, MediaError, decode_audio, video_duration_s
-from duplexkit.bench.omniinteract.dataset import Case
+from duplexkit.bench.omniinteract.case import Case
 from duplexkit.bench.omniinteract.listener import (
     OUTPUT_RATE_HZ,
     TOLERATED_ERRORS,

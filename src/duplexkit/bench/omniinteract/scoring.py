@@ -22,7 +22,7 @@ from typing import Any, Protocol
 
 from duplexkit.bench.judge.base import JudgeInfo, SampleScore, ScoringError
 from duplexkit.bench.omniinteract import metrics as m
-from duplexkit.bench.omniinteract.dataset import Case
+from duplexkit.bench.omniinteract.case import Case
 from duplexkit.bench.omniinteract.slots import Slot, slot_from_json
 
 NOT_COMPARABLE = (

@@ -20,7 +20,7 @@ from collections.abc import Mapping
 from dataclasses import dataclass
 from typing import Any, Literal
 
-from duplexkit.bench.omniinteract.dataset import QA, Case
+from duplexkit.bench.omniinteract.case import QA, Case
 
 LAST_SLOT_S = 60.0
 """How long the last slot of a case stays open after its answer time."""
@@ -88,6 +88,11 @@ def slot_from_json(raw: Mapping[str, Any]) -> Slot:
         pair=None if raw.get("pair") is None else int(raw["pair"]),
         role=role if role in ("outer", "inner") else None,
     )
+
+
+def case_scenarios(case: Case) -> frozenset[str]:
+    """The scenario tags of the case's slots (`interrupted` included)."""
+    return frozenset(tag for slot in build_slots(case) for tag in slot.tags)
 
 
 def build_slots(case: Case) -> list[Slot]:
