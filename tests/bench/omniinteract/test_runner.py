@@ -50,6 +50,7 @@ class Fake:
 
     reply_at_ms: float = 1000.0
     errors: tuple[str, ...] = ()
+    rate: int = 24_000
     received: list[dict[str, Any]] = field(default_factory=list)
     url: str = ""
 
@@ -78,7 +79,7 @@ class Fake:
                 await send({"type": "session.updated", "session": {"id": "s1"}})
             elif kind == "input_audio_buffer.append" and message["audio_end_ms"] == self.reply_at_ms:
                 await send({"type": "response.created", "response": {"id": "r1", "status": "in_progress"}})
-                audio = base64.b64encode(bytes(2 * 12_000)).decode()  # 0.5 s at 24 kHz
+                audio = base64.b64encode(bytes(self.rate)).decode()  # 0.5 s
                 marks = [{"text_chars": len(REPLY), "audio_end_ms": 500.0}]
                 await send(
                     {
@@ -86,6 +87,7 @@ class Fake:
                         "response_id": "r1",
                         "item_id": "item_r1",
                         "delta": audio,
+                        "sample_rate_hz": self.rate,
                         "metadata": {"audio_duration_ms": 500.0, "audio_text_marks": marks},
                     }
                 )
@@ -228,3 +230,15 @@ async def test_a_clip_the_server_never_decides_on_is_bounded_by_the_completion_t
         ).run([case(video(tmp_path, 1.0))])
     assert result.status == "failed" and result.error == "drain_timeout" and result.retried
     assert received.count("input_audio_buffer.commit") == 2  # the stall was retried once
+
+
+async def test_reply_audio_at_another_rate_plays_for_its_own_duration(fake: Fake, tmp_path: Path) -> None:
+    fake.rate = 16_000
+    run = RunDir(tmp_path / "run")
+    cfg = config(fake.url)  # realtime: playback ends before the stream does
+    (result,) = await BenchmarkRunner(cfg, run, benchmark=get_benchmark("omniinteract")).run(
+        [case(video(tmp_path))]
+    )
+    assert result.status == "published"
+    acks = [m for m in fake.received if m["type"] == "playback.ack"]
+    assert acks[-1]["played_ms"] == 500.0  # 8,000 samples at 16 kHz, heard as 0.5 s

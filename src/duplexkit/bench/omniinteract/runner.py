@@ -12,7 +12,8 @@ behaviour, in our design).
   `audio_end_ms` ≥ its time. Bounded by the clip's duration + slack (`input_timeout`). Then the commit
   (bounded, `commit_timeout`). No silence padding after the commit: the soundtrack already ends on a whole
   second, and the commit (`final`) flushes any residual unit.
-- **Listening** (`listener`): reply audio on one serialized playback clock, clears truncate, acks as
+- **Listening** (`listener`): reply audio (resampled to 24 kHz when a delta's `sample_rate_hz`, or the
+  session's output rate, says otherwise) on one serialized playback clock, clears truncate, acks as
   playback advances and once more exact before the close.
 - **Completion** (`listener.CompletionTracker`), bounded by `drain_timeout` (the reference uses 900 s);
   tolerated errors `playback_ack_too_late` and `playback_item_not_found`. Then `session.close` (bounded).
@@ -64,6 +65,8 @@ from duplexkit.client.pacing import DeadlinePacer
 from duplexkit.client.session import close_session
 from duplexkit.client.wavfile import write_wav
 from duplexkit.protocol import client_events as ce
+from duplexkit.protocol.audio import decode_audio as decode_audio_pcm
+from duplexkit.protocol.audio import encode_audio, resample
 
 ARTIFACTS = ("output.wav", "wav_transcript.json", "events.json", "result.json", ".done")
 """A published case's files, withdrawn when a redo of it fails."""
@@ -138,6 +141,9 @@ class _Pump:
         rid = response_id_of(data)
         if kind in ("response.output_audio.delta", "response.audio.delta") and rid is not None:
             pcm = base64.b64decode(data.get("delta") or "")
+            rate = data.get("sample_rate_hz") or self.client.capabilities.output_sample_rate_hz
+            if isinstance(rate, int) and rate > 0 and rate != OUTPUT_RATE_HZ:  # the listener plays 24 kHz
+                pcm = encode_audio(resample(decode_audio_pcm(pcm, "pcm16"), rate, OUTPUT_RATE_HZ), "pcm16")
             self.listener.audio(rid, _item_id(data), pcm, self.arrival(event))
             marks = dig(data, "metadata", "audio_text_marks")
             if isinstance(marks, list):
