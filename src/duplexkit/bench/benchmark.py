@@ -11,7 +11,8 @@ render a report. What differs between benchmarks is behind one object per packag
   config, progress)` (one session: what to send and what an attempt observed, as `runner.Attempt`,
   keeping `progress`, a `client.SessionProgress`, current so an outer deadline can say where it stopped),
   `sample_meta` (the dataset fields recorded in each `<id>.meta.json`), `write_artifacts` (per-sample
-  extras of a published sample) and `artifacts` (their names, withdrawn when a redo fails);
+  extras of a published sample), `artifacts` (their names, withdrawn when a redo fails) and
+  `write_failure` (a failed sample's own record in its folder, if the benchmark keeps one);
 - **scoring**: `score_request(meta, response, sample)` (what a judge is asked about one published sample)
   and `summarise(judge, metas, outcomes)` (the benchmark's summary of every sample's outcome);
 - **report**: `report`, a `ReportSpec` (the score sections of the HTML page, read from the benchmark's
@@ -38,6 +39,7 @@ if TYPE_CHECKING:
 BENCHMARKS: Mapping[str, str] = {
     "omni-duplex-eval": "duplexkit.bench.omni_duplex_eval",
     "fdb": "duplexkit.bench.fdb",
+    "omniinteract": "duplexkit.bench.omniinteract",
 }
 """Benchmark name (as `--benchmark` and `run.json` `benchmark` spell it) → the package holding `BENCHMARK`."""
 
@@ -95,6 +97,8 @@ class Benchmark(Protocol):
     def sample_meta(self, sample: Any) -> dict[str, Any]: ...
 
     def write_artifacts(self, folder: Path, sample: Any, attempt: Attempt) -> None: ...
+
+    def write_failure(self, folder: Path, meta: Mapping[str, Any]) -> None: ...
 
     def score_request(self, meta: Mapping[str, Any], response: bytes, sample: Any | None) -> Any: ...
 

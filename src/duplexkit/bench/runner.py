@@ -164,7 +164,7 @@ class BenchmarkRunner:
         except Exception as exc:
             meta = self._base_meta(sample, started_at)
             meta.update(status="failed", error=f"media_error: {exc}", attempts=[], retry_count=0)
-            self.run_dir.record_failure(sample.split, sample.id, meta, self.benchmark.artifacts)
+            self._record_failure(sample, meta)
             return SampleResult(sample.split, sample.id, "failed", error=meta["error"])
         attempts: list[dict[str, Any]] = []
         capacity_wait = 0.0
@@ -204,7 +204,7 @@ class BenchmarkRunner:
                 (r["ttfp_ms"] for r in meta.get("responses", []) if r.get("ttfp_ms") is not None), None
             )
             return SampleResult(sample.split, sample.id, "published", retried, ttfp_ms=ttfp)
-        self.run_dir.record_failure(sample.split, sample.id, meta, self.benchmark.artifacts)
+        self._record_failure(sample, meta)
         return SampleResult(sample.split, sample.id, "failed", retried, error=meta["error"])
 
     async def _attempt_with_capacity(self, sample: Any, media: PreparedInput) -> tuple[Attempt, float]:
@@ -272,6 +272,11 @@ class BenchmarkRunner:
             "server_url": c.url,
             "started_at": started_at,
         }
+
+    def _record_failure(self, sample: BenchSample, meta: dict[str, Any]) -> None:
+        """The failure in the run folder (earlier extras withdrawn), then the benchmark's own record of it."""
+        self.run_dir.record_failure(sample.split, sample.id, meta, self.benchmark.artifacts)
+        self.benchmark.write_failure(self.run_dir.sample_dir(sample.split, sample.id), meta)
 
     def _write_extras(self, sample: BenchSample, attempt: Attempt) -> None:
         if not self.config.keep_audio:

@@ -32,7 +32,7 @@ from websockets.exceptions import ConnectionClosed
 
 from duplexkit.client.collector import EventCollector
 from duplexkit.client.connection import ServerCapabilities
-from duplexkit.client.drain import UNIT_ANSWERS, CommitPoint, DrainTracker
+from duplexkit.client.drain import CommitPoint, DrainTracker
 from duplexkit.client.events import (
     ReceivedEvent,
     as_str,
@@ -239,12 +239,7 @@ class DuplexClient:
         Bounded like `send`: on `TimeoutError` the commit stays queued ahead of anything sent after it
         (silence padding included), so it still reaches the server first.
         """
-        commit_ms = self.audio_end_ms
-        point = CommitPoint(
-            media_ms=commit_ms,
-            units_due=self._capabilities.grid.unit_count(commit_ms, include_residual=True),
-            units_answered=sum(1 for e in self.events if e.type in UNIT_ANSWERS),
-        )
+        point = CommitPoint.at(self.audio_end_ms, self._capabilities.grid, self.events)
         self._drain = DrainTracker(time.monotonic(), self.collector.open_responses(), point)
         if not self.protocol.sends_commit:
             # No commit on the wire (Moshi, server VAD): the input's end stands for it, and a server that

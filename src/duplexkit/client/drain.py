@@ -26,6 +26,7 @@ from dataclasses import dataclass
 from typing import Any, Literal
 
 from duplexkit.client.events import ReceivedEvent, as_ms, is_failure, response_id_of
+from duplexkit.protocol.units import UnitGrid
 
 NOT_ACTIVITY = frozenset(
     {"response.listen", "playback.acknowledged", "session.heartbeat_ack", "rate_limits.updated"}
@@ -59,6 +60,62 @@ class CommitPoint:
     units_answered: int = 0
     """Unit answers (`UNIT_ANSWERS`) received before the commit."""
 
+    @classmethod
+    def at(cls, media_ms: float, grid: UnitGrid, earlier: Iterable[ReceivedEvent]) -> CommitPoint:
+        """A commit at media time `media_ms` on the server's unit `grid`, after the events `earlier`."""
+        return cls(
+            media_ms=media_ms,
+            units_due=grid.unit_count(media_ms, include_residual=True),
+            units_answered=sum(1 for e in earlier if e.type in UNIT_ANSWERS),
+        )
+
+
+class CommittedUnit:
+    """Whether the model has decided on the unit that holds a commit (or a later one), by the first rule
+    that applies (module docstring): the server's unit marks, else the count of unit answers. Fed every
+    event received after the commit was queued; the acknowledgement is told apart (`acknowledge`)."""
+
+    def __init__(self, commit: CommitPoint) -> None:
+        self.commit = commit
+        self.acknowledged = False
+        self._answers = commit.units_answered
+        self._marked = False
+        self._marked_decision = False
+        self._counted_decision = False
+
+    @property
+    def rule(self) -> DecisionRule:
+        return "server_unit_end" if self._marked else "unit_count"
+
+    @property
+    def decided(self) -> bool:
+        return self._marked_decision if self._marked else self._counted_decision
+
+    def assume(self, *, decided: bool) -> None:
+        """No commit on the wire (Moshi, server VAD): the input's end stands for an acknowledged commit;
+        `decided` when a reply has already answered it."""
+        self.acknowledged = True
+        if decided:
+            self._marked_decision = self._counted_decision = True
+
+    def observe(self, kind: str, data: dict[str, Any]) -> None:
+        if kind == "input_audio_buffer.committed":
+            self.acknowledged = True
+        if kind not in DECISIONS:
+            return
+        unit_end_ms = as_ms(data.get("unit_end_ms"))
+        if unit_end_ms is not None:
+            self._marked = True
+            if unit_end_ms >= self.commit.media_ms - UNIT_END_TOLERANCE_MS:
+                self._marked_decision = True
+        if kind in UNIT_ANSWERS:
+            self._answers += 1
+        # A `response.created` opens on the unit its first delta (the next answer) answers. Answers before
+        # the acknowledgement belong to earlier units: the server steps the commit's unit after the commit.
+        answered = self._answers + (kind == "response.created")
+        if self.acknowledged and answered >= self.commit.units_due:
+            self._counted_decision = True
+
 
 def is_activity(data: dict[str, Any]) -> bool:
     """Whether an event is reply activity that restarts the quiet window."""
@@ -83,41 +140,34 @@ class DrainTracker:
     def __init__(
         self, committed_at: float, open_responses: Iterable[str], commit: CommitPoint | None = None
     ) -> None:
-        self.commit = commit or CommitPoint()
-        self.commit_acknowledged = False
+        self.unit = CommittedUnit(commit or CommitPoint())
         self.open_responses = set(open_responses)
         self.last_activity = committed_at
         self.listens = 0
         self.failure: dict[str, Any] | None = None
-        self._answers = self.commit.units_answered
-        self._marked = False
-        self._marked_decision = False
-        self._counted_decision = False
+
+    @property
+    def commit_acknowledged(self) -> bool:
+        return self.unit.acknowledged
 
     @property
     def rule(self) -> DecisionRule:
         """The rule that decides which decision answers the commit (see the module docstring)."""
-        return "server_unit_end" if self._marked else "unit_count"
+        return self.unit.rule
 
     @property
     def decided(self) -> bool:
         """The model decided on the unit that holds the commit (or a later one)."""
-        return self._marked_decision if self._marked else self._counted_decision
+        return self.unit.decided
 
     def assume_committed(self, *, decided: bool) -> None:
-        """For protocols with no commit on the wire (Moshi, server VAD): the end of the input stands for an
-        acknowledged commit, and `decided` says a reply has already answered it."""
-        self.commit_acknowledged = True
-        if decided:
-            self._marked_decision = self._counted_decision = True
+        """For protocols with no commit on the wire (see `CommittedUnit.assume`)."""
+        self.unit.assume(decided=decided)
 
     def observe(self, event: ReceivedEvent) -> None:
         data, kind = event.data, event.type
-        if kind in DECISIONS:
-            self._decision(kind, data)
-        if kind == "input_audio_buffer.committed":
-            self.commit_acknowledged = True
-        elif kind == "response.created":
+        self.unit.observe(kind, data)
+        if kind == "response.created":
             response_id = response_id_of(data)
             if response_id is not None:
                 self.open_responses.add(response_id)
@@ -129,20 +179,6 @@ class DrainTracker:
             self.failure = data
         if is_activity(data):
             self.last_activity = max(self.last_activity, event.received_at)
-
-    def _decision(self, kind: str, data: dict[str, Any]) -> None:
-        unit_end_ms = as_ms(data.get("unit_end_ms"))
-        if unit_end_ms is not None:
-            self._marked = True
-            if unit_end_ms >= self.commit.media_ms - UNIT_END_TOLERANCE_MS:
-                self._marked_decision = True
-        if kind in UNIT_ANSWERS:
-            self._answers += 1
-        # A `response.created` opens on the unit its first delta (the next answer) answers. Answers before
-        # the acknowledgement belong to earlier units: the server steps the commit's unit after the commit.
-        answered = self._answers + (kind == "response.created")
-        if self.commit_acknowledged and answered >= self.commit.units_due:
-            self._counted_decision = True
 
     def poll(self, now: float, settle_s: float) -> DrainStatus:
         """Whether the replies have settled at `now` with a quiet window of `settle_s` seconds."""

@@ -1,5 +1,5 @@
-"""`duplexkit bench`: run a benchmark (Omni-DuplexEval, Full-Duplex-Bench) against a server (or the embedded
-one) into a resumable folder."""
+"""`duplexkit bench`: run a benchmark (Omni-DuplexEval, OmniInteract, Full-Duplex-Bench) against a server
+(or the embedded one) into a resumable folder."""
 
 from __future__ import annotations
 
@@ -13,6 +13,7 @@ from collections.abc import AsyncIterator
 from pathlib import Path
 from typing import Any
 
+from duplexkit.bench.benchmark import BENCHMARKS, DEFAULT_BENCHMARK
 from duplexkit.commands.options import (
     add_bound_options,
     add_model_options,
@@ -40,7 +41,7 @@ def _csv(value: str) -> list[str]:
 def register(commands: argparse._SubParsersAction[argparse.ArgumentParser]) -> None:
     parser = commands.add_parser(
         "bench",
-        help="run a benchmark (Omni-DuplexEval, Full-Duplex-Bench) against a server",
+        help="run a benchmark (Omni-DuplexEval, OmniInteract or Full-Duplex-Bench) against a server",
         description="Stream every selected sample into a duplex server, drain its replies, and publish timed "
         "sentences and metadata under --out. Rerunning the same command resumes: published samples are "
         "skipped. Without --url the embedded server runs the built-in model for the duration of the run.",
@@ -48,10 +49,10 @@ def register(commands: argparse._SubParsersAction[argparse.ArgumentParser]) -> N
     data = parser.add_argument_group("dataset")
     data.add_argument(
         "--benchmark",
-        choices=["omni-duplex-eval", "fdb"],
-        default="omni-duplex-eval",
-        help="omni-duplex-eval, or fdb: Full-Duplex-Bench, streamed in full duplex with no commit, writing "
-        "FDB sample folders (output.wav, output.json) under RUN_DIR/<task folder>/<id>/ "
+        choices=sorted(BENCHMARKS),
+        default=DEFAULT_BENCHMARK,
+        help="which benchmark's data, session and scoring rules; fdb (Full-Duplex-Bench) streams in full "
+        "duplex with no commit and writes FDB sample folders under RUN_DIR/<task folder>/<id>/ "
         "(default: %(default)s)",
     )
     data.add_argument(
@@ -66,12 +67,28 @@ def register(commands: argparse._SubParsersAction[argparse.ArgumentParser]) -> N
         required=True,
         metavar="SPEC",
         help="'builtin', a local HF dataset directory or .parquet file, a .jsonl manifest, or a HF dataset "
-        "id already in the local HF cache (never downloaded); fdb: 'builtin' (synthetic, generated offline) "
-        "or a folder of FDB sample folders (or of task folders of them)",
+        "id already in the local HF cache (never downloaded); OmniInteract: 'builtin', a directory holding "
+        "data/{1q1a,1q1a_math,1qna}, or its HF id in the cache; fdb: 'builtin' (synthetic, generated "
+        "offline) or a folder of FDB sample folders (or of task folders of them)",
     )
-    data.add_argument("--split", action="append", default=[], help="split to run (repeatable; default: all)")
     data.add_argument(
-        "--family", choices=["rtd", "pr", "all"], default="all", help="task family (default: all)"
+        "--split", action="append", default=[], help="Omni-DuplexEval split to run (repeatable; default: all)"
+    )
+    data.add_argument(
+        "--family",
+        choices=["rtd", "pr", "all"],
+        default="all",
+        help="Omni-DuplexEval task family (default: all)",
+    )
+    data.add_argument(
+        "--subset", action="append", default=[], help="OmniInteract subset to run (repeatable; default: all)"
+    )
+    data.add_argument(
+        "--scenario",
+        action="append",
+        default=[],
+        help="OmniInteract scenario (realtime, proactive, nested, interrupted, 1qna; repeatable): the cases "
+        "with a slot of it",
     )
     data.add_argument("--ids", type=_csv, default=[], help="comma-separated ids (bare or split/id) to run")
     data.add_argument(
@@ -134,14 +151,15 @@ def register(commands: argparse._SubParsersAction[argparse.ArgumentParser]) -> N
 
 
 def run_command(args: argparse.Namespace) -> int:
-    if args.benchmark == "fdb":
-        return _run_fdb(args)
-    if args.task or args.icc_distribution or args.words != "keep" or args.transcription_url:
-        return _usage("--task, --icc-distribution, --words and --transcription-* need --benchmark fdb")
-    from duplexkit.bench.omni_duplex_eval.dataset import DatasetError, Selection, load_dataset
+    from duplexkit.bench.benchmark import get_benchmark
+    from duplexkit.bench.sources import DatasetError
 
     if args.ids and args.exclude_ids:
         return _usage("--ids and --exclude-ids cannot be combined")
+    wrong = _options_of_another_benchmark(args)
+    if wrong:
+        return _usage(f"{wrong} do not apply to --benchmark {args.benchmark}")
+    benchmark = get_benchmark(args.benchmark)
     if (
         args.concurrency < 1
         or (args.limit is not None and args.limit < 1)
@@ -149,25 +167,38 @@ def run_command(args: argparse.Namespace) -> int:
         or args.chunk_ms <= 0
     ):
         return _usage("--concurrency, --limit, --fps and --chunk-ms must be positive")
-    selection = Selection(
-        splits=tuple(args.split),
-        family=args.family,
-        ids=tuple(args.ids),
-        exclude_ids=tuple(args.exclude_ids),
-        limit=args.limit,
+    selection = benchmark.selection_from_json(
+        {
+            "splits": args.split,
+            "family": args.family,
+            "subsets": args.subset,
+            "scenarios": args.scenario,
+            "tasks": args.task,
+            "ids": args.ids,
+            "exclude_ids": args.exclude_ids,
+            "limit": args.limit,
+        }
     )
+    if benchmark.name == "fdb" and args.no_audio:
+        return _usage("fdb needs output.wav in every sample folder; drop --no-audio")
+    if benchmark.name == "fdb" and args.words != "keep" and not args.score:
+        return _usage("--words asr|transcription re-times the words when scoring; add --score")
     try:
-        dataset = load_dataset(args.dataset, selection)
+        dataset = benchmark.load_dataset(args.dataset, selection)
     except DatasetError as exc:
         return _usage(str(exc))
+    if benchmark.name == "fdb" and _overlaps_dataset(args.out, dataset.samples):
+        return _usage(f"--out {args.out} overlaps the dataset folder; write the run elsewhere")
     if args.score and args.pace != "realtime" and not args.allow_invalid_clock:
         return _usage("--score refuses an as-fast-as-possible run (clock=invalid); add --allow-invalid-clock")
-    mismatch = _resume_mismatch(args.out / "run.json", dataset.fingerprint, args.pace, args.url)
+    mismatch = _resume_mismatch(
+        args.out / "run.json", dataset.fingerprint, args.pace, args.url, args.benchmark
+    )
     if mismatch and not args.overwrite:
         return _usage(f"{args.out} holds a run of {mismatch}; use a new --out, or --overwrite to redo it")
     judge = None
-    if args.score:
-        judge = judge_from_args(args, dataset.source, args.concurrency)
+    if args.score and benchmark.name != "fdb":  # FDB scores by its own rules (`fdb_scores`) after the run
+        judge = judge_from_args(args, dataset.source, args.concurrency, args.benchmark)
         if judge is None:
             return EXIT_USAGE
     plugin = None
@@ -176,69 +207,19 @@ def run_command(args: argparse.Namespace) -> int:
         if plugin is None:
             return EXIT_USAGE
     try:
-        return asyncio.run(_bench(args, dataset, selection, plugin, judge))
-    except KeyboardInterrupt:
-        print("duplexkit bench: interrupted; rerun the same command to resume", file=sys.stderr)
-        return 130
-
-
-def _run_fdb(args: argparse.Namespace) -> int:
-    """`--benchmark fdb`: the FDB selection and dataset, then the shared run; scoring by FDB's rules."""
-    from duplexkit.bench.fdb.dataset import Selection, load_dataset
-    from duplexkit.bench.sources import DatasetError
-
-    if args.split or args.family != "all" or args.exclude_ids:
-        return _usage("--split, --family and --exclude-ids are Omni-DuplexEval options; fdb takes --task")
-    if args.concurrency < 1 or (args.limit is not None and args.limit < 1) or args.chunk_ms <= 0:
-        return _usage("--concurrency, --limit and --chunk-ms must be positive")
-    if args.no_audio:
-        return _usage("fdb needs output.wav in every sample folder; drop --no-audio")
-    if args.words != "keep" and not args.score:
-        return _usage("--words asr|transcription re-times the words when scoring; add --score")
-    selection = Selection(tasks=tuple(args.task), ids=tuple(args.ids), limit=args.limit)
-    try:
-        dataset = load_dataset(args.dataset, selection)
-    except DatasetError as exc:
-        return _usage(str(exc))
-    out = args.out.resolve()
-    roots = {s.folder.parent.parent.resolve() for s in dataset.samples} | {
-        s.folder.parent.resolve() for s in dataset.samples
-    }
-    if any(out == root or root in out.parents or out in root.parents for root in roots):
-        return _usage(f"--out {args.out} overlaps the dataset folder; write the run elsewhere")
-    if args.score and args.pace != "realtime" and not args.allow_invalid_clock:
-        return _usage("--score refuses an as-fast-as-possible run (clock=invalid); add --allow-invalid-clock")
-    mismatch = _resume_mismatch(args.out / "run.json", dataset.fingerprint, args.pace, args.url)
-    if mismatch and not args.overwrite:
-        return _usage(f"{args.out} holds a run of {mismatch}; use a new --out, or --overwrite to redo it")
-    plugin = None
-    if args.url is None:
-        plugin = model_from_args(args)
-        if plugin is None:
-            return EXIT_USAGE
-    try:
-        return asyncio.run(_bench(args, dataset, selection, plugin, None, benchmark_name="fdb"))
+        return asyncio.run(_bench(args, benchmark, dataset, selection, plugin, judge))
     except KeyboardInterrupt:
         print("duplexkit bench: interrupted; rerun the same command to resume", file=sys.stderr)
         return 130
 
 
 async def _bench(
-    args: argparse.Namespace,
-    dataset: Any,
-    selection: Any,
-    plugin: Any,
-    judge: Any,
-    *,
-    benchmark_name: str = "omni-duplex-eval",
+    args: argparse.Namespace, benchmark: Any, dataset: Any, selection: Any, plugin: Any, judge: Any
 ) -> int:
     from duplexkit import __version__
-    from duplexkit.bench.aggregate import run_counts, run_metrics
+    from duplexkit.bench.aggregate import run_counts, run_eligibility, run_metrics
     from duplexkit.bench.artifacts import RunDir, write_json_atomic
-    from duplexkit.bench.benchmark import get_benchmark
     from duplexkit.bench.runner import BenchmarkRunner, RunConfig
-
-    benchmark = get_benchmark(benchmark_name)
 
     run_dir = RunDir(args.out)
     started_at = _previous_start(run_dir.root / "run.json") or _now()
@@ -280,9 +261,18 @@ async def _bench(
         m for m in run_dir.metas() if (m["split"], m["id"]) in {(s.split, s.id) for s in dataset.samples}
     ]
     counts = run_counts(metas)
+    eligibility = run_eligibility(metas)
+    finished = {"finished_at": _now(), "counts": counts}
+    if eligibility is not None:
+        finished["eligibility"] = eligibility
     write_json_atomic(run_dir.root / "metrics.json", run_metrics(metas))
-    write_json_atomic(run_dir.root / "run.json", {**run_info, "finished_at": _now(), "counts": counts})
+    write_json_atomic(run_dir.root / "run.json", {**run_info, **finished})
     _print_summary(run_dir, counts, run_metrics(metas), skipped=sum(r.status == "skipped" for r in results))
+    if eligibility is not None and not eligibility["eligible"]:
+        cases = "; ".join(
+            f"{c['case']} ({', '.join(c['reasons'] or [])})" for c in eligibility["ineligible_cases"]
+        )
+        print(f"not eligible for official scoring: {cases}")
     scored_ok = True
     if benchmark.name == "fdb" and args.score:
         scored_ok = await fdb_scores(args, run_dir.root) == 0
@@ -296,6 +286,7 @@ async def _bench(
                 workers=args.concurrency,
                 samples=dataset.samples,
                 allow_invalid_clock=args.allow_invalid_clock,
+                benchmark=benchmark,
             )
             print(format_summary(summary))
             scored_ok = summary.complete
@@ -433,6 +424,16 @@ def _redacted(argv: list[str]) -> list[str]:
     return out
 
 
+def _overlaps_dataset(out: Path, samples: Any) -> bool:
+    """Whether the run folder `out` would lie in, or hold, an FDB dataset's sample or task folders (its
+    sample folders are written in the dataset's own layout, so they must not land in the dataset)."""
+    root = out.resolve()
+    folders = {s.folder.parent.parent.resolve() for s in samples} | {
+        s.folder.parent.resolve() for s in samples
+    }
+    return any(root == f or f in root.parents or root in f.parents for f in folders)
+
+
 def _recorded_run(path: Path) -> dict[str, Any] | None:
     try:
         data = json.loads(path.read_text(encoding="utf-8"))
@@ -441,7 +442,29 @@ def _recorded_run(path: Path) -> dict[str, Any] | None:
     return data if isinstance(data, dict) else None
 
 
-def _resume_mismatch(path: Path, fingerprint: str, pace: str, url: str | None) -> str | None:
+def _options_of_another_benchmark(args: argparse.Namespace) -> str | None:
+    """The options given that belong to another benchmark than `--benchmark`, as text."""
+    own = {
+        "omni-duplex-eval": [
+            ("--split", bool(args.split)),
+            ("--family", args.family != "all"),
+            ("--exclude-ids", bool(args.exclude_ids)),
+        ],
+        "omniinteract": [("--subset", bool(args.subset)), ("--scenario", bool(args.scenario))],
+        "fdb": [
+            ("--task", bool(args.task)),
+            ("--icc-distribution", args.icc_distribution is not None),
+            ("--words", args.words != "keep"),
+            ("--transcription-url", args.transcription_url is not None),
+        ],
+    }
+    given = [flag for name, flags in own.items() if name != args.benchmark for flag, used in flags if used]
+    return ", ".join(given) if given else None
+
+
+def _resume_mismatch(
+    path: Path, fingerprint: str, pace: str, url: str | None, benchmark: str = DEFAULT_BENCHMARK
+) -> str | None:
     """What differs between the run recorded at `path` and this one (`None`: same run, or none yet).
 
     A run folder holds one run: resuming it with another selection, pace or server would mix samples
@@ -450,6 +473,8 @@ def _resume_mismatch(path: Path, fingerprint: str, pace: str, url: str | None) -
     run = _recorded_run(path)
     if run is None:
         return None
+    if (run.get("benchmark") or DEFAULT_BENCHMARK) != benchmark:
+        return "another benchmark"
     dataset = run.get("dataset") or {}
     if dataset.get("fingerprint") != fingerprint:
         return "another dataset selection"

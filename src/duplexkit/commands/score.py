@@ -1,4 +1,5 @@
-"""`duplexkit score`: judge every published sample of a run and write RUN_DIR/scores/ (see docs/scoring.md).
+"""`duplexkit score`: judge every published sample of a run and write RUN_DIR/scores/ (see docs/scoring.md;
+OmniInteract: docs/omniinteract.md). The run's benchmark comes from its `run.json`.
 
 Exit codes: 0 every published sample scored; 1 some samples could not be scored (the summary says which
 counts) or the judge was unreachable; 2 bad usage, not a run folder, or clock=invalid samples without
@@ -16,7 +17,7 @@ from collections.abc import Mapping
 from pathlib import Path
 from typing import Any
 
-from duplexkit.bench.benchmark import BENCHMARKS, benchmark_name_of_run
+from duplexkit.bench.benchmark import BENCHMARKS, DEFAULT_BENCHMARK, benchmark_name_of_run
 from duplexkit.bench.judge import ChatClient, Judge, JudgeUnreachable, RunError, Summary, score_run
 from duplexkit.bench.omni_duplex_eval import BUILTIN_PROMPTS, BuiltinJudge, LLMJudge, load_protocol_dir
 from duplexkit.bench.omni_duplex_eval.windows import REMINDER_WINDOW_S
@@ -28,8 +29,9 @@ def register(commands: argparse._SubParsersAction[argparse.ArgumentParser]) -> N
     parser = commands.add_parser(
         "score",
         help="score a benchmark run with an LLM judge (or offline for the built-in dataset)",
-        description="Judge every published sample of RUN_DIR by the Omni-DuplexEval rubric and write "
-        "RUN_DIR/scores/<split>/<id>.json and RUN_DIR/scores/summary.json. Scores are reused while the "
+        description="Judge every published sample of RUN_DIR by its benchmark's rubric (Omni-DuplexEval or "
+        "OmniInteract, as run.json says) and write RUN_DIR/scores/<split>/<id>.json and "
+        "RUN_DIR/scores/summary.json. Scores are reused while the "
         "response, the judge model, the judge URL and the prompt version are unchanged.",
     )
     parser.add_argument(
@@ -113,20 +115,23 @@ def add_judge_options(parser: argparse.ArgumentParser) -> None:
         type=float,
         default=REMINDER_WINDOW_S,
         metavar="S",
-        help="PR reminders are judged on the sentences starting in [t, t + S] (default: %(default)s)",
+        help="Omni-DuplexEval: PR reminders are judged on the sentences starting in [t, t + S] "
+        "(default: %(default)s)",
     )
     group.add_argument(
         "--protocol-dir",
         type=Path,
         metavar="DIR",
-        help="read the five judge prompts from DIR/<name>.txt (a local copy of the reference scorer's texts; "
-        "see docs/scoring.md) instead of duplexkit's own",
+        help="Omni-DuplexEval: read the five judge prompts from DIR/<name>.txt (a local copy of the "
+        "reference scorer's texts; see docs/scoring.md) instead of duplexkit's own",
     )
 
 
-def judge_from_args(args: argparse.Namespace, dataset_source: str | None, concurrency: int) -> Judge | None:
-    """The judge the options name (at most `concurrency` requests in flight), or None after printing why it
-    cannot be built.
+def judge_from_args(
+    args: argparse.Namespace, dataset_source: str | None, concurrency: int, benchmark: str = DEFAULT_BENCHMARK
+) -> Judge | None:
+    """The judge the options name for `benchmark` (at most `concurrency` requests in flight), or None after
+    printing why it cannot be built.
 
     `dataset_source` is the run's dataset spec: with neither --judge nor --judge-url, a run on the built-in
     dataset (`builtin`) gets the builtin judge.
@@ -140,10 +145,17 @@ def judge_from_args(args: argparse.Namespace, dataset_source: str | None, concur
     if not args.reminder_window > 0:
         _usage(args, "--reminder-window must be positive")
         return None
+    if benchmark == "omniinteract" and args.protocol_dir is not None:
+        _usage(args, "--protocol-dir holds Omni-DuplexEval prompts; OmniInteract uses its own")
+        return None
     if kind == "builtin":
         if args.judge_url or args.judge_model or args.protocol_dir:
             _usage(args, "--judge builtin takes no --judge-url, --judge-model or --protocol-dir")
             return None
+        if benchmark == "omniinteract":
+            from duplexkit.bench.omniinteract.builtin_judge import BuiltinJudge as OmniBuiltinJudge
+
+            return OmniBuiltinJudge()
         return BuiltinJudge(reminder_window_s=args.reminder_window)
     if not args.judge_url or not args.judge_model:
         _usage(args, "an LLM judge needs both --judge-url and --judge-model")
@@ -151,6 +163,20 @@ def judge_from_args(args: argparse.Namespace, dataset_source: str | None, concur
     if args.judge_timeout <= 0:
         _usage(args, "--judge-timeout must be positive")
         return None
+    key = args.judge_api_key or os.environ.get(API_KEY_ENV) or "none"
+    if benchmark == "omniinteract":
+        from duplexkit.bench.omniinteract import judge as omni
+
+        chat = ChatClient(
+            base_url=args.judge_url,
+            model=args.judge_model,
+            api_key=key,
+            concurrency=concurrency,
+            timeout_s=args.judge_timeout,
+            temperature=omni.TEMPERATURE,
+            max_tokens=omni.MAX_TOKENS,
+        )
+        return omni.LLMJudge(chat)
     prompts = BUILTIN_PROMPTS
     if args.protocol_dir is not None:
         try:
@@ -161,7 +187,7 @@ def judge_from_args(args: argparse.Namespace, dataset_source: str | None, concur
     chat = ChatClient(
         base_url=args.judge_url,
         model=args.judge_model,
-        api_key=args.judge_api_key or os.environ.get(API_KEY_ENV) or "none",
+        api_key=key,
         concurrency=concurrency,
         timeout_s=args.judge_timeout,
     )
@@ -177,7 +203,9 @@ def run(args: argparse.Namespace) -> int:
     if args.workers < 1:
         _usage(args, "--workers must be at least 1")
         return 2
-    judge = judge_from_args(args, _dataset_source(args.run_dir), args.workers)
+    judge = judge_from_args(
+        args, _dataset_source(args.run_dir), args.workers, benchmark_name_of_run(args.run_dir)
+    )
     if judge is None:
         return 2
     try:
@@ -220,7 +248,7 @@ def _dataset_source(run_dir: Path) -> str | None:
 
 
 def format_summary(summary: Summary) -> str:
-    """A few lines for the terminal: coverage, then the means per family and task."""
+    """A few lines for the terminal: coverage, then the benchmark's headline numbers."""
     info, cov = summary.judge, summary.coverage
     judge = info.model if info.kind == "builtin" else f"{info.model} at {info.url}, prompts"
     lines = [
@@ -228,6 +256,8 @@ def format_summary(summary: Summary) -> str:
         f"({cov['cached']} cached), skipped {cov['skipped']} failed, {cov['errors']} errors",
     ]
     recorded = summary.to_json()
+    if recorded.get("benchmark") == "omniinteract":
+        return "\n".join(lines + _omniinteract_lines(recorded, info.kind == "builtin"))
     for name, section, means in (
         ("RTD", recorded["rtd"], ("mean_content_score", "mean_avg_temporal_score")),
         ("PR", recorded["pr"], ("mean_all_success",)),
@@ -238,6 +268,33 @@ def format_summary(summary: Summary) -> str:
     if info.kind == "builtin":
         lines.append("note: builtin judge scores are not comparable to published Omni-DuplexEval numbers")
     return "\n".join(lines)
+
+
+def _omniinteract_lines(recorded: Mapping[str, Any], builtin: bool) -> list[str]:
+    def f1(group: Mapping[str, Any]) -> str:
+        value = group.get("ia_qtf1")
+        return "-" if value is None else f"{value:.3f}"
+
+    scores = recorded["ia_qtf1"]
+    lines = [f"IA-QTF1 All Global={f1(scores)}  1Q1A Global={f1(scores.get('1q1a_global') or {})}"]
+    lines += [
+        f"  {name}: {f1(group)}  (n={group.get('samples')})"
+        for name, group in scores["by_scenario"].items()
+        if name != "1Q1A Global"
+    ]
+    lines += [
+        f"  subset {name}: {f1(group)}  (n={group.get('samples')})"
+        for name, group in recorded["subsets"]["by_subset"].items()
+    ]
+    shown = {k: "-" if v is None else f"{v:.3f}" for k, v in recorded["interruption"].items()}
+    lines.append("  " + "  ".join(f"{k.upper()}={v}" for k, v in shown.items()))
+    eligibility = recorded["eligibility"]
+    if not eligibility["eligible"]:
+        cases = ", ".join(c["case"] for c in eligibility["ineligible_cases"])
+        lines.append(f"not eligible for official scoring (clipped, cancelled or cleared responses): {cases}")
+    if builtin:
+        lines.append("note: builtin judge scores are not comparable to published OmniInteract numbers")
+    return lines
 
 
 def _row(label: str, group: Mapping[str, Any], means: tuple[str, ...]) -> str:

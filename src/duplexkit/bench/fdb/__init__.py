@@ -62,6 +62,9 @@ class FullDuplexBench:
     def write_artifacts(self, folder: Path, sample: Sample, attempt: Attempt) -> None:
         runner.write_artifacts(folder, sample, attempt)
 
+    def write_failure(self, folder: Path, meta: Mapping[str, Any]) -> None:
+        """FDB keeps no record of its own for a failed sample: the harness's `.meta.json` says why."""
+
     def score_request(self, meta: Mapping[str, Any], response: bytes, sample: Sample | None) -> Any:
         raise ScoredElsewhere("FDB runs are scored by `duplexkit score --benchmark fdb RUN_DIR`")
 

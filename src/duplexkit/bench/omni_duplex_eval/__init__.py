@@ -86,6 +86,9 @@ class OmniDuplexEval:
     def write_artifacts(self, folder: Path, sample: Sample, attempt: Attempt) -> None:
         runner.write_artifacts(folder, attempt)
 
+    def write_failure(self, folder: Path, meta: Mapping[str, Any]) -> None:
+        return None  # a failed sample is its meta.json alone
+
     def score_request(self, meta: Mapping[str, Any], response: bytes, sample: Sample | None) -> ScoreRequest:
         return scoring.score_request(meta, response, sample)
 

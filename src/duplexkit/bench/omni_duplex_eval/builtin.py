@@ -14,25 +14,21 @@ espeak-ng), espeak-ng directly, else a synthetic voiced signal (a harmonic buzz 
 
 from __future__ import annotations
 
-import importlib.util
 import json
 import os
 import shutil
-import subprocess
 import tempfile
-import zlib
-from collections.abc import Callable, Iterator
+from collections.abc import Callable
 from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
-import av
 import numpy as np
 import numpy.typing as npt
 
 from duplexkit.bench.sources import DatasetError
-from duplexkit.client.wavfile import read_wav, write_wav
-from duplexkit.protocol.audio import resample
+from duplexkit.bench.synth import available_voice, buzz, speak_first_fitting, voice_loaders, write_mp4
+from duplexkit.client.wavfile import write_wav
 
 __all__ = ["BUILTIN_VERSION", "builtin_dir", "ensure_builtin", "generate_builtin"]
 
@@ -76,14 +72,7 @@ def builtin_dir(cache_dir: Path | None = None) -> Path:
     if cache_dir is None:
         xdg = os.environ.get("XDG_CACHE_HOME")
         cache_dir = (Path(xdg) if xdg else Path.home() / ".cache") / "duplexkit"
-    return cache_dir / f"builtin-{BUILTIN_VERSION}-{_available_voice()}"
-
-
-def _available_voice() -> str:
-    """The best voice family this environment offers, without loading it."""
-    if importlib.util.find_spec("piper") is not None:
-        return "piper"
-    return "espeak" if shutil.which("espeak-ng") else "buzz"
+    return cache_dir / f"builtin-{BUILTIN_VERSION}-{available_voice()}"
 
 
 def ensure_builtin(cache_dir: Path | None = None) -> Path:
@@ -433,98 +422,25 @@ def _clips() -> list[_Clip]:
 
 
 def _write_video(path: Path, clip: _Clip) -> None:
-    """Encode the clip as H.264 mp4 with frame k at k / _FPS seconds; single-threaded, bit-exact muxing."""
-    with av.open(str(path), mode="w", format="mp4", options={"fflags": "+bitexact"}) as container:
-        stream = container.add_stream("libx264", rate=_FPS, options={"crf": "18", "preset": "veryfast"})
-        stream.width, stream.height, stream.pix_fmt = _WIDTH, _HEIGHT, "yuv420p"
-        stream.thread_count = 1
-        for k in range(round(clip.duration_s * _FPS)):
-            frame = av.VideoFrame.from_ndarray(clip.draw(k / _FPS), format="rgb24")
-            frame.pts = k
-            container.mux(stream.encode(frame))
-        container.mux(stream.encode(None))
+    """Encode the clip as H.264 mp4 with frame k at k / _FPS seconds (see `synth.write_mp4`)."""
+    write_mp4(path, clip.draw, round(clip.duration_s * _FPS), fps=_FPS, width=_WIDTH, height=_HEIGHT)
 
 
 # --------------------------------------------------------------------------------------------------
 # Voices
 # --------------------------------------------------------------------------------------------------
 
-
-Voice = Callable[[str], Audio]
+_voices = voice_loaders
+_buzz = buzz
 
 
 def _speak_all(questions: list[str], durations: list[float]) -> tuple[str, list[Audio]]:
     """Speak the questions with the first voice that loads and fits each in its clip: (voice name, audio)."""
-    for name, load in _voices():
-        try:
-            speak = load()
-            speeches = [speak(text) for text in questions]
-        except (ValueError, RuntimeError, OSError, subprocess.SubprocessError):
-            continue
-        if all(
+
+    def fits(speeches: list[Audio]) -> bool:
+        return all(
             _LEAD_IN_S + s.size / _AUDIO_RATE <= d - _TAIL_ROOM_S
             for s, d in zip(speeches, durations, strict=True)
-        ):
-            return name, speeches
-    raise AssertionError("the synthetic voice always fits")  # pragma: no cover
-
-
-def _voices() -> Iterator[tuple[str, Callable[[], Voice]]]:
-    """Voice loaders, best first: the cascade model's TTS (deterministic piper, else its espeak-ng) when that
-    package imports, else espeak-ng run directly when on PATH; the synthetic buzz always comes last."""
-    try:
-        from duplexkit.models.cascade import tts
-    except ImportError:
-        if shutil.which("espeak-ng"):
-            yield "espeak-ng", lambda: _espeak
-    else:
-
-        def cascade(make: Callable[[], tts.Synthesizer]) -> Callable[[], Voice]:
-            def load() -> Voice:
-                synthesizer = make()
-                return lambda text: resample(
-                    synthesizer.synthesize(text), synthesizer.sample_rate_hz, _AUDIO_RATE
-                )
-
-            return load
-
-        yield "cascade:piper", cascade(lambda: tts.PiperSynthesizer(deterministic=True))
-        yield "cascade:espeak-ng", cascade(tts.EspeakSynthesizer)
-    yield "synthetic-buzz", lambda: _buzz
-
-
-def _espeak(text: str) -> Audio:
-    """espeak-ng's US English voice, resampled to 16 kHz."""
-    with tempfile.TemporaryDirectory() as tmp:
-        wav = Path(tmp) / "speech.wav"
-        subprocess.run(
-            ["espeak-ng", "-v", "en-us", "-w", str(wav)],
-            input=text.encode(),  # on stdin, so no text can be read as an option
-            check=True,
-            capture_output=True,
-            timeout=30,
         )
-        samples, rate = read_wav(wav)
-    return resample(samples, rate, _AUDIO_RATE)
 
-
-def _buzz(text: str) -> Audio:
-    """A deterministic speech-like signal: one voiced syllable per word, longer pauses at punctuation.
-
-    Each syllable is a harmonic buzz (ten harmonics falling off as 1/h) whose pitch derives from the word,
-    with a raised-sine envelope; the pitch declines slightly over the sentence, as speech does.
-    """
-    pieces: list[Audio] = []
-    words = text.split()
-    for index, word in enumerate(words):
-        letters = sum(c.isalnum() for c in word)
-        length = min(0.36, max(0.14, 0.08 + 0.03 * letters))
-        t = np.arange(round(length * _AUDIO_RATE)) / _AUDIO_RATE
-        f0 = 105.0 + zlib.crc32(word.lower().encode()) % 40 - 15.0 * index / max(1, len(words))
-        phase = 2 * np.pi * f0 * t
-        buzz = sum(np.sin(h * phase) / h for h in range(1, 11))
-        envelope = np.sin(np.pi * t / length) ** 0.6
-        pieces.append((0.25 * buzz * envelope).astype(np.float32))
-        pause = 0.18 if word[-1] in ",.;:?!" else 0.05
-        pieces.append(np.zeros(round(pause * _AUDIO_RATE), dtype=np.float32))
-    return np.concatenate(pieces)
+    return speak_first_fitting(questions, fits, _voices())

@@ -21,12 +21,11 @@ import asyncio
 from collections.abc import Mapping, Sequence
 from typing import Any
 
-from openai.types.chat import ChatCompletionContentPartParam, ChatCompletionMessageParam
-
 from duplexkit.bench.judge.base import JudgeInfo, SampleScore, ScoringError
+from duplexkit.bench.judge.calls import JudgeCalls
 from duplexkit.bench.judge.client import ChatClient, ContextOverflow, JudgeRequestError
-from duplexkit.bench.judge.frames import VideoError, data_url, extract_jpegs
-from duplexkit.bench.judge.parsing import Field, ParseError, Verdict, parse_reply
+from duplexkit.bench.judge.frames import VideoError, extract_jpegs
+from duplexkit.bench.judge.parsing import Field, Verdict
 from duplexkit.bench.omni_duplex_eval.prompts import BUILTIN_PROMPTS, PromptSet
 from duplexkit.bench.omni_duplex_eval.request import ScoreRequest
 from duplexkit.bench.omni_duplex_eval.windows import (
@@ -49,8 +48,6 @@ FIELDS: Mapping[str, tuple[Field, ...]] = {
     "pr_post_event_reminder": _SUCCESS,
 }
 """The fields each prompt's reply must carry."""
-
-_ASSISTANT_ECHO_CHARS = 4000
 
 
 class LLMJudge:
@@ -79,7 +76,7 @@ class LLMJudge:
         await self._chat.aclose()
 
     async def score(self, request: ScoreRequest) -> SampleScore:
-        calls = _Calls(self._chat, self._prompts)
+        calls = JudgeCalls(self._chat, self._prompts, FIELDS)
         try:
             if request.family == "rtd":
                 scores, details = await _score_rtd(request, calls)
@@ -92,62 +89,7 @@ class LLMJudge:
         return SampleScore(scores=scores, details=details, trace=calls.trace())
 
 
-class _Calls:
-    """The judge calls of one sample, with the follow-up rule and the sample's parse-failure trace."""
-
-    def __init__(self, chat: ChatClient, prompts: PromptSet) -> None:
-        self._chat = chat
-        self._prompts = prompts
-        self._traces: dict[int, list[dict[str, Any]]] = {}
-
-    def trace(self) -> list[dict[str, Any]]:
-        """Trace lines in call order (not completion order), so the file is deterministic."""
-        return [line for order in sorted(self._traces) for line in self._traces[order]]
-
-    async def ask(
-        self, name: str, order: int, label: str, values: Mapping[str, str], images: Sequence[bytes] = ()
-    ) -> Verdict:
-        """Ask prompt `name` filled with `values` (plus images); one follow-up if the reply does not parse."""
-        text = self._prompts.render(name, **values)
-        content: str | list[ChatCompletionContentPartParam] = text
-        if images:
-            content = [{"type": "text", "text": text}]
-            content += [{"type": "image_url", "image_url": {"url": data_url(jpeg)}} for jpeg in images]
-        messages: list[ChatCompletionMessageParam] = [{"role": "user", "content": content}]
-        reply = await self._chat.complete(messages)
-        try:
-            return parse_reply(reply, FIELDS[name])
-        except ParseError as exc:
-            first_error = str(exc)
-        follow_up = self._prompts.follow_up(name, first_error, reply)
-        if reply.strip():
-            messages.append({"role": "assistant", "content": reply[:_ASSISTANT_ECHO_CHARS]})
-        messages.append({"role": "user", "content": follow_up})
-        lines: list[dict[str, Any]] = [
-            {"call": label, "attempt": 1, "parse_error": first_error, "reply": reply}
-        ]
-        self._traces[order] = lines
-        second = await self._chat.complete(messages)
-        try:
-            verdict = parse_reply(second, FIELDS[name])
-        except ParseError as exc:
-            lines.append(
-                {
-                    "call": label,
-                    "attempt": 2,
-                    "follow_up": follow_up,
-                    "reply": second,
-                    "parse_error": str(exc),
-                }
-            )
-            raise ScoringError(f"{label}: the judge's reply did not parse after a follow-up: {exc}") from exc
-        lines.append(
-            {"call": label, "attempt": 2, "follow_up": follow_up, "reply": second, "parse_error": None}
-        )
-        return verdict
-
-
-async def _score_rtd(request: ScoreRequest, calls: _Calls) -> tuple[dict[str, float], dict[str, Any]]:
+async def _score_rtd(request: ScoreRequest, calls: JudgeCalls) -> tuple[dict[str, float], dict[str, Any]]:
     duration = request.video_duration
     if duration is None or duration <= 0:
         raise ScoringError("the sample has no video_duration")
@@ -201,7 +143,7 @@ async def _frames(request: ScoreRequest, times: list[float]) -> dict[float, byte
 
 
 async def _temporal(
-    request: ScoreRequest, calls: _Calls, index: int, window: Window, jpegs: list[bytes]
+    request: ScoreRequest, calls: JudgeCalls, index: int, window: Window, jpegs: list[bytes]
 ) -> Verdict:
     sentence = request.sentences[index]
     values = {
@@ -213,7 +155,7 @@ async def _temporal(
     return await calls.ask("rtd_temporal", index + 1, f"rtd_temporal[{index}]", values, jpegs)
 
 
-async def _content(request: ScoreRequest, calls: _Calls, jpegs: list[bytes]) -> dict[str, Any]:
+async def _content(request: ScoreRequest, calls: JudgeCalls, jpegs: list[bytes]) -> dict[str, Any]:
     if not request.sentences:
         return {"content_score": 0.0, "judged": False, "reasoning": "no response"}
     references = [a for a in (request.answer1, request.answer2) if a]
@@ -249,7 +191,7 @@ def _halve(frames: Sequence[bytes]) -> list[bytes]:
 
 
 async def _score_pr(
-    request: ScoreRequest, calls: _Calls, window_s: float
+    request: ScoreRequest, calls: JudgeCalls, window_s: float
 ) -> tuple[dict[str, float], dict[str, Any]]:
     if request.task == "correction" or not request.reminders:
         response = _joined(request.sentences)
@@ -272,7 +214,7 @@ async def _score_pr(
 
 
 async def _reminder(
-    request: ScoreRequest, calls: _Calls, name: str, index: int, t: float, window_s: float
+    request: ScoreRequest, calls: JudgeCalls, name: str, index: int, t: float, window_s: float
 ) -> dict[str, Any]:
     end = t + window_s
     response = _joined(sentences_after(request.sentences, t, window_s))
@@ -287,7 +229,7 @@ async def _reminder(
 
 
 async def _success(
-    calls: _Calls, name: str, order: int, label: str, values: Mapping[str, str]
+    calls: JudgeCalls, name: str, order: int, label: str, values: Mapping[str, str]
 ) -> dict[str, Any]:
     if not values["response"]:
         return {"judged": False, "success_score": 0, "reasoning": "nothing said in the window"}

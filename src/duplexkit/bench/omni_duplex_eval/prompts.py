@@ -11,10 +11,11 @@ other brace (JSON examples) is left as written.
 from __future__ import annotations
 
 import hashlib
-import re
 from collections.abc import Mapping
 from dataclasses import dataclass
 from pathlib import Path
+
+from duplexkit.bench.judge.prompting import excerpt, fill
 
 PROMPT_VERSION = "duplexkit-judge-1"
 
@@ -151,21 +152,13 @@ class PromptSet:
 
     def render(self, name: str, **values: str) -> str:
         """The prompt `name` with its placeholders filled from `values` (a missing value fills as empty)."""
-        return _fill(self.texts[name], PLACEHOLDERS[name], values)
+        return fill(self.texts[name], PLACEHOLDERS[name], values)
 
     def follow_up(self, name: str, error: str, reply: str) -> str:
         """The follow-up after an unparseable reply to prompt `name`: what failed, why, and the format."""
-        excerpt = reply.strip()
-        if len(excerpt) > FOLLOW_UP_QUOTE_CHARS:
-            excerpt = excerpt[:FOLLOW_UP_QUOTE_CHARS] + " [...]"
-        values = {"error": error, "reply": excerpt, "format": REPLY_FORMATS[name]}
-        return _fill(FOLLOW_UP, tuple(values), values)
-
-
-def _fill(text: str, placeholders: tuple[str, ...], values: Mapping[str, str]) -> str:
-    """Fill `{placeholder}`s in one pass, so a value that itself contains braces is never filled again."""
-    pattern = re.compile("|".join(re.escape("{" + p + "}") for p in placeholders))
-    return pattern.sub(lambda m: values.get(m.group(0)[1:-1], ""), text)
+        quoted = excerpt(reply, FOLLOW_UP_QUOTE_CHARS)
+        values = {"error": error, "reply": quoted, "format": REPLY_FORMATS[name]}
+        return fill(FOLLOW_UP, tuple(values), values)
 
 
 def prompt_digest(texts: Mapping[str, str]) -> str:

@@ -8,9 +8,9 @@ renderer's job. Times on the media clock are seconds; latencies are milliseconds
 from __future__ import annotations
 
 from collections.abc import Callable, Mapping
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 from pathlib import Path
-from typing import Literal
+from typing import Any, Literal
 
 Decision = Literal["listen", "speak"]
 
@@ -114,6 +114,8 @@ class ScoreSection:
     means: tuple[str, ...]
     title: str
     overall: str
+    groups: str = "by_task"
+    """The key in the section that holds its groups."""
 
 
 @dataclass(frozen=True)
@@ -128,6 +130,10 @@ class ReportSpec:
     extra: Callable[[ReportData], str] | None = None
     """HTML the benchmark adds after the score tables (e.g. published reference numbers), already escaped;
     given the primary run."""
+    only_named_scores: bool = False
+    """Show a sample's scores named in `score_names` only (a benchmark that records many sums per sample)."""
+    sample_figure: Callable[[SampleReport, float], str] | None = None
+    """An extra figure under each sample's timeline (the sample and the timeline's span, in seconds)."""
 
 
 @dataclass(frozen=True)
@@ -147,6 +153,8 @@ class SampleScore:
     status: str | None
     scores: Mapping[str, float]
     error: str | None
+    details: Mapping[str, Any] = field(default_factory=dict)
+    """The judge's per-sample record, raw (untrusted): a benchmark's figure reads what it needs leniently."""
 
 
 @dataclass(frozen=True)
@@ -219,6 +227,8 @@ class SampleReport:
     attempts: tuple[AttemptInfo, ...]
     audio: str | None
     score: SampleScore | None
+    meta: Mapping[str, Any] = field(default_factory=dict, repr=False)
+    """The whole `<id>.meta.json`, raw (untrusted), for a benchmark's own figure."""
 
     @property
     def key(self) -> tuple[str, str]:

@@ -115,21 +115,24 @@ def _run_info(run: Mapping[str, Any], samples: Iterable[SampleReport]) -> RunInf
 
 
 def _selection(value: Any) -> str | None:
-    """`splits: all · family: all · limit: none`, plus ids and excluded ids when any were given (the first
-    `SHOWN_IDS` of them, and how many there are)."""
+    """Each filter of the recorded selection in its order, e.g. `splits: all · family: all · limit: none`;
+    ids and excluded ids only when any were given (the first `SHOWN_IDS` of them, and how many there are)."""
     if not isinstance(value, dict):
         return None
-    if "splits" not in value and "family" not in value:  # another benchmark's selection: shown as recorded
-        return " · ".join(f"{key}: {_shown(item)}" for key, item in value.items()) or None
-    splits = _strs(value.get("splits"))
-    family = _str(value.get("family")) or "unknown"
-    parts = [f"splits: {', '.join(splits) if splits else 'all'}", f"family: {family}"]
-    for key, label in (("ids", "ids"), ("exclude_ids", "excluded ids")):
-        if ids := _strs(value.get(key)):
-            more = f", ... ({len(ids)} in all)" if len(ids) > SHOWN_IDS else ""
-            parts.append(f"{label}: {', '.join(ids[:SHOWN_IDS])}{more}")
-    limit = _int(value.get("limit"))
-    parts.append(f"limit: {'none' if limit is None else limit}")
+    parts = []
+    for key, raw in value.items():
+        if key in ("ids", "exclude_ids"):
+            if ids := _strs(raw):
+                more = f", ... ({len(ids)} in all)" if len(ids) > SHOWN_IDS else ""
+                label = "ids" if key == "ids" else "excluded ids"
+                parts.append(f"{label}: {', '.join(ids[:SHOWN_IDS])}{more}")
+        elif key == "limit":
+            limit = _int(raw)
+            parts.append(f"limit: {'none' if limit is None else limit}")
+        elif isinstance(raw, list):
+            parts.append(f"{key}: {', '.join(_strs(raw)) or 'all'}")
+        else:
+            parts.append(f"{key}: {_str(raw) or 'unknown'}")
     return " · ".join(parts)
 
 
@@ -249,6 +252,7 @@ def _sample(run_dir: Path, meta_path: Path, meta: Mapping[str, Any], problems: l
         attempts=tuple(_attempt(_obj(a)) for a in _list(meta.get("attempts"))),
         audio=f"{split}/{sample_id}/output.wav" if audio.is_file() else None,
         score=_sample_score(run_dir, split, sample_id, problems),
+        meta=meta,
     )
 
 
@@ -303,7 +307,12 @@ def _sample_score(run_dir: Path, split: str, sample_id: str, problems: list[str]
     if not isinstance(raw, dict):
         return None
     scores = {str(k): v for k, value in _obj(raw.get("scores")).items() if (v := _num(value)) is not None}
-    return SampleScore(status=_str(raw.get("status")), scores=scores, error=_str(raw.get("error")))
+    return SampleScore(
+        status=_str(raw.get("status")),
+        scores=scores,
+        error=_str(raw.get("error")),
+        details=_obj(raw.get("details")),
+    )
 
 
 def _score_summary(run_dir: Path, problems: list[str], spec: ReportSpec) -> ScoreSummary | None:
@@ -315,7 +324,7 @@ def _score_summary(run_dir: Path, problems: list[str], spec: ReportSpec) -> Scor
     for spec_section in spec.sections:
         family, means = spec_section.key, spec_section.means
         section = _obj(raw.get(family))
-        tasks = _obj(section.get("by_task"))
+        tasks = _obj(section.get(spec_section.groups))
         families.append(
             FamilyScores(
                 family=family,

@@ -628,9 +628,9 @@ def _status_badge(sample: SampleReport) -> str:
 def _score_text(score: SampleScore, spec: ReportSpec) -> str:
     if score.status != "scored":
         return f"judge {score.status or 'error'}: {score.error or 'no reason given'}"
-    values = [
-        f"{spec.score_names.get(name, name)} {number(value, 2)}" for name, value in score.scores.items()
-    ]
+    names = spec.score_names
+    shown = [(n, v) for n, v in score.scores.items() if not spec.only_named_scores or n in names]
+    values = [f"{names.get(name, name)} {number(value, 2)}" for name, value in shown]
     return "score: " + (", ".join(values) or MISSING)
 
 
@@ -675,6 +675,8 @@ def _run_block(run: _Run, sample: SampleReport, number_: int, span: float, named
             "not real time.</p>"
         )
     parts.append(timeline(sample, element_id, span))
+    if run.data.spec.sample_figure is not None:
+        parts.append(run.data.spec.sample_figure(sample, span))
     if sample.audio is not None:
         parts.append(
             f'<audio controls preload="none" src="{esc(_audio_href(run, sample.audio))}" '
