@@ -58,7 +58,13 @@ def register(commands: argparse._SubParsersAction[argparse.ArgumentParser]) -> N
     data.add_argument("--limit", type=int, default=None, help="run at most this many samples")
 
     target = parser.add_argument_group("server")
-    target.add_argument("--url", default=None, help="server to evaluate (ws://, wss://, http:// or https://)")
+    target.add_argument(
+        "--url",
+        action="append",
+        default=[],
+        help="server to evaluate (ws://, wss://, http:// or https://); repeat for a pool of servers running "
+        "the same model: samples go to whichever has room, each within its /healthz max_sessions",
+    )
     target.add_argument("--api-key", default=None, help="API key sent as a bearer token")
     target.add_argument("--served-model", default=None, help="`model` query parameter sent to --url")
     add_model_options(target)
@@ -67,7 +73,9 @@ def register(commands: argparse._SubParsersAction[argparse.ArgumentParser]) -> N
     run.add_argument(
         "--out", required=True, type=Path, metavar="RUN_DIR", help="run folder (created; resumable)"
     )
-    run.add_argument("--concurrency", type=int, default=4, help="samples in flight (default: %(default)s)")
+    run.add_argument(
+        "--concurrency", type=int, default=4, help="samples in flight per server (default: %(default)s)"
+    )
     run.add_argument(
         "--pace",
         choices=["realtime", "as-fast-as-possible"],
@@ -109,6 +117,8 @@ def register(commands: argparse._SubParsersAction[argparse.ArgumentParser]) -> N
 def run_command(args: argparse.Namespace) -> int:
     from duplexkit.bench.omni_duplex_eval.dataset import DatasetError, Selection, load_dataset
 
+    if len(set(args.url)) != len(args.url):
+        return _usage("each --url may be given once")
     if args.ids and args.exclude_ids:
         return _usage("--ids and --exclude-ids cannot be combined")
     if (
@@ -140,7 +150,7 @@ def run_command(args: argparse.Namespace) -> int:
         if judge is None:
             return EXIT_USAGE
     plugin = None
-    if args.url is None:
+    if not args.url:
         plugin = model_from_args(args)
         if plugin is None:
             return EXIT_USAGE
@@ -155,13 +165,14 @@ async def _bench(args: argparse.Namespace, dataset: Any, selection: Any, plugin:
     from duplexkit import __version__
     from duplexkit.bench.aggregate import run_counts, run_metrics
     from duplexkit.bench.artifacts import RunDir, write_json_atomic
+    from duplexkit.bench.pool import ServerPool
     from duplexkit.bench.runner import BenchmarkRunner, RunConfig
 
     run_dir = RunDir(args.out)
     started_at = _previous_start(run_dir.root / "run.json") or _now()
-    async with _server(args, plugin) as url:
+    async with _servers(args, plugin) as urls:
         config = RunConfig(
-            url=url,
+            url=urls[0],
             model=args.served_model if args.url else args.model,
             api_key=args.api_key,
             pace=args.pace,
@@ -191,12 +202,14 @@ async def _bench(args: argparse.Namespace, dataset: Any, selection: Any, plugin:
                 },
                 "samples": len(dataset.samples),
             },
-            "server": {"url": url, "model": config.model, "embedded": args.url is None},
+            "server": {"url": urls[0], "urls": urls, "model": config.model, "embedded": not args.url},
         }
         write_json_atomic(run_dir.root / "run.json", run_info)
+        pool = ServerPool(urls, per_server=args.concurrency)
         with _Progress(len(dataset.samples)) as progress:
-            runner = BenchmarkRunner(config, run_dir, on_result=progress.record)
+            runner = BenchmarkRunner(config, run_dir, on_result=progress.record, pool=pool)
             results = await runner.run(list(dataset.samples), overwrite=args.overwrite)
+        run_info["server"]["pool"] = pool.to_json()
     metas = [
         m for m in run_dir.metas() if (m["split"], m["id"]) in {(s.split, s.id) for s in dataset.samples}
     ]
@@ -241,15 +254,15 @@ async def _bench(args: argparse.Namespace, dataset: Any, selection: Any, plugin:
 
 
 @contextlib.asynccontextmanager
-async def _server(args: argparse.Namespace, plugin: Any) -> AsyncIterator[str]:
-    """The URL to evaluate: `--url`, or an embedded server running the built-in model."""
-    if args.url is not None:
-        yield args.url
+async def _servers(args: argparse.Namespace, plugin: Any) -> AsyncIterator[list[str]]:
+    """The URLs to evaluate: every `--url`, or an embedded server running the built-in model."""
+    if args.url:
+        yield list(args.url)
         return
     from duplexkit.server import EmbeddedServer, ServerConfig
 
     async with EmbeddedServer(plugin, ServerConfig(max_sessions=max(64, args.concurrency))) as server:
-        yield server.url
+        yield [server.url]
 
 
 class _Progress:
@@ -360,11 +373,11 @@ def _recorded_run(path: Path) -> dict[str, Any] | None:
     return data if isinstance(data, dict) else None
 
 
-def _resume_mismatch(path: Path, fingerprint: str, pace: str, url: str | None) -> str | None:
+def _resume_mismatch(path: Path, fingerprint: str, pace: str, urls: list[str]) -> str | None:
     """What differs between the run recorded at `path` and this one (`None`: same run, or none yet).
 
-    A run folder holds one run: resuming it with another selection, pace or server would mix samples
-    that were not measured alike.
+    A run folder holds one run: resuming it with another selection, pace or server (pool) would mix
+    samples that were not measured alike; `duplexkit merge` joins runs made apart.
     """
     run = _recorded_run(path)
     if run is None:
@@ -375,7 +388,8 @@ def _resume_mismatch(path: Path, fingerprint: str, pace: str, url: str | None) -
     if (run.get("config") or {}).get("pace") != pace:
         return "another pace"
     server = run.get("server") or {}
-    if (url is not None and server.get("url") != url) or (url is None and not server.get("embedded")):
+    recorded = server.get("urls") or [server.get("url")]
+    if (urls and set(recorded) != set(urls)) or (not urls and not server.get("embedded")):
         return "another server"
     return None
 
