@@ -56,6 +56,13 @@ def register(commands: argparse._SubParsersAction[argparse.ArgumentParser]) -> N
         help="comma-separated ids to skip (before --limit; not with --ids)",
     )
     data.add_argument("--limit", type=int, default=None, help="run at most this many samples")
+    data.add_argument(
+        "--shard",
+        default=None,
+        metavar="I/N",
+        help="run only part I of N of the selection (after --limit): a stable hash of (split, id) decides, "
+        "so N machines running 1/N … N/N cover it exactly once; join them with `duplexkit merge`",
+    )
 
     target = parser.add_argument_group("server")
     target.add_argument(
@@ -116,6 +123,12 @@ def register(commands: argparse._SubParsersAction[argparse.ArgumentParser]) -> N
 
 def run_command(args: argparse.Namespace) -> int:
     from duplexkit.bench.omni_duplex_eval.dataset import DatasetError, Selection, load_dataset
+    from duplexkit.bench.shard import Shard, ShardError
+
+    try:
+        shard = Shard.parse(args.shard) if args.shard is not None else None
+    except ShardError as exc:
+        return _usage(str(exc))
 
     if len(set(args.url)) != len(args.url):
         return _usage("each --url may be given once")
@@ -141,7 +154,7 @@ def run_command(args: argparse.Namespace) -> int:
         return _usage(str(exc))
     if args.score and args.pace != "realtime" and not args.allow_invalid_clock:
         return _usage("--score refuses an as-fast-as-possible run (clock=invalid); add --allow-invalid-clock")
-    mismatch = _resume_mismatch(args.out / "run.json", dataset.fingerprint, args.pace, args.url)
+    mismatch = _resume_mismatch(args.out / "run.json", dataset.fingerprint, args.pace, args.url, shard)
     if mismatch and not args.overwrite:
         return _usage(f"{args.out} holds a run of {mismatch}; use a new --out, or --overwrite to redo it")
     judge = None
@@ -155,13 +168,15 @@ def run_command(args: argparse.Namespace) -> int:
         if plugin is None:
             return EXIT_USAGE
     try:
-        return asyncio.run(_bench(args, dataset, selection, plugin, judge))
+        return asyncio.run(_bench(args, dataset, selection, shard, plugin, judge))
     except KeyboardInterrupt:
         print("duplexkit bench: interrupted; rerun the same command to resume", file=sys.stderr)
         return 130
 
 
-async def _bench(args: argparse.Namespace, dataset: Any, selection: Any, plugin: Any, judge: Any) -> int:
+async def _bench(
+    args: argparse.Namespace, dataset: Any, selection: Any, shard: Any, plugin: Any, judge: Any
+) -> int:
     from duplexkit import __version__
     from duplexkit.bench.aggregate import run_counts, run_metrics
     from duplexkit.bench.artifacts import RunDir, write_json_atomic
@@ -169,6 +184,7 @@ async def _bench(args: argparse.Namespace, dataset: Any, selection: Any, plugin:
     from duplexkit.bench.runner import BenchmarkRunner, RunConfig
 
     run_dir = RunDir(args.out)
+    samples = list(dataset.samples) if shard is None else shard.select(dataset.samples)
     started_at = _previous_start(run_dir.root / "run.json") or _now()
     async with _servers(args, plugin) as urls:
         config = RunConfig(
@@ -200,19 +216,18 @@ async def _bench(args: argparse.Namespace, dataset: Any, selection: Any, plugin:
                     "exclude_ids": list(selection.exclude_ids),
                     "limit": selection.limit,
                 },
-                "samples": len(dataset.samples),
+                "shard": None if shard is None else shard.to_json(),
+                "samples": len(samples),
             },
             "server": {"url": urls[0], "urls": urls, "model": config.model, "embedded": not args.url},
         }
         write_json_atomic(run_dir.root / "run.json", run_info)
         pool = ServerPool(urls, per_server=args.concurrency)
-        with _Progress(len(dataset.samples)) as progress:
+        with _Progress(len(samples)) as progress:
             runner = BenchmarkRunner(config, run_dir, on_result=progress.record, pool=pool)
-            results = await runner.run(list(dataset.samples), overwrite=args.overwrite)
+            results = await runner.run(samples, overwrite=args.overwrite)
         run_info["server"]["pool"] = pool.to_json()
-    metas = [
-        m for m in run_dir.metas() if (m["split"], m["id"]) in {(s.split, s.id) for s in dataset.samples}
-    ]
+    metas = [m for m in run_dir.metas() if (m["split"], m["id"]) in {(s.split, s.id) for s in samples}]
     counts = run_counts(metas)
     write_json_atomic(run_dir.root / "metrics.json", run_metrics(metas))
     write_json_atomic(run_dir.root / "run.json", {**run_info, "finished_at": _now(), "counts": counts})
@@ -226,7 +241,7 @@ async def _bench(args: argparse.Namespace, dataset: Any, selection: Any, plugin:
                 run_dir.root,
                 judge,
                 workers=args.concurrency,
-                samples=dataset.samples,
+                samples=samples,
                 allow_invalid_clock=args.allow_invalid_clock,
             )
             print(format_summary(summary))
@@ -373,7 +388,7 @@ def _recorded_run(path: Path) -> dict[str, Any] | None:
     return data if isinstance(data, dict) else None
 
 
-def _resume_mismatch(path: Path, fingerprint: str, pace: str, urls: list[str]) -> str | None:
+def _resume_mismatch(path: Path, fingerprint: str, pace: str, urls: list[str], shard: Any) -> str | None:
     """What differs between the run recorded at `path` and this one (`None`: same run, or none yet).
 
     A run folder holds one run: resuming it with another selection, pace or server (pool) would mix
@@ -387,6 +402,8 @@ def _resume_mismatch(path: Path, fingerprint: str, pace: str, urls: list[str]) -
         return "another dataset selection"
     if (run.get("config") or {}).get("pace") != pace:
         return "another pace"
+    if dataset.get("shard") != (None if shard is None else shard.to_json()):
+        return "another shard"
     server = run.get("server") or {}
     recorded = server.get("urls") or [server.get("url")]
     if (urls and set(recorded) != set(urls)) or (not urls and not server.get("embedded")):
