@@ -82,6 +82,8 @@ class ReplicaReport:
     model: str
     sessions: int
     max_sessions: int
+    url: str | None = None
+    """The replica's direct WebSocket URL, when it serves one."""
     metrics: list[dict[str, Any]] = field(default_factory=list)
     """`metric_families(registry)` of the replica's Prometheus registry."""
 
@@ -106,6 +108,7 @@ def cluster_health(
                 "status": "ok" if r.accepting else "draining",
                 "sessions": r.sessions,
                 "max_sessions": r.max_sessions,
+                "url": r.url,
                 "age_s": round(now - r.at, 3),
             }
             for r in sorted(fresh, key=lambda r: r.replica)

@@ -14,6 +14,9 @@ Needs the `ray` extra; nothing else in duplexkit imports this module.
 - **Cluster health.** Replicas report to one named registry actor; `/healthz` and `/metrics` answered by
   any replica add up every replica's latest report; `/replica/healthz` and `/replica/metrics` are the
   answering replica's own.
+- **Direct URLs** (`direct_host`): each replica can also serve the same app object on its own port on that
+  interface, listed as `url` in the cluster's `/healthz` `per_replica`, for clients that route themselves
+  (e.g. `duplexkit bench --url` per replica) and to measure what the proxy costs.
 
 HAProxy mode (`RAY_SERVE_ENABLE_HA_PROXY=1`) routes by least connections and never calls this router:
 affinity is lost there (see docs/scaling.md).
@@ -75,6 +78,8 @@ class RayServeOptions:
     """Per replica."""
     replica_cpus: float = 1.0
     api_keys: frozenset[str] = frozenset()
+    direct_host: str | None = None
+    """Also serve each replica on its own port on this interface (its node's address); `None`: proxy only."""
 
 
 @ray.remote(num_cpus=0)
@@ -141,6 +146,11 @@ class DuplexReplica:
         self.replica = serve.get_replica_context().replica_id.unique_id
         self.keys = _Keys()
         self.registry = _registry()
+        self.direct_url: str | None = None
+        self._direct: tuple[Any, asyncio.Task[None]] | None = None
+        if options.direct_host is not None:
+            server, task, self.direct_url = await _serve_direct(self.duplex, options.direct_host)
+            self._direct = (server, task)
         await self._report()
         self._reporter = asyncio.create_task(self._report_forever())
 
@@ -187,6 +197,7 @@ class DuplexReplica:
             "model": self.duplex.plugin.name,
             "sessions": manager.active,
             "max_sessions": manager.max_sessions,
+            "url": self.direct_url,
             "metrics": metric_families(self.duplex.metrics.registry),
         }
 
@@ -205,8 +216,31 @@ class DuplexReplica:
         """Serve is stopping this replica: close its sessions with `server_shutdown`, leave the registry."""
         self._reporter.cancel()
         await self.duplex.manager.shutdown()
+        if self._direct is not None:
+            self._direct[0].should_exit = True
         with contextlib.suppress(Exception):
             await self.registry.forget.remote(self.replica)
+
+
+async def _serve_direct(duplex: DuplexServer, host: str) -> tuple[Any, asyncio.Task[None], str]:
+    """Serve `duplex.app` with uvicorn on an ephemeral port of `host`, in the replica's event loop (the
+    replica's signals stay Serve's)."""
+    import socket
+
+    from duplexkit.server.serve import _DrainingServer, uvicorn_config
+
+    sock = socket.socket(socket.AF_INET, socket.SOCK_STREAM)
+    sock.setsockopt(socket.SOL_SOCKET, socket.SO_REUSEADDR, 1)
+    sock.bind((host, 0))
+    server = _DrainingServer(uvicorn_config(duplex, log_level="warning"), duplex, own_signals=False)
+    task = asyncio.create_task(server.serve(sockets=[sock]))
+    while not server.started:
+        if task.done():
+            await task
+            raise RuntimeError("the replica's direct server failed to start")
+        await asyncio.sleep(0.01)
+    bound_host, port = sock.getsockname()[:2]
+    return server, task, f"ws://{bound_host}:{port}/v1/realtime"
 
 
 class _ReplicaApp:
