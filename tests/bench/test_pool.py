@@ -43,10 +43,15 @@ async def test_capacity_is_the_smaller_of_the_per_server_bound_and_healthz_max_s
     pool = ServerPool(list(answers), per_server=4, probe=probe_of(answers))
     await pool.start()
     try:
-        assert [(s.ceiling, s.state.value) for s in pool.servers] == [(2, "up"), (4, "up"), (4, "down")]
-        leases = [await pool.lease(0.1) for _ in range(6)]
-        assert Counter(lease.url for lease in leases if lease) == {"ws://a": 2, "ws://b": 4}
-        assert await pool.lease(0.05) is None  # both up servers are full; the down one is never offered
+        # c's /healthz did not answer: it is tried anyway, its handshake decides
+        assert [(s.ceiling, s.state.value) for s in pool.servers] == [(2, "up"), (4, "up"), (4, "up")]
+        leases = [await pool.lease(0.1) for _ in range(10)]
+        assert Counter(lease.url for lease in leases if lease) == {"ws://a": 2, "ws://b": 4, "ws://c": 4}
+        assert await pool.lease(0.05) is None  # every server is full
+        c_lease = next(lease for lease in leases if lease and lease.url == "ws://c")
+        pool.release(c_lease, Release.UNREACHABLE)
+        assert pool.servers[2].state.value == "down"
+        assert await pool.lease(0.05) is None  # the down server's freed slot is never offered
     finally:
         await pool.aclose()
 

@@ -8,7 +8,8 @@ Contract:
   each session the server completes raises it by one, back up to the ceiling.
 - **Work stealing.** Attempts do not belong to a server: every attempt waits on the one pool for any up
   server with room, the least loaded first, so a slow server takes fewer samples and never holds the others.
-- **Failover.** A server that refuses the TCP connection is down; one whose connection is lost mid-session
+- **Failover.** A server that refuses the TCP connection is down (a `/healthz` that does not answer at the
+  start is not enough: the handshake decides); one whose connection is lost mid-session
   is probed at once (`/healthz`, any HTTP answer but 503 means alive) and is down if the probe fails. Down
   servers are probed every `probe_interval_s` and come back at full allowance. The attempt that saw the
   loss fails and the retry policy (`duplexkit.bench.retry`) sends its retry to whichever server is up.
@@ -184,10 +185,14 @@ class ServerPool:
         return sum(s.ceiling for s in self.servers)
 
     async def start(self) -> None:
-        """Learn each server's capacity and health; start probing the ones that are down."""
+        """Learn each server's capacity and health; start probing the ones that are down.
+
+        A server whose `/healthz` does not answer at all is tried anyway (its WebSocket handshake decides):
+        a server of another project may serve nothing else over HTTP."""
         healths = await asyncio.gather(*(self._probe(s.url) for s in self.servers))
         for server, health in zip(self.servers, healths, strict=True):
-            self._apply(server, health)
+            if health is not None:
+                self._apply(server, health)
         self._spawn(self._probe_down_servers())
 
     async def aclose(self) -> None:
