@@ -214,6 +214,8 @@ class DuplexReplica:
 
     async def __del__(self) -> None:
         """Serve is stopping this replica: close its sessions with `server_shutdown`, leave the registry."""
+        if not hasattr(self, "_reporter"):
+            return  # __init__ did not finish: nothing was served
         self._reporter.cancel()
         await self.duplex.manager.shutdown()
         if self._direct is not None:
