@@ -10,8 +10,13 @@ from __future__ import annotations
 
 import asyncio
 import contextlib
+import json
+import socket
+import subprocess
+import sys
+import time
 from collections import Counter
-from collections.abc import AsyncIterator
+from collections.abc import AsyncIterator, Iterator
 from pathlib import Path
 from typing import Any
 
@@ -20,6 +25,7 @@ import pytest
 from duplexkit.bench.artifacts import RunDir
 from duplexkit.bench.pool import Health, NoServerUp, Release, ServerPool, healthz_url, probe_healthz
 from duplexkit.bench.runner import BenchmarkRunner, RunConfig, SampleResult
+from duplexkit.cli import main
 from duplexkit.client import DuplexClient, SessionBounds
 from duplexkit.models import load_model
 from duplexkit.server import EmbeddedServer, ServerConfig
@@ -231,3 +237,54 @@ async def test_a_server_killed_mid_run_has_its_samples_retried_on_the_other_and_
         assert second["server_url"] == survivor.url == meta["server_url"]
     assert all(m["server_url"] == survivor.url for m in metas)
     assert pool.to_json()[0]["state"] == "down"
+
+
+# --- the command -----------------------------------------------------------------------------------
+
+
+@contextlib.contextmanager
+def serve_processes(count: int) -> Iterator[list[str]]:
+    """`duplexkit serve --model scripted` subprocesses on free ports (the command runs its own loop)."""
+    ports = []
+    for _ in range(count):
+        with socket.socket() as sock:
+            sock.bind(("127.0.0.1", 0))
+            ports.append(sock.getsockname()[1])
+    serve = [sys.executable, "-m", "duplexkit", "serve", "--model", "scripted", "--max-sessions", "3"]
+    procs = [subprocess.Popen([*serve, "--log-level", "warning", "--port", str(port)]) for port in ports]
+    try:
+        for port in ports:
+            deadline = time.monotonic() + 30
+            while probe_health_sync(port) is None:
+                assert time.monotonic() < deadline, f"duplexkit serve did not start on {port}"
+                time.sleep(0.1)
+        yield [f"ws://127.0.0.1:{port}/v1/realtime" for port in ports]
+    finally:
+        for proc in procs:
+            proc.terminate()
+            proc.wait(10)
+
+
+def probe_health_sync(port: int) -> Health | None:
+    return asyncio.run(probe_healthz(f"ws://127.0.0.1:{port}/v1/realtime"))
+
+
+def test_bench_drives_a_pool_from_repeated_urls_and_records_it(
+    tmp_path: Path, capsys: pytest.CaptureFixture[str]
+) -> None:
+    out = tmp_path / "run"
+    fast = ["--model", "scripted", "--pace", "as-fast-as-possible", "--settle", "0.3", "--limit", "6"]
+    with serve_processes(2) as urls:
+        argv = ["bench", "--dataset", "builtin", "--out", str(out), *fast, "--concurrency", "4"]
+        assert main([*argv, "--url", urls[0], "--url", urls[1]]) == 0
+        run = json.loads((out / "run.json").read_text())
+        assert run["server"]["urls"] == urls
+        assert [(s["url"], s["max_sessions"], s["ceiling"]) for s in run["server"]["pool"]] == [
+            (urls[0], 3, 3),
+            (urls[1], 3, 3),
+        ]
+        assert sum(s["sessions_completed"] for s in run["server"]["pool"]) == 6
+        assert {m["server_url"] for m in RunDir(out).metas()} <= set(urls)
+        assert main([*argv, "--url", urls[0]]) == 2  # resuming with another pool
+        assert "another server" in capsys.readouterr().err
+        assert main([*argv, "--url", urls[0], "--url", urls[0]]) == 2

@@ -19,6 +19,7 @@ from typing import Any
 
 import numpy as np
 import pytest
+from prometheus_client.parser import text_string_to_metric_families
 
 pytest.importorskip("ray.serve", reason="the `ray` extra is not installed (pip install 'duplexkit[ray]')")
 
@@ -55,6 +56,19 @@ def healthz(url: str) -> dict[str, Any]:
             return dict(json.load(response))
     except urllib.error.HTTPError as exc:
         return dict(json.load(exc))
+
+
+def metric_samples(url: str) -> dict[str, float]:
+    """The cluster's /metrics, unlabelled samples by name."""
+    http = url.replace("ws://", "http://").removesuffix("/v1/realtime")
+    with urllib.request.urlopen(f"{http}/metrics", timeout=5) as response:
+        text = response.read().decode()
+    return {
+        s.name: s.value
+        for family in text_string_to_metric_families(text)
+        for s in family.samples
+        if not s.labels
+    }
 
 
 async def until(url: str, holds: Callable[[list[int]], bool], timeout_s: float = 8.0) -> list[int]:
@@ -113,6 +127,10 @@ async def test_a_full_replica_spills_over_to_the_other_and_a_full_cluster_refuse
     held = [await open_admitted(cluster) for _ in range(2 * MAX_SESSIONS)]
     try:
         assert await until(cluster, lambda c: sum(c) == 4) == [MAX_SESSIONS, MAX_SESSIONS]
+        body = await asyncio.to_thread(healthz, cluster)
+        assert (body["sessions"], body["max_sessions"], body["replicas"]) == (4, 4, 2)
+        metrics = await asyncio.to_thread(metric_samples, cluster)
+        assert metrics["duplexkit_replicas"] == 2 and metrics["duplexkit_sessions_active"] == 4
         ws, first = await open_session(cluster)
         await ws.close()
         assert first["type"] == "error"
