@@ -8,9 +8,10 @@ render a report. What differs between benchmarks is behind one object per packag
 - **data**: `load_dataset(spec, selection)` → a `BenchDataset`; `selection_from_json` / `selection_to_json`
   round-trip the selection recorded in `run.json` so `duplexkit score` reloads the same samples;
 - **runner hooks**: `prepare_media(sample, config)` (off the event loop), `run_attempt(sample, media,
-  config)` (one session: what to send and what an attempt observed, as `runner.Attempt`), `sample_meta`
-  (the dataset fields recorded in each `<id>.meta.json`), `write_artifacts` (per-sample extras of a
-  published sample) and `artifacts` (their names, withdrawn when a redo fails);
+  config, progress)` (one session: what to send and what an attempt observed, as `runner.Attempt`,
+  keeping `progress`, a `client.SessionProgress`, current so an outer deadline can say where it stopped),
+  `sample_meta` (the dataset fields recorded in each `<id>.meta.json`), `write_artifacts` (per-sample
+  extras of a published sample) and `artifacts` (their names, withdrawn when a redo fails);
 - **scoring**: `score_request(meta, response, sample)` (what a judge is asked about one published sample)
   and `summarise(judge, metas, outcomes)` (the benchmark's summary of every sample's outcome);
 - **report**: `report`, a `ReportSpec` (the score sections of the HTML page, read from the benchmark's
@@ -32,6 +33,7 @@ if TYPE_CHECKING:
     from duplexkit.bench.judge.base import JudgeInfo
     from duplexkit.bench.report.data import ReportSpec
     from duplexkit.bench.runner import Attempt, RunConfig
+    from duplexkit.client import SessionProgress
 
 BENCHMARKS: Mapping[str, str] = {
     "omni-duplex-eval": "duplexkit.bench.omni_duplex_eval",
@@ -85,7 +87,9 @@ class Benchmark(Protocol):
 
     def prepare_media(self, sample: Any, config: RunConfig) -> PreparedInput: ...
 
-    async def run_attempt(self, sample: Any, media: Any, config: RunConfig) -> Attempt: ...
+    async def run_attempt(
+        self, sample: Any, media: Any, config: RunConfig, progress: SessionProgress
+    ) -> Attempt: ...
 
     def sample_meta(self, sample: Any) -> dict[str, Any]: ...
 

@@ -38,7 +38,7 @@ from duplexkit.bench.retry import (
     timeout_label,
     verdict,
 )
-from duplexkit.client import ConnectionLost, SessionBounds, SessionError
+from duplexkit.client import ConnectionLost, SessionBounds, SessionError, SessionProgress
 from duplexkit.protocol.errors import ErrorCode
 
 log = logging.getLogger("duplexkit.bench")
@@ -47,6 +47,8 @@ CAPACITY_CODES = frozenset({ErrorCode.SESSION_CAPACITY_EXHAUSTED.value, "resourc
 """Refusals that mean "no slot now" (ours, and vLLM-Omni's), not a failed attempt."""
 CAPACITY_HTTP_STATUSES = frozenset({429, 503})
 """Handshake statuses that mean the same, from servers that refuse before accepting the socket."""
+DEADLINE_MARGIN_S = 5.0
+"""What the attempt's outer deadline adds to the sum of its inner bounds (scheduling, media conversion)."""
 
 
 def is_capacity_refusal(event: dict[str, Any]) -> bool:
@@ -90,17 +92,9 @@ class RunConfig:
         return data
 
     def attempt_deadline_s(self, clip_s: float) -> float:
-        """The outer bound of one attempt: the sum of its inner bounds, plus a little."""
-        b = self.bounds
-        return (
-            b.configure_timeout_s
-            + b.input_bound_s(clip_s)
-            + b.commit_timeout_s
-            + b.drain_timeout_s
-            + b.close_timeout_s
-            + b.close_grace_s
-            + 5.0
-        )
+        """The outer bound of one attempt: every inner bound added up (`SessionBounds.total_s`, from the
+        connect to the close's grace), plus `DEADLINE_MARGIN_S`."""
+        return self.bounds.total_s(clip_s) + DEADLINE_MARGIN_S
 
 
 class CapacityRefused(Exception):
@@ -195,9 +189,10 @@ class BenchmarkRunner:
             capacity_wait += waited
             decision = verdict(attempt.outcome, attempt_no)
             attempts.append(_attempt_summary(attempt))
+            if decision is not Verdict.PUBLISH:
+                attempts[-1]["sentences"] = attempt.sentences  # kept for diagnosis, never published
             if decision is not Verdict.RETRY:
                 break
-            attempts[-1]["sentences"] = attempt.sentences  # kept for diagnosis, never published
             log.info("%s/%s: retrying after %s", sample.split, sample.id, failure_reason(attempt.outcome))
         meta = self._base_meta(sample, started_at)
         meta.update(attempt.meta)
@@ -208,12 +203,7 @@ class BenchmarkRunner:
                 "status": "published" if decision is Verdict.PUBLISH else "failed",
                 "error": None if decision is Verdict.PUBLISH else failure_reason(outcome),
                 "response_done": outcome.response_done,
-                "timeouts": {
-                    "input_timeout": outcome.input_timeout,
-                    "commit_timeout": outcome.commit_timeout,
-                    "drain_timeout": outcome.drain_timeout,
-                    "close_timeout": outcome.close_timeout,
-                },
+                "timeouts": _timeouts(outcome),
                 "server_errors": outcome.server_errors,
                 "retry_count": attempt_no - 1,
                 "capacity_wait_s": round(capacity_wait, 3),
@@ -272,9 +262,10 @@ class BenchmarkRunner:
         deadline_s = self.config.attempt_deadline_s(media.duration_ms / 1000.0)
         config = dataclasses.replace(self.config, url=lease.url)
         started = time.monotonic()
+        progress = SessionProgress()
         try:
             async with asyncio.timeout(deadline_s):
-                attempt = await self.benchmark.run_attempt(sample, media, config)
+                attempt = await self.benchmark.run_attempt(sample, media, config, progress)
             # a connection that closed under a session the hook otherwise finished: probe the server
             return attempt, Release.LOST if attempt.outcome.transport_error else Release.COMPLETED
         except CapacityRefused:
@@ -290,8 +281,14 @@ class BenchmarkRunner:
                     "%s/%s: an inner wait's TimeoutError leaked out of the attempt", sample.split, sample.id
                 )
             else:
-                log.warning("%s/%s: attempt hit its deadline of %.1f s", sample.split, sample.id, deadline_s)
-            return _failed_attempt(transport_error=label), Release.OTHER
+                log.warning(
+                    "%s/%s: attempt hit its deadline of %.1f s in stage %s",
+                    sample.split,
+                    sample.id,
+                    deadline_s,
+                    progress.stage,
+                )
+            return _deadline_attempt(label, deadline_s, progress), Release.OTHER
         except ConnectionRefusedError as exc:
             return _failed_attempt(transport_error=f"{type(exc).__name__}: {exc}"), Release.UNREACHABLE
         except (ConnectionLost, ConnectionClosed, OSError) as exc:
@@ -328,6 +325,15 @@ class BenchmarkRunner:
         self.benchmark.write_artifacts(folder, sample, attempt)
 
 
+def _deadline_attempt(label: str, deadline_s: float, progress: SessionProgress) -> Attempt:
+    """The attempt the outer deadline cut: the stage it was in, and the sentences received until then."""
+    failed = _failed_attempt(transport_error=label)
+    failed.meta["deadline"] = {"deadline_s": round(deadline_s, 3), "stage": progress.stage}
+    if progress.client is not None:
+        failed.sentences = [s.to_json() for s in progress.client.collector.sentences()]
+    return failed
+
+
 def _failed_attempt(*, transport_error: str | None = None, server_errors: list[str] | None = None) -> Attempt:
     outcome = AttemptOutcome(transport_error=transport_error, server_errors=server_errors or [])
     return Attempt(outcome=outcome, sentences=[], meta={})
@@ -339,14 +345,20 @@ def _attempt_summary(attempt: Attempt) -> dict[str, Any]:
         "error": None if verdict(o, 1) is Verdict.PUBLISH else failure_reason(o),
         "response_done": o.response_done,
         "server_errors": o.server_errors,
-        "timeouts": {
-            "input_timeout": o.input_timeout,
-            "commit_timeout": o.commit_timeout,
-            "drain_timeout": o.drain_timeout,
-            "close_timeout": o.close_timeout,
-        },
+        "timeouts": _timeouts(o),
         "transport_error": o.transport_error,
         "server_url": attempt.server_url,
+    }
+
+
+def _timeouts(outcome: AttemptOutcome) -> dict[str, float | None]:
+    """The bounds that ran out in an attempt, by name (`None`: it did not)."""
+    return {
+        "input_timeout": outcome.input_timeout,
+        "commit_timeout": outcome.commit_timeout,
+        "drain_timeout": outcome.drain_timeout,
+        "ack_timeout": outcome.ack_timeout,
+        "close_timeout": outcome.close_timeout,
     }
 
 

@@ -25,7 +25,14 @@ from duplexkit.client.events import ReceivedEvent
 from duplexkit.client.pacing import DeadlinePacer, PacingReport, Slot
 from duplexkit.client.results import CloseResult, DrainResult, Pace, StreamReport
 from duplexkit.client.sentences import SentenceBuilder, TimedSentence
-from duplexkit.client.session import Conversation, SessionBounds, close_session, converse
+from duplexkit.client.session import (
+    Conversation,
+    SessionBounds,
+    SessionProgress,
+    Stage,
+    close_session,
+    converse,
+)
 
 __all__ = [
     "CLIENT_SOURCES",
@@ -51,7 +58,9 @@ __all__ = [
     "SessionBounds",
     "SessionError",
     "SessionMetrics",
+    "SessionProgress",
     "Slot",
+    "Stage",
     "StreamReport",
     "TimedSentence",
     "build_url",

@@ -109,6 +109,8 @@ class DuplexClient:
         self._pacing: tuple[DeadlinePacer, float] | None = None
         self._drain: DrainTracker | None = None
         self._acked: dict[str, float] = {}
+        self._latest_acks: dict[str, asyncio.Future[float]] = {}
+        """Per response, the wire time of its latest queued `playback.ack`."""
 
     # --- connection -----------------------------------------------------------------------------------
 
@@ -354,9 +356,12 @@ class DuplexClient:
 
     async def ack_playback(self, *, timeout_s: float | None = None) -> None:
         """Send a final `playback.ack` for every response whose received audio has not been acked yet, and
-        wait (at most `timeout_s`) until they are on the wire."""
-        for future in self._queue_acks():
-            await self._written(future, timeout_s)
+        wait (at most `timeout_s` in all) until every response's latest ack is on the wire, including one
+        the periodic acker queued earlier that has not reached it yet."""
+        self._queue_acks()
+        async with asyncio.timeout(timeout_s):
+            for future in list(self._latest_acks.values()):
+                await asyncio.shield(future)
 
     # --- waiting --------------------------------------------------------------------------------------
 
@@ -580,14 +585,12 @@ class DuplexClient:
             except ConnectionLost:
                 return
 
-    def _queue_acks(self) -> list[asyncio.Future[float]]:
-        futures = []
+    def _queue_acks(self) -> None:
         for response_id, item_id, played_ms in self.collector.playback_positions():
             if played_ms > self._acked.get(response_id, 0.0):
                 self._acked[response_id] = played_ms
                 ack = ce.PlaybackAck(response_id=response_id, item_id=item_id, played_ms=played_ms)
-                futures.append(self._enqueue(ack.model_dump_json(exclude_none=True)))
-        return futures
+                self._latest_acks[response_id] = self._enqueue(ack.model_dump_json(exclude_none=True))
 
 
 def _pcm16_at(samples: npt.NDArray[np.float32], rate: int, target_rate: int) -> bytes:

@@ -15,7 +15,8 @@ def register(commands: argparse._SubParsersAction[argparse.ArgumentParser]) -> N
     parser = commands.add_parser(
         "serve",
         help="serve a duplex model over the realtime WebSocket protocol",
-        description="Serve a model at ws://HOST:PORT/v1/realtime, with /healthz, /v1/models and /metrics. "
+        description="Serve a model at ws://HOST:PORT/v1/realtime, with /healthz, /v1/models, /metrics and "
+        "a browser playground at http://HOST:PORT/ (talk to the model from a microphone). "
         "SIGTERM stops admission, closes every session with session.closed (server_shutdown), exits 0.",
     )
     add_model_options(parser)
@@ -59,6 +60,7 @@ def register(commands: argparse._SubParsersAction[argparse.ArgumentParser]) -> N
 
 def run(args: argparse.Namespace) -> int:
     from duplexkit.server import DuplexServer, ServerConfig, run_server
+    from duplexkit.server.playground import playground_url
 
     env_keys = [k.strip() for k in os.environ.get("DUPLEXKIT_API_KEYS", "").split(",") if k.strip()]
     if args.max_sessions < 1:
@@ -73,6 +75,7 @@ def run(args: argparse.Namespace) -> int:
     if plugin is None:
         return 2
     config = ServerConfig(max_sessions=args.max_sessions, api_keys=frozenset(args.api_key + env_keys))
+    print(f"duplexkit serve: playground at {playground_url(args.host, args.port)}", flush=True)
     run_server(DuplexServer(plugin, config), host=args.host, port=args.port, log_level=args.log_level)
     return 0
 

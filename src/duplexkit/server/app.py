@@ -1,4 +1,5 @@
-"""The ASGI app: WebSocket `/v1/realtime` (alias `/v1/duplex`), `/healthz`, `/v1/models`, `/metrics`.
+"""The ASGI app: WebSocket `/v1/realtime` (alias `/v1/duplex`), `/healthz`, `/v1/models`, `/metrics`,
+and the browser playground at `/` (`/playground`).
 
 A small explicit Starlette app. The handshake checks API keys before admission, admission hands out a
 slot (or the retryable `session_capacity_exhausted` error), and each admitted connection gets an engine
@@ -26,6 +27,7 @@ from duplexkit.protocol.wire import ServerEventStamper
 from duplexkit.server.auth import is_authorized, presented_keys
 from duplexkit.server.manager import SessionManager
 from duplexkit.server.metrics import ServerMetrics
+from duplexkit.server.playground import playground_routes
 from duplexkit.server.runner import RunnerLimits, SessionRunner
 
 log = logging.getLogger("duplexkit.server")
@@ -56,6 +58,7 @@ class DuplexServer:
                 Route("/healthz", self._healthz),
                 Route("/v1/models", self._models),
                 Route("/metrics", self._metrics),
+                *playground_routes(model=self.plugin.name, auth_required=bool(self.config.api_keys)),
             ]
         )
 

@@ -182,7 +182,8 @@ async def test_a_second_unparseable_reply_makes_the_sample_an_error(
         (2, "the reply contains no JSON object"),
     ]
     assert not summary.complete and summary.coverage["errors"] == 1
-    assert summary.rtd["mean_content_score"] is None  # errors are not scores
+    assert summary.rtd["mean_content_score"] == 0.0  # the error stays in the denominator, as 0
+    assert summary.rtd["errors"] == 1 and summary.rtd["samples"] == 1
 
     fake_judge.requests.clear()
     fake_judge.script = valid_replies
@@ -208,6 +209,29 @@ async def test_a_context_overflow_halves_the_frames(fake_judge: FakeJudge, run: 
     assert [image_count(r) for r in fake_judge.of_kind(CONTENT)] == [16, 8, 4]
     content = _score_file(run, *RTD)["details"]["content"]
     assert content["frames"] == 4 and content["context_overflows"] == 2 and content["content_score"] == 2.5
+
+
+async def test_an_event_reminder_without_reminder_times_is_one_call_on_the_whole_response(
+    fake_judge: FakeJudge, run: Path
+) -> None:
+    write_sample(
+        run,
+        "PR_event_reminder",
+        "untimed",
+        sentences(("It turned red.", 4.5, 5.0), ("Now blue.", 9.0, 9.5)),
+        answer1="It turned red, then blue.",
+        reminders=(None, None),
+    )
+    fake_judge.script = lambda r: completion('{"success_score": 1}')
+    judge = make_judge(fake_judge)
+    summary = await score_run(run, judge, samples=[])
+    await judge.aclose()
+
+    assert len(fake_judge.requests) == 1 and not fake_judge.of_kind(REMINDER)
+    (call,) = fake_judge.of_kind(CORRECTION)
+    assert '"It turned red. Now blue."' in user_text(call)  # every sentence, not a reminder window
+    assert _score_file(run, "PR_event_reminder", "untimed")["scores"] == {"all_success": 1}
+    assert summary.pr["mean_all_success"] == 1.0
 
 
 async def test_pr_samples_and_failed_samples(fake_judge: FakeJudge, run: Path) -> None:

@@ -9,10 +9,11 @@ URL, prompt version and source).
 - A score file is reused only when its status is `scored` and the response file's sha256, the judge model,
   the judge URL and the prompt version all match; anything else is judged again.
 - A sample the judge cannot score (`ScoringError`) gets a score file with `status: error` and counts in
-  `errors`; it is excluded from the means (the summary says `complete: false`) and retried next time.
+  `errors`; it stays in the means' denominator (scoring 0, the summary says `complete: false`) and is
+  judged again next time.
 - The summary is the benchmark's (`Benchmark.summarise`; Omni-DuplexEval: RTD `mean_content_score` /
-  `mean_avg_temporal_score` and PR `mean_all_success`, overall and per task, over the scored and skipped
-  samples), and what a judge is asked about a sample is too (`Benchmark.score_request`).
+  `mean_avg_temporal_score` and PR `mean_all_success`, overall and per task, over every attempted
+  sample), and what a judge is asked about a sample is too (`Benchmark.score_request`).
 - Samples whose meta says `clock: invalid` (as-fast-as-possible pace) are refused unless
   `allow_invalid_clock`: their sentence times are not media times.
 """

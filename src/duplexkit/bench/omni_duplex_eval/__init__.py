@@ -28,6 +28,7 @@ from duplexkit.bench.omni_duplex_eval.report import REPORT
 from duplexkit.bench.omni_duplex_eval.request import ScoreRequest
 from duplexkit.bench.omni_duplex_eval.scoring import Summary
 from duplexkit.bench.runner import Attempt, RunConfig
+from duplexkit.client import SessionProgress
 
 __all__ = [
     "BENCHMARK",
@@ -74,8 +75,10 @@ class OmniDuplexEval:
     def prepare_media(self, sample: Sample, config: RunConfig) -> PreparedMedia:
         return prepare_media(sample, fps=config.fps)
 
-    async def run_attempt(self, sample: Sample, media: PreparedMedia, config: RunConfig) -> Attempt:
-        return await runner.run_attempt(sample, media, config)
+    async def run_attempt(
+        self, sample: Sample, media: PreparedMedia, config: RunConfig, progress: SessionProgress
+    ) -> Attempt:
+        return await runner.run_attempt(sample, media, config, progress)
 
     def sample_meta(self, sample: Sample) -> dict[str, Any]:
         return runner.sample_meta(sample)

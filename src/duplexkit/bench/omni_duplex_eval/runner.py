@@ -23,15 +23,18 @@ from duplexkit.bench.omni_duplex_eval.dataset import Sample
 from duplexkit.bench.retry import AttemptOutcome
 from duplexkit.bench.runner import Attempt, CapacityRefused, RunConfig, is_capacity_refusal
 from duplexkit.bench.speech import speech_segments
-from duplexkit.client import DuplexClient, SessionError, converse, dump_events
+from duplexkit.client import DuplexClient, SessionError, SessionProgress, converse, dump_events
 from duplexkit.client.wavfile import write_wav
 
 ARTIFACTS = ("output.wav", "events.json")
 """A published sample's extras (kept unless `--no-audio`), withdrawn when a redo of it fails."""
 
 
-async def run_attempt(sample: Sample, media: PreparedMedia, config: RunConfig) -> Attempt:
-    """One session for one sample; raises `CapacityRefused` when the server has no slot."""
+async def run_attempt(
+    sample: Sample, media: PreparedMedia, config: RunConfig, progress: SessionProgress | None = None
+) -> Attempt:
+    """One session for one sample; raises `CapacityRefused` when the server has no slot. `progress`
+    follows the session's steps (the harness reads it when the attempt's outer deadline fires)."""
     outcome = AttemptOutcome()
     bounds = config.bounds
     input_bound = bounds.input_bound_s(media.duration_ms / 1000.0)
@@ -44,7 +47,9 @@ async def run_attempt(sample: Sample, media: PreparedMedia, config: RunConfig) -
             "close_timeout": bounds.close_timeout_s,
         }
     }
-    async with DuplexClient(config.url, api_key=config.api_key, model=config.model) as client:
+    async with DuplexClient(
+        config.url, api_key=config.api_key, model=config.model, open_timeout_s=bounds.open_timeout_s
+    ) as client:
         samples = np.frombuffer(media.pcm16, dtype="<i2").astype(np.float32) / 32768.0
         try:
             conversation = await converse(
@@ -56,6 +61,7 @@ async def run_attempt(sample: Sample, media: PreparedMedia, config: RunConfig) -
                 chunk_ms=config.chunk_ms,
                 bounds=bounds,
                 extra_body=config.extra_body,
+                progress=progress,
             )
         except SessionError as exc:
             if is_capacity_refusal(exc.event or {}):
@@ -83,6 +89,9 @@ async def run_attempt(sample: Sample, media: PreparedMedia, config: RunConfig) -
             "listens": drain.listens,
             "decision_rule": drain.decision_rule,
         }
+        outcome.drain_settled = drain.settled
+        if conversation.ack_timed_out:
+            outcome.ack_timeout = bounds.ack_timeout_s
         if drain.outcome == "timeout":
             outcome.drain_timeout = bounds.drain_timeout_s
         elif drain.outcome == "connection_closed":

@@ -3,7 +3,9 @@
 - A request carries the timed sentences, the dataset fields the meta recorded, the reminder times that are
   valid (non-negative, finite), and the sample's video and ground truth on demand.
 - Means: RTD `mean_content_score` / `mean_avg_temporal_score` and PR `mean_all_success`, overall and per
-  task, over the scored and skipped samples (a failed sample counts as 0); `null` when there are none.
+  task, over every attempted sample: a failed (skipped) sample and one the judge could not score (an error)
+  count as 0, so a judge outage lowers the mean visibly instead of shrinking its denominator; the summary
+  then says `complete: false`. `null` when there are no samples.
 """
 
 from __future__ import annotations
@@ -33,16 +35,15 @@ class _Group:
         self.samples += 1
         if outcome == "error":
             self.errors += 1
-            return
-        if outcome == "skipped":
+        elif outcome == "skipped":
             self.skipped += 1
         else:
             self.scored += 1
-        for key in keys:
+        for key in keys:  # errors and skipped samples have no scores: they add 0
             self.totals[key] = self.totals.get(key, 0.0) + scores.get(key, 0.0)
 
     def to_json(self, means: Mapping[str, str]) -> dict[str, Any]:
-        counted = self.scored + self.skipped
+        counted = self.samples
         out: dict[str, Any] = {
             mean: round(self.totals.get(key, 0.0) / counted, 4) if counted else None
             for mean, key in means.items()
