@@ -26,7 +26,7 @@ def test_demo_runs_the_builtin_benchmark_scores_it_and_writes_the_report(
     assert (out / "report.html").read_text().startswith("<!DOCTYPE html>")
 
 
-@pytest.mark.parametrize("command", ["serve", "talk", "bench", "score", "report", "demo"])
+@pytest.mark.parametrize("command", ["serve", "talk", "bench", "merge", "score", "report", "demo"])
 def test_every_subcommand_documents_its_options(command: str, capsys: pytest.CaptureFixture[str]) -> None:
     with pytest.raises(SystemExit) as exited:
         main([command, "--help"])

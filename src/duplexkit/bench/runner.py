@@ -5,7 +5,9 @@ Per sample: prepare media off the event loop (`Benchmark.prepare_media`), run at
 `RunConfig.attempt_deadline_s`) under the retry policy (`duplexkit.bench.retry`), with capacity refusals
 waited out (jittered, bounded) and not counted as attempts, then publish the sample or record its failure
 (`duplexkit.bench.artifacts`). Which benchmark's hooks run is `BenchmarkRunner`'s `benchmark` (default:
-Omni-DuplexEval).
+Omni-DuplexEval). Each attempt runs on a server leased from the run's `ServerPool` (`duplexkit.bench.pool`:
+one URL, or several with their capacities, work stealing and failover); the server of every attempt is
+recorded, and the sample's `server_url` is the one that produced what was published.
 
 The runner talks to servers only over the wire, through `duplexkit.client`.
 """
@@ -13,6 +15,7 @@ The runner talks to servers only over the wire, through `duplexkit.client`.
 from __future__ import annotations
 
 import asyncio
+import dataclasses
 import datetime as dt
 import logging
 import random
@@ -26,6 +29,7 @@ from websockets.exceptions import ConnectionClosed, InvalidStatus
 
 from duplexkit.bench.artifacts import RunDir
 from duplexkit.bench.benchmark import DEFAULT_BENCHMARK, Benchmark, BenchSample, PreparedInput, get_benchmark
+from duplexkit.bench.pool import Lease, NoServerUp, PoolServer, Release, ServerPool
 from duplexkit.bench.retry import (
     AttemptOutcome,
     Verdict,
@@ -61,7 +65,10 @@ def is_capacity_refusal(event: dict[str, Any]) -> bool:
 
 @dataclass(frozen=True)
 class RunConfig:
-    """Everything that decides how samples are run; recorded whole in `run.json`."""
+    """Everything that decides how samples are run; recorded whole in `run.json`.
+
+    `url` is the server of one attempt (the runner sets it from its pool); `concurrency` is per server.
+    """
 
     url: str
     model: str | None = None
@@ -107,6 +114,8 @@ class Attempt:
     audio: np.ndarray | None = None
     extras: dict[str, Any] = field(default_factory=dict)
     """Benchmark payloads for its `write_artifacts` (e.g. FDB's `output.json`), not recorded in the meta."""
+    server_url: str | None = None
+    """The server this attempt ran on (`None`: it never got one)."""
 
 
 @dataclass(slots=True)
@@ -123,7 +132,8 @@ class BenchmarkRunner:
     """Runs samples with bounded concurrency and the retry policy, publishing each to the run folder.
 
     `benchmark` supplies the per-benchmark hooks (media, the session, metadata, extras); by default
-    Omni-DuplexEval's.
+    Omni-DuplexEval's. `pool` holds the servers attempts run on; by default `config.url` alone, at most
+    `config.concurrency` sessions.
     """
 
     def __init__(
@@ -134,16 +144,26 @@ class BenchmarkRunner:
         benchmark: Benchmark | None = None,
         on_result: Callable[[SampleResult], None] | None = None,
         rng: random.Random | None = None,
+        pool: ServerPool | None = None,
     ) -> None:
         self.config = config
         self.run_dir = run_dir
         self.benchmark = benchmark or get_benchmark(DEFAULT_BENCHMARK)
         self.on_result = on_result or (lambda _: None)
         self.rng = rng or random.Random()
+        self.pool = pool or ServerPool([config.url], per_server=config.concurrency)
 
     async def run(self, samples: list[Any], *, overwrite: bool = False) -> list[SampleResult]:
+        """Run `samples` (published ones skipped unless `overwrite`); the pool is started and closed here."""
         self.run_dir.clean_temporaries()
-        gate = asyncio.Semaphore(self.config.concurrency)
+        await self.pool.start()
+        try:
+            return await self._run(samples, overwrite)
+        finally:
+            await self.pool.aclose()
+
+    async def _run(self, samples: list[Any], overwrite: bool) -> list[SampleResult]:
+        gate = asyncio.Semaphore(self.pool.total_slots)
 
         async def one(sample: Any) -> SampleResult:
             if not overwrite and self.run_dir.is_published(sample.split, sample.id):
@@ -182,6 +202,7 @@ class BenchmarkRunner:
             log.info("%s/%s: retrying after %s", sample.split, sample.id, failure_reason(attempt.outcome))
         meta = self._base_meta(sample, started_at)
         meta.update(attempt.meta)
+        meta["server_url"] = attempt.server_url
         outcome = attempt.outcome
         meta.update(
             {
@@ -208,55 +229,84 @@ class BenchmarkRunner:
         return SampleResult(sample.split, sample.id, "failed", retried, error=meta["error"])
 
     async def _attempt_with_capacity(self, sample: Any, media: PreparedInput) -> tuple[Attempt, float]:
-        """One attempt; capacity refusals before it are waited out (jittered, bounded) and not counted."""
+        """One attempt on a leased server; capacity refusals before it are waited out (jittered, bounded,
+        on another server at once when one has room) and not counted."""
         waited = 0.0
         refusals = 0
-        deadline_s = self.config.attempt_deadline_s(media.duration_ms / 1000.0)
+        refused_by: PoolServer | None = None
         while True:
+            remaining = self.config.capacity_wait_max_s - waited
             started = time.monotonic()
-            progress = SessionProgress()
             try:
-                async with asyncio.timeout(deadline_s):
-                    return await self.benchmark.run_attempt(sample, media, self.config, progress), waited
-            except (CapacityRefused, InvalidStatus) as exc:
-                if isinstance(exc, InvalidStatus) and exc.response.status_code not in CAPACITY_HTTP_STATUSES:
-                    return _failed_attempt(transport_error=f"handshake refused: {exc}"), waited
-                refusals += 1
-                remaining = self.config.capacity_wait_max_s - waited
-                if remaining <= 0:
-                    failed = _failed_attempt()
-                    failed.outcome.capacity_exhausted = True
-                    return failed, waited
+                lease = await self.pool.lease(remaining, avoid=refused_by)
+            except NoServerUp as exc:
+                return _failed_attempt(transport_error=f"no server up: {exc}"), waited
+            waited += time.monotonic() - started
+            if lease is None:
+                failed = _failed_attempt()
+                failed.outcome.capacity_exhausted = True
+                return failed, waited
+            attempt, how = await self._attempt_on(sample, media, lease)
+            self.pool.release(lease, how)
+            if how is not Release.REFUSED:
+                attempt.server_url = lease.url
+                return attempt, waited
+            refusals += 1
+            refused_by = lease.server
+            remaining = self.config.capacity_wait_max_s - waited
+            if remaining <= 0:
+                failed = _failed_attempt()
+                failed.outcome.capacity_exhausted = True
+                return failed, waited
+            if not self.pool.has_room_elsewhere(lease):
                 pause = min(remaining, capacity_backoff_s(refusals, rng=self.rng))
                 await asyncio.sleep(pause)
                 waited += pause
-            except TimeoutError:
-                label = timeout_label(time.monotonic() - started, deadline_s)
-                if label == "inner_timeout_leaked":
-                    log.warning(
-                        "%s/%s: an inner wait's TimeoutError leaked out of the attempt",
-                        sample.split,
-                        sample.id,
-                    )
-                else:
-                    log.warning(
-                        "%s/%s: attempt hit its deadline of %.1f s in stage %s",
-                        sample.split,
-                        sample.id,
-                        deadline_s,
-                        progress.stage,
-                    )
-                return _deadline_attempt(label, deadline_s, progress), waited
-            except (ConnectionLost, ConnectionClosed, OSError) as exc:
-                return _failed_attempt(transport_error=f"{type(exc).__name__}: {exc}"), waited
-            except SessionError as exc:
-                code = str((exc.event or {}).get("error", {}).get("code"))
-                return _failed_attempt(server_errors=[code]), waited
-            except Exception as exc:  # a coding error: fail the sample visibly, keep the run going
-                log.exception("%s/%s: the runner failed", sample.split, sample.id)
-                failed = _failed_attempt()
-                failed.outcome.runner_error = f"{type(exc).__name__}: {exc}"
-                return failed, waited
+
+    async def _attempt_on(self, sample: Any, media: PreparedInput, lease: Lease) -> tuple[Attempt, Release]:
+        """One attempt against the leased server, and what it says about that server."""
+        deadline_s = self.config.attempt_deadline_s(media.duration_ms / 1000.0)
+        config = dataclasses.replace(self.config, url=lease.url)
+        started = time.monotonic()
+        progress = SessionProgress()
+        try:
+            async with asyncio.timeout(deadline_s):
+                attempt = await self.benchmark.run_attempt(sample, media, config, progress)
+            # a connection that closed under a session the hook otherwise finished: probe the server
+            return attempt, Release.LOST if attempt.outcome.transport_error else Release.COMPLETED
+        except CapacityRefused:
+            return _failed_attempt(), Release.REFUSED
+        except InvalidStatus as exc:
+            if exc.response.status_code in CAPACITY_HTTP_STATUSES:
+                return _failed_attempt(), Release.REFUSED
+            return _failed_attempt(transport_error=f"handshake refused: {exc}"), Release.OTHER
+        except TimeoutError:
+            label = timeout_label(time.monotonic() - started, deadline_s)
+            if label == "inner_timeout_leaked":
+                log.warning(
+                    "%s/%s: an inner wait's TimeoutError leaked out of the attempt", sample.split, sample.id
+                )
+            else:
+                log.warning(
+                    "%s/%s: attempt hit its deadline of %.1f s in stage %s",
+                    sample.split,
+                    sample.id,
+                    deadline_s,
+                    progress.stage,
+                )
+            return _deadline_attempt(label, deadline_s, progress), Release.OTHER
+        except ConnectionRefusedError as exc:
+            return _failed_attempt(transport_error=f"{type(exc).__name__}: {exc}"), Release.UNREACHABLE
+        except (ConnectionLost, ConnectionClosed, OSError) as exc:
+            return _failed_attempt(transport_error=f"{type(exc).__name__}: {exc}"), Release.LOST
+        except SessionError as exc:
+            code = str((exc.event or {}).get("error", {}).get("code"))
+            return _failed_attempt(server_errors=[code]), Release.COMPLETED
+        except Exception as exc:  # a coding error: fail the sample visibly, keep the run going
+            log.exception("%s/%s: the runner failed", sample.split, sample.id)
+            failed = _failed_attempt()
+            failed.outcome.runner_error = f"{type(exc).__name__}: {exc}"
+            return failed, Release.OTHER
 
     def _base_meta(self, sample: BenchSample, started_at: str) -> dict[str, Any]:
         c = self.config
@@ -269,7 +319,7 @@ class BenchmarkRunner:
             "fps": c.fps,
             "chunk_ms": c.chunk_ms,
             "model": c.model,
-            "server_url": c.url,
+            "server_url": None,
             "started_at": started_at,
         }
 
@@ -308,6 +358,7 @@ def _attempt_summary(attempt: Attempt) -> dict[str, Any]:
         "server_errors": o.server_errors,
         "timeouts": _timeouts(o),
         "transport_error": o.transport_error,
+        "server_url": attempt.server_url,
     }
 
 

@@ -98,9 +98,22 @@ def register(commands: argparse._SubParsersAction[argparse.ArgumentParser]) -> N
         help="comma-separated ids to skip (before --limit; not with --ids)",
     )
     data.add_argument("--limit", type=int, default=None, help="run at most this many samples")
+    data.add_argument(
+        "--shard",
+        default=None,
+        metavar="I/N",
+        help="run only part I of N of the selection (after --limit): a stable hash of (split, id) decides, "
+        "so N machines running 1/N … N/N cover it exactly once; join them with `duplexkit merge`",
+    )
 
     target = parser.add_argument_group("server")
-    target.add_argument("--url", default=None, help="server to evaluate (ws://, wss://, http:// or https://)")
+    target.add_argument(
+        "--url",
+        action="append",
+        default=[],
+        help="server to evaluate (ws://, wss://, http:// or https://); repeat for a pool of servers running "
+        "the same model: samples go to whichever has room, each within its /healthz max_sessions",
+    )
     target.add_argument("--api-key", default=None, help="API key sent as a bearer token")
     target.add_argument("--served-model", default=None, help="`model` query parameter sent to --url")
     add_protocol_option(target)
@@ -110,7 +123,9 @@ def register(commands: argparse._SubParsersAction[argparse.ArgumentParser]) -> N
     run.add_argument(
         "--out", required=True, type=Path, metavar="RUN_DIR", help="run folder (created; resumable)"
     )
-    run.add_argument("--concurrency", type=int, default=4, help="samples in flight (default: %(default)s)")
+    run.add_argument(
+        "--concurrency", type=int, default=4, help="samples in flight per server (default: %(default)s)"
+    )
     run.add_argument(
         "--pace",
         choices=["realtime", "as-fast-as-possible"],
@@ -152,8 +167,16 @@ def register(commands: argparse._SubParsersAction[argparse.ArgumentParser]) -> N
 
 def run_command(args: argparse.Namespace) -> int:
     from duplexkit.bench.benchmark import get_benchmark
+    from duplexkit.bench.shard import Shard, ShardError
     from duplexkit.bench.sources import DatasetError
 
+    try:
+        shard = Shard.parse(args.shard) if args.shard is not None else None
+    except ShardError as exc:
+        return _usage(str(exc))
+
+    if len(set(args.url)) != len(args.url):
+        return _usage("each --url may be given once")
     if args.ids and args.exclude_ids:
         return _usage("--ids and --exclude-ids cannot be combined")
     wrong = _options_of_another_benchmark(args)
@@ -192,7 +215,7 @@ def run_command(args: argparse.Namespace) -> int:
     if args.score and args.pace != "realtime" and not args.allow_invalid_clock:
         return _usage("--score refuses an as-fast-as-possible run (clock=invalid); add --allow-invalid-clock")
     mismatch = _resume_mismatch(
-        args.out / "run.json", dataset.fingerprint, args.pace, args.url, args.benchmark
+        args.out / "run.json", dataset.fingerprint, args.pace, args.url, shard, args.benchmark
     )
     if mismatch and not args.overwrite:
         return _usage(f"{args.out} holds a run of {mismatch}; use a new --out, or --overwrite to redo it")
@@ -202,30 +225,38 @@ def run_command(args: argparse.Namespace) -> int:
         if judge is None:
             return EXIT_USAGE
     plugin = None
-    if args.url is None:
+    if not args.url:
         plugin = model_from_args(args)
         if plugin is None:
             return EXIT_USAGE
     try:
-        return asyncio.run(_bench(args, benchmark, dataset, selection, plugin, judge))
+        return asyncio.run(_bench(args, benchmark, dataset, selection, shard, plugin, judge))
     except KeyboardInterrupt:
         print("duplexkit bench: interrupted; rerun the same command to resume", file=sys.stderr)
         return 130
 
 
 async def _bench(
-    args: argparse.Namespace, benchmark: Any, dataset: Any, selection: Any, plugin: Any, judge: Any
+    args: argparse.Namespace,
+    benchmark: Any,
+    dataset: Any,
+    selection: Any,
+    shard: Any,
+    plugin: Any,
+    judge: Any,
 ) -> int:
     from duplexkit import __version__
     from duplexkit.bench.aggregate import run_counts, run_eligibility, run_metrics
     from duplexkit.bench.artifacts import RunDir, write_json_atomic
+    from duplexkit.bench.pool import ServerPool
     from duplexkit.bench.runner import BenchmarkRunner, RunConfig
 
     run_dir = RunDir(args.out)
+    samples = list(dataset.samples) if shard is None else shard.select(dataset.samples)
     started_at = _previous_start(run_dir.root / "run.json") or _now()
-    async with _server(args, plugin) as url:
+    async with _servers(args, plugin) as urls:
         config = RunConfig(
-            url=url,
+            url=urls[0],
             model=args.served_model if args.url else args.model,
             api_key=args.api_key,
             pace=args.pace,
@@ -249,17 +280,20 @@ async def _bench(
                 "source": dataset.source,
                 "fingerprint": dataset.fingerprint,
                 "selection": benchmark.selection_to_json(selection),
-                "samples": len(dataset.samples),
+                "shard": None if shard is None else shard.to_json(),
+                "samples": len(samples),
             },
-            "server": {"url": url, "model": config.model, "embedded": args.url is None},
+            "server": {"url": urls[0], "urls": urls, "model": config.model, "embedded": not args.url},
         }
         write_json_atomic(run_dir.root / "run.json", run_info)
-        with _Progress(len(dataset.samples)) as progress:
-            runner = BenchmarkRunner(config, run_dir, benchmark=benchmark, on_result=progress.record)
-            results = await runner.run(list(dataset.samples), overwrite=args.overwrite)
-    metas = [
-        m for m in run_dir.metas() if (m["split"], m["id"]) in {(s.split, s.id) for s in dataset.samples}
-    ]
+        pool = ServerPool(urls, per_server=args.concurrency)
+        with _Progress(len(samples)) as progress:
+            runner = BenchmarkRunner(
+                config, run_dir, benchmark=benchmark, on_result=progress.record, pool=pool
+            )
+            results = await runner.run(samples, overwrite=args.overwrite)
+        run_info["server"]["pool"] = pool.to_json()
+    metas = [m for m in run_dir.metas() if (m["split"], m["id"]) in {(s.split, s.id) for s in samples}]
     counts = run_counts(metas)
     eligibility = run_eligibility(metas)
     finished = {"finished_at": _now(), "counts": counts}
@@ -284,7 +318,7 @@ async def _bench(
                 run_dir.root,
                 judge,
                 workers=args.concurrency,
-                samples=dataset.samples,
+                samples=samples,
                 allow_invalid_clock=args.allow_invalid_clock,
                 benchmark=benchmark,
             )
@@ -313,15 +347,15 @@ async def _bench(
 
 
 @contextlib.asynccontextmanager
-async def _server(args: argparse.Namespace, plugin: Any) -> AsyncIterator[str]:
-    """The URL to evaluate: `--url`, or an embedded server running the built-in model."""
-    if args.url is not None:
-        yield args.url
+async def _servers(args: argparse.Namespace, plugin: Any) -> AsyncIterator[list[str]]:
+    """The URLs to evaluate: every `--url`, or an embedded server running the built-in model."""
+    if args.url:
+        yield list(args.url)
         return
     from duplexkit.server import EmbeddedServer, ServerConfig
 
     async with EmbeddedServer(plugin, ServerConfig(max_sessions=max(64, args.concurrency))) as server:
-        yield server.moshi_url if resolve_protocol(args.protocol, None) == "moshi" else server.url
+        yield [server.moshi_url if resolve_protocol(args.protocol, None) == "moshi" else server.url]
 
 
 class _Progress:
@@ -463,12 +497,17 @@ def _options_of_another_benchmark(args: argparse.Namespace) -> str | None:
 
 
 def _resume_mismatch(
-    path: Path, fingerprint: str, pace: str, url: str | None, benchmark: str = DEFAULT_BENCHMARK
+    path: Path,
+    fingerprint: str,
+    pace: str,
+    urls: list[str],
+    shard: Any,
+    benchmark: str = DEFAULT_BENCHMARK,
 ) -> str | None:
     """What differs between the run recorded at `path` and this one (`None`: same run, or none yet).
 
-    A run folder holds one run: resuming it with another selection, pace or server would mix samples
-    that were not measured alike.
+    A run folder holds one run: resuming it with another selection, pace or server (pool) would mix
+    samples that were not measured alike; `duplexkit merge` joins runs made apart.
     """
     run = _recorded_run(path)
     if run is None:
@@ -480,8 +519,11 @@ def _resume_mismatch(
         return "another dataset selection"
     if (run.get("config") or {}).get("pace") != pace:
         return "another pace"
+    if dataset.get("shard") != (None if shard is None else shard.to_json()):
+        return "another shard"
     server = run.get("server") or {}
-    if (url is not None and server.get("url") != url) or (url is None and not server.get("embedded")):
+    recorded = server.get("urls") or [server.get("url")]
+    if (urls and set(recorded) != set(urls)) or (not urls and not server.get("embedded")):
         return "another server"
     return None
 

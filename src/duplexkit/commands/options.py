@@ -31,8 +31,8 @@ def add_model_options(parser: argparse.ArgumentParser | argparse._ArgumentGroup)
     )
 
 
-def model_from_args(args: argparse.Namespace) -> ModelPlugin | None:
-    """The model the options name, or `None` after printing why it cannot be built."""
+def model_args_from_args(args: argparse.Namespace) -> dict[str, str] | None:
+    """The `--model-arg` pairs, or `None` after printing which one is malformed."""
     pairs: dict[str, str] = {}
     for item in args.model_arg:
         key, sep, value = item.partition("=")
@@ -40,6 +40,14 @@ def model_from_args(args: argparse.Namespace) -> ModelPlugin | None:
             print(f"duplexkit {args.command}: --model-arg expects KEY=VALUE, got {item!r}", file=sys.stderr)
             return None
         pairs[key] = value
+    return pairs
+
+
+def model_from_args(args: argparse.Namespace) -> ModelPlugin | None:
+    """The model the options name, or `None` after printing why it cannot be built."""
+    pairs = model_args_from_args(args)
+    if pairs is None:
+        return None
     try:
         return load_model(args.model, pairs)
     except ValueError as exc:
