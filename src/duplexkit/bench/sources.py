@@ -11,6 +11,8 @@ from __future__ import annotations
 import hashlib
 import os
 import re
+import shutil
+import tempfile
 from collections.abc import Callable
 from dataclasses import dataclass, field
 from pathlib import Path
@@ -73,6 +75,34 @@ class Media:
         except OSError as exc:
             raise DatasetError(f"cannot read media file {path}: {exc}") from exc
         return cls(token=token, label=str(path), _reader=path.read_bytes)
+
+
+def cache_dir() -> Path:
+    """Where generated datasets live: `$XDG_CACHE_HOME/duplexkit` (default `~/.cache/duplexkit`)."""
+    xdg = os.environ.get("XDG_CACHE_HOME")
+    return (Path(xdg) if xdg else Path.home() / ".cache") / "duplexkit"
+
+
+def materialise(root: Path, marker: str, generate: Callable[[Path], object]) -> None:
+    """Make `root` hold a generated dataset, whose complete presence the file or folder `root/marker`
+    proves: `generate` writes into a temporary sibling that is renamed into place, so concurrent or
+    interrupted generations never leave a half-written dataset under the final name. A `root` without
+    its marker is refused (`DatasetError`) rather than overwritten."""
+    if (root / marker).exists():
+        return
+    if root.exists():
+        raise DatasetError(f"{root} exists but holds no {marker}; delete it to regenerate the dataset")
+    root.parent.mkdir(parents=True, exist_ok=True)
+    staging = Path(tempfile.mkdtemp(prefix=f".{root.name}-", dir=root.parent))
+    try:
+        generate(staging)
+        try:
+            staging.rename(root)
+        except OSError:
+            if not (root / marker).exists():  # not a concurrent generation winning the race
+                raise
+    finally:
+        shutil.rmtree(staging, ignore_errors=True)
 
 
 def _file_digest(path: Path) -> str:

@@ -19,9 +19,7 @@ from __future__ import annotations
 
 import importlib.util
 import json
-import os
 import shutil
-import tempfile
 from collections.abc import Callable
 from dataclasses import dataclass
 from pathlib import Path
@@ -29,7 +27,9 @@ from pathlib import Path
 import numpy as np
 import numpy.typing as npt
 
+from duplexkit.bench import sources
 from duplexkit.bench.fdb.dataset import FdbDatasetError
+from duplexkit.bench.sources import DatasetError
 from duplexkit.client.wavfile import write_wav
 from duplexkit.protocol.audio import resample
 
@@ -125,27 +125,13 @@ def _voice() -> Callable[[str], Audio]:
 
 def builtin_root(cache_dir: Path | None = None) -> Path:
     """The built-in dataset's folder, generated on first use."""
-    if cache_dir is None:
-        xdg = os.environ.get("XDG_CACHE_HOME")
-        cache_dir = (Path(xdg) if xdg else Path.home() / ".cache") / "duplexkit"
-    root = cache_dir / f"fdb-builtin-{BUILTIN_VERSION}-{_available_voice()}"
-    if (root / "manifest.json").is_file():
-        return root
-    if root.exists():
-        raise FdbDatasetError(
-            "bad_cache", f"{root} holds no manifest.json; delete it to regenerate the dataset"
-        )
-    root.parent.mkdir(parents=True, exist_ok=True)
-    staging = Path(tempfile.mkdtemp(prefix=f".{root.name}-", dir=root.parent))
+    root = (cache_dir or sources.cache_dir()) / f"fdb-builtin-{BUILTIN_VERSION}-{_available_voice()}"
     try:
-        generate(staging)
-        try:
-            staging.rename(root)
-        except OSError:
-            if not (root / "manifest.json").is_file():
-                raise
-    finally:
-        shutil.rmtree(staging, ignore_errors=True)
+        sources.materialise(root, "manifest.json", generate)
+    except FdbDatasetError:
+        raise
+    except DatasetError as exc:
+        raise FdbDatasetError("bad_cache", str(exc)) from None
     return root
 
 

@@ -15,9 +15,6 @@ espeak-ng), espeak-ng directly, else a synthetic voiced signal (a harmonic buzz 
 from __future__ import annotations
 
 import json
-import os
-import shutil
-import tempfile
 from collections.abc import Callable
 from dataclasses import dataclass
 from pathlib import Path
@@ -26,7 +23,7 @@ from typing import Any
 import numpy as np
 import numpy.typing as npt
 
-from duplexkit.bench.sources import DatasetError
+from duplexkit.bench import sources
 from duplexkit.bench.synth import available_voice, buzz, speak_first_fitting, voice_loaders, write_mp4
 from duplexkit.client.wavfile import write_wav
 
@@ -69,10 +66,7 @@ def builtin_dir(cache_dir: Path | None = None) -> Path:
     so installing the ``tts`` extra later gives a new dataset spoken by it instead of reusing a buzzed one.
     ``cache_dir`` defaults to ``$XDG_CACHE_HOME/duplexkit`` (``~/.cache/duplexkit``).
     """
-    if cache_dir is None:
-        xdg = os.environ.get("XDG_CACHE_HOME")
-        cache_dir = (Path(xdg) if xdg else Path.home() / ".cache") / "duplexkit"
-    return cache_dir / f"builtin-{BUILTIN_VERSION}-{available_voice()}"
+    return (cache_dir or sources.cache_dir()) / f"builtin-{BUILTIN_VERSION}-{available_voice()}"
 
 
 def ensure_builtin(cache_dir: Path | None = None) -> Path:
@@ -82,23 +76,8 @@ def ensure_builtin(cache_dir: Path | None = None) -> Path:
     generations never leave a half-written dataset behind the final name.
     """
     root = builtin_dir(cache_dir)
-    manifest = root / "manifest.jsonl"
-    if manifest.is_file():
-        return manifest
-    if root.exists():
-        raise DatasetError(f"{root} exists but holds no manifest.jsonl; delete it to regenerate the dataset")
-    root.parent.mkdir(parents=True, exist_ok=True)
-    staging = Path(tempfile.mkdtemp(prefix=f".{root.name}-", dir=root.parent))
-    try:
-        generate_builtin(staging)
-        try:
-            staging.rename(root)
-        except OSError:
-            if not manifest.is_file():  # not a concurrent generation winning the race
-                raise
-    finally:
-        shutil.rmtree(staging, ignore_errors=True)
-    return manifest
+    sources.materialise(root, "manifest.jsonl", generate_builtin)
+    return root / "manifest.jsonl"
 
 
 def generate_builtin(dest: Path) -> Path:

@@ -11,9 +11,6 @@ keywords a correct answer names, for the offline judge. Deterministic, no downlo
 from __future__ import annotations
 
 import json
-import os
-import shutil
-import tempfile
 from collections.abc import Callable
 from dataclasses import dataclass
 from pathlib import Path
@@ -21,7 +18,7 @@ from typing import Any
 
 import numpy as np
 
-from duplexkit.bench.sources import DatasetError
+from duplexkit.bench import sources
 from duplexkit.bench.synth import (
     AUDIO_RATE_HZ,
     Audio,
@@ -72,30 +69,13 @@ class _Stream:
 
 def builtin_dir(cache_dir: Path | None = None) -> Path:
     """`<cache_dir>/omniinteract-builtin-<version>-<voice>` (default cache `~/.cache/duplexkit`)."""
-    if cache_dir is None:
-        xdg = os.environ.get("XDG_CACHE_HOME")
-        cache_dir = (Path(xdg) if xdg else Path.home() / ".cache") / "duplexkit"
-    return cache_dir / f"omniinteract-builtin-{BUILTIN_VERSION}-{available_voice()}"
+    return (cache_dir or sources.cache_dir()) / f"omniinteract-builtin-{BUILTIN_VERSION}-{available_voice()}"
 
 
 def ensure_builtin(cache_dir: Path | None = None) -> Path:
     """The built-in dataset's root, generated on first use (into a temporary sibling renamed into place)."""
     root = builtin_dir(cache_dir)
-    if (root / "data").is_dir():
-        return root
-    if root.exists():
-        raise DatasetError(f"{root} exists but holds no data/; delete it to regenerate the dataset")
-    root.parent.mkdir(parents=True, exist_ok=True)
-    staging = Path(tempfile.mkdtemp(prefix=f".{root.name}-", dir=root.parent))
-    try:
-        generate_builtin(staging)
-        try:
-            staging.rename(root)
-        except OSError:
-            if not (root / "data").is_dir():
-                raise
-    finally:
-        shutil.rmtree(staging, ignore_errors=True)
+    sources.materialise(root, "data", generate_builtin)
     return root
 
 
