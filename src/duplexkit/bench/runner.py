@@ -38,7 +38,7 @@ from duplexkit.bench.retry import (
     timeout_label,
     verdict,
 )
-from duplexkit.client import ConnectionLost, SessionBounds, SessionError, SessionProgress
+from duplexkit.client import CloseResult, ConnectionLost, SessionBounds, SessionError, SessionProgress
 from duplexkit.protocol.errors import ErrorCode
 
 log = logging.getLogger("duplexkit.bench")
@@ -99,6 +99,20 @@ class RunConfig:
         """The outer bound of one attempt: every inner bound added up (`SessionBounds.total_s`, from the
         connect to the close's grace), plus `DEADLINE_MARGIN_S`."""
         return self.bounds.total_s(clip_s) + DEADLINE_MARGIN_S
+
+
+def record_close(
+    close: CloseResult | None, outcome: AttemptOutcome, meta: dict[str, Any], bound_s: float
+) -> None:
+    """An attempt's close into its outcome and `meta["close"]`: a close that outlived its wait (`None`) or
+    was not answered cleanly is a `close_timeout` of `bound_s`."""
+    if close is None or not close.clean:
+        outcome.close_timeout = bound_s
+    meta["close"] = (
+        {"clean": False, "outcome": "timeout"}
+        if close is None
+        else {"clean": close.clean, "outcome": close.outcome, "elapsed_s": round(close.elapsed_s, 3)}
+    )
 
 
 class CapacityRefused(Exception):

@@ -33,7 +33,7 @@ from duplexkit.bench.fdb import metrics
 from duplexkit.bench.fdb.dataset import Sample
 from duplexkit.bench.fdb.words import server_words
 from duplexkit.bench.retry import AttemptOutcome
-from duplexkit.bench.runner import Attempt, CapacityRefused, RunConfig, is_capacity_refusal
+from duplexkit.bench.runner import Attempt, CapacityRefused, RunConfig, is_capacity_refusal, record_close
 from duplexkit.bench.speech import speech_segments
 from duplexkit.client import ConnectionLost, DuplexClient, SessionError, SessionProgress, dump_events
 from duplexkit.client.session import close_session
@@ -137,14 +137,7 @@ async def run_attempt(
         # streamed; a close that stalls after that is then advisory, as after a settled drain.
         outcome.drain_settled = not report.timed_out and not client.connection_lost
         progress.stage = "close"
-        close = await close_session(client, bounds)
-        if close is None or not close.clean:
-            outcome.close_timeout = bounds.close_timeout_s
-        meta["close"] = (
-            {"clean": False, "outcome": "timeout"}
-            if close is None
-            else {"clean": close.clean, "outcome": close.outcome, "elapsed_s": round(close.elapsed_s, 3)}
-        )
+        record_close(await close_session(client, bounds), outcome, meta, bounds.close_timeout_s)
         collector = client.collector
         outcome.server_errors = [str(f.get("error", {}).get("code")) for f in collector.failures()]
         responses = collector.responses()

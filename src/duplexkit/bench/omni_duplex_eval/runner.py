@@ -21,7 +21,7 @@ from duplexkit.bench.artifacts import write_json_atomic
 from duplexkit.bench.media import PreparedMedia
 from duplexkit.bench.omni_duplex_eval.dataset import Sample
 from duplexkit.bench.retry import AttemptOutcome
-from duplexkit.bench.runner import Attempt, CapacityRefused, RunConfig, is_capacity_refusal
+from duplexkit.bench.runner import Attempt, CapacityRefused, RunConfig, is_capacity_refusal, record_close
 from duplexkit.bench.speech import speech_segments
 from duplexkit.client import DuplexClient, SessionError, SessionProgress, converse, dump_events
 from duplexkit.client.collector import AUDIO_DELTAS
@@ -101,17 +101,7 @@ async def run_attempt(
             outcome.drain_timeout = bounds.drain_timeout_s
         elif drain.outcome == "connection_closed":
             outcome.transport_error = "connection closed during the drain"
-        if close is None:
-            outcome.close_timeout = bounds.close_timeout_s
-            meta["close"] = {"clean": False, "outcome": "timeout"}
-        else:
-            if not close.clean:
-                outcome.close_timeout = bounds.close_timeout_s
-            meta["close"] = {
-                "clean": close.clean,
-                "outcome": close.outcome,
-                "elapsed_s": round(close.elapsed_s, 3),
-            }
+        record_close(close, outcome, meta, bounds.close_timeout_s)
 
         collector = client.collector
         outcome.server_errors = [str(f.get("error", {}).get("code")) for f in collector.failures()]

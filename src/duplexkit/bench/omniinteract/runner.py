@@ -56,7 +56,7 @@ from duplexkit.bench.omniinteract.listener import (
 from duplexkit.bench.omniinteract.slots import build_slots
 from duplexkit.bench.omniinteract.timing import ResponseText, chunk_to_json, response_chunk
 from duplexkit.bench.retry import AttemptOutcome
-from duplexkit.bench.runner import Attempt, CapacityRefused, RunConfig, is_capacity_refusal
+from duplexkit.bench.runner import Attempt, CapacityRefused, RunConfig, is_capacity_refusal, record_close
 from duplexkit.bench.speech import speech_segments
 from duplexkit.client import ConnectionLost, DuplexClient, SessionError, SessionProgress, dump_events
 from duplexkit.client.drain import CommitPoint
@@ -267,14 +267,7 @@ async def run_attempt(
                 pass  # the close below says the connection is gone
             meta["final_acks"] = [{"response_id": r, "played_ms": ms} for r, _, ms in final]
             progress.stage = "close"
-            close = await close_session(client, bounds)
-            if close is None or not close.clean:
-                outcome.close_timeout = bounds.close_timeout_s
-            meta["close"] = (
-                {"clean": False, "outcome": "timeout"}
-                if close is None
-                else {"clean": close.clean, "outcome": close.outcome, "elapsed_s": round(close.elapsed_s, 3)}
-            )
+            record_close(await close_session(client, bounds), outcome, meta, bounds.close_timeout_s)
         codes = [str(dig(e.data, "error", "code")) for e in client.events if e.type == "error"]
         outcome.server_errors = [code for code in codes if code not in TOLERATED_ERRORS]
         meta["tolerated_errors"] = sorted({code for code in codes if code in TOLERATED_ERRORS})
