@@ -218,6 +218,36 @@ class InputAudioBufferSpeechStopped(ServerEventBase):
     item_id: str
 
 
+class TranscriptionUsage(BaseModel):
+    """Billing-style usage of an input transcription: the seconds of audio transcribed (OpenAI's shape)."""
+
+    type: Literal["duration"] = "duration"
+    seconds: float
+
+
+class InputAudioTranscriptionDelta(ServerEventBase):
+    """More of what the model heard the user say (the words recognised so far, before the turn ends)."""
+
+    type: Literal["conversation.item.input_audio_transcription.delta"] = (
+        "conversation.item.input_audio_transcription.delta"
+    )
+    item_id: str
+    content_index: int = 0
+    delta: str
+
+
+class InputAudioTranscriptionCompleted(ServerEventBase):
+    """The final transcript of one user utterance, as the model heard it."""
+
+    type: Literal["conversation.item.input_audio_transcription.completed"] = (
+        "conversation.item.input_audio_transcription.completed"
+    )
+    item_id: str
+    content_index: int = 0
+    transcript: str
+    usage: TranscriptionUsage
+
+
 class ConversationItemAdded(ServerEventBase):
     type: Literal["conversation.item.added"] = "conversation.item.added"
     item: ConversationItem
@@ -381,6 +411,8 @@ ServerEvent = Annotated[
     | InputAudioBufferCleared
     | InputAudioBufferSpeechStarted
     | InputAudioBufferSpeechStopped
+    | InputAudioTranscriptionDelta
+    | InputAudioTranscriptionCompleted
     | ConversationItemAdded
     | ConversationItemDone
     | ConversationItemRetrieved

@@ -48,6 +48,7 @@ class RecordingRecognizer:
         self.active = False
         self.fed = 0
         self.search = None
+        self.words = ()
 
     def begin(self) -> None:
         self.active, self.fed = True, 0

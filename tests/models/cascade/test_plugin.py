@@ -9,7 +9,7 @@ import numpy as np
 import numpy.typing as npt
 import pytest
 
-from duplexkit.engine import Decision, Interrupt, Listen, Speak, Unit
+from duplexkit.engine import Decision, Interrupt, Listen, Speak, Transcribed, Unit
 from duplexkit.models.base import SamplingParams
 from duplexkit.models.cascade.asr import DecoderPool
 from duplexkit.models.cascade.drive import silence, speech_end_ms, units
@@ -65,7 +65,13 @@ async def test_a_spoken_command_is_transcribed_and_answered_in_speech(
     audio = speech.clip(LEAD_IN_MS, QUESTION, 4000.0)
     log = await step_all(session, audio)
 
-    assert [u.index for u, _ in log] == list(range(len(list(units(audio, PERIOD)))))  # one decision each
+    heard = [d for _, d in log if isinstance(d, Transcribed)]
+    assert heard[-1] == Transcribed(
+        "turn on the kitchen lights", final=True, audio_seconds=pytest.approx(1.3, abs=0.3)
+    )
+    assert "".join(d.text for d in heard if not d.final) == "turn on the kitchen lights"  # the pause's guess
+    decided = [u.index for u, d in log if not isinstance(d, Transcribed)]
+    assert decided == list(range(len(list(units(audio, PERIOD)))))  # one decision each
     assert session.last_turn is not None and session.last_turn.utterance.text == "turn on the kitchen lights"
     assert session.last_turn.prepared  # synthesis started during the silence window
     segments = speaks(log)
@@ -74,7 +80,7 @@ async def test_a_spoken_command_is_transcribed_and_answered_in_speech(
     pieces = [piper.synthesize(p) for p in ("You said:", "turn on the kitchen lights.")]
     expected = resample(np.concatenate(pieces), piper.sample_rate_hz, 24_000)
     assert sum(len(s.audio) for _, s in segments) == len(expected)  # all of it, at 24 kHz, exact count
-    assert all(isinstance(d, Listen) for u, d in log if u.end_ms <= segments[0][0].start_ms)
+    assert all(isinstance(d, Listen | Transcribed) for u, d in log if u.end_ms <= segments[0][0].start_ms)
     assert all(isinstance(d, Listen) for u, d in log if u.index > segments[-1][0].index)  # incl. playing tail
     end_of_speech = LEAD_IN_MS + speech_end_ms(speech(QUESTION))
     assert segments[0][0].end_ms - end_of_speech <= 700.0  # the 500 ms silence window and one unit
@@ -243,7 +249,7 @@ def test_configure_rejects_a_grammar_pocketsphinx_cannot_use_and_keeps_the_previ
 
 def test_from_args_loads_the_components_and_advertises_100_ms_units(vad_available: None) -> None:
     pytest.importorskip("piper", reason="needs 'piper-tts'")
-    model = CascadeModel.from_args({"asr_keywords": "kitchen lights", "lead_ms": "300"})
+    model = CascadeModel.from_args({"asr_keywords": "kitchen lights", "lead_ms": "300", "responder": "echo"})
     assert model.capabilities.chunk_period_ms == 100 and model.config.lead_ms == 300
     assert model.synthesizer.name == "piper" and model.responder.name == "echo"
     assert model.new_session().params.asr_keywords == ("kitchen lights",)

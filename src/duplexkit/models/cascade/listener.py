@@ -16,11 +16,12 @@ from __future__ import annotations
 import time
 from collections import deque
 from dataclasses import dataclass
+from typing import Protocol
 
 import numpy as np
 import numpy.typing as npt
 
-from duplexkit.models.cascade.asr import Recognizer
+from duplexkit.models.cascade.asr import SearchSpec, Word
 from duplexkit.vad import SAMPLE_RATE_HZ, SpeechStarted, VoiceActivityDetector
 
 HISTORY_MS = 2000.0
@@ -29,6 +30,30 @@ CATCH_UP_RATE = 1.5
 """While speech goes on, each chunk feeds the recognizer at most this many times its own duration: the
 backlog a speech start brings (prefix padding, the VAD's confirmation) is decoded over a few chunks
 rather than in one ~100 ms call that would delay every other session."""
+
+
+class SpeechRecognizer(Protocol):
+    """What the listener needs of a recogniser (pocketsphinx's `Recognizer`, `WhisperRecognizer`)."""
+
+    search: SearchSpec | None
+    words: tuple[Word, ...]
+
+    @property
+    def active(self) -> bool: ...
+
+    def begin(self) -> None: ...
+
+    def feed(self, samples: npt.NDArray[np.float32]) -> None: ...
+
+    def partial(self) -> str | None:
+        """The transcript so far, or `None` when it is not known yet (a decode under way)."""
+        ...
+
+    def finish(self) -> str: ...
+
+    def settle(self) -> None: ...
+
+    def abort(self) -> None: ...
 
 
 @dataclass(frozen=True, slots=True)
@@ -42,6 +67,10 @@ class Utterance:
     """When the end of speech was established (the VAD's silence window, or a commit)."""
     asr_final_ms: float
     """Wall time spent finalising the transcript."""
+    words: tuple[Word, ...] = ()
+    """Word timestamps, on the media clock, when the recogniser gives them."""
+    turn_probabilities: tuple[float, ...] = ()
+    """The semantic turn model's answers at this speech's pauses (empty without one)."""
 
     @property
     def duration_ms(self) -> float:
@@ -90,7 +119,7 @@ class AudioHistory:
 
 class Listener:
     def __init__(
-        self, vad: VoiceActivityDetector, recognizer: Recognizer, *, preempt_ms: float = 0.0
+        self, vad: VoiceActivityDetector, recognizer: SpeechRecognizer, *, preempt_ms: float = 0.0
     ) -> None:
         self.vad = vad
         self.recognizer = recognizer
@@ -99,6 +128,7 @@ class Listener:
         self._history = AudioHistory()
         self._speech_start_ms: float | None = None
         self._fed_until_ms = 0.0
+        self._audio_start_ms = 0.0
 
     def hear(self, samples: npt.NDArray[np.float32], start_ms: float, *, final: bool = False) -> Heard:
         """Take one chunk of 16 kHz input; `final` (a commit) ends the speech in progress after it."""
@@ -113,7 +143,7 @@ class Listener:
             if isinstance(event, SpeechStarted):
                 self._speech_start_ms = event.speech_start_ms
                 self.recognizer.begin()
-                self._fed_until_ms = event.audio_start_ms
+                self._fed_until_ms = self._audio_start_ms = event.audio_start_ms
                 events.append(event)
                 continue
             self._feed_until(min(event.speech_end_ms + ASR_TAIL_MS, end_ms))
@@ -128,6 +158,16 @@ class Listener:
                     speech_end_ms=event.speech_end_ms,
                     stopped_at_ms=min(event.audio_end_ms, end_ms),
                     asr_final_ms=1000.0 * (time.perf_counter() - began),
+                    words=tuple(
+                        Word(
+                            w.text,
+                            w.start_ms + self._audio_start_ms,
+                            w.end_ms + self._audio_start_ms,
+                            w.probability,
+                        )
+                        for w in self.recognizer.words
+                    ),
+                    turn_probabilities=tuple(self.vad.turn_probabilities),
                 )
             )
         voiced_until = self.vad.voiced_until_ms
@@ -160,3 +200,7 @@ class Listener:
 
 def _duration_ms(samples: npt.NDArray[np.float32]) -> float:
     return 1000.0 * len(samples) / SAMPLE_RATE_HZ
+
+
+def _on_media_clock(word: Word, audio_start_ms: float) -> Word:
+    return Word(word.text, word.start_ms + audio_start_ms, word.end_ms + audio_start_ms, word.probability)

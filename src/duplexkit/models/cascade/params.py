@@ -12,8 +12,19 @@ from duplexkit.models.cascade.asr import SearchSpec
 from duplexkit.models.cascade.tts import TtsKind
 from duplexkit.vad import VadParams
 
-ResponderKind = Literal["echo", "openai"]
+ResponderKind = Literal["auto", "local", "echo", "openai"]
+AsrKind = Literal["auto", "whisper", "pocketsphinx"]
+TurnKind = Literal["auto", "semantic", "silence"]
+Eagerness = Literal["auto", "low", "medium", "high"]
 DEFAULT_PREEMPT_MS = 200.0
+SEMANTIC_EAGERNESS: dict[str, tuple[float, float]] = {
+    "low": (0.8, 3000.0),
+    "medium": (0.5, 1500.0),
+    "auto": (0.5, 1500.0),
+    "high": (0.3, 800.0),
+}
+"""Semantic end of turn per eagerness (OpenAI's `semantic_vad` names): the turn model's probability that
+ends the turn at a pause, and the silence that ends it anyway (the model's "not finished" is a guess)."""
 
 
 @dataclass(frozen=True, slots=True)
@@ -25,6 +36,8 @@ class SessionParams:
     vad_silence_duration_ms: float = 500.0
     vad_prefix_padding_ms: float = 300.0
     min_barge_in_ms: float = 600.0
+    turn_eagerness: Eagerness = "auto"
+    """With semantic end of turn: how readily a pause ends the turn (see `SEMANTIC_EAGERNESS`)."""
     asr_grammar: str | None = None
     """A JSGF grammar replacing the open-vocabulary language model (deterministic recognition)."""
     asr_keywords: tuple[str, ...] | None = None
@@ -32,12 +45,20 @@ class SessionParams:
 
     @property
     def vad(self) -> VadParams:
+        """Silence-only turn ends: `vad_silence_duration_ms` of silence."""
         return VadParams(
             threshold=self.vad_threshold,
             min_speech_ms=self.vad_min_speech_ms,
             silence_duration_ms=self.vad_silence_duration_ms,
             prefix_padding_ms=self.vad_prefix_padding_ms,
         )
+
+    def vad_for(self, semantic: bool) -> VadParams:
+        """The detector's settings; `semantic`: the turn model decides at pauses, per `turn_eagerness`."""
+        if not semantic:
+            return self.vad
+        threshold, fallback_ms = SEMANTIC_EAGERNESS[self.turn_eagerness]
+        return replace(self.vad, silence_duration_ms=fallback_ms, semantic_threshold=threshold)
 
     @property
     def search(self) -> SearchSpec | None:
@@ -75,7 +96,14 @@ class CascadeConfig:
     chunk_period_ms: int = 100
     lead_ms: float = 400.0
     """Reply audio sent ahead of playback (> 0: with no lead nothing would ever be due)."""
-    responder: ResponderKind = "echo"
+    responder: ResponderKind = "auto"
+    """`auto`: `local` when its extra is installed, else `echo`."""
+    asr: AsrKind = "auto"
+    """`auto`: Whisper when its extra is installed, else pocketsphinx (which grammar and key-phrase
+    sessions always use)."""
+    turn: TurnKind = "auto"
+    """End of turn: `semantic` (Smart Turn at pauses, silence as the fallback) or `silence` (the silence
+    window only); `auto`: semantic when its extra is installed."""
     llm_url: str | None = None
     llm_model: str | None = None
     llm_api_key: str | None = None
@@ -84,15 +112,15 @@ class CascadeConfig:
     """A piper `.onnx` voice path, or an espeak-ng voice name."""
     no_speech_reply: str = "Sorry, I did not catch that."
     preempt_ms: float | None = None
-    """Start preparing the reply once the user has paused this long (before the silence window ends);
-    0 turns it off. Default: 200 for `echo`, off for `openai`, where each pause that does not end the
-    turn would cost a discarded request."""
+    """Start recognising and preparing the reply once the user has paused this long (before the turn's
+    end is confirmed); 0 turns it off. Default: 200, off for `openai`, where each pause that does not end
+    the turn would cost a discarded request."""
 
     @property
     def effective_preempt_ms(self) -> float:
         if self.preempt_ms is not None:
             return self.preempt_ms
-        return DEFAULT_PREEMPT_MS if self.responder == "echo" else 0.0
+        return 0.0 if self.responder == "openai" else DEFAULT_PREEMPT_MS
 
     @classmethod
     def from_args(cls, args: Mapping[str, str]) -> tuple[CascadeConfig, SessionParams]:
@@ -133,6 +161,10 @@ def _coerce_session(name: str, raw: Any, from_operator: bool) -> Any:
             raw = [p.strip() for p in raw.split(",") if p.strip()] if from_operator else [raw]
         SearchSpec.keywords(raw)
         return tuple(raw)
+    if name == "turn_eagerness":
+        if raw not in get_args(Eagerness):
+            raise ValueError(f"must be one of {', '.join(get_args(Eagerness))}")
+        return raw
     value = _non_negative(raw)
     if name == "vad_threshold" and not 0.0 < value < 1.0:
         raise ValueError("must be between 0 and 1 (exclusive)")
@@ -175,6 +207,8 @@ _CONFIG_COERCERS: dict[str, Callable[[str], Any]] = {
     "chunk_period_ms": _period,
     "lead_ms": _positive,
     "responder": _choice(get_args(ResponderKind)),
+    "asr": _choice(get_args(AsrKind)),
+    "turn": _choice(get_args(TurnKind)),
     "llm_url": str,
     "llm_model": str,
     "llm_api_key": str,

