@@ -31,8 +31,8 @@ import numpy.typing as npt
 
 SAMPLE_RATE_HZ = 16_000
 SEMANTIC_PAUSE_MS = 200.0
-"""Pause after which the turn model is asked: ~6 Silero frames, past the VAD's own lag, and the point at
-which the cascade's recogniser has heard all of the pause it will (`listener.ASR_TAIL_MS`)."""
+"""Pause after which the turn model is asked: ~6 Silero frames, past the VAD's own lag, and past the point
+at which the cascade's Whisper recogniser has heard all of the pause it will (its `tail_ms`)."""
 _TURN_WINDOW_S = 8
 _HYSTERESIS = 0.15
 _CLOCK_SLACK_MS = 1.0

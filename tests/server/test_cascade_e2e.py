@@ -31,7 +31,7 @@ def voice() -> PiperSynthesizer:
 
 @pytest.fixture(scope="module")
 def cascade() -> ModelPlugin:
-    return load_model("cascade", {})
+    return load_model("cascade", {"responder": "echo"})
 
 
 @pytest.fixture
@@ -84,6 +84,18 @@ async def test_the_cascade_hears_a_command_and_speaks_its_reply(
     ]
     transcript = "".join(e["delta"] for e in client.of_type("response.output_audio_transcript.delta"))
     assert "turn on the kitchen lights" in transcript.lower()
+    [heard] = client.of_type("conversation.item.input_audio_transcription.completed")
+    assert heard["transcript"] == "turn on the kitchen lights" and heard["content_index"] == 0
+    assert heard["usage"]["type"] == "duration" and 1.0 < heard["usage"]["seconds"] < 2.5
+    assert (
+        types.index("conversation.item.input_audio_transcription.completed") < first
+    )  # heard, then answered
+    [user_item] = [
+        e["item"] for e in client.of_type("conversation.item.added") if e["item"]["role"] == "user"
+    ]
+    assert (
+        user_item["id"] == heard["item_id"] and user_item["content"][0]["transcript"] == heard["transcript"]
+    )
     assert done["response"]["status"] == "completed"
     assert client.of_type("response.output_audio.delta")[0]["sample_rate_hz"] == 24_000
     assert done["response_request_metrics"]["source"] == "server_monotonic_request_start"

@@ -178,6 +178,8 @@ class Recognizer:
         self.search: SearchSpec | None = None
         self.words: tuple[Word, ...] = ()
         """Word timestamps of the latest utterance: pocketsphinx's first pass gives none."""
+        self.tail_ms = 200.0
+        """Silence fed past the last voiced frame: the search needs a little to settle on the last word."""
 
     @property
     def active(self) -> bool:

@@ -15,8 +15,8 @@ from duplexkit.vad import VadParams
 ResponderKind = Literal["auto", "local", "echo", "openai"]
 AsrKind = Literal["auto", "whisper", "pocketsphinx"]
 TurnKind = Literal["auto", "semantic", "silence"]
+VadKind = Literal["auto", "onnx", "pysilero"]
 Eagerness = Literal["auto", "low", "medium", "high"]
-DEFAULT_PREEMPT_MS = 200.0
 SEMANTIC_EAGERNESS: dict[str, tuple[float, float]] = {
     "low": (0.8, 3000.0),
     "medium": (0.5, 1500.0),
@@ -101,26 +101,31 @@ class CascadeConfig:
     asr: AsrKind = "auto"
     """`auto`: Whisper when its extra is installed, else pocketsphinx (which grammar and key-phrase
     sessions always use)."""
+    vad: VadKind = "auto"
+    """Silero through `onnx`runtime (~10x cheaper per frame) or `pysilero`-vad; `auto`: onnx if installed."""
     turn: TurnKind = "auto"
     """End of turn: `semantic` (Smart Turn at pauses, silence as the fallback) or `silence` (the silence
     window only); `auto`: semantic when its extra is installed."""
     llm_url: str | None = None
     llm_model: str | None = None
     llm_api_key: str | None = None
+    llm_threads: int = 2
+    """llama.cpp threads of the `local` responder."""
     tts: TtsKind = "auto"
     voice: str | None = None
     """A piper `.onnx` voice path, or an espeak-ng voice name."""
     no_speech_reply: str = "Sorry, I did not catch that."
     preempt_ms: float | None = None
     """Start recognising and preparing the reply once the user has paused this long (before the turn's
-    end is confirmed); 0 turns it off. Default: 200, off for `openai`, where each pause that does not end
-    the turn would cost a discarded request."""
+    end is confirmed); 0 turns it off. Default: the recogniser's tail (200 ms for pocketsphinx, 100 for
+    Whisper), off for `openai`, where each pause that does not end the turn costs a discarded request."""
 
     @property
-    def effective_preempt_ms(self) -> float:
+    def effective_preempt_ms(self) -> float | None:
+        """`None`: once the recogniser has heard all of the pause it will (its `tail_ms`)."""
         if self.preempt_ms is not None:
             return self.preempt_ms
-        return 0.0 if self.responder == "openai" else DEFAULT_PREEMPT_MS
+        return 0.0 if self.responder == "openai" else None
 
     @classmethod
     def from_args(cls, args: Mapping[str, str]) -> tuple[CascadeConfig, SessionParams]:
@@ -196,6 +201,13 @@ def _choice(options: tuple[str, ...]) -> Callable[[str], str]:
     return coerce
 
 
+def _threads(raw: str) -> int:
+    value = int(raw)
+    if not 1 <= value <= 64:
+        raise ValueError("must be an integer between 1 and 64")
+    return value
+
+
 def _period(raw: str) -> int:
     value = int(raw)
     if not 20 <= value <= 1000:
@@ -209,9 +221,11 @@ _CONFIG_COERCERS: dict[str, Callable[[str], Any]] = {
     "responder": _choice(get_args(ResponderKind)),
     "asr": _choice(get_args(AsrKind)),
     "turn": _choice(get_args(TurnKind)),
+    "vad": _choice(get_args(VadKind)),
     "llm_url": str,
     "llm_model": str,
     "llm_api_key": str,
+    "llm_threads": _threads,
     "tts": _choice(get_args(TtsKind)),
     "voice": str,
     "no_speech_reply": str,

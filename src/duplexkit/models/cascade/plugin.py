@@ -29,6 +29,7 @@ event loop's default executor.
 from __future__ import annotations
 
 import asyncio
+import functools
 import threading
 import time
 from collections.abc import AsyncIterator, Callable, Mapping
@@ -52,7 +53,15 @@ from duplexkit.models.cascade.responders import (
 from duplexkit.models.cascade.tts import Synthesizer, load_synthesizer
 from duplexkit.models.cascade.turns import TurnOutcome, TurnPolicy
 from duplexkit.models.cascade.whisper import WhisperAsr, WhisperRecognizer
-from duplexkit.vad import FrameScorer, SmartTurn, TurnModel, VoiceActivityDetector, best_scorer
+from duplexkit.vad import (
+    FrameScorer,
+    OnnxSileroScorer,
+    SileroScorer,
+    SmartTurn,
+    TurnModel,
+    VoiceActivityDetector,
+    best_scorer,
+)
 
 _T = TypeVar("_T")
 
@@ -67,8 +76,8 @@ class TurnTrace:
     """The reply was prepared during the pause, before the end of the turn was confirmed."""
     hear_ms: float
     """Wall time of hearing the unit that ended the turn (VAD, ASR, transcript)."""
-    reply_wait_ms: float
-    """Wall time the step then waited for the reply's first audio."""
+    answered_at: float
+    """Monotonic time the reply was started (or adopted) for this turn."""
 
 
 @dataclass(frozen=True, slots=True)
@@ -114,8 +123,11 @@ class CascadeModel(ModelPlugin):
         synthesizer = load_synthesizer(config.tts, voice=config.voice)
         whisper = _optional(WhisperAsr, config.asr, "whisper")
         turn_model = _optional(SmartTurn, config.turn, "semantic")
+        scorer: Callable[[], FrameScorer] = SileroScorer
+        if _optional(OnnxSileroScorer, config.vad, "onnx") is not None:
+            scorer = OnnxSileroScorer
         try:
-            best_scorer()
+            scorer()
             pool = DecoderPool(prewarm=0 if whisper is not None else 1)
         except ImportError as exc:
             raise ValueError(str(exc)) from None
@@ -127,13 +139,15 @@ class CascadeModel(ModelPlugin):
             assert config.llm_url and config.llm_model, "CascadeConfig.from_args checked both"
             responder = OpenAIResponder.connect(config.llm_url, config.llm_model, config.llm_api_key)
         else:
-            responder = _optional(LocalResponder, config.responder, "local") or responder
+            local = functools.partial(LocalResponder, threads=config.llm_threads)
+            responder = _optional(local, config.responder, "local") or responder
         return cls(
             synthesizer=synthesizer,
             responder=responder,
             pool=pool,
             config=config,
             session_defaults=session_defaults,
+            scorer_factory=scorer,
             whisper=whisper,
             turn_model=turn_model,
         )
@@ -238,10 +252,12 @@ class CascadeSession(ModelSession):
         yield Listen("model_listen" if speaking else "silence_or_noise")
 
     async def reply_produced(self) -> None:
-        """Wait until the reply in progress, if any, is fully produced: for drivers that step units faster
-        than real time (tests), which would otherwise outrun synthesis."""
-        if self._reply is not None:
-            await self._reply.produced()
+        """Wait until the reply in progress and the one prepared during a pause, if any, are fully
+        produced: for drivers that step units faster than real time (tests), which would otherwise outrun
+        the responder and synthesis."""
+        for reply in (self._reply, self._prepared.reply if self._prepared is not None else None):
+            if reply is not None:
+                await reply.produced()
 
     def heard(self, text: str) -> None:
         """The playback ledger's account of the latest reply replaces the model's own estimate."""
@@ -325,6 +341,9 @@ class CascadeSession(ModelSession):
         )
 
     async def _start_reply(self, turn: Utterance, hear_ms: float) -> None:
+        """Start (or adopt) the reply to `turn` and wait for its first audio. The wait is not bounded: the
+        engine steps no continuation units before a response exists, so a client that stops sending after
+        its question would otherwise never get the reply released."""
         prepared, self._prepared = self._prepared, None
         adopted = prepared is not None and prepared.text == turn.text
         if prepared is not None and adopted:
@@ -337,14 +356,12 @@ class CascadeSession(ModelSession):
             self.history.append(Message("user", turn.text))
         self._reply, self._reply_answers_user = reply, bool(turn.text)
         self._heard_by_ledger = None
-        began = time.monotonic()
+        self.last_turn = TurnTrace(turn, reply.timing, adopted, hear_ms, time.monotonic())
         try:
             await reply.wait_for_audio()
         except Exception:
             self._drop_reply()
             raise
-        wait_ms = 1000.0 * (time.monotonic() - began)
-        self.last_turn = TurnTrace(turn, reply.timing, adopted, hear_ms, wait_ms)
 
     def _cut_reply(self) -> None:
         reply = self._reply
