@@ -50,17 +50,20 @@ from duplexkit.engine import Speak, Transcribed
 from duplexkit.models.cascade.asr import DecoderPool
 from duplexkit.models.cascade.drive import silence, speech_end_ms, spoken, units, with_noise_floor
 from duplexkit.models.cascade.plugin import CascadeModel, CascadeSession
+from duplexkit.models.cascade.whisper import WhisperAsr
 
 STACKS = {
     "before": {"vad": "pysilero", "asr": "pocketsphinx", "turn": "silence", "responder": "echo"},
     "after": {"vad": "onnx", "asr": "whisper", "turn": "semantic", "responder": "local"},
 }
 PAUSED = [
-    ("Set a timer for", "ten minutes."),
-    ("What is the weather like", "in Paris today?"),
-    ("Can you tell me", "a joke about cats?"),
-    ("I would like to", "turn on the kitchen lights."),
+    ("Set a timer for ten minutes.", 4),
+    ("What is the weather like in Paris today?", 5),
+    ("Can you tell me a joke about cats?", 4),
+    ("I would like to turn on the kitchen lights.", 4),
 ]
+"""Sentences spoken whole, then cut after their first N words for the mid-sentence pause: the voice keeps
+its mid-sentence prosody (a fragment synthesised alone would end like a finished sentence)."""
 PAUSE_MS = 700.0
 _NUMBERS = {"10": "ten", "1": "one", "2": "two", "3": "three", "5": "five"}
 
@@ -219,20 +222,28 @@ def wer(pairs: list[tuple[str, str]]) -> float:
     return edits / total if total else float("nan")
 
 
-def paused_clip(model: CascadeModel, first: str, second: str, seed: int) -> tuple[Clip, float, float]:
-    """A phrase with a mid-sentence pause; also where the pause starts and ends on the clip's clock."""
-    a, b = spoken(model.synthesizer, first), spoken(model.synthesizer, second)
-    pause_start = LEAD_IN_MS + speech_end_ms(a)
-    audio = np.concatenate([silence(LEAD_IN_MS), a, silence(PAUSE_MS), b, silence(TAIL_MS)])
-    clip = Clip(f"{first} … {second}", with_noise_floor(audio, seed=seed), 0.0)
-    return clip, pause_start, LEAD_IN_MS + 1000.0 * len(a) / 16_000 + PAUSE_MS
+def paused_clip(
+    model: CascadeModel, asr: WhisperAsr, sentence: str, words: int, seed: int
+) -> tuple[Clip, float]:
+    """`sentence` with a `PAUSE_MS` pause after its first `words` words (cut at the quietest 10 ms within
+    60 ms of Whisper's end of that word); also where the pause ends on the clip's clock."""
+    voice = spoken(model.synthesizer, sentence)
+    end_ms = asr.transcribe(voice).words[words - 1].end_ms
+    frames = [round(16 * (end_ms + d)) for d in range(-60, 61, 10)]
+    cut = min(
+        (f for f in frames if 0 < f < len(voice) - 160), key=lambda f: float(np.sum(voice[f : f + 160] ** 2))
+    )
+    audio = np.concatenate(
+        [silence(LEAD_IN_MS), voice[:cut], silence(PAUSE_MS), voice[cut:], silence(TAIL_MS)]
+    )
+    return Clip(sentence, with_noise_floor(audio, seed=seed), 0.0), LEAD_IN_MS + cut / 16 + PAUSE_MS
 
 
-async def false_cutoffs(model: CascadeModel) -> int:
+async def false_cutoffs(model: CascadeModel, asr: WhisperAsr) -> int:
     """Phrases whose turn ended inside their mid-sentence pause (stepped as fast as the model allows)."""
     cut = 0
-    for seed, (first, second) in enumerate(PAUSED):
-        clip, _, pause_end = paused_clip(model, first, second, seed)
+    for seed, (sentence, words) in enumerate(PAUSED):
+        clip, pause_end = paused_clip(model, asr, sentence, words, seed)
         session = model.new_session()
         ended_in_pause = False
         for unit in units(clip.audio, model.config.chunk_period_ms):
@@ -336,6 +347,7 @@ async def main() -> None:
     os.environ["HF_HUB_OFFLINE"] = "1"
     levels = [int(n) for n in args.sessions.split(",") if n]
     table = []
+    aligner = WhisperAsr()  # word timestamps to place the mid-sentence pauses
     for stack in args.stacks.split(","):
         began = time.monotonic()
         extra = {} if args.preempt_ms is None else {"preempt_ms": args.preempt_ms}
@@ -353,7 +365,7 @@ async def main() -> None:
         clips = [make_clip(model, q, seed) for seed, q in enumerate(QUESTIONS)]
         samples = await latency(model, clips, args.rounds)
         report_latency(stack, model, samples)
-        cutoffs = await false_cutoffs(model)
+        cutoffs = await false_cutoffs(model, aligner)
         rows = [(n, await capacity(model, clips, n, args.seconds)) for n in levels]
         report_capacity(stack, rows, config.chunk_period_ms)
         table.append(summary(stack, samples, cutoffs, rows, config.chunk_period_ms))

@@ -284,8 +284,10 @@ class VoiceActivityDetector:
             frame_start = self._pending_start_ms + k * self._frame_ms
             frame = self._pending[k * n : (k + 1) * n]
             event = self._on_frame(self.scorer(frame), frame_start)
-            if self._in_speech:
-                self._speech_audio.append(frame)
+            if self._in_speech or self._run_start_ms is not None:
+                self._speech_audio.append(frame)  # from the first frame of the run that started it
+            else:
+                self._speech_audio = []
             if event is None and self._in_speech:
                 event = self._ask_turn_model(frame_start + self._frame_ms)
             if event is not None:

@@ -14,9 +14,11 @@ from duplexkit.models.base import SamplingParams
 from duplexkit.models.cascade.asr import DecoderPool
 from duplexkit.models.cascade.drive import silence, speech_end_ms, units
 from duplexkit.models.cascade.plugin import CascadeModel, CascadeSession
-from duplexkit.models.cascade.responders import EchoResponder, Message
+from duplexkit.models.cascade.responders import EchoResponder, LocalResponder, Message
 from duplexkit.models.cascade.tts import PiperSynthesizer
+from duplexkit.models.cascade.whisper import WhisperAsr
 from duplexkit.protocol.audio import resample
+from duplexkit.vad import SmartTurn
 from tests.models.cascade.conftest import GRAMMAR, Speech, Stepper
 
 PERIOD = 100
@@ -271,3 +273,42 @@ async def test_the_playback_ledger_decides_what_of_a_reply_stays_in_the_history(
     assert session.history[-1] == Message("assistant", "You said: turn on")
     session.heard("")  # nothing was heard after all
     assert [m.role for m in session.history] == ["user"]
+
+
+@pytest.fixture(scope="module")
+def full(
+    piper: PiperSynthesizer,
+    pool: DecoderPool,
+    whisper: WhisperAsr,
+    smart_turn: SmartTurn,
+    local: LocalResponder,
+    vad_available: None,
+) -> CascadeModel:
+    """The default stack with every extra: Whisper, Smart Turn, the local LLM."""
+    return CascadeModel(synthesizer=piper, responder=local, pool=pool, whisper=whisper, turn_model=smart_turn)
+
+
+async def test_the_full_stack_ends_the_turn_at_a_short_pause_and_streams_the_llm_answer(
+    full: CascadeModel, speech: Speech
+) -> None:
+    question = "Who wrote the book Moby Dick?"
+    session = full.new_session()
+    log = await step_all(session, speech.clip(LEAD_IN_MS, question, 8000.0))
+
+    turn = session.last_turn
+    assert turn is not None
+    heard = turn.utterance
+    assert heard.text.lower().replace(",", "").strip("?.") == "who wrote the book moby dick"
+    end_of_speech = LEAD_IN_MS + speech_end_ms(speech(question))
+    assert heard.turn_probabilities[0] >= 0.5  # Smart Turn judged the question finished
+    assert heard.stopped_at_ms - end_of_speech < 500  # at the semantic pause, not the 1.5 s fallback
+    assert [w.text.strip("?,").lower() for w in heard.words][-2:] == ["moby", "dick"]
+    assert heard.words[0].start_ms >= LEAD_IN_MS - 300 and heard.words[-1].end_ms <= end_of_speech + 400
+    assert next(d for _, d in log if isinstance(d, Transcribed) and d.final).text == heard.text
+
+    segments = [s for _, s in speaks(log)]
+    reply = "".join(s.text for s in segments)
+    assert len(reply.split()) >= 3
+    assert sum(len(s.itl_ms) for s in segments) >= 3  # token by token: TPOT is measured, not estimated
+    assert turn.reply.first_text_at is not None
+    assert session.history[0] == Message("user", heard.text)

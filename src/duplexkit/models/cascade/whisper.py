@@ -4,9 +4,10 @@ Whisper does not stream, and faster-whisper's `transcribe` pads every call to a 
 two cores per utterance here (beam 5, word timestamps), ~0.5 s of it encoding padding. Utterances up to
 `SHORT_WINDOW_S` are therefore encoded in a `MIN_WINDOW_S` window (zero-padded) through the CTranslate2
 model faster-whisper holds, ~150 ms in all, and aligned for word timestamps with faster-whisper's own
-`find_alignment`; longer ones take faster-whisper's 30 s path. A window shorter than ~8 s makes Whisper
-repeat itself (measured: WER 109 % at 3 s, 53 % at 5 s, 12 % at 8 s, 5 % at 10 s on the benchmark's
-questions and phrase fragments); the decode is also capped at `TOKENS_PER_S` tokens per second of audio.
+`find_alignment` (the first word's start may take in the leading silence); longer ones take
+faster-whisper's 30 s path. A window shorter than ~8 s makes Whisper repeat itself (measured: WER 109 %
+at 3 s, 53 % at 5 s, 12 % at 8 s, 5 % at 10 s on the benchmark's questions and phrase fragments); the
+decode is also capped at `TOKENS_PER_S` tokens per second of audio.
 
 A session's `WhisperRecognizer` starts decoding the utterance in the background as soon
 as the speech pauses (`partial`, asked by the listener once the pause reaches `preempt_ms`) and, when the
@@ -130,7 +131,7 @@ class WhisperAsr:
             tuple(
                 Word(w["word"].strip(), 1000.0 * w["start"], 1000.0 * w["end"], float(w["probability"]))
                 for w in aligned
-                if w["word"].strip()
+                if any(c.isalnum() for c in w["word"])  # punctuation alone is no word
             ),
         )
 
