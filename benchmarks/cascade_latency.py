@@ -132,6 +132,7 @@ async def drive(
             first_audio_at: float | None = None
             stop_unit_end: float | None = None
             itls: list[float] = []
+            earlier = session.last_turn  # audio of its reply, still playing, is not this clip's answer
             for unit in units(clip.audio, period_ms, start_ms=clip_start_ms, first_index=index):
                 index += 1
                 due = t0 + unit.end_ms / 1000.0
@@ -139,9 +140,10 @@ async def drive(
                     return
                 await asyncio.sleep(max(0.0, due - time.monotonic()))
                 async for decision in session.step(unit, time.monotonic()):
-                    if isinstance(decision, Speak):
-                        itls.extend(decision.itl_ms)
-                    if isinstance(decision, Speak) and first_audio_at is None and len(decision.audio):
+                    if not isinstance(decision, Speak) or session.last_turn is earlier:
+                        continue
+                    itls.extend(decision.itl_ms)
+                    if first_audio_at is None and len(decision.audio):
                         first_audio_at, stop_unit_end = time.monotonic(), unit.end_ms
                 stats.lags_ms.append(1000.0 * (time.monotonic() - due))
             end_ms = clip_start_ms + clip.end_of_speech_ms

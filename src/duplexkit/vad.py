@@ -21,19 +21,38 @@ Semantics (those of OpenAI's `server_vad`):
 
 from __future__ import annotations
 
+import functools
 import importlib.util
-from dataclasses import dataclass
+from dataclasses import dataclass, replace
 from pathlib import Path
 from typing import Protocol
 
 import numpy as np
 import numpy.typing as npt
 
+from duplexkit.protocol import client_events as ce
+
 SAMPLE_RATE_HZ = 16_000
 SEMANTIC_PAUSE_MS = 200.0
 """Pause after which the turn model is asked: ~6 Silero frames, past the VAD's own lag, and past the point
 at which the cascade's Whisper recogniser has heard all of the pause it will (its `tail_ms`)."""
 _TURN_WINDOW_S = 8
+SEMANTIC_EAGERNESS: dict[str, tuple[float, float]] = {
+    "low": (0.8, 3000.0),
+    "medium": (0.5, 1500.0),
+    "auto": (0.5, 1500.0),
+    "high": (0.3, 800.0),
+}
+"""Semantic end of turn per eagerness (OpenAI's `semantic_vad` names): the turn model's probability that
+ends the turn at a pause, and the silence that ends it anyway (the model's "not finished" is a guess)."""
+
+
+def semantic_params(params: VadParams, eagerness: str) -> VadParams:
+    """`params` with the turn model deciding at pauses, as readily as `eagerness` says."""
+    threshold, fallback_ms = SEMANTIC_EAGERNESS[eagerness]
+    return replace(params, silence_duration_ms=fallback_ms, semantic_threshold=threshold)
+
+
 _HYSTERESIS = 0.15
 _CLOCK_SLACK_MS = 1.0
 
@@ -175,6 +194,12 @@ class SmartTurn:
         module = importlib.util.module_from_spec(spec)
         spec.loader.exec_module(module)
         self._features = module.compute_whisper_log_mel_features
+
+    @staticmethod
+    @functools.cache
+    def shared() -> SmartTurn:
+        """The process's one instance (it is stateless), loaded on first use."""
+        return SmartTurn()
 
     def __call__(self, utterance: npt.NDArray[np.float32]) -> float:
         n = _TURN_WINDOW_S * SAMPLE_RATE_HZ
@@ -353,3 +378,18 @@ class VoiceActivityDetector:
             return None
         self._stop()
         return SpeechStopped(audio_end_ms=end_ms, speech_end_ms=self._last_speech_end_ms)
+
+
+def detector_for(config: ce.TurnDetection) -> VoiceActivityDetector:
+    """A detector for server-side turn detection (`server_vad`, or `semantic_vad` with Smart Turn);
+    blocking (loads models on first use). `ImportError` names the extra a `semantic_vad` needs."""
+    if isinstance(config, ce.SemanticVadConfig):
+        return VoiceActivityDetector(
+            best_scorer(), semantic_params(VadParams(), config.eagerness), SmartTurn.shared()
+        )
+    params = VadParams(
+        threshold=min(max(config.threshold, 0.01), 0.99),
+        silence_duration_ms=config.silence_duration_ms,
+        prefix_padding_ms=config.prefix_padding_ms,
+    )
+    return VoiceActivityDetector(best_scorer(), params)

@@ -19,6 +19,7 @@ pytest.importorskip("piper", reason="needs the tts extra: pip install 'duplexkit
 
 from duplexkit.models.cascade.drive import silence, speech_end_ms, spoken, with_noise_floor
 from duplexkit.models.cascade.tts import PiperSynthesizer
+from duplexkit.vad import SmartTurn
 
 GRAMMAR = "#JSGF V1.0; grammar home; public <command> = (turn on | turn off) the (kitchen | bedroom) lights;"
 APPEND_MS = 100
@@ -141,3 +142,24 @@ async def test_user_speech_during_a_reply_barges_in_and_a_short_backchannel_does
     assert done["response"]["status"] == "cancelled"
     assert done["response"]["status_details"]["reason"] == "barge_in"
     assert len(client.of_type("response.done")) == 1  # the backchannel did not end the reply
+
+
+async def test_semantic_vad_ends_a_finished_question_at_a_short_pause(voice: PiperSynthesizer) -> None:
+    try:
+        SmartTurn.shared()
+    except ImportError as exc:
+        pytest.skip(str(exc))
+    async with EmbeddedServer(load_model("scripted", {})) as server:
+        client = await connect(server.url)
+        await client.until("session.created")
+        vad = {"type": "semantic_vad", "eagerness": "auto"}
+        await client.send({"type": "session.update", "session": {"turn_detection": vad}})
+        updated = await client.until("session.updated")
+        assert updated["session"]["turn_detection"]["type"] == "semantic_vad"
+        speech = spoken(voice, "Who wrote the book Moby Dick?")
+        lead_ms = 1000.0
+        await _stream(client, with_noise_floor(np.concatenate([silence(lead_ms), speech, silence(2500)])))
+        stopped = await client.until("input_audio_buffer.speech_stopped", timeout=20)
+        pause_ms = stopped["audio_end_ms"] - (lead_ms + speech_end_ms(speech))
+        assert 150 <= pause_ms < 450  # Smart Turn at the 200 ms pause, not the 1.5 s silence fallback
+        await client.until("input_audio_buffer.committed")

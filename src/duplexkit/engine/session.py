@@ -57,7 +57,7 @@ class SessionSettings:
     input_sample_rate_hz: int = 16_000
     instructions: str | None = None
     voice: str | None = None
-    turn_detection: ce.ServerVadConfig | None = None
+    turn_detection: ce.TurnDetection | None = None
     temperature: float | None = None
     max_tokens: int | None = None
     idle_timeout_s: float = 300.0

@@ -13,7 +13,7 @@ from typing import Annotated, Any, Literal, get_args
 from pydantic import BaseModel, ConfigDict, Field
 
 from duplexkit.protocol.audio import AudioFormat
-from duplexkit.protocol.client_events import ServerVadConfig
+from duplexkit.protocol.client_events import TurnDetection
 from duplexkit.protocol.errors import ERROR_SPECS, ErrorCode, ErrorType
 
 METRICS_SOURCE_SERVER: Literal["server_monotonic_request_start"] = "server_monotonic_request_start"
@@ -63,7 +63,7 @@ class SessionInfo(BaseModel):
     voice: str | None = None
     input_audio_format: AudioFormat
     output_audio_format: AudioFormat
-    turn_detection: ServerVadConfig | None = None
+    turn_detection: TurnDetection | None = None
     temperature: float | None = None
     max_tokens: int | None = None
     idle_timeout_s: float

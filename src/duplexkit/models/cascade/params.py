@@ -10,21 +10,13 @@ from typing import Any, Literal, get_args
 
 from duplexkit.models.cascade.asr import SearchSpec
 from duplexkit.models.cascade.tts import TtsKind
-from duplexkit.vad import VadParams
+from duplexkit.vad import VadParams, semantic_params
 
 ResponderKind = Literal["auto", "local", "echo", "openai"]
 AsrKind = Literal["auto", "whisper", "pocketsphinx"]
 TurnKind = Literal["auto", "semantic", "silence"]
 VadKind = Literal["auto", "onnx", "pysilero"]
 Eagerness = Literal["auto", "low", "medium", "high"]
-SEMANTIC_EAGERNESS: dict[str, tuple[float, float]] = {
-    "low": (0.8, 3000.0),
-    "medium": (0.5, 1500.0),
-    "auto": (0.5, 1500.0),
-    "high": (0.3, 800.0),
-}
-"""Semantic end of turn per eagerness (OpenAI's `semantic_vad` names): the turn model's probability that
-ends the turn at a pause, and the silence that ends it anyway (the model's "not finished" is a guess)."""
 
 
 @dataclass(frozen=True, slots=True)
@@ -37,7 +29,7 @@ class SessionParams:
     vad_prefix_padding_ms: float = 300.0
     min_barge_in_ms: float = 600.0
     turn_eagerness: Eagerness = "auto"
-    """With semantic end of turn: how readily a pause ends the turn (see `SEMANTIC_EAGERNESS`)."""
+    """With semantic end of turn: how readily a pause ends the turn (`vad.SEMANTIC_EAGERNESS`)."""
     asr_grammar: str | None = None
     """A JSGF grammar replacing the open-vocabulary language model (deterministic recognition)."""
     asr_keywords: tuple[str, ...] | None = None
@@ -55,10 +47,7 @@ class SessionParams:
 
     def vad_for(self, semantic: bool) -> VadParams:
         """The detector's settings; `semantic`: the turn model decides at pauses, per `turn_eagerness`."""
-        if not semantic:
-            return self.vad
-        threshold, fallback_ms = SEMANTIC_EAGERNESS[self.turn_eagerness]
-        return replace(self.vad, silence_duration_ms=fallback_ms, semantic_threshold=threshold)
+        return semantic_params(self.vad, self.turn_eagerness) if semantic else self.vad
 
     @property
     def search(self) -> SearchSpec | None:

@@ -122,7 +122,7 @@ class CascadeModel(ModelPlugin):
         config, session_defaults = CascadeConfig.from_args(args)
         synthesizer = load_synthesizer(config.tts, voice=config.voice)
         whisper = _optional(WhisperAsr, config.asr, "whisper")
-        turn_model = _optional(SmartTurn, config.turn, "semantic")
+        turn_model = _optional(SmartTurn.shared, config.turn, "semantic")
         scorer: Callable[[], FrameScorer] = SileroScorer
         if _optional(OnnxSileroScorer, config.vad, "onnx") is not None:
             scorer = OnnxSileroScorer

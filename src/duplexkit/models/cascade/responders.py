@@ -18,6 +18,7 @@ from dataclasses import dataclass
 from typing import TYPE_CHECKING, Any, Literal, Protocol
 
 from duplexkit.models.base import SamplingParams
+from duplexkit.models.cascade.cpu import passive_openmp
 
 if TYPE_CHECKING:
     from openai import AsyncOpenAI
@@ -123,6 +124,7 @@ class LocalResponder:
     name = "local"
 
     def __init__(self, *, threads: int = LOCAL_THREADS) -> None:
+        passive_openmp()
         try:
             from cyllama import LLM
         except ImportError as exc:

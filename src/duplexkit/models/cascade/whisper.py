@@ -33,6 +33,7 @@ import numpy as np
 import numpy.typing as npt
 
 from duplexkit.models.cascade.asr import SearchSpec, Word
+from duplexkit.models.cascade.cpu import passive_openmp
 
 BEAM_SIZE = 5
 SHORT_WINDOW_S = 25.0
@@ -62,6 +63,7 @@ class WhisperAsr:
     """One Whisper model for the process; `transcribe` is thread-safe and runs on the model's own thread."""
 
     def __init__(self, *, cpu_threads: int = 2) -> None:
+        passive_openmp()
         try:
             from faster_whisper import WhisperModel
         except ImportError as exc:
