@@ -12,7 +12,7 @@ import pytest
 
 from duplexkit.models.cascade.plugin import CascadeModel
 from duplexkit.models.cascade.responders import SMOLLM2
-from duplexkit.vad import PIPECAT, OnnxSileroScorer
+from duplexkit.vad import PIPECAT, OnnxSileroScorer, SmartTurn
 
 MAKEFILE = Path(__file__).parents[3] / "Makefile"
 
@@ -27,6 +27,7 @@ def uninstall(monkeypatch: pytest.MonkeyPatch, module: str) -> None:
     monkeypatch.setitem(sys.modules, module, None)
     monkeypatch.setattr(importlib.util, "find_spec", without)
     monkeypatch.setattr(OnnxSileroScorer, "_session", None)  # loaded once per process
+    SmartTurn.shared.cache_clear()  # likewise (reloaded by the next test that needs it)
 
 
 @pytest.mark.parametrize(
