@@ -243,12 +243,13 @@ def paused_clip(
     return Clip(sentence, with_noise_floor(audio, seed=seed), 0.0), LEAD_IN_MS + cut / 16 + PAUSE_MS
 
 
-async def false_cutoffs(model: CascadeModel, asr: WhisperAsr) -> int:
+async def false_cutoffs(model: CascadeModel, asr: WhisperAsr, eagerness: str = "auto") -> int:
     """Phrases whose turn ended inside their mid-sentence pause (stepped as fast as the model allows)."""
     cut = 0
     for seed, (sentence, words) in enumerate(PAUSED):
         clip, pause_end = paused_clip(model, asr, sentence, words, seed)
         session = model.new_session()
+        session.configure(model.default_sampling, {"turn_eagerness": eagerness})
         ended_in_pause = False
         for unit in units(clip.audio, model.config.chunk_period_ms):
             async for decision in session.step(unit, time.monotonic()):
@@ -370,6 +371,9 @@ async def main() -> None:
         samples = await latency(model, clips, args.rounds)
         report_latency(stack, model, samples)
         cutoffs = await false_cutoffs(model, aligner)
+        if model.turn_model is not None:
+            by = {e: await false_cutoffs(model, aligner, e) for e in ("low", "medium", "high")}
+            print(f"\nfalse cut-offs by turn_eagerness: {by} of {len(PAUSED)}")
         rows = [(n, await capacity(model, clips, n, args.seconds)) for n in levels]
         report_capacity(stack, rows, config.chunk_period_ms)
         table.append(summary(stack, samples, cutoffs, rows, config.chunk_period_ms))

@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import base64
+import os
 from collections.abc import AsyncIterator
 
 import numpy as np
@@ -21,6 +22,7 @@ from duplexkit.models.cascade.drive import silence, speech_end_ms, spoken, with_
 from duplexkit.models.cascade.tts import PiperSynthesizer
 from duplexkit.vad import SmartTurn
 
+os.environ["HF_HUB_OFFLINE"] = "1"  # nothing may reach a model hub: the weights are in the packages
 GRAMMAR = "#JSGF V1.0; grammar home; public <command> = (turn on | turn off) the (kitchen | bedroom) lights;"
 APPEND_MS = 100
 
