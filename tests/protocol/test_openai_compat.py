@@ -18,6 +18,8 @@ from openai.types.realtime import (
     ConversationItemAdded,
     ConversationItemDeletedEvent,
     ConversationItemDone,
+    ConversationItemInputAudioTranscriptionCompletedEvent,
+    ConversationItemInputAudioTranscriptionDeltaEvent,
     ConversationItemTruncatedEvent,
     InputAudioBufferClearedEvent,
     InputAudioBufferCommittedEvent,
@@ -247,6 +249,23 @@ CASES: dict[str, tuple[Callable[[], ServerEventBase], type, Callable[[Any, Any],
         lambda: se.InputAudioBufferSpeechStopped(audio_end_ms=1870, item_id="item_u1"),
         InputAudioBufferSpeechStoppedEvent,
         _same("audio_end_ms", "item_id"),
+    ),
+    "conversation.item.input_audio_transcription.delta": (
+        lambda: se.InputAudioTranscriptionDelta(item_id="item_u1", delta="turn on the"),
+        ConversationItemInputAudioTranscriptionDeltaEvent,
+        _same("item_id", "content_index", "delta"),
+    ),
+    "conversation.item.input_audio_transcription.completed": (
+        lambda: se.InputAudioTranscriptionCompleted(
+            item_id="item_u1",
+            transcript="turn on the kitchen lights",
+            usage=se.TranscriptionUsage(seconds=1.31),
+        ),
+        ConversationItemInputAudioTranscriptionCompletedEvent,
+        lambda ours, theirs: (
+            _same("item_id", "content_index", "transcript")(ours, theirs),
+            _same("type", "seconds")(ours.usage, theirs.usage),
+        ),
     ),
     "conversation.item.added": (
         lambda: se.ConversationItemAdded(item=_assistant_item(), previous_item_id="item_u1"),

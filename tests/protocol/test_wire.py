@@ -190,6 +190,10 @@ def _server_examples() -> dict[str, ServerEventBase]:
         se.InputAudioBufferCleared(),
         se.InputAudioBufferSpeechStarted(audio_start_ms=300, item_id="item_u1"),
         se.InputAudioBufferSpeechStopped(audio_end_ms=1800, item_id="item_u1"),
+        se.InputAudioTranscriptionDelta(item_id="item_u1", delta="hello"),
+        se.InputAudioTranscriptionCompleted(
+            item_id="item_u1", transcript="hello there", usage=se.TranscriptionUsage(seconds=1.2)
+        ),
         se.ConversationItemAdded(item=_item(), previous_item_id="item_u1"),
         se.ConversationItemDone(item=_item(), previous_item_id="item_u1"),
         se.ConversationItemRetrieved(item=_item("user", "item_u1")),

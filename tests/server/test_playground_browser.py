@@ -183,7 +183,7 @@ async def test_the_cascade_model_understands_the_microphone_as_the_page_resample
     )
     assert BROWSER is not None
     async with (
-        EmbeddedServer(load_model("cascade", {})) as server,
+        EmbeddedServer(load_model("cascade", {"responder": "echo"})) as server,
         HeadlessChromium(BROWSER, flags=_mic(speech_wav), timeout_s=30) as browser,
     ):
         await browser.open(server.http_url + "/")

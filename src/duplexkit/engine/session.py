@@ -14,7 +14,7 @@ from typing import Any, Literal
 import numpy as np
 
 from duplexkit.engine.assembler import AssembledUnit, UnitAssembler
-from duplexkit.engine.decisions import Decision, Interrupt, Listen, Speak
+from duplexkit.engine.decisions import Decision, Interrupt, Listen, Speak, Transcribed
 from duplexkit.engine.fence import Fence
 from duplexkit.engine.ledger import RequestStartLedger, ResponseTiming
 from duplexkit.engine.playback import CommitPolicy, PlaybackLedger
@@ -57,7 +57,7 @@ class SessionSettings:
     input_sample_rate_hz: int = 16_000
     instructions: str | None = None
     voice: str | None = None
-    turn_detection: ce.ServerVadConfig | None = None
+    turn_detection: ce.TurnDetection | None = None
     temperature: float | None = None
     max_tokens: int | None = None
     idle_timeout_s: float = 300.0
@@ -113,6 +113,7 @@ class EngineSession:
         self._last_input_at: float | None = None
         self._last_unit_at = 0.0
         self._vad_item: str | None = None
+        self._transcript_item: str | None = None
 
     # --- client events --------------------------------------------------------------------------------
 
@@ -438,7 +439,45 @@ class EngineSession:
             return self._listen(decision, unit.end_ms)
         if isinstance(decision, Interrupt):
             return self._interrupt("barge_in", now) if self._response is not None else Step()
+        if isinstance(decision, Transcribed):
+            return self._transcribed(decision)
         return self._speak(decision, unit.end_ms, now)
+
+    def _transcribed(self, heard: Transcribed) -> Step:
+        """Input transcription events for the utterance being heard. They name the user item of the
+        speech: server VAD's, else the latest committed item still without a transcript, else a new user
+        item added to the conversation when the transcript completes."""
+        if self._transcript_item is None:
+            pending = [
+                item.id
+                for item in self._history[-1:]
+                if item.role == "user" and item.content and item.content[0].transcript is None
+            ]
+            self._transcript_item = self._vad_item or (pending[0] if pending else self._new_id("item"))
+        item_id = self._transcript_item
+        if not heard.final:
+            return Step(events=[se.InputAudioTranscriptionDelta(item_id=item_id, delta=heard.text)])
+        self._transcript_item = None
+        step = Step()
+        known = [item for item in self._history if item.id == item_id]
+        if known:
+            known[0].content[0].transcript = heard.text
+        else:
+            item = se.ConversationItem(
+                id=item_id, role="user", content=[se.ItemContent(type="input_audio", transcript=heard.text)]
+            )
+            previous = self._history[-1].id if self._history else None
+            self._history.append(item)
+            step.events.append(se.ConversationItemAdded(item=item, previous_item_id=previous))
+            step.events.append(se.ConversationItemDone(item=item, previous_item_id=previous))
+        step.events.append(
+            se.InputAudioTranscriptionCompleted(
+                item_id=item_id,
+                transcript=heard.text,
+                usage=se.TranscriptionUsage(seconds=round(heard.audio_seconds, 3)),
+            )
+        )
+        return step
 
     def on_step_failed(self, unit: Unit, message: str, now: float) -> Step:
         """The model raised while stepping `unit`: fail the active response only; the session survives."""

@@ -16,8 +16,10 @@ import numpy.typing as npt
 from pydantic import (
     BaseModel,
     ConfigDict,
+    Discriminator,
     Field,
     PrivateAttr,
+    Tag,
     ValidationInfo,
     field_validator,
     model_validator,
@@ -70,6 +72,31 @@ class ServerVadConfig(BaseModel):
     create_response: bool = True
 
 
+class SemanticVadConfig(BaseModel):
+    """`turn_detection: {type: "semantic_vad", eagerness}` (OpenAI's name): the server detects speech and
+    ends the turn when an end-of-turn model (Smart Turn) judges the user finished at a pause; `eagerness`
+    says how readily (`low` lets the user take their time, `high` answers soonest)."""
+
+    model_config = ConfigDict(extra="allow")
+
+    type: Literal["semantic_vad"] = "semantic_vad"
+    eagerness: Literal["low", "medium", "high", "auto"] = "auto"
+    interrupt_response: bool = True
+    create_response: bool = True
+
+
+def _turn_detection_kind(value: Any) -> str:
+    kind = value.get("type", "server_vad") if isinstance(value, dict) else getattr(value, "type", None)
+    return kind if isinstance(kind, str) else "server_vad"
+
+
+TurnDetection = Annotated[
+    Annotated[ServerVadConfig, Tag("server_vad")] | Annotated[SemanticVadConfig, Tag("semantic_vad")],
+    Discriminator(_turn_detection_kind),
+]
+"""What a server-side turn detector is configured with; a config without `type` is `server_vad`."""
+
+
 class SessionConfig(BaseModel):
     """The `session` object of `session.update`; every field optional so an update changes only what it names.
 
@@ -86,7 +113,7 @@ class SessionConfig(BaseModel):
     input_audio_format: AudioFormat | None = None
     output_audio_format: AudioFormat | None = None
     input_sample_rate_hz: int | None = Field(None, gt=0, le=192_000)
-    turn_detection: ServerVadConfig | None = None
+    turn_detection: TurnDetection | None = None
     temperature: FiniteFloat | None = Field(None, ge=0.0, le=2.0)
     max_tokens: int | None = Field(None, gt=0)
     idle_timeout_s: FiniteFloat | None = Field(None, gt=0)

@@ -13,7 +13,7 @@ from typing import Annotated, Any, Literal, get_args
 from pydantic import BaseModel, ConfigDict, Field
 
 from duplexkit.protocol.audio import AudioFormat
-from duplexkit.protocol.client_events import ServerVadConfig
+from duplexkit.protocol.client_events import TurnDetection
 from duplexkit.protocol.errors import ERROR_SPECS, ErrorCode, ErrorType
 
 METRICS_SOURCE_SERVER: Literal["server_monotonic_request_start"] = "server_monotonic_request_start"
@@ -63,7 +63,7 @@ class SessionInfo(BaseModel):
     voice: str | None = None
     input_audio_format: AudioFormat
     output_audio_format: AudioFormat
-    turn_detection: ServerVadConfig | None = None
+    turn_detection: TurnDetection | None = None
     temperature: float | None = None
     max_tokens: int | None = None
     idle_timeout_s: float
@@ -217,6 +217,36 @@ class InputAudioBufferSpeechStopped(ServerEventBase):
     type: Literal["input_audio_buffer.speech_stopped"] = "input_audio_buffer.speech_stopped"
     audio_end_ms: int
     item_id: str
+
+
+class TranscriptionUsage(BaseModel):
+    """Billing-style usage of an input transcription: the seconds of audio transcribed (OpenAI's shape)."""
+
+    type: Literal["duration"] = "duration"
+    seconds: float
+
+
+class InputAudioTranscriptionDelta(ServerEventBase):
+    """More of what the model heard the user say (the words recognised so far, before the turn ends)."""
+
+    type: Literal["conversation.item.input_audio_transcription.delta"] = (
+        "conversation.item.input_audio_transcription.delta"
+    )
+    item_id: str
+    content_index: int = 0
+    delta: str
+
+
+class InputAudioTranscriptionCompleted(ServerEventBase):
+    """The final transcript of one user utterance, as the model heard it."""
+
+    type: Literal["conversation.item.input_audio_transcription.completed"] = (
+        "conversation.item.input_audio_transcription.completed"
+    )
+    item_id: str
+    content_index: int = 0
+    transcript: str
+    usage: TranscriptionUsage
 
 
 class ConversationItemAdded(ServerEventBase):
@@ -391,6 +421,8 @@ ServerEvent = Annotated[
     | InputAudioBufferCleared
     | InputAudioBufferSpeechStarted
     | InputAudioBufferSpeechStopped
+    | InputAudioTranscriptionDelta
+    | InputAudioTranscriptionCompleted
     | ConversationItemAdded
     | ConversationItemDone
     | ConversationItemRetrieved

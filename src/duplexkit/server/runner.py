@@ -77,7 +77,7 @@ class SessionRunner:
         self._pending_input_bytes = 0
         self._epoch = engine.fence.epoch
         self._vad: vad.VoiceActivityDetector | None = None
-        self._vad_config: ce.ServerVadConfig | None = None
+        self._vad_config: ce.TurnDetection | None = None
         self._done = asyncio.Event()
         self.close_reason: str | None = None
 
@@ -231,18 +231,14 @@ class SessionRunner:
             self.metrics.unit_step_seconds.observe(finished - started)
 
     async def _detect_speech(self, unit: Unit) -> None:
-        """Server VAD (`turn_detection: server_vad`): run the detector on the unit, off the event loop."""
+        """Server VAD (`turn_detection: server_vad` or `semantic_vad`): run the detector on the unit, off the
+        event loop."""
         config = self.engine.settings.turn_detection
         if config is None:
             self._vad = self._vad_config = None
             return
         if self._vad is None or config != self._vad_config:
-            params = vad.VadParams(
-                threshold=min(max(config.threshold, 0.01), 0.99),
-                silence_duration_ms=config.silence_duration_ms,
-                prefix_padding_ms=config.prefix_padding_ms,
-            )
-            self._vad = vad.VoiceActivityDetector(await asyncio.to_thread(vad.SileroScorer), params)
+            self._vad = await asyncio.to_thread(vad.detector_for, config)
             self._vad_config = config
         for change in await asyncio.to_thread(self._vad.feed, unit.samples, unit.start_ms):
             now = self.clock()
