@@ -7,6 +7,7 @@ session, a model session and a runner.
 
 from __future__ import annotations
 
+import dataclasses
 import importlib.util
 import logging
 from dataclasses import dataclass, field
@@ -19,6 +20,7 @@ from starlette.websockets import WebSocket
 
 from duplexkit import __version__
 from duplexkit.engine import EngineSession
+from duplexkit.engine.journal import ResumeConfig
 from duplexkit.models import ModelPlugin
 from duplexkit.protocol.errors import ErrorCode
 from duplexkit.protocol.server_events import error_event
@@ -26,7 +28,8 @@ from duplexkit.protocol.wire import ServerEventStamper
 from duplexkit.server.auth import is_authorized, presented_keys
 from duplexkit.server.manager import SessionManager
 from duplexkit.server.metrics import ServerMetrics
-from duplexkit.server.runner import RunnerLimits, SessionRunner
+from duplexkit.server.resume import ResumeRegistry, is_resume, read_first
+from duplexkit.server.runner import FirstMessage, RunnerLimits, SessionRunner
 
 log = logging.getLogger("duplexkit.server")
 
@@ -39,6 +42,7 @@ class ServerConfig:
     max_sessions: int = 64
     api_keys: frozenset[str] = frozenset()
     limits: RunnerLimits = field(default_factory=RunnerLimits)
+    resume: ResumeConfig = field(default_factory=ResumeConfig)
 
 
 class DuplexServer:
@@ -49,6 +53,7 @@ class DuplexServer:
         self.config = config or ServerConfig()
         self.metrics = ServerMetrics()
         self.manager = SessionManager(self.config.max_sessions, self.metrics)
+        self.resumable = ResumeRegistry()
         self.app = Starlette(
             routes=[
                 WebSocketRoute("/v1/realtime", self._session),
@@ -89,9 +94,20 @@ class DuplexServer:
             await websocket.close(code=1008, reason="unauthorized")  # before accept: HTTP 403
             return
         subprotocol = "realtime" if "realtime" in offered else None
+        autostart = websocket.query_params.get("autostart", "1") != "0"
+        first: FirstMessage | None = None
+        if not autostart:  # the first message may be a resume, which must not take a new slot
+            await websocket.accept(subprotocol=subprotocol)
+            first = await read_first(websocket, self.config.limits.config_timeout_s)
+            if first is None:
+                return
+            if is_resume(first):
+                await self.resumable.serve(websocket, first, enabled=self.config.resume.enabled)
+                return
         slot = self.manager.try_admit()
         if slot is None:
-            await websocket.accept(subprotocol=subprotocol)
+            if autostart:
+                await websocket.accept(subprotocol=subprotocol)
             code = ErrorCode.SESSION_CAPACITY_EXHAUSTED
             refusal = error_event(
                 code, f"all {self.manager.max_sessions} session slots are in use; retry later"
@@ -99,18 +115,29 @@ class DuplexServer:
             await websocket.send_text(ServerEventStamper().encode(refusal))
             await websocket.close(code=1013, reason="try again later")
             return
+        runner: SessionRunner | None = None
         try:
-            await websocket.accept(subprotocol=subprotocol)
+            if autostart:
+                await websocket.accept(subprotocol=subprotocol)
             config = self.plugin.capabilities.engine_config(
                 self.plugin.name, max_sessions=self.config.max_sessions, server_vad=SERVER_VAD_AVAILABLE
             )
+            config = dataclasses.replace(config, supports_session_resume=self.config.resume.enabled)
             engine = EngineSession(slot.session_id, config)
             runner = SessionRunner(
-                websocket, engine, self.plugin.new_session(), self.metrics, self.config.limits
+                websocket,
+                engine,
+                self.plugin.new_session(),
+                self.metrics,
+                self.config.limits,
+                resume=self.config.resume,
             )
             slot.shutdown = runner.shutdown
-            await runner.run(autostart=websocket.query_params.get("autostart", "1") != "0")
+            self.resumable.register(runner)
+            await runner.run(autostart=autostart, first=first)
         except Exception:
             log.exception("session %s failed", slot.session_id)
         finally:
+            if runner is not None:
+                self.resumable.retire(runner)
             self.manager.release(slot)
