@@ -4,7 +4,7 @@ from __future__ import annotations
 
 import pytest
 
-from duplexkit.engine.journal import Lease, Replay, ReplayJournal, Resync, ResumeTicket
+from duplexkit.engine.journal import Lease, Replay, ReplayJournal, ResumeTicket, Resync
 
 
 def journal_with(count: int, *, max_bytes: int = 1_000_000, ttl_s: float = 60.0) -> ReplayJournal:

@@ -190,7 +190,6 @@ async def test_past_the_grace_the_session_expires_and_its_slot_is_freed_once(plu
         late = await resume(server, created | {"resume_token": resumed["resume_token"]}, last)
         expired = await late.recv()
         assert (expired["type"], expired["reason"]) == ("session.expired", "disconnect_grace_expired")
-        }
         assert await error_code(late) == "session_resume_expired"
         admitted = server.duplex.metrics.sessions_admitted._value.get()
         assert admitted == 1 and server.duplex.manager.active == 0
