@@ -1,0 +1,177 @@
+"""Chaos scenarios, each a function of its counts: the test suite runs them small, `benchmarks/chaos.py` full.
+
+Every scenario runs a real server (`EmbeddedServer`, scripted model) over real sockets, and returns a report
+of counts and measurements; the callers assert on it (tests) or publish it (the benchmark).
+"""
+
+from __future__ import annotations
+
+import asyncio
+import json
+import random
+from collections.abc import Iterator
+from contextlib import contextmanager
+from dataclasses import asdict, dataclass, field
+from typing import Any
+from urllib.parse import urlsplit
+
+import numpy as np
+import numpy.typing as npt
+
+from duplexkit.client import DuplexClient, SessionBounds, converse
+from duplexkit.client.reconnect import ResumePolicy
+from duplexkit.engine.journal import ReplayJournal, ResumeConfig
+from duplexkit.models import ModelPlugin, load_model
+from duplexkit.server import EmbeddedServer, ServerConfig
+from duplexkit.server.resume import ResumeRegistry
+from duplexkit.server.runner import SessionRunner
+from tests.chaos.proxy import Fault, FaultProxy
+
+RATE = 16_000
+AUDIO_DELTA = b'"type":"response.output_audio.delta"'
+
+
+def scripted(**args: str) -> ModelPlugin:
+    """The scripted double with quarter-second units and a reply spread over several of them."""
+    base = {
+        "first_output_ms": "30",
+        "token_ms": "5",
+        "chunk_period_ms": "250",
+        "reply": "Hello there, friend.",
+    }
+    return load_model("scripted", base | args)
+
+
+def speech(seconds: float, seed: int = 0) -> npt.NDArray[np.float32]:
+    rng = np.random.default_rng(seed)
+    t = np.arange(round(seconds * RATE)) / RATE
+    return (0.2 * np.sin(2 * np.pi * (200 + 50 * rng.random()) * t)).astype(np.float32)
+
+
+FAST_BOUNDS = SessionBounds(settle_s=0.4, drain_timeout_s=15.0, close_timeout_s=3.0)
+
+
+@dataclass
+class ServerRecord:
+    """What the server journaled and read for each session (captured in-process, by session id)."""
+
+    journals: dict[int, list[tuple[int, str]]] = field(default_factory=dict)
+    sessions: dict[str, tuple[int, int]] = field(default_factory=dict)
+    """session id → (journal key, client frames the session read)."""
+
+    def events(self, session_id: str) -> list[dict[str, Any]]:
+        key, _ = self.sessions[session_id]
+        return [json.loads(text) for _, text in self.journals.get(key, [])]
+
+
+@contextmanager
+def record_server() -> Iterator[ServerRecord]:
+    """Spy on every journal write and every session's end, for comparing with what a client received."""
+    record = ServerRecord()
+    original_record, original_retire = ReplayJournal.record, ResumeRegistry.retire
+
+    def spy_record(self: ReplayJournal, seq: int, text: str, now: float) -> None:
+        record.journals.setdefault(id(self), []).append((seq, text))
+        original_record(self, seq, text, now)
+
+    def spy_retire(self: ResumeRegistry, runner: SessionRunner) -> None:
+        journal = runner.journal
+        key = id(journal) if journal is not None else 0
+        record.sessions[runner.engine.session_id] = (key, runner.client_events_received)
+        original_retire(self, runner)
+
+    ReplayJournal.record = spy_record  # type: ignore[method-assign]
+    ResumeRegistry.retire = spy_retire  # type: ignore[method-assign]
+    try:
+        yield record
+    finally:
+        ReplayJournal.record = original_record  # type: ignore[method-assign]
+        ResumeRegistry.retire = original_retire  # type: ignore[method-assign]
+
+
+@dataclass
+class DisconnectReport:
+    runs: int = 0
+    faults_fired: int = 0
+    resumed_sessions: int = 0
+    resumes: int = 0
+    lost_events: int = 0
+    duplicated_events: int = 0
+    mismatched_events: int = 0
+    """Events present on both sides whose bytes differ (a replay must be the original)."""
+    replayed_duplicates_dropped: int = 0
+    input_mismatches: int = 0
+    """Sessions whose server-side media clock at the commit or frame count differs from the client's."""
+    failed_sessions: int = 0
+    kinds: dict[str, int] = field(default_factory=dict)
+
+    def to_json(self) -> dict[str, Any]:
+        return asdict(self)
+
+
+def random_fault(rng: random.Random) -> Fault:
+    """A drop mid-response (at an audio delta, either as a reset or a half-close) or mid-input (a reset
+    after a random number of bytes of the client's appends)."""
+    choice = rng.random()
+    if choice < 0.4:
+        return Fault("reset", "down", marker=AUDIO_DELTA, occurrence=rng.randint(1, 3))
+    if choice < 0.6:
+        return Fault("half_close", "down", marker=AUDIO_DELTA, occurrence=rng.randint(1, 3))
+    return Fault("reset", "up", after_bytes=rng.randint(2_000, 40_000))
+
+
+async def disconnect_mid_response(runs: int, *, seed: int = 0) -> DisconnectReport:
+    """Drop each session's first connection at a random point, resume, and compare both sides' logs."""
+    rng = random.Random(seed)
+    report = DisconnectReport()
+    config = ServerConfig(max_sessions=8, resume=ResumeConfig(disconnect_grace_s=10.0))
+    with record_server() as record:
+        async with EmbeddedServer(scripted(), config) as server:
+            target = urlsplit(server.url)
+            assert target.hostname is not None and target.port is not None
+            async with FaultProxy(target.hostname, target.port) as proxy:
+                for run in range(runs):
+                    fault = random_fault(rng)
+                    key = f"{fault.kind}/{fault.direction}"
+                    report.kinds[key] = report.kinds.get(key, 0) + 1
+                    fired_before = proxy.triggered
+                    proxy.plan(fault)
+                    await _one_disconnect(proxy, record, report, seed=run)
+                    report.faults_fired += proxy.triggered - fired_before
+                    report.runs += 1
+    return report
+
+
+async def _one_disconnect(
+    proxy: FaultProxy, record: ServerRecord, report: DisconnectReport, seed: int
+) -> None:
+    policy = ResumePolicy(backoff_s=0.05, backoff_max_s=0.5)
+    async with DuplexClient(proxy.url(), resume=policy, rng=random.Random(seed)) as client:
+        conversation = await converse(client, speech(1.0, seed), sample_rate_hz=RATE, bounds=FAST_BOUNDS)
+    session_id = client.session_id
+    if conversation.interrupted is not None or conversation.close is None or not conversation.close.clean:
+        report.failed_sessions += 1
+    report.resumes += client.resumed
+    report.resumed_sessions += client.resumed > 0
+    report.replayed_duplicates_dropped += client.duplicates_dropped
+    await asyncio.sleep(0.05)  # the server's handler retires the session after the socket closes
+    if session_id is None or session_id not in record.sessions:
+        report.failed_sessions += 1
+        return
+    server_events = {e["server_event_seq"]: e for e in record.events(session_id)}
+    client_seqs = [e.data["server_event_seq"] for e in client.events]
+    report.duplicated_events += len(client_seqs) - len(set(client_seqs))
+    report.lost_events += len(set(server_events) - set(client_seqs))
+    report.mismatched_events += sum(
+        1 for e in client.events if server_events.get(e.data["server_event_seq"]) != e.data
+    )
+    committed = next((e for e in client.events if e.type == "input_audio_buffer.committed"), None)
+    stream = conversation.stream
+    _, frames_read = record.sessions[session_id]
+    if (
+        committed is None
+        or stream is None
+        or abs(committed.data["audio_end_ms"] - stream.audio_end_ms) > 1e-6
+        or frames_read != client.frames_written
+    ):
+        report.input_mismatches += 1
