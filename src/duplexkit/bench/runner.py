@@ -46,6 +46,7 @@ from duplexkit.client import (
     converse,
     dump_events,
 )
+from duplexkit.client.reconnect import ResumePolicy
 from duplexkit.client.wavfile import write_wav
 from duplexkit.protocol.errors import ErrorCode
 
@@ -81,6 +82,8 @@ class RunConfig:
     bounds: SessionBounds = field(default_factory=SessionBounds)
     capacity_wait_max_s: float = 300.0
     keep_audio: bool = True
+    resume: bool = True
+    """Resume a session whose connection drops (`ResumePolicy`); the sample records `resumed: N`."""
     extra_body: dict[str, Any] = field(default_factory=dict)
 
     def to_json(self) -> dict[str, Any]:
@@ -145,7 +148,8 @@ async def run_attempt(sample: Sample, media: PreparedMedia, config: RunConfig) -
             "close_timeout": bounds.close_timeout_s,
         }
     }
-    async with DuplexClient(config.url, api_key=config.api_key, model=config.model) as client:
+    policy = ResumePolicy() if config.resume else None
+    async with DuplexClient(config.url, api_key=config.api_key, model=config.model, resume=policy) as client:
         samples = np.frombuffer(media.pcm16, dtype="<i2").astype(np.float32) / 32768.0
         try:
             conversation = await converse(
@@ -164,6 +168,9 @@ async def run_attempt(sample: Sample, media: PreparedMedia, config: RunConfig) -
             raise
         if conversation.interrupted is not None:  # a lost connection or a padding failure fails the attempt
             raise conversation.interrupted
+        meta["resumed"] = client.resumed
+        if client.resync is not None:  # the server could not replay what was missed: events are lost
+            outcome.transport_error = f"resync_required: {client.resync.get('reason')}"
         report, drain, close = conversation.stream, conversation.drain, conversation.close
         assert report is not None and drain is not None
         meta["unit_ms"] = conversation.capabilities.chunk_period_ms

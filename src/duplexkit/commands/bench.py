@@ -91,6 +91,11 @@ def register(commands: argparse._SubParsersAction[argparse.ArgumentParser]) -> N
     run.add_argument(
         "--no-audio", action="store_true", help="do not keep output.wav and events.json per sample"
     )
+    parser.add_argument(
+        "--no-resume",
+        action="store_true",
+        help="do not resume a session whose connection drops mid-sample (the attempt fails and is retried)",
+    )
     run.add_argument(
         "--score", action="store_true", help="score the run when it ends (see the judge options)"
     )
@@ -170,6 +175,7 @@ async def _bench(args: argparse.Namespace, dataset: Any, selection: Any, plugin:
             concurrency=args.concurrency,
             bounds=bounds_from_args(args),
             keep_audio=not args.no_audio,
+            resume=not args.no_resume,
             extra_body=args.extra_body,
         )
         run_info: dict[str, Any] = {
