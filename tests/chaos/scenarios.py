@@ -175,3 +175,166 @@ async def _one_disconnect(
         or frames_read != client.frames_written
     ):
         report.input_mismatches += 1
+
+
+# --- fuzzed client events ------------------------------------------------------------------------------
+
+_VALID_TEMPLATES: list[dict[str, Any]] = [
+    {"type": "session.update", "session": {"instructions": "hi", "temperature": 0.5, "turn_detection": None}},
+    {"type": "input_audio_buffer.append", "audio": "AAAAAAAAAAA=", "duration_ms": 0.1, "audio_end_ms": 1.0},
+    {"type": "input_audio_buffer.commit", "final": True},
+    {"type": "input_audio_buffer.clear"},
+    {"type": "response.cancel", "response_id": "resp_x"},
+    {"type": "playback.ack", "response_id": "resp_x", "played_ms": 10.0},
+    {"type": "conversation.item.truncate", "item_id": "item_x", "audio_end_ms": 5},
+    {"type": "conversation.item.retrieve", "item_id": "item_x"},
+    {"type": "session.event_ack", "server_event_seq": 1},
+    {"type": "session.resume", "session_id": "s", "resume_token": "t", "last_received_server_event_seq": 0},
+]
+_ODD_VALUES: list[Any] = [None, True, -1, 0, 2**64, 1e308, -1e308, "", "x" * 1000, [], {}, [[[]]], {"a": {}}]
+FUZZ_KINDS = ("mutation", "random_bytes", "deep_nesting", "huge_string", "non_finite", "truncated")
+INVALID_BY_CONSTRUCTION = frozenset({"random_bytes", "deep_nesting", "non_finite", "truncated"})
+"""Kinds that can never be a valid event: each must be answered by a coded error."""
+
+
+def fuzz_frame(rng: random.Random, kind: str) -> str | bytes:
+    """One fuzzed client frame of `kind`."""
+    if kind == "random_bytes":
+        return bytes(rng.getrandbits(8) for _ in range(rng.randint(1, 200)))
+    if kind == "deep_nesting":
+        depth = rng.choice([1_000, 10_000, 100_000])
+        return '{"type": "session.update", "session": ' + "[" * depth + "]" * depth + "}"
+    if kind == "non_finite":
+        base = dict(rng.choice(_VALID_TEMPLATES))
+        field_name = rng.choice([k for k in base if k != "type"] or ["x"])
+        return json.dumps(base | {field_name: rng.choice([float("nan"), float("inf"), -float("inf")])})
+    if kind == "truncated":
+        text = json.dumps(rng.choice(_VALID_TEMPLATES))
+        return text[: rng.randint(1, len(text) - 1)]
+    event = json.loads(json.dumps(rng.choice(_VALID_TEMPLATES)))
+    if kind == "huge_string":
+        key = rng.choice(list(event))
+        event[key] = "y" * rng.choice([10_000, 100_000, 1_000_000])
+        return json.dumps(event)
+    for _ in range(rng.randint(1, 3)):  # mutation
+        op = rng.random()
+        keys = list(event)
+        if op < 0.3 and keys:
+            event.pop(rng.choice(keys))
+        elif op < 0.7 and keys:
+            event[rng.choice(keys)] = rng.choice(_ODD_VALUES)
+        elif op < 0.85:
+            event["type"] = rng.choice(["", "session.updat", "input_audio_buffer", "x" * 50, 5, None])
+        else:
+            event[f"junk_{rng.randint(0, 9)}"] = rng.choice(_ODD_VALUES)
+    return json.dumps(event)
+
+
+@dataclass
+class FuzzReport:
+    frames: int = 0
+    by_kind: dict[str, int] = field(default_factory=dict)
+    accepted: int = 0
+    """Frames answered without an error (a mutation can still be a valid event)."""
+    errors: dict[str, int] = field(default_factory=dict)
+    """Error events by code."""
+    unanswered_invalid: int = 0
+    """Invalid-by-construction frames not answered by a coded error (must be 0)."""
+    uncoded_errors: int = 0
+    internal_errors: int = 0
+    crashes: int = 0
+    """Connections lost without `session.closed`, or a server that stopped answering (must be 0)."""
+    sessions: int = 0
+    """Sessions used (a fuzzed `session.close` ends one; the fuzzer opens the next)."""
+    seconds: float = 0.0
+
+    def to_json(self) -> dict[str, Any]:
+        return asdict(self)
+
+
+async def fuzz_events(count: int, *, seed: int = 0, batch: int = 50) -> FuzzReport:
+    """Send `count` fuzzed frames, each followed by a heartbeat (pipelined `batch` at a time); the events
+    before a frame's heartbeat ack are its answer (the server answers in order)."""
+    import websockets
+
+    from duplexkit.protocol.errors import ErrorCode
+
+    codes = {code.value for code in ErrorCode}
+    rng = random.Random(seed)
+    report = FuzzReport()
+    loop = asyncio.get_running_loop()
+    started = loop.time()
+    async with EmbeddedServer(scripted(), ServerConfig(max_sessions=4)) as server:
+        ws = None
+        try:
+            while report.frames < count:
+                if ws is None:
+                    ws = await websockets.connect(server.url, max_size=None)
+                    report.sessions += 1
+                    await _until(ws, "session.created")
+                kinds = [
+                    FUZZ_KINDS[(report.frames + k) % len(FUZZ_KINDS)] if rng.random() < 0.5 else "mutation"
+                    for k in range(min(batch, count - report.frames))
+                ]
+                try:
+                    for kind in kinds:
+                        await ws.send(fuzz_frame(rng, kind))
+                        await ws.send('{"type": "session.heartbeat"}')
+                    answers = [await _answers(ws) for _ in kinds]
+                except (websockets.ConnectionClosed, TimeoutError):
+                    report.crashes += 1
+                    ws = None
+                    continue
+                for kind, answer in zip(kinds, answers, strict=True):
+                    if answer is _CLOSED:  # a valid session.close ended the session: the rest went nowhere
+                        report.frames += 1
+                        report.by_kind[kind] = report.by_kind.get(kind, 0) + 1
+                        report.accepted += 1
+                        break
+                    report.frames += 1
+                    report.by_kind[kind] = report.by_kind.get(kind, 0) + 1
+                    errors = [e for e in answer if e.get("type") == "error"]
+                    for error in errors:
+                        code = str(error.get("error", {}).get("code"))
+                        report.errors[code] = report.errors.get(code, 0) + 1
+                        report.uncoded_errors += code not in codes
+                        report.internal_errors += code == "internal_error"
+                    if not errors:
+                        report.accepted += 1
+                        report.unanswered_invalid += kind in INVALID_BY_CONSTRUCTION
+                if any(answer is _CLOSED for answer in answers):
+                    await ws.close()
+                    ws = None
+        finally:
+            if ws is not None:
+                await ws.close()
+    report.seconds = round(loop.time() - started, 3)
+    return report
+
+
+_CLOSED: list[dict[str, Any]] = []
+"""The answer of a frame after which the session closed (every later answer is this too)."""
+
+
+async def _until(ws: Any, event_type: str) -> dict[str, Any]:
+    while True:
+        event: dict[str, Any] = json.loads(await asyncio.wait_for(ws.recv(), 10))
+        if event.get("type") == event_type:
+            return event
+
+
+async def _answers(ws: Any) -> list[dict[str, Any]]:
+    """Events up to the next heartbeat ack; `_CLOSED` once the session has closed."""
+    seen = []
+    while True:
+        try:
+            event: dict[str, Any] = json.loads(await asyncio.wait_for(ws.recv(), 10))
+        except Exception as exc:
+            if getattr(ws, "close_code", None) == 1000:  # closed after session.closed: not a crash
+                return _CLOSED
+            raise exc
+        if event.get("type") == "session.heartbeat_ack":
+            return seen
+        if event.get("type") == "session.closed":
+            return _CLOSED
+        seen.append(event)
