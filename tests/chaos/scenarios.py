@@ -338,3 +338,173 @@ async def _answers(ws: Any) -> list[dict[str, Any]]:
         if event.get("type") == "session.closed":
             return _CLOSED
         seen.append(event)
+
+
+# --- resources: open/close cycles and cancellation ------------------------------------------------------
+
+
+@dataclass(frozen=True)
+class Resources:
+    rss_mib: float
+    tasks: int
+    fds: int
+
+    @classmethod
+    def now(cls) -> Resources:
+        import os
+
+        with open("/proc/self/statm") as statm:
+            pages = int(statm.read().split()[1])
+        return cls(
+            rss_mib=round(pages * os.sysconf("SC_PAGE_SIZE") / 2**20, 1),
+            tasks=len(asyncio.all_tasks()),
+            fds=len(os.listdir("/proc/self/fd")),
+        )
+
+
+async def _settled(server: EmbeddedServer, timeout_s: float) -> None:
+    """Wait until every slot is back (detached sessions reaped), then let closing sockets finish."""
+    deadline = asyncio.get_running_loop().time() + timeout_s
+    while server.duplex.manager.active and asyncio.get_running_loop().time() < deadline:  # noqa: ASYNC110
+        await asyncio.sleep(0.05)
+    await asyncio.sleep(0.3)
+    import gc
+
+    gc.collect()
+
+
+async def _session(url: str, *, close_mid_response: bool, seed: int) -> None:
+    """Open, speak a little, commit; close at the first reply audio (mid-response) or once it is done."""
+    async with DuplexClient(url) as client:
+        await client.configure(timeout_s=5)
+        await client.append_audio(speech(0.3, seed))
+        await client.commit(timeout_s=5)
+        wanted = "response.output_audio.delta" if close_mid_response else "response.done"
+        await client._wait_for(lambda: next((e for e in client.events if e.type == wanted), None))
+        await client.close(3.0)
+
+
+RESOURCE_SERVER = ServerConfig(
+    max_sessions=64, resume=ResumeConfig(disconnect_grace_s=0.5, reap_interval_s=0.1)
+)
+"""Short grace: a cancelled client's detached session is reaped quickly, so slots can be checked."""
+
+
+@dataclass
+class CyclesReport:
+    cycles: int = 0
+    kinds: dict[str, int] = field(default_factory=dict)
+    completed: int = 0
+    cancelled: int = 0
+    failed: int = 0
+    slots_in_use_after: int = -1
+    start: dict[str, Any] = field(default_factory=dict)
+    end: dict[str, Any] = field(default_factory=dict)
+    curve: list[dict[str, Any]] = field(default_factory=list)
+    """Resources every tenth of the run (after the warm-up), for the figures."""
+    seconds: float = 0.0
+
+    def to_json(self) -> dict[str, Any]:
+        return asdict(self)
+
+
+async def open_close_cycles(
+    cycles: int, *, seed: int = 0, concurrency: int = 4, warmup: int = 20
+) -> CyclesReport:
+    """`cycles` sessions: clean ones, opens cancelled at a random moment, and closes mid-response."""
+    rng = random.Random(seed)
+    report = CyclesReport()
+    loop = asyncio.get_running_loop()
+    async with EmbeddedServer(scripted(), RESOURCE_SERVER) as server:
+        gate = asyncio.Semaphore(concurrency)
+
+        async def one(index: int) -> None:
+            kind = ("clean", "cancelled_open", "close_mid_response")[index % 3]
+            report.kinds[kind] = report.kinds.get(kind, 0) + 1
+            async with gate:
+                task = asyncio.create_task(
+                    _session(server.url, close_mid_response=kind == "close_mid_response", seed=index)
+                )
+                if kind == "cancelled_open":
+                    await asyncio.sleep(rng.uniform(0, 0.05))
+                    task.cancel()
+                try:
+                    await task
+                    report.completed += 1
+                except asyncio.CancelledError:
+                    report.cancelled += 1
+                except Exception:
+                    report.failed += 1
+
+        await asyncio.gather(*(one(i) for i in range(warmup)))
+        await _settled(server, 5)
+        started = loop.time()
+        report.start = asdict(Resources.now())
+        step = max(1, cycles // 10)
+        for lo in range(0, cycles, step):
+            await asyncio.gather(*(one(warmup + i) for i in range(lo, min(cycles, lo + step))))
+            report.curve.append({"cycles": min(cycles, lo + step), **asdict(Resources.now())})
+        await _settled(server, 5)
+        report.end = asdict(Resources.now())
+        report.slots_in_use_after = server.duplex.manager.active
+        report.cycles = cycles
+        report.seconds = round(loop.time() - started, 3)
+    return report
+
+
+@dataclass
+class CancellationReport:
+    points: int = 0
+    cancelled: int = 0
+    completed: int = 0
+    failed: int = 0
+    lifecycle_s: float = 0.0
+    slots_in_use_after: int = -1
+    orphaned_responses: int = 0
+    """Responses the server created that never got `response.done` before their session ended (must be 0)."""
+    unended_sessions: int = 0
+    leaked_tasks: int = 0
+
+    def to_json(self) -> dict[str, Any]:
+        return asdict(self)
+
+
+async def cancellation_walk(points: int, *, loop_steps: int = 30) -> CancellationReport:
+    """Cancel the open → append → commit → close lifecycle at every point: after 0..`loop_steps` event-loop
+    steps (the handshake's awaits), then at `points` evenly spaced moments over a whole lifecycle."""
+    report = CancellationReport()
+    loop = asyncio.get_running_loop()
+    with record_server() as record:
+        async with EmbeddedServer(scripted(), RESOURCE_SERVER) as server:
+            baseline_tasks = len(asyncio.all_tasks())
+            started = loop.time()
+            await _session(server.url, close_mid_response=False, seed=0)
+            report.lifecycle_s = round(loop.time() - started, 3)
+            moments: list[tuple[str, float]] = [("steps", k) for k in range(loop_steps)]
+            moments += [("time", report.lifecycle_s * i / points) for i in range(points)]
+            for index, (how, at) in enumerate(moments):
+                task = asyncio.create_task(_session(server.url, close_mid_response=False, seed=index))
+                if how == "steps":
+                    for _ in range(int(at)):
+                        await asyncio.sleep(0)
+                else:
+                    await asyncio.sleep(at)
+                task.cancel()
+                try:
+                    await task
+                    report.completed += 1
+                except asyncio.CancelledError:
+                    report.cancelled += 1
+                except Exception:
+                    report.failed += 1
+                report.points += 1
+            await _settled(server, 10)
+            report.slots_in_use_after = server.duplex.manager.active
+            report.leaked_tasks = max(0, len(asyncio.all_tasks()) - baseline_tasks)
+    for key, _ in record.sessions.values():
+        events = [json.loads(text) for _, text in record.journals.get(key, [])]
+        created = {e["response"]["id"] for e in events if e["type"] == "response.created"}
+        done = {e["response"]["id"] for e in events if e["type"] == "response.done"}
+        report.orphaned_responses += len(created - done)
+        report.unended_sessions += not any(e["type"] == "session.closed" for e in events)
+    return report
