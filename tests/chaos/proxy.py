@@ -15,6 +15,7 @@ from __future__ import annotations
 
 import asyncio
 import contextlib
+import socket
 from collections import deque
 from dataclasses import dataclass, field
 from typing import Literal
@@ -43,8 +44,11 @@ class _Pipe:
 class FaultProxy:
     """`async with FaultProxy(host, port) as proxy:` listens on `proxy.port`; `plan(...)` queues faults."""
 
-    def __init__(self, host: str, port: int) -> None:
+    def __init__(self, host: str, port: int, *, upstream_rcvbuf: int | None = None) -> None:
+        """`upstream_rcvbuf` fixes the receive buffer of the proxy's sockets to the server: a stalled
+        direction then holds little in the kernel, so the server feels a stalled reader at once."""
         self.target = (host, port)
+        self.upstream_rcvbuf = upstream_rcvbuf
         self.port = 0
         self.connections = 0
         self.triggered = 0
@@ -77,7 +81,12 @@ class FaultProxy:
         self.connections += 1
         pipe = _Pipe(self._plan.popleft() if self._plan else None, [client_w])
         try:
-            server_r, server_w = await asyncio.open_connection(*self.target)
+            sock = socket.socket(socket.AF_INET, socket.SOCK_STREAM)
+            if self.upstream_rcvbuf is not None:
+                sock.setsockopt(socket.SOL_SOCKET, socket.SO_RCVBUF, self.upstream_rcvbuf)
+            sock.setblocking(False)
+            await asyncio.get_running_loop().sock_connect(sock, self.target)
+            server_r, server_w = await asyncio.open_connection(sock=sock)
         except OSError:
             client_w.transport.abort()
             return

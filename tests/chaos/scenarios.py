@@ -9,7 +9,7 @@ from __future__ import annotations
 import asyncio
 import json
 import random
-from collections.abc import Iterator
+from collections.abc import AsyncIterator, Iterator, Mapping
 from contextlib import contextmanager
 from dataclasses import asdict, dataclass, field
 from typing import Any
@@ -20,9 +20,11 @@ import numpy.typing as npt
 
 from duplexkit.client import DuplexClient, SessionBounds, converse
 from duplexkit.client.reconnect import ResumePolicy
+from duplexkit.engine import Decision, Speak, Unit
 from duplexkit.engine.journal import ReplayJournal, ResumeConfig
-from duplexkit.models import ModelPlugin, load_model
-from duplexkit.server import EmbeddedServer, ServerConfig
+from duplexkit.models import ModelPlugin, SamplingParams, load_model
+from duplexkit.models.scripted import ScriptedModel, ScriptedSession
+from duplexkit.server import EmbeddedServer, RunnerLimits, ServerConfig
 from duplexkit.server.resume import ResumeRegistry
 from duplexkit.server.runner import SessionRunner
 from tests.chaos.proxy import Fault, FaultProxy
@@ -58,6 +60,7 @@ class ServerRecord:
     journals: dict[int, list[tuple[int, str]]] = field(default_factory=dict)
     sessions: dict[str, tuple[int, int]] = field(default_factory=dict)
     """session id → (journal key, client frames the session read)."""
+    close_reasons: dict[str, str | None] = field(default_factory=dict)
 
     def events(self, session_id: str) -> list[dict[str, Any]]:
         key, _ = self.sessions[session_id]
@@ -78,6 +81,7 @@ def record_server() -> Iterator[ServerRecord]:
         journal = runner.journal
         key = id(journal) if journal is not None else 0
         record.sessions[runner.engine.session_id] = (key, runner.client_events_received)
+        record.close_reasons[runner.engine.session_id] = runner.close_reason
         original_retire(self, runner)
 
     ReplayJournal.record = spy_record  # type: ignore[method-assign]
@@ -276,15 +280,26 @@ async def fuzz_events(count: int, *, seed: int = 0, batch: int = 50) -> FuzzRepo
                     FUZZ_KINDS[(report.frames + k) % len(FUZZ_KINDS)] if rng.random() < 0.5 else "mutation"
                     for k in range(min(batch, count - report.frames))
                 ]
-                try:
-                    for kind in kinds:
-                        await ws.send(fuzz_frame(rng, kind))
+                frames = [fuzz_frame(rng, kind) for kind in kinds]
+
+                async def send(ws: Any, frames: list[str | bytes]) -> None:
+                    for frame in frames:
+                        await ws.send(frame)
                         await ws.send('{"type": "session.heartbeat"}')
+
+                sender = asyncio.create_task(send(ws, frames))  # read while sending: no flow-control deadlock
+                try:
                     answers = [await _answers(ws) for _ in kinds]
                 except (websockets.ConnectionClosed, TimeoutError):
+                    sender.cancel()
                     report.crashes += 1
                     ws = None
                     continue
+                try:
+                    await sender
+                except websockets.ConnectionClosed:  # only once a fuzzed session.close ended the session
+                    if not any(answer is _CLOSED for answer in answers):
+                        report.crashes += 1
                 for kind, answer in zip(kinds, answers, strict=True):
                     if answer is _CLOSED:  # a valid session.close ended the session: the rest went nowhere
                         report.frames += 1
@@ -306,8 +321,8 @@ async def fuzz_events(count: int, *, seed: int = 0, batch: int = 50) -> FuzzRepo
                     await ws.close()
                     ws = None
         finally:
-            if ws is not None:
-                await ws.close()
+            if ws is not None:  # abort: a graceful close can wait 10 s here (see docs/reliability.md)
+                ws.transport.abort()
     report.seconds = round(loop.time() - started, 3)
     return report
 
@@ -341,6 +356,11 @@ async def _answers(ws: Any) -> list[dict[str, Any]]:
 
 
 # --- resources: open/close cycles and cancellation ------------------------------------------------------
+
+
+RSS_TOLERANCE_MIB = 16.0
+"""Growth of the process's RSS over a cycles run, after its warm-up, that still counts as flat (the
+allocator keeps freed arenas; tasks and file descriptors must return exactly)."""
 
 
 @dataclass(frozen=True)
@@ -507,4 +527,212 @@ async def cancellation_walk(points: int, *, loop_steps: int = 30) -> Cancellatio
         done = {e["response"]["id"] for e in events if e["type"] == "response.done"}
         report.orphaned_responses += len(created - done)
         report.unended_sessions += not any(e["type"] == "session.closed" for e in events)
+    return report
+
+
+# --- model faults, slow readers, capacity ----------------------------------------------------------------
+
+
+class BudgetExceeded(RuntimeError):
+    """A model session outgrew its (context) budget."""
+
+
+class FaultySession(ScriptedSession):
+    """The scripted session, plus the fault `extra_body.fault` names: `raise` on the first spoken step,
+    `hang` there (no decision, ever), or `budget` (every step raises once more than `budget_units` were
+    stepped: the session's context outgrew what the model can hold)."""
+
+    fault: str | None = None
+    stepped = 0
+    budget_units = 2
+
+    def configure(self, sampling: SamplingParams, extra_body: Mapping[str, Any]) -> None:
+        super().configure(sampling, extra_body)
+        self.fault = extra_body.get("fault")
+
+    async def step(self, unit: Unit, request_started_at: float) -> AsyncIterator[Decision]:
+        self.stepped += 1
+        if self.fault == "budget" and self.stepped > self.budget_units:
+            raise BudgetExceeded(f"{self.stepped} units exceed the budget of {self.budget_units}")
+        async for decision in super().step(unit, request_started_at):
+            if isinstance(decision, Speak) and self.fault == "raise":
+                raise RuntimeError("injected model fault")
+            if isinstance(decision, Speak) and self.fault == "hang":
+                await asyncio.Event().wait()
+            yield decision
+
+
+class FaultyModel(ScriptedModel):
+    def new_session(self) -> FaultySession:
+        return FaultySession(self)
+
+
+@dataclass
+class ModelFaultReport:
+    sessions: dict[str, dict[str, Any]] = field(default_factory=dict)
+    """Per fault kind (and `healthy`): error codes seen, response statuses, whether it closed cleanly."""
+    step_deadline_s: float = 0.0
+
+    def to_json(self) -> dict[str, Any]:
+        return asdict(self)
+
+
+async def model_faults(rounds: int = 1, *, step_deadline_s: float = 0.5) -> ModelFaultReport:
+    """One session per fault kind beside a healthy one, all at once, `rounds` times."""
+    plugin = scripted()
+    assert isinstance(plugin, ScriptedModel)
+    model = FaultyModel(plugin.params, plugin.capabilities)
+    config = ServerConfig(max_sessions=8, limits=RunnerLimits(step_deadline_s=step_deadline_s))
+    report = ModelFaultReport(step_deadline_s=step_deadline_s)
+    async with EmbeddedServer(model, config) as server:
+
+        async def one(kind: str) -> dict[str, Any]:
+            async with DuplexClient(server.url) as client:
+                extra = {} if kind == "healthy" else {"fault": kind}
+                conversation = await converse(
+                    client, speech(1.0), sample_rate_hz=RATE, bounds=FAST_BOUNDS, extra_body=extra
+                )
+            return {
+                "errors": sorted({str(f.get("error", {}).get("code")) for f in client.collector.failures()}),
+                "responses": sorted({r.status or "open" for r in client.collector.responses()}),
+                "closed_cleanly": conversation.close is not None and conversation.close.clean,
+            }
+
+        for _ in range(rounds):
+            kinds = ["healthy", "raise", "hang", "budget"]
+            results = await asyncio.gather(*(one(kind) for kind in kinds))
+            for kind, result in zip(kinds, results, strict=True):
+                seen = report.sessions.setdefault(kind, {"errors": [], "responses": [], "closed_cleanly": 0})
+                seen["errors"] = sorted(set(seen["errors"]) | set(result["errors"]))
+                seen["responses"] = sorted(set(seen["responses"]) | set(result["responses"]))
+                seen["closed_cleanly"] += result["closed_cleanly"]
+    return report
+
+
+@dataclass
+class OverloadReport:
+    capacity: int = 0
+    refusals: int = 0
+    retryable_refusals: int = 0
+    admitted_extra: int = 0
+    """Extra clients admitted: only possible once an admitted session had ended and freed its slot."""
+    baseline: dict[str, Any] = field(default_factory=dict)
+    overload: dict[str, Any] = field(default_factory=dict)
+    """Admitted sessions' append schedule error p99 (client clock, ms) and reply TTFT p50 (server clock)."""
+    p99_ratio: float | None = None
+
+    def to_json(self) -> dict[str, Any]:
+        return asdict(self)
+
+
+async def _paced_session(url: str, seconds: float, seed: int) -> tuple[list[float], list[float]]:
+    async with DuplexClient(url) as client:
+        conversation = await converse(client, speech(seconds, seed), sample_rate_hz=RATE, bounds=FAST_BOUNDS)
+    stream = conversation.stream
+    errors = list(stream.pacing.errors_ms) if stream is not None and stream.pacing is not None else []
+    ttft = [r.ttft_ms for r in client.collector.responses() if r.ttft_ms is not None]
+    return errors, ttft
+
+
+def _summary(errors: list[float], ttft: list[float]) -> dict[str, Any]:
+    return {
+        "appends": len(errors),
+        "schedule_error_p99_ms": round(float(np.percentile(errors, 99)), 3) if errors else None,
+        "ttft_p50_ms": round(float(np.percentile(ttft, 50)), 3) if ttft else None,
+    }
+
+
+async def overload(capacity: int = 4, seconds: float = 2.0, *, rounds: int = 1) -> OverloadReport:
+    """`capacity` paced sessions alone (the baseline), then the same beside as many clients again
+    hammering for a slot; refusals must be retryable and the admitted sessions' pacing unharmed."""
+    import websockets
+
+    report = OverloadReport(capacity=capacity)
+    async with EmbeddedServer(scripted(), ServerConfig(max_sessions=capacity)) as server:
+
+        async def admitted() -> tuple[list[float], list[float]]:
+            results = await asyncio.gather(*(_paced_session(server.url, seconds, i) for i in range(capacity)))
+            return [e for r in results for e in r[0]], [t for r in results for t in r[1]]
+
+        base_errors: list[float] = []
+        base_ttft: list[float] = []
+        over_errors: list[float] = []
+        over_ttft: list[float] = []
+        for _ in range(rounds):
+            errors, ttft = await admitted()
+            base_errors += errors
+            base_ttft += ttft
+            running = asyncio.create_task(admitted())
+            while server.duplex.manager.active < capacity:  # noqa: ASYNC110 - the admitted ones are in
+                await asyncio.sleep(0.01)
+
+            async def hammer(running: asyncio.Task[tuple[list[float], list[float]]]) -> None:
+                while not running.done():
+                    async with websockets.connect(server.url) as ws:
+                        first = json.loads(await ws.recv())
+                    if first.get("type") == "error":
+                        report.refusals += 1
+                        error = first.get("error", {})
+                        report.retryable_refusals += error.get("retryable") is True and (
+                            error.get("type") == "rate_limit_error"
+                        )
+                    else:
+                        report.admitted_extra += 1
+                    await asyncio.sleep(0.05)
+
+            await asyncio.gather(*(hammer(running) for _ in range(capacity)))
+            errors, ttft = await running
+            over_errors += errors
+            over_ttft += ttft
+    report.baseline = _summary(base_errors, base_ttft)
+    report.overload = _summary(over_errors, over_ttft)
+    b, o = report.baseline["schedule_error_p99_ms"], report.overload["schedule_error_p99_ms"]
+    report.p99_ratio = round(o / b, 3) if b and o else None
+    return report
+
+
+@dataclass
+class SlowReaderReport:
+    dropped_reason: str | None = None
+    dropped_after_s: float | None = None
+    healthy: dict[str, Any] = field(default_factory=dict)
+
+    def to_json(self) -> dict[str, Any]:
+        return asdict(self)
+
+
+async def slow_reader(*, max_outbound_bytes: int = 256_000) -> SlowReaderReport:
+    """A client that stops reading mid-reply (the proxy stalls its downstream) beside a healthy one: the
+    server drops only the stalled one (`client_too_slow`), and the healthy one is served as usual."""
+    flood = {"script": [{"speak": "x" * 17}] * 400, "first_output_ms": 0, "token_ms": 0}
+    config = ServerConfig(limits=RunnerLimits(max_outbound_bytes=max_outbound_bytes))
+    report = SlowReaderReport()
+    loop = asyncio.get_running_loop()
+    stalled_id: list[str] = []
+    with record_server() as record:
+        async with EmbeddedServer(scripted(), config) as server:
+            target = urlsplit(server.url)
+            assert target.hostname is not None and target.port is not None
+            async with FaultProxy(target.hostname, target.port, upstream_rcvbuf=4096) as proxy:
+                proxy.plan(Fault("stall", "down", marker=AUDIO_DELTA))
+
+                async def stalled() -> None:  # every unit answered with a second of audio, never read
+                    async with DuplexClient(proxy.url()) as client:
+                        await client.configure(extra_body=flood)
+                        stalled_id.append(str(client.session_id))
+                        await client.stream(speech(300.0), sample_rate_hz=RATE, pace="as-fast-as-possible")
+
+                started = loop.time()
+                stalling = asyncio.create_task(stalled())
+                healthy = await _paced_session(server.url, 2.0, 1)
+                while loop.time() - started < 30 and not (  # noqa: ASYNC110
+                    stalled_id and stalled_id[0] in record.close_reasons
+                ):
+                    await asyncio.sleep(0.05)
+                if stalled_id and stalled_id[0] in record.close_reasons:
+                    report.dropped_reason = record.close_reasons[stalled_id[0]]
+                    report.dropped_after_s = round(loop.time() - started, 3)
+                stalling.cancel()
+                await asyncio.gather(stalling, return_exceptions=True)
+            report.healthy = _summary(*healthy)
     return report

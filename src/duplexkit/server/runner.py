@@ -105,6 +105,7 @@ class SessionRunner:
             self.ticket = ResumeTicket()
         self._next_reap = clock()
         self._resuming = False
+        self._closing: set[asyncio.Task[None]] = set()
         self.last_seq = 0
         self.client_events_received = 0
         """Client frames this session has read, on every attachment (`session.resumed` reports it)."""
@@ -274,6 +275,15 @@ class SessionRunner:
             await asyncio.wait_for(attachment.ws.close(1000), self.limits.close_timeout_s)
         attachment.ended.set()
 
+    async def _close_lost(self, attachment: _Attachment) -> None:
+        """Finish a lost socket's closing handshake (its unsent events are in the journal)."""
+        if attachment.writer is not None:
+            attachment.writer.cancel()
+            await asyncio.gather(attachment.writer, return_exceptions=True)
+        with contextlib.suppress(Exception):
+            await asyncio.wait_for(attachment.ws.close(1000), self.limits.close_timeout_s)
+        attachment.ended.set()
+
     def _lost(self, attachment: _Attachment) -> None:
         """The attachment's socket is gone: detach (resume on) or end the session."""
         if attachment is not self._attachment:
@@ -283,9 +293,9 @@ class SessionRunner:
             self._finish("client_disconnected")
             return
         self._attachment = None
-        if attachment.writer is not None:
-            attachment.writer.cancel()  # what it still held is in the journal
-        attachment.ended.set()
+        closing = asyncio.create_task(self._close_lost(attachment), name="detach")
+        self._closing.add(closing)
+        closing.add_done_callback(self._closing.discard)
         self._lease.detach(self.clock())
         log.info("session %s: detached, awaiting resume", self.engine.session_id)
 
