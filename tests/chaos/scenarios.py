@@ -736,3 +736,77 @@ async def slow_reader(*, max_outbound_bytes: int = 256_000) -> SlowReaderReport:
                 await asyncio.gather(stalling, return_exceptions=True)
             report.healthy = _summary(*healthy)
     return report
+
+
+# --- SIGKILL of a running benchmark ------------------------------------------------------------------
+
+
+@dataclass
+class KillReport:
+    samples: int = 0
+    kills: int = 0
+    kills_landed_mid_run: int = 0
+    published_before_final_run: int = 0
+    published: int = 0
+    duplicated: int = 0
+    """Samples with more than one sentences/meta file, or a leftover temporary file (must be 0)."""
+    lost: int = 0
+    """Samples not published after the final run (must be 0)."""
+    final_exit_code: int | None = None
+
+    def to_json(self) -> dict[str, Any]:
+        return asdict(self)
+
+
+def sigkill_bench(kills: int, samples: int, root: Any, *, seed: int = 0) -> KillReport:
+    """Run `duplexkit bench` (scripted model) and SIGKILL it at a random moment, `kills` times, each
+    rerun resuming the last; then one run to the end. Every sample must be published exactly once."""
+    import os
+    import signal
+    import subprocess
+    import sys
+    import time
+    from pathlib import Path
+
+    from tests.bench.conftest import write_jsonl_dataset
+
+    rng = random.Random(seed)
+    root = Path(root)
+    manifest = write_jsonl_dataset(root / "data", samples, seconds=1.0)
+    out = root / "run"
+    command = [
+        sys.executable, "-m", "duplexkit", "bench", "--dataset", str(manifest), "--out", str(out),
+        "--pace", "as-fast-as-possible", "--concurrency", "2", "--settle", "0.3", "--model", "scripted",
+        "--model-arg", "first_output_ms=30", "--model-arg", "token_ms=2", "--model-arg", "ms_per_char=10",
+    ]  # fmt: skip
+    env = {**os.environ, "COLUMNS": "200"}
+    report = KillReport(samples=samples)
+
+    def published() -> int:
+        return sum(1 for p in out.glob("*/*.json") if not p.name.endswith(".meta.json"))
+
+    for _ in range(kills):
+        if published() >= samples:
+            break
+        before = published()
+        process = subprocess.Popen(command, stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL, env=env)
+        time.sleep(rng.uniform(1.5, 6.0))  # start-up takes a second or two; kill somewhere after it
+        landed = process.poll() is None
+        process.send_signal(signal.SIGKILL)
+        process.wait(10)
+        report.kills += 1
+        report.kills_landed_mid_run += landed and before < published() < samples
+    report.published_before_final_run = published()
+    final = subprocess.run(command, capture_output=True, text=True, env=env, timeout=600)
+    report.final_exit_code = final.returncode
+    report.published = published()
+    for split_dir in out.iterdir():
+        if not split_dir.is_dir():
+            continue
+        ids = {p.name.split(".")[0] for p in split_dir.iterdir()}
+        for sample_id in ids:
+            names = sorted(p.name for p in split_dir.glob(f"{sample_id}.*"))
+            report.duplicated += names != [f"{sample_id}.json", f"{sample_id}.meta.json"]
+    report.duplicated += len(list(out.glob("**/.*.tmp")))
+    report.lost = samples - report.published
+    return report
