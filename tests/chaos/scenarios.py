@@ -670,6 +670,9 @@ async def overload(capacity: int = 4, seconds: float = 2.0, *, rounds: int = 1) 
                 while not running.done():
                     async with websockets.connect(server.url) as ws:
                         first = json.loads(await ws.recv())
+                        if first.get("type") != "error":  # admitted (a slot had freed): close it properly
+                            await ws.send('{"type": "session.close"}')
+                            await _until(ws, "session.closed")
                     if first.get("type") == "error":
                         report.refusals += 1
                         error = first.get("error", {})
@@ -695,7 +698,10 @@ async def overload(capacity: int = 4, seconds: float = 2.0, *, rounds: int = 1) 
 class SlowReaderReport:
     dropped_reason: str | None = None
     dropped_after_s: float | None = None
+    healthy_alone: dict[str, Any] = field(default_factory=dict)
+    """The healthy session run alone first, in the same run: the baseline."""
     healthy: dict[str, Any] = field(default_factory=dict)
+    """The healthy session beside the stalled one (whose client, in this process, floods input)."""
 
     def to_json(self) -> dict[str, Any]:
         return asdict(self)
@@ -722,6 +728,7 @@ async def slow_reader(*, max_outbound_bytes: int = 256_000) -> SlowReaderReport:
                         stalled_id.append(str(client.session_id))
                         await client.stream(speech(300.0), sample_rate_hz=RATE, pace="as-fast-as-possible")
 
+                report.healthy_alone = _summary(*await _paced_session(server.url, 2.0, 1))
                 started = loop.time()
                 stalling = asyncio.create_task(stalled())
                 healthy = await _paced_session(server.url, 2.0, 1)
