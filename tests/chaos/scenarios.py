@@ -723,14 +723,16 @@ async def slow_reader(*, max_outbound_bytes: int = 256_000) -> SlowReaderReport:
                 proxy.plan(Fault("stall", "down", marker=AUDIO_DELTA))
 
                 async def stalled() -> None:  # every unit answered with a second of audio, never read
-                    async with DuplexClient(proxy.url()) as client:
+                    async with asyncio.timeout(40), DuplexClient(proxy.url()) as client:
                         await client.configure(extra_body=flood)
                         stalled_id.append(str(client.session_id))
                         await client.stream(speech(300.0), sample_rate_hz=RATE, pace="as-fast-as-possible")
 
                 report.healthy_alone = _summary(*await _paced_session(server.url, 2.0, 1))
                 started = loop.time()
-                stalling = asyncio.create_task(stalled())
+                # The flooding client runs on its own event loop in a thread, so the healthy client's loop
+                # measures the server, not the flooder's encoding work.
+                stalling = asyncio.create_task(asyncio.to_thread(asyncio.run, stalled()))
                 healthy = await _paced_session(server.url, 2.0, 1)
                 while loop.time() - started < 30 and not (  # noqa: ASYNC110
                     stalled_id and stalled_id[0] in record.close_reasons
@@ -739,8 +741,7 @@ async def slow_reader(*, max_outbound_bytes: int = 256_000) -> SlowReaderReport:
                 if stalled_id and stalled_id[0] in record.close_reasons:
                     report.dropped_reason = record.close_reasons[stalled_id[0]]
                     report.dropped_after_s = round(loop.time() - started, 3)
-                stalling.cancel()
-                await asyncio.gather(stalling, return_exceptions=True)
+                await asyncio.gather(stalling, return_exceptions=True)  # it ends when the server drops it
             report.healthy = _summary(*healthy)
     return report
 
@@ -797,7 +798,10 @@ def sigkill_bench(kills: int, samples: int, root: Any, *, seed: int = 0) -> Kill
             break
         before = published()
         process = subprocess.Popen(command, stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL, env=env)
-        time.sleep(rng.uniform(1.5, 6.0))  # start-up takes a second or two; kill somewhere after it
+        deadline = time.monotonic() + 60
+        while published() == before and process.poll() is None and time.monotonic() < deadline:
+            time.sleep(0.02)  # the run is under way once it publishes
+        time.sleep(rng.uniform(0.0, 1.5))  # then kill it at a random moment
         landed = process.poll() is None
         process.send_signal(signal.SIGKILL)
         process.wait(10)
