@@ -31,6 +31,14 @@ def register(commands: argparse._SubParsersAction[argparse.ArgumentParser]) -> N
         help="accept only clients presenting KEY (repeatable; also DUPLEXKIT_API_KEYS, comma separated)",
     )
     parser.add_argument(
+        "--disconnect-grace",
+        type=float,
+        default=30.0,
+        metavar="SECONDS",
+        help="how long a session whose socket dropped waits for session.resume, holding its slot; "
+        "0 turns resume off (default: %(default)s)",
+    )
+    parser.add_argument(
         "--log-level",
         default="info",
         choices=["debug", "info", "warning", "error"],
@@ -40,6 +48,7 @@ def register(commands: argparse._SubParsersAction[argparse.ArgumentParser]) -> N
 
 
 def run(args: argparse.Namespace) -> int:
+    from duplexkit.engine.journal import ResumeConfig
     from duplexkit.server import DuplexServer, ServerConfig, run_server
 
     plugin = model_from_args(args)
@@ -52,6 +61,13 @@ def run(args: argparse.Namespace) -> int:
     logging.basicConfig(
         level=args.log_level.upper(), format="%(asctime)s %(levelname)s %(name)s: %(message)s"
     )
-    config = ServerConfig(max_sessions=args.max_sessions, api_keys=frozenset(args.api_key + env_keys))
+    if args.disconnect_grace < 0:
+        print("duplexkit serve: --disconnect-grace must be 0 or more", file=sys.stderr)
+        return 2
+    config = ServerConfig(
+        max_sessions=args.max_sessions,
+        api_keys=frozenset(args.api_key + env_keys),
+        resume=ResumeConfig(disconnect_grace_s=args.disconnect_grace),
+    )
     run_server(DuplexServer(plugin, config), host=args.host, port=args.port, log_level=args.log_level)
     return 0
