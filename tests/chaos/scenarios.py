@@ -359,8 +359,9 @@ async def _answers(ws: Any) -> list[dict[str, Any]]:
 
 
 RSS_TOLERANCE_MIB = 16.0
-"""Growth of the process's RSS over a cycles run, after its warm-up, that still counts as flat (the
-allocator keeps freed arenas; tasks and file descriptors must return exactly)."""
+"""Growth of the process's RSS over the suite's short cycles run, after its warm-up (interpreter and
+allocator caches still fill then; the long run's bound, on its second half, is in docs/reliability.md).
+Tasks and file descriptors must return exactly."""
 
 
 @dataclass(frozen=True)
