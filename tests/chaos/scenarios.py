@@ -19,6 +19,7 @@ import numpy as np
 import numpy.typing as npt
 
 from duplexkit.client import DuplexClient, SessionBounds, converse
+from duplexkit.client.collector import AUDIO_DELTAS
 from duplexkit.client.reconnect import ResumePolicy
 from duplexkit.engine import Decision, Speak, Unit
 from duplexkit.engine.journal import ReplayJournal, ResumeConfig
@@ -30,7 +31,9 @@ from duplexkit.server.runner import SessionRunner
 from tests.chaos.proxy import Fault, FaultProxy
 
 RATE = 16_000
-AUDIO_DELTA = b'"type":"response.output_audio.delta"'
+AUDIO_DELTA = b'"response.audio.delta"'
+"""A reply audio frame on the wire: `DuplexClient` connects with `duplex=1`, so the vLLM-Omni dialect's
+(beta) name; only the quoted name, since a frame the dialect reshapes is serialised with other spacing."""
 
 
 def scripted(**args: str) -> ModelPlugin:
@@ -400,8 +403,8 @@ async def _session(url: str, *, close_mid_response: bool, seed: int) -> None:
         await client.configure(timeout_s=5)
         await client.append_audio(speech(0.3, seed))
         await client.commit(timeout_s=5)
-        wanted = "response.output_audio.delta" if close_mid_response else "response.done"
-        await client._wait_for(lambda: next((e for e in client.events if e.type == wanted), None))
+        wanted = AUDIO_DELTAS if close_mid_response else {"response.done"}
+        await client._wait_for(lambda: next((e for e in client.events if e.type in wanted), None))
         await client.close(3.0)
 
 
@@ -578,8 +581,10 @@ class ModelFaultReport:
         return asdict(self)
 
 
-async def model_faults(rounds: int = 1, *, step_deadline_s: float = 0.5) -> ModelFaultReport:
-    """One session per fault kind beside a healthy one, all at once, `rounds` times."""
+async def model_faults(rounds: int = 1, *, step_deadline_s: float = 0.2) -> ModelFaultReport:
+    """One session per fault kind beside a healthy one, all at once, `rounds` times. The step deadline is
+    shorter than the drain's quiet window (`FAST_BOUNDS.settle_s`), so a hung step is failed while the
+    client still waits for the committed unit's reply rather than after its drain settled on a listen."""
     plugin = scripted()
     assert isinstance(plugin, ScriptedModel)
     model = FaultyModel(plugin.params, plugin.capabilities)

@@ -30,7 +30,8 @@ async def test_a_sample_dropped_mid_response_is_resumed_and_published_once(
         target = urlsplit(server.url)
         assert target.hostname is not None and target.port is not None
         async with FaultProxy(target.hostname, target.port) as proxy:
-            proxy.plan(Fault("reset", "down", marker=AUDIO_DELTA, occurrence=2))
+            # The run's pool asks /healthz first (a clean connection), then the session's is cut.
+            proxy.plan(None, Fault("reset", "down", marker=AUDIO_DELTA, occurrence=2))
             run = RunConfig(url=proxy.url(), pace="realtime", concurrency=1, bounds=BOUNDS, resume=resume)
             run_dir = RunDir(tmp_path / "run")
             sample = clip_sample("clip", 1.0)
@@ -39,7 +40,7 @@ async def test_a_sample_dropped_mid_response_is_resumed_and_published_once(
     meta = json.loads(run_dir.meta_path(sample.split, sample.id).read_text())
     assert result.status == "published" and meta["status"] == "published"
     if resume:
-        assert proxy.connections == 2  # the first, and the resume: no second attempt
+        assert proxy.connections == 3  # /healthz, the session, and the resume: no second attempt
         assert meta["retry_count"] == 0 and meta["resumed"] == 1 and len(meta["attempts"]) == 1
         assert meta["response_done"] and meta["responses"]
     else:  # without resume, the same drop costs a whole retry

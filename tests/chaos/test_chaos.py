@@ -39,7 +39,7 @@ async def test_cancelling_the_lifecycle_anywhere_leaks_no_slot_task_or_response(
 
 
 async def test_a_faulty_model_session_fails_only_its_own_replies() -> None:
-    report = await scenarios.model_faults(1, step_deadline_s=0.5)
+    report = await scenarios.model_faults(1, step_deadline_s=0.2)
     sessions = report.sessions
     assert sessions["healthy"] == {"errors": [], "responses": ["completed"], "closed_cleanly": 1}
     assert sessions["raise"]["errors"] == ["model_step_failed"]

@@ -374,6 +374,18 @@ def test_a_listen_that_ends_a_response_carries_its_id_and_is_followed_by_respons
     assert after.response_id is None
 
 
+def test_every_decision_names_the_end_of_its_unit_on_the_input_media_clock() -> None:
+    h = Harness()
+    [first] = h.step(h.unit(0.0), Listen(), at=0.5)
+    second = h.unit(1.0)
+    late = h.step(second, speak("Hi", 500), at=5.0)  # a late step still names its own unit
+    assert first.unit_end_ms == 1000.0
+    assert only(late, "response.created").unit_end_ms == 2000.0
+    assert only(late, "response.output_audio.delta").unit_end_ms == 2000.0
+    [third] = h.step(h.unit(2.0), Listen(), at=6.0)[:1]
+    assert third.unit_end_ms == 3000.0
+
+
 def test_a_unit_in_which_the_model_speaks_sends_no_listen() -> None:
     h = Harness()
     events = h.step(h.unit(), speak("Hi", 500), at=1.0)

@@ -102,7 +102,7 @@ def _capabilities() -> se.Capabilities:
         supports_barge_in=True,
         input_modes=["audio"],
         max_sessions=2,
-        input_sample_rate_hz=16000,
+        input_sample_rate_hz=24000,  # a GA session: OpenAI's `audio/pcm` is 24 kHz
         output_sample_rate_hz=24000,
     )
 
@@ -162,6 +162,13 @@ def _check_session(ours: se.SessionCreated | se.SessionUpdated, theirs: Any) -> 
     assert theirs.session.type == "realtime"
     assert theirs.session.model == ours.session.model
     assert theirs.session.instructions == ours.session.instructions
+    # The GA shape (not the beta `modalities` / `input_audio_format` fields).
+    assert theirs.session.output_modalities == ["audio"]
+    assert theirs.session.audio.input.format.type == theirs.session.audio.output.format.type == "audio/pcm"
+    assert theirs.session.audio.input.format.rate == theirs.session.audio.output.format.rate == 24000
+    assert theirs.session.audio.input.turn_detection.type == "server_vad"
+    assert theirs.session.audio.output.voice == "default"
+    assert "input_audio_format" not in theirs.session.model_extra
     # Our duplex fields ride along as extras an SDK client can still read.
     assert theirs.session.model_extra["id"] == ours.session.id
     assert theirs.session.model_extra["capabilities"]["chunk_period_ms"] == 1000

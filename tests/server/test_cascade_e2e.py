@@ -95,7 +95,9 @@ async def test_server_vad_reports_speech_start_and_stop_at_their_media_times(voi
         await client.until("session.created")
         vad = {"type": "server_vad", "threshold": 0.5, "prefix_padding_ms": 0, "silence_duration_ms": 500}
         await client.send({"type": "session.update", "session": {"turn_detection": vad}})
-        assert (await client.until("session.updated"))["session"]["turn_detection"]["type"] == "server_vad"
+        assert (await client.until("session.updated"))["session"]["audio"]["input"]["turn_detection"][
+            "type"
+        ] == "server_vad"
         speech = spoken(voice, "turn off the bedroom lights")
         lead_ms = 1000.0
         clip = with_noise_floor(np.concatenate([silence(lead_ms), speech, silence(2000)]))

@@ -128,10 +128,13 @@ async def test_an_attachment_still_open_is_replaced(plugin: ModelPlugin) -> None
 
 
 async def error_code(client: RawClient) -> str:
+    """The code of a refused resume: a handshake error, so flat in the vLLM-Omni dialect
+    (`{type: "error", error: "<message>", code}`), then the socket closes."""
     event = await client.until("error")
     with pytest.raises(websockets.ConnectionClosed):
         await client.recv()
-    return str(event["error"]["code"])
+    assert isinstance(event["error"], str), event
+    return str(event["code"])
 
 
 async def test_refused_resumes_get_their_final_codes(plugin: ModelPlugin) -> None:
@@ -201,3 +204,37 @@ async def test_an_idle_session_expires_with_idle_ttl(plugin: ModelPlugin) -> Non
         expired = await client.until("session.expired", timeout=3)
         assert expired["reason"] == "idle_ttl_expired"
         assert (await client.until("session.closed"))["reason"] == "idle_ttl_expired"
+
+
+async def test_a_resume_in_another_dialect_is_refused_and_the_detached_session_stays_routable(
+    plugin: ModelPlugin,
+) -> None:
+    """The journal holds frames rendered and numbered in the session's dialect (vLLM-Omni here), so a resume
+    over a GA connection is refused with a coded error; the session is untouched, still holds its slot
+    (a cluster's router finds it by `session_ids`) and resumes in its own dialect."""
+    async with resume_server(plugin) as server:
+        client, created = await open_session(server)
+        session_id = created["session"]["id"]
+        client.ws.transport.abort()
+        last_seq = client.events[-1]["server_event_seq"]
+        await asyncio.sleep(0.2)
+        assert session_id in server.duplex.manager.session_ids
+
+        ga = await connect(server.url, "?autostart=0")
+        request = {
+            "type": "session.resume",
+            "session_id": session_id,
+            "resume_token": created["resume_token"],
+            "last_received_server_event_seq": last_seq,
+        }
+        await ga.send(request)
+        refusal = await ga.until("error")
+        assert refusal["error"]["code"] == "invalid_session_resume"
+        assert refusal["error"]["param"] == "dialect"
+        with pytest.raises(websockets.ConnectionClosed):
+            await ga.recv()
+        assert session_id in server.duplex.manager.session_ids
+
+        again = await resume(server, created, last_seq)
+        resumed = await again.recv()
+        assert resumed["type"] == "session.resumed" and resumed["session"]["id"] == session_id

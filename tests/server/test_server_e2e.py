@@ -89,7 +89,7 @@ async def test_autostart_0_requires_session_update_first(server: EmbeddedServer)
     await client.send({"type": "session.update", "session": {"modalities": ["text"]}})
     assert (await client.recv())["type"] == "session.created"
     updated = await client.recv()
-    assert updated["type"] == "session.updated" and updated["session"]["modalities"] == ["text"]
+    assert updated["type"] == "session.updated" and updated["session"]["output_modalities"] == ["text"]
 
 
 @pytest.mark.parametrize(

@@ -16,7 +16,8 @@ from collections.abc import Iterator
 from dataclasses import dataclass
 from typing import Any
 
-from duplexkit.client.events import as_str, dig
+from duplexkit.client.events import as_str, dig, error_code_of
+from duplexkit.client.protocols.base import Wire
 from duplexkit.protocol.errors import RESUME_FINAL_CODES
 
 CONTROL_EVENTS = frozenset(
@@ -60,7 +61,7 @@ class ResumeState:
         self.duplicates = 0
         """Replayed events dropped because the client already held them."""
         self.frames_written = 0
-        self._frames: deque[tuple[int, str]] = deque()
+        self._frames: deque[tuple[int, Wire]] = deque()
         self._bytes = 0
         self.ended: str | None = None
         """Why the session can no longer be resumed (`session.closed`, replaced, expired, a final code)."""
@@ -91,11 +92,11 @@ class ResumeState:
             self.supported = dig(data, "session", "capabilities", "supports_session_resume") is True
         elif kind == "session.closed":
             self.ended = "session.closed"
-        elif kind == "error" and as_str(dig(data, "error", "code")) in FINAL_RESUME_CODES:
-            self.ended = str(dig(data, "error", "code"))
+        elif kind == "error" and error_code_of(data) in FINAL_RESUME_CODES:
+            self.ended = str(error_code_of(data))
         return True
 
-    def written(self, text: str) -> int:
+    def written(self, text: Wire) -> int:
         """A frame is about to be written: its number (1-based) in the session's frame order."""
         self.frames_written += 1
         self._frames.append((self.frames_written, text))
@@ -120,7 +121,7 @@ class ResumeState:
         self.acked_seq = self.last_seq
         return self.last_seq
 
-    def resumed(self, data: dict[str, Any]) -> list[tuple[int, str]] | None:
+    def resumed(self, data: dict[str, Any]) -> list[tuple[int, Wire]] | None:
         """Apply `session.resumed`: the frames to send again, in order, or `None` when that cannot be known
         (the server did not say how many it read, or the frames it lacks are no longer kept)."""
         self.token = as_str(data.get("resume_token")) or self.token

@@ -426,17 +426,20 @@ class EngineSession:
     def request_started(self, unit: Unit, now: float) -> None:
         """The model accepted `unit`'s request at `now`: the anchor for TTFT/TTFP of the reply it produces."""
         if self.fence.admits(unit.fence):
-            self._requests.mark_model_turn_request_started(self.fence.turn_id, now)
+            turn = self.fence.turn_id
+            self._requests.mark_model_turn_request_started(turn, now)
+            if self._response is not None and self._response.turn == turn:
+                self._response.timing.adopt_request_start(self._requests.start_of(turn))
 
     def on_decision(self, unit: Unit, decision: Decision, now: float) -> Step:
         """Turn one model decision for `unit` into events; output of a stale fence is dropped."""
         if self.closed or not self.fence.admits(unit.fence):
             return Step()
         if isinstance(decision, Listen):
-            return self._listen(decision, now)
+            return self._listen(decision, unit.end_ms)
         if isinstance(decision, Interrupt):
             return self._interrupt("barge_in", now) if self._response is not None else Step()
-        return self._speak(decision, now)
+        return self._speak(decision, unit.end_ms, now)
 
     def on_step_failed(
         self, unit: Unit, message: str, now: float, code: ErrorCode = ErrorCode.MODEL_STEP_FAILED
@@ -470,7 +473,7 @@ class EngineSession:
             return Step()
         if self._continuations >= self.config.continuation_limit:
             response_id = self._response.id
-            step = Step(events=[_listen_event("continuation_limit", response_id)])
+            step = Step(events=[_listen_event("continuation_limit", self._assembler.media_ms, response_id)])
             step.events.extend(self._finish("incomplete", "continuation_limit", interrupted=False))
             return step
         self._continuations += 1
@@ -484,18 +487,18 @@ class EngineSession:
 
     # --- responses ------------------------------------------------------------------------------------
 
-    def _listen(self, decision: Listen, now: float) -> Step:
+    def _listen(self, decision: Listen, unit_end_ms: float) -> Step:
         if self._response is None:
-            return Step(events=[_listen_event(decision.reason)])
-        step = Step(events=[_listen_event(decision.reason, self._response.id)])
+            return Step(events=[_listen_event(decision.reason, unit_end_ms)])
+        step = Step(events=[_listen_event(decision.reason, unit_end_ms, self._response.id)])
         step.events.extend(self._finish("completed", "stop", interrupted=False))
         return step
 
-    def _speak(self, segment: Speak, now: float) -> Step:
+    def _speak(self, segment: Speak, unit_end_ms: float, now: float) -> Step:
         step = Step()
         response = self._response
         if response is None:
-            response = self._begin_response(step)
+            response = self._begin_response(step, unit_end_ms)
         text, audio = segment.text, segment.audio
         speaks_audio = "audio" in response.modalities
         first = response.timing.mark_response_first_outputs(
@@ -527,6 +530,7 @@ class EngineSession:
                     response_request_metrics=self._metrics(response.timing)
                     if first.ttfp_ms is not None
                     else None,
+                    unit_end_ms=unit_end_ms,
                 )
             )
             step.events.append(
@@ -546,13 +550,14 @@ class EngineSession:
                     response_request_metrics=self._metrics(response.timing)
                     if first.ttft_ms is not None
                     else None,
+                    unit_end_ms=unit_end_ms,
                 )
             )
         if segment.end_of_turn:
             step.events.extend(self._finish("completed", "stop", interrupted=False))
         return step
 
-    def _begin_response(self, step: Step) -> _ActiveResponse:
+    def _begin_response(self, step: Step, unit_end_ms: float) -> _ActiveResponse:
         turn = self.fence.turn_id
         response = _ActiveResponse(
             id=self._new_id("resp"),
@@ -573,7 +578,8 @@ class EngineSession:
                 se.ResponseCreated(
                     response=se.ResponseInfo(
                         id=response.id, status="in_progress", output_modalities=response.modalities
-                    )
+                    ),
+                    unit_end_ms=unit_end_ms,
                 ),
                 se.ConversationItemAdded(item=item, previous_item_id=previous),
                 se.ResponseOutputItemAdded(response_id=response.id, item=item),
@@ -641,6 +647,9 @@ class EngineSession:
 
     @staticmethod
     def _metrics(timing: ResponseTiming) -> se.ResponseRequestMetrics:
+        """The response's metrics; without a request start they carry no server source (not measured)."""
+        if timing.request_start is None:
+            return se.ResponseRequestMetrics(source=None, measurement_origin=None)
         return se.ResponseRequestMetrics(ttft_ms=timing.ttft_ms, ttfp_ms=timing.ttfp_ms)
 
     # --- helpers --------------------------------------------------------------------------------------
@@ -699,9 +708,12 @@ class EngineSession:
         return item.model_copy(update={"content": content})
 
 
-def _listen_event(reason: se.ListenReason, response_id: str | None = None) -> se.ResponseListen:
+def _listen_event(
+    reason: se.ListenReason, unit_end_ms: float, response_id: str | None = None
+) -> se.ResponseListen:
     return se.ResponseListen(
         response_id=response_id,
+        unit_end_ms=unit_end_ms,
         response=se.ListenInfo(
             id=response_id, metadata=se.ListenMetadata(reason=reason, model_listen=reason == "model_listen")
         ),

@@ -35,6 +35,9 @@ from duplexkit.protocol.audio import (
 FiniteFloat = Annotated[float, Field(allow_inf_nan=False)]
 NonNegativeMs = Annotated[float, Field(ge=0, allow_inf_nan=False)]
 
+GA_PCM_RATE_HZ = 24_000
+"""The rate of an OpenAI GA `audio/pcm` format that does not name one."""
+
 _IMAGE_SIGNATURES = (b"\xff\xd8\xff", b"\x89PNG\r\n\x1a\n")
 
 
@@ -112,8 +115,9 @@ class SessionConfig(BaseModel):
                 fmt = section.get("format") if isinstance(section, dict) else None
                 if isinstance(fmt, dict) and isinstance(fmt.get("type"), str):
                     data.setdefault(f"{direction}_audio_format", fmt["type"])
-                    if direction == "input" and type(fmt.get("rate")) is int:
-                        data.setdefault("input_sample_rate_hz", fmt["rate"])
+                    rate = fmt.get("rate", GA_PCM_RATE_HZ if fmt["type"] == "audio/pcm" else None)
+                    if direction == "input" and type(rate) is int:
+                        data.setdefault("input_sample_rate_hz", rate)
         return data
 
 

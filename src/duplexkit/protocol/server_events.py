@@ -105,8 +105,9 @@ class ResponseRequestMetrics(BaseModel):
     A value that was not observed is `None` (omitted on the wire), never 0.
     """
 
-    source: Literal["server_monotonic_request_start"] = METRICS_SOURCE_SERVER
-    measurement_origin: MeasurementOrigin = Field(default_factory=MeasurementOrigin)
+    source: Literal["server_monotonic_request_start"] | None = METRICS_SOURCE_SERVER
+    """`None` (omitted) when the response had no request start: nothing here is server-anchored then."""
+    measurement_origin: MeasurementOrigin | None = Field(default_factory=MeasurementOrigin)
     ttft_ms: float | None = None
     ttfp_ms: float | None = None
     tpot_ms: float | None = None
@@ -256,6 +257,8 @@ class ResponseCreated(ServerEventBase):
     type: Literal["response.created"] = "response.created"
     response: ResponseInfo
     response_request_metrics: ResponseRequestMetrics | None = None
+    unit_end_ms: float | None = None
+    """End, on the input media clock, of the unit whose step opened this response (see `ResponseListen`)."""
 
 
 class ResponseOutputItemAdded(ServerEventBase):
@@ -311,6 +314,8 @@ class ResponseOutputAudioDelta(_ContentDelta):
     delta: str
     sample_rate_hz: int
     metadata: AudioDeltaMetadata
+    unit_end_ms: float | None = None
+    """End, on the input media clock, of the unit whose step produced this delta."""
 
 
 class ResponseOutputAudioTranscriptDelta(_ContentDelta):
@@ -321,6 +326,8 @@ class ResponseOutputAudioTranscriptDelta(_ContentDelta):
 class ResponseOutputTextDelta(_ContentDelta):
     type: Literal["response.output_text.delta"] = "response.output_text.delta"
     delta: str
+    unit_end_ms: float | None = None
+    """End, on the input media clock, of the unit whose step produced this delta."""
 
 
 class ResponseOutputAudioDone(_ContentDelta):
@@ -349,6 +356,9 @@ class ResponseListen(ServerEventBase):
     type: Literal["response.listen"] = "response.listen"
     response_id: str | None = None
     response: ListenInfo
+    unit_end_ms: float | None = None
+    """End of the listened unit on the input media clock: which unit this decision answers, so a client
+    draining a commit can tell a backlog's late listens from the decision on the committed unit."""
 
 
 class PlaybackAcknowledged(ServerEventBase):

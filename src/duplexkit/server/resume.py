@@ -17,6 +17,7 @@ from starlette.websockets import WebSocket, WebSocketDisconnect
 from duplexkit.engine.journal import ExpiryReason
 from duplexkit.protocol import client_events as ce
 from duplexkit.protocol import server_events as se
+from duplexkit.protocol.dialects import Dialect
 from duplexkit.protocol.errors import ErrorCode, ProtocolError
 from duplexkit.protocol.wire import ServerEventStamper, parse_client_event
 from duplexkit.server.runner import FirstMessage, SessionRunner, refuse
@@ -72,26 +73,29 @@ class ResumeRegistry:
         while len(self._ended) > MAX_TOMBSTONES:
             self._ended.popitem(last=False)
 
-    async def serve(self, websocket: WebSocket, first: FirstMessage, *, enabled: bool) -> None:
-        """Answer a connection whose first message is `session.resume`."""
+    async def serve(
+        self, websocket: WebSocket, first: FirstMessage, dialect: Dialect, *, enabled: bool
+    ) -> None:
+        """Answer a connection (in `dialect`) whose first message is `session.resume`."""
         message = first.message
         assert message is not None
         data = message.get("text") or message.get("bytes") or ""
         try:
-            event = parse_client_event(data)
+            event = parse_client_event(data, dialect=dialect)
         except ProtocolError as exc:
-            await refuse(websocket, exc)
+            await refuse(websocket, exc, dialect)
             return
         assert isinstance(event, ce.SessionResume)
         if not enabled:
             await refuse(
                 websocket,
                 ProtocolError(ErrorCode.UNSUPPORTED_SESSION_RESUME, "this server does not resume sessions"),
+                dialect,
             )
             return
         runner = self._live.get(event.session_id)
         if runner is not None:
-            await runner.resume(websocket, event)
+            await runner.resume(websocket, event, dialect)
             return
         ended = self._ended.get(event.session_id)
         if ended is None:
@@ -101,7 +105,7 @@ class ResumeRegistry:
         elif ended[1] is not None:
             expired = se.SessionExpired(session_id=event.session_id, reason=ended[1])
             try:
-                await websocket.send_text(ServerEventStamper().encode(expired))
+                await websocket.send_text(ServerEventStamper(dialect).encode(expired))
             except (WebSocketDisconnect, RuntimeError, OSError):
                 return
             error = ProtocolError(ErrorCode.SESSION_RESUME_EXPIRED, f"the session expired ({ended[1]})")
@@ -109,4 +113,4 @@ class ResumeRegistry:
             error = ProtocolError(
                 ErrorCode.INVALID_SESSION_RESUME, f"the session ended ({ended[0]})", param="session_id"
             )
-        await refuse(websocket, error)
+        await refuse(websocket, error, dialect)

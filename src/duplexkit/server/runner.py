@@ -15,14 +15,15 @@ from __future__ import annotations
 
 import asyncio
 import contextlib
+import json
 import logging
 import secrets
 import time
 from collections.abc import Callable, MutableMapping
 from dataclasses import dataclass, field
-from typing import Any
+from typing import Any, Protocol
 
-from starlette.websockets import WebSocket, WebSocketDisconnect
+from starlette.websockets import WebSocketDisconnect
 
 from duplexkit import vad
 from duplexkit.engine import EngineSession, Step, Unit
@@ -30,11 +31,23 @@ from duplexkit.engine.journal import ExpiryReason, Lease, Replay, ReplayJournal,
 from duplexkit.models import ModelSession
 from duplexkit.protocol import client_events as ce
 from duplexkit.protocol import server_events as se
+from duplexkit.protocol.dialects import Dialect, follow_ups, render
 from duplexkit.protocol.errors import ErrorCode, ProtocolError
 from duplexkit.protocol.wire import MAX_EVENT_BYTES, ServerEventStamper, parse_client_event
 from duplexkit.server.metrics import ServerMetrics
 
 log = logging.getLogger("duplexkit.server")
+
+
+class SessionSocket(Protocol):
+    """What the runner needs of its connection: a Starlette `WebSocket`, or a protocol edge standing in
+    front of one (`server.moshi.MoshiSocket`)."""
+
+    async def receive(self) -> Any: ...
+
+    async def send_text(self, data: str) -> None: ...
+
+    async def close(self, code: int = 1000) -> None: ...
 
 
 @dataclass(frozen=True, slots=True)
@@ -63,7 +76,7 @@ class FirstMessage:
 class _Attachment:
     """One WebSocket the session is attached to, with its own outbound queue and tasks."""
 
-    ws: WebSocket
+    ws: SessionSocket
     generation: int
     outbound: asyncio.Queue[str | None] = field(default_factory=asyncio.Queue)
     outbound_bytes: int = 0
@@ -79,12 +92,13 @@ class _Attachment:
 class SessionRunner:
     def __init__(
         self,
-        websocket: WebSocket,
+        websocket: SessionSocket,
         engine: EngineSession,
         model: ModelSession,
         metrics: ServerMetrics,
         limits: RunnerLimits,
         clock: Callable[[], float] = time.monotonic,
+        dialect: Dialect = Dialect.GA,
         resume: ResumeConfig | None = None,
     ) -> None:
         self.engine = engine
@@ -92,8 +106,10 @@ class SessionRunner:
         self.metrics = metrics
         self.limits = limits
         self.clock = clock
+        self.dialect = dialect
+        """Pinned for the session's life: the journal holds frames rendered in it (a resume must match)."""
         self.resume_config = resume if resume is not None and resume.enabled else None
-        self._stamper = ServerEventStamper()
+        self._stamper = ServerEventStamper(dialect)
         self._attachment: _Attachment | None = _Attachment(websocket, generation=1)
         self._journal: ReplayJournal | None = None
         self._lease: Lease | None = None
@@ -157,16 +173,17 @@ class SessionRunner:
         if not self._done.is_set():
             self._apply(self.engine.close(reason, self.clock()))
 
-    async def resume(self, websocket: WebSocket, event: ce.SessionResume) -> None:
-        """Attach `websocket` to this session (`event` was its first message) and serve it until it ends.
+    async def resume(self, websocket: SessionSocket, event: ce.SessionResume, dialect: Dialect) -> None:
+        """Attach `websocket` (in `dialect`) to this session (`event` was its first message) and serve it
+        until it ends.
 
-        The caller has matched the session id; this checks the token and the seq, replaces an attachment
-        still open (`session.replaced`), then sends `session.resumed` and the replay (or
+        The caller has matched the session id; this checks the dialect, the token and the seq, replaces an
+        attachment still open (`session.replaced`), then sends `session.resumed` and the replay (or
         `session.resync_required`). A refused resume is answered with its coded error and the socket closes.
         """
-        refusal = self._resume_refusal(event)
+        refusal = self._resume_refusal(event, dialect)
         if refusal is not None:
-            await refuse(websocket, refusal)
+            await refuse(websocket, refusal, dialect)
             return
         self._resuming = True
         try:
@@ -183,7 +200,9 @@ class SessionRunner:
                 )
                 await self._end_attachment(old)
             if self._done.is_set():
-                await refuse(websocket, ProtocolError(ErrorCode.SESSION_RESUME_CONFLICT, "the session ended"))
+                await refuse(
+                    websocket, ProtocolError(ErrorCode.SESSION_RESUME_CONFLICT, "the session ended"), dialect
+                )
                 return
             attachment = self._attach(event.last_received_server_event_seq, websocket)
         finally:
@@ -191,9 +210,16 @@ class SessionRunner:
         self._start_attachment(attachment, None)
         await attachment.ended.wait()
 
-    def _resume_refusal(self, event: ce.SessionResume) -> ProtocolError | None:
+    def _resume_refusal(self, event: ce.SessionResume, dialect: Dialect) -> ProtocolError | None:
         if self.ticket is None:
             return ProtocolError(ErrorCode.UNSUPPORTED_SESSION_RESUME, "this session cannot be resumed")
+        if dialect != self.dialect:  # the journal holds frames rendered (and numbered) in the session's
+            return ProtocolError(
+                ErrorCode.INVALID_SESSION_RESUME,
+                f"the session speaks the {self.dialect.value} dialect; resume it in that dialect, not "
+                f"{dialect.value}",
+                param="dialect",
+            )
         if self._resuming:
             return ProtocolError(ErrorCode.SESSION_RESUME_CONFLICT, "a resume of this session is under way")
         if self._done.is_set() or self.engine.closed:
@@ -211,7 +237,7 @@ class SessionRunner:
             )
         return None
 
-    def _attach(self, last_seq: int, websocket: WebSocket) -> _Attachment:
+    def _attach(self, last_seq: int, websocket: SessionSocket) -> _Attachment:
         """A new attachment, `session.resumed` and the replay queued; no await, so nothing interleaves."""
         assert self.ticket is not None and self._journal is not None and self._lease is not None
         now = self.clock()
@@ -254,7 +280,7 @@ class SessionRunner:
         """An attachment-level event: not journaled, its seq the journal head (where a replay ends)."""
         event.server_event_seq = self.last_seq
         event.event_id = f"evt_ctl_{secrets.token_hex(6)}"
-        return event.model_dump_json(exclude_none=True)
+        return json.dumps(render(event.model_dump(mode="json", exclude_none=True), self.dialect))
 
     def _start_attachment(self, attachment: _Attachment, first: FirstMessage | None) -> None:
         attachment.reader = asyncio.create_task(self._read(attachment, first), name="reader")
@@ -307,11 +333,13 @@ class SessionRunner:
         awaiting_first = attachment.generation == 1  # a resumed attachment's first message was the resume
         try:
             while not self._done.is_set():
+                message: Message
                 if first is not None:
-                    message, first, awaiting_first = first.message, None, False
-                    if message is None:
+                    given, first, awaiting_first = first.message, None, False
+                    if given is None:
                         self._config_timed_out()
                         return
+                    message = given
                 elif awaiting_first:
                     try:
                         message = await asyncio.wait_for(ws.receive(), self.limits.config_timeout_s)
@@ -346,6 +374,7 @@ class SessionRunner:
                 data,
                 input_audio_format=self.engine.settings.input_audio_format,
                 max_bytes=self.limits.max_event_bytes,
+                dialect=self.dialect,
             )
         except ProtocolError as exc:
             self._apply(self.engine.protocol_error(exc))
@@ -531,13 +560,8 @@ class SessionRunner:
             if isinstance(event, se.SessionCreated) and self.ticket is not None:
                 event.resume_token = self.ticket.token
                 event.attachment_generation = self.ticket.generation
-            text = self._stamper.encode(event)
-            assert event.server_event_seq is not None
-            self.last_seq = event.server_event_seq
-            if self._journal is not None:
-                self._journal.record(self.last_seq, text, self.clock())
-            if attachment is not None:
-                attachment.send(text)
+            for sent in (event, *follow_ups(event, self.dialect)):
+                self._send(attachment, sent)
         for unit in step.units:
             self._pending_input_bytes += unit.samples.nbytes
             self._units.put_nowait(unit)
@@ -553,6 +577,16 @@ class SessionRunner:
                 attachment.outbound_bytes,
             )
             self._finish("client_too_slow")
+
+    def _send(self, attachment: _Attachment | None, event: se.ServerEventBase) -> None:
+        """Render one event in the session's dialect, journal it (resume on), send it if attached."""
+        text = self._stamper.encode(event)
+        assert event.server_event_seq is not None
+        self.last_seq = event.server_event_seq
+        if self._journal is not None:
+            self._journal.record(self.last_seq, text, self.clock())
+        if attachment is not None:
+            attachment.send(text)
 
     def _tell_model_what_was_heard(self, event: se.ServerEventBase) -> None:
         """After a response ends or an ack moves its played point, the model learns what was heard."""
@@ -583,11 +617,11 @@ class SessionRunner:
         self._done.set()
 
 
-async def refuse(websocket: WebSocket, error: ProtocolError) -> None:
-    """Answer a connection with one coded error and close it."""
+async def refuse(websocket: SessionSocket, error: ProtocolError, dialect: Dialect) -> None:
+    """Answer a connection with one coded error (a handshake error in `dialect`) and close it."""
     with contextlib.suppress(Exception):
         event = se.error_event(error.code, error.message, param=error.param, event_id=error.event_id)
-        await websocket.send_text(ServerEventStamper().encode(event))
+        await websocket.send_text(ServerEventStamper(dialect).encode(event))
         await websocket.close(1000)
 
 
