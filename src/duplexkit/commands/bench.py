@@ -149,7 +149,7 @@ def register(commands: argparse._SubParsersAction[argparse.ArgumentParser]) -> N
     run.add_argument(
         "--no-audio", action="store_true", help="do not keep output.wav and events.json per sample"
     )
-    parser.add_argument(
+    run.add_argument(
         "--no-resume",
         action="store_true",
         help="do not resume a session whose connection drops mid-sample (the attempt fails and is retried)",
