@@ -184,7 +184,10 @@ async def test_a_pool_keeps_each_server_within_its_capacity_and_records_who_prod
 async def test_a_server_full_of_another_clients_sessions_refuses_and_the_next_connection_goes_elsewhere(
     tmp_path: Path,
 ) -> None:
-    async with servers(1, 2) as (busy, free), DuplexClient(busy.url):  # another client holds busy's slot
+    # Another client holds busy's slot: configured, since an `autostart=0` connection is admitted on its
+    # first message (which may be a resume, taking no new slot).
+    async with servers(1, 2) as (busy, free), DuplexClient(busy.url) as other:
+        await other.configure(timeout_s=5)
         for _ in range(200):
             if busy.duplex.manager.active:
                 break

@@ -60,6 +60,10 @@ DUPLEX_ONLY_EVENTS = {
     "playback.acknowledged",
     "session.heartbeat_ack",
     "session.closed",
+    "session.resumed",  # vLLM-Omni's resume contract
+    "session.replaced",
+    "session.resync_required",
+    "session.expired",
 }
 
 # Our documented extensions to OpenAI's enumerations: `response.status_details.reason` values OpenAI does
@@ -478,6 +482,17 @@ def _duplex_only_examples() -> list[ServerEventBase]:
         se.PlaybackAcknowledged(response_id="resp_3", played_ms=500.0, committed_ms=500.0),
         se.SessionHeartbeatAck(),
         se.SessionClosed(session_id="sess_7", reason="client_close"),
+        se.SessionResumed(
+            session_id="sess_7",
+            resume_token="tok",
+            attachment_generation=2,
+            replayed_events=0,
+            client_events_received=3,
+            session=_session(),
+        ),
+        se.SessionReplaced(session_id="sess_7", attachment_generation=3),
+        se.SessionResyncRequired(session_id="sess_7", reason="journal_gap", first_available_seq=5),
+        se.SessionExpired(session_id="sess_7", reason="idle_ttl_expired"),
     ]
 
 

@@ -119,6 +119,10 @@ def _client_examples() -> dict[str, ClientEventBase]:
         ce.ConversationItemTruncate(event_id="c_14", item_id="item_1", content_index=0, audio_end_ms=640),
         ce.SessionHeartbeat(event_id="c_15"),
         ce.SessionClose(event_id="c_16", reason="done"),
+        ce.SessionResume(
+            event_id="c_17", session_id="sess_1", resume_token="tok", last_received_server_event_seq=41
+        ),
+        ce.SessionEventAck(event_id="c_18", server_event_seq=41),
     ]
     return {event.type: event for event in events}  # type: ignore[attr-defined]
 
@@ -236,6 +240,17 @@ def _server_examples() -> dict[str, ServerEventBase]:
         se.PlaybackAcknowledged(response_id="resp_1", item_id="item_1", played_ms=800.0, committed_ms=750.0),
         se.SessionHeartbeatAck(),
         se.SessionClosed(session_id="sess_1", reason="client_close"),
+        se.SessionResumed(
+            session_id="sess_1",
+            resume_token="tok_2",
+            attachment_generation=2,
+            replayed_events=3,
+            client_events_received=17,
+            session=_session_info(),
+        ),
+        se.SessionReplaced(session_id="sess_1", attachment_generation=2),
+        se.SessionResyncRequired(session_id="sess_1", reason="journal_overflow", first_available_seq=90),
+        se.SessionExpired(session_id="sess_1", reason="disconnect_grace_expired"),
         se.RateLimitsUpdated(
             rate_limits=[se.RateLimit(name="requests", limit=4, remaining=3, reset_seconds=0.0)]
         ),

@@ -260,7 +260,8 @@ async def test_a_full_server_shows_its_capacity_refusal_with_a_retry(
         assert json.loads(await occupant.recv())["type"] == "session.created"
         await browser.open(server.http_url + "/")
         await browser.click("#connect")
-        state = await _until(browser, lambda s: s["alert"] is not None)
+        # The refusal and the close are separate browser tasks: wait for both.
+        state = await _until(browser, lambda s: s["alert"] is not None and s["stats"]["closed"] is not None)
 
         assert state["alert"]["kind"] == "capacity" and "retry" in state["alert"]["text"].lower()
         assert state["stats"]["closed"]["code"] == 1013

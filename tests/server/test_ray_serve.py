@@ -10,6 +10,7 @@ carries them: Ray Serve's `x-session-id` header (raw `websockets` client, as any
 from __future__ import annotations
 
 import asyncio
+import contextlib
 import json
 import socket
 import time
@@ -19,6 +20,7 @@ from typing import Any
 
 import numpy as np
 import pytest
+import websockets
 from prometheus_client.parser import text_string_to_metric_families
 
 pytest.importorskip("ray.serve", reason="the `ray` extra is not installed (pip install 'duplexkit[ray]')")
@@ -103,6 +105,14 @@ async def open_admitted(url: str, *, key: str | None = None, tries: int = 5) -> 
     raise AssertionError(f"no replica admitted a session in {tries} tries")
 
 
+async def end(ws: ClientConnection) -> None:
+    """End a session, not just its socket: a socket closed without `session.close` leaves the session
+    detached (resumable) through its disconnect grace, still holding its replica's slot."""
+    with contextlib.suppress(websockets.ConnectionClosed):
+        await ws.send(json.dumps({"type": "session.close"}))
+    await ws.close()
+
+
 async def test_a_spoken_turn_through_the_serve_proxy(cluster: str) -> None:
     async with DuplexClient(cluster) as client:
         conversation = await converse(
@@ -138,7 +148,7 @@ async def test_a_full_replica_spills_over_to_the_other_and_a_full_cluster_refuse
         assert first["error"]["type"] == "rate_limit_error"  # retryable: come back later
     finally:
         for ws, _ in held:
-            await ws.close()
+            await end(ws)
 
 
 async def test_a_reconnection_carrying_its_session_id_reaches_the_replica_holding_that_session(
@@ -164,7 +174,7 @@ async def test_a_reconnection_carrying_its_session_id_reaches_the_replica_holdin
         assert await until(cluster, lambda c: sum(c) == 4) == [2, 2]
     finally:
         for ws in opened:
-            await ws.close()
+            await end(ws)
 
 
 async def test_a_key_the_client_chose_in_the_query_sticks_without_waiting_for_a_report(cluster: str) -> None:

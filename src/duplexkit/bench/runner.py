@@ -38,7 +38,16 @@ from duplexkit.bench.retry import (
     timeout_label,
     verdict,
 )
-from duplexkit.client import CloseResult, ConnectionLost, SessionBounds, SessionError, SessionProgress
+from duplexkit.client import (
+    CloseResult,
+    ConnectionLost,
+    DuplexClient,
+    SessionBounds,
+    SessionError,
+    SessionProgress,
+)
+from duplexkit.client.protocols import detect_protocol
+from duplexkit.client.reconnect import ResumePolicy
 from duplexkit.protocol.errors import ErrorCode
 
 log = logging.getLogger("duplexkit.bench")
@@ -80,9 +89,16 @@ class RunConfig:
     bounds: SessionBounds = field(default_factory=SessionBounds)
     capacity_wait_max_s: float = 300.0
     keep_audio: bool = True
+    resume: bool = True
+    """Resume a session whose connection drops (`ResumePolicy`); the sample records `resumed: N`."""
     extra_body: dict[str, Any] = field(default_factory=dict)
     protocol: str = "auto"
     """The wire protocol (`client.protocols`); `auto` detects it from the URL."""
+
+    def resume_policy(self) -> ResumePolicy | None:
+        """The client's resume policy for this run's sessions (duplex protocol only; others cannot)."""
+        protocol = detect_protocol(self.url) if self.protocol == "auto" else self.protocol
+        return ResumePolicy() if self.resume and protocol == "duplex" else None
 
     def to_json(self) -> dict[str, Any]:
         """The config as recorded in `run.json`, with the bounds' fields inline."""
@@ -140,6 +156,14 @@ class SampleResult:
     retried: bool = False
     error: str | None = None
     ttfp_ms: float | None = None
+
+
+def record_resumes(client: DuplexClient, meta: dict[str, Any], outcome: AttemptOutcome) -> None:
+    """A sample's `resumed: N` (sessions resumed after a lost connection); a resync fails the attempt,
+    since the events the server could not replay are lost to the sample."""
+    meta["resumed"] = client.resumed
+    if client.resync is not None and outcome.transport_error is None:
+        outcome.transport_error = f"resync_required: {client.resync.get('reason')}"
 
 
 class BenchmarkRunner:

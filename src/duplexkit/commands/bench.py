@@ -150,6 +150,11 @@ def register(commands: argparse._SubParsersAction[argparse.ArgumentParser]) -> N
         "--no-audio", action="store_true", help="do not keep output.wav and events.json per sample"
     )
     run.add_argument(
+        "--no-resume",
+        action="store_true",
+        help="do not resume a session whose connection drops mid-sample (the attempt fails and is retried)",
+    )
+    run.add_argument(
         "--score", action="store_true", help="score the run when it ends (see the judge options)"
     )
     run.add_argument("--report", action="store_true", help="write RUN_DIR/report.html when the run ends")
@@ -265,6 +270,7 @@ async def _bench(
             concurrency=args.concurrency,
             bounds=bounds_from_args(args),
             keep_audio=not args.no_audio,
+            resume=not args.no_resume,
             extra_body=args.extra_body,
             protocol=args.protocol,
         )

@@ -33,6 +33,14 @@ def register(commands: argparse._SubParsersAction[argparse.ArgumentParser]) -> N
         help="accept only clients presenting KEY (repeatable; also DUPLEXKIT_API_KEYS, comma separated)",
     )
     parser.add_argument(
+        "--disconnect-grace",
+        type=float,
+        default=30.0,
+        metavar="SECONDS",
+        help="how long a session whose socket dropped waits for session.resume, holding its slot; "
+        "0 turns resume off (default: %(default)s)",
+    )
+    parser.add_argument(
         "--log-level",
         default="info",
         choices=["debug", "info", "warning", "error"],
@@ -59,6 +67,7 @@ def register(commands: argparse._SubParsersAction[argparse.ArgumentParser]) -> N
 
 
 def run(args: argparse.Namespace) -> int:
+    from duplexkit.engine.journal import ResumeConfig
     from duplexkit.server import DuplexServer, ServerConfig, run_server
     from duplexkit.server.playground import playground_url
 
@@ -69,12 +78,19 @@ def run(args: argparse.Namespace) -> int:
     logging.basicConfig(
         level=args.log_level.upper(), format="%(asctime)s %(levelname)s %(name)s: %(message)s"
     )
+    if args.disconnect_grace < 0:
+        print("duplexkit serve: --disconnect-grace must be 0 or more", file=sys.stderr)
+        return 2
     if args.ray:
         return _run_on_ray(args, frozenset(args.api_key + env_keys))
     plugin = model_from_args(args)
     if plugin is None:
         return 2
-    config = ServerConfig(max_sessions=args.max_sessions, api_keys=frozenset(args.api_key + env_keys))
+    config = ServerConfig(
+        max_sessions=args.max_sessions,
+        api_keys=frozenset(args.api_key + env_keys),
+        resume=ResumeConfig(disconnect_grace_s=args.disconnect_grace),
+    )
     print(f"duplexkit serve: playground at {playground_url(args.host, args.port)}", flush=True)
     run_server(DuplexServer(plugin, config), host=args.host, port=args.port, log_level=args.log_level)
     return 0
@@ -103,6 +119,7 @@ def _run_on_ray(args: argparse.Namespace, api_keys: frozenset[str]) -> int:
         max_sessions=args.max_sessions,
         replica_cpus=args.replica_cpus,
         api_keys=api_keys,
+        disconnect_grace_s=args.disconnect_grace,
     )
     stop = threading.Event()
 

@@ -45,6 +45,7 @@ class EngineConfig:
     continuation_limit: int = 8
     idle_timeout_s: float = 300.0
     server_vad: bool = False
+    supports_session_resume: bool = False
 
 
 @dataclass(slots=True)
@@ -479,14 +480,17 @@ class EngineSession:
         )
         return step
 
-    def on_step_failed(self, unit: Unit, message: str, now: float) -> Step:
-        """The model raised while stepping `unit`: fail the active response only; the session survives."""
+    def on_step_failed(
+        self, unit: Unit, message: str, now: float, code: ErrorCode = ErrorCode.MODEL_STEP_FAILED
+    ) -> Step:
+        """The model raised (or missed its step deadline, `model_step_timeout`) while stepping `unit`: fail
+        the active response only; the session survives."""
         if self.closed or not self.fence.admits(unit.fence):
             return Step()
         step = Step()
         if self._response is not None:
             step.events.extend(self._finish("failed", "model_error", interrupted=True))
-        step.events.append(se.error_event(ErrorCode.MODEL_STEP_FAILED, f"model step failed: {message}"))
+        step.events.append(se.error_event(code, f"model step failed: {message}"))
         return step
 
     def step_finished(self, unit: Unit, now: float) -> None:
@@ -689,6 +693,10 @@ class EngineSession:
 
     # --- helpers --------------------------------------------------------------------------------------
 
+    def session_info(self) -> se.SessionInfo:
+        """The session as `session.created`/`session.updated` describe it (also sent on `session.resumed`)."""
+        return self._session_info()
+
     def _session_info(self) -> se.SessionInfo:
         s, c = self.settings, self.config
         return se.SessionInfo(
@@ -713,6 +721,7 @@ class EngineSession:
                 max_sessions=c.max_sessions,
                 input_sample_rate_hz=s.input_sample_rate_hz,
                 output_sample_rate_hz=c.output_sample_rate_hz,
+                supports_session_resume=c.supports_session_resume,
             ),
         )
 

@@ -292,6 +292,22 @@ class SessionClose(ClientEventBase):
     reason: str | None = None
 
 
+class SessionResume(ClientEventBase):
+    """Reattach to a detached session (the first message of a `?autostart=0` connection)."""
+
+    type: Literal["session.resume"] = "session.resume"
+    session_id: str
+    resume_token: str
+    last_received_server_event_seq: int = Field(ge=0)
+
+
+class SessionEventAck(ClientEventBase):
+    """The client holds every server event through `server_event_seq`: the server may trim its journal."""
+
+    type: Literal["session.event_ack"] = "session.event_ack"
+    server_event_seq: int = Field(ge=0)
+
+
 ClientEvent = Annotated[
     SessionUpdate
     | InputAudioBufferAppend
@@ -308,7 +324,9 @@ ClientEvent = Annotated[
     | ConversationItemDelete
     | ConversationItemTruncate
     | SessionHeartbeat
-    | SessionClose,
+    | SessionClose
+    | SessionResume
+    | SessionEventAck,
     Field(discriminator="type"),
 ]
 

@@ -120,7 +120,7 @@ def follow_ups(event: se.ServerEventBase, dialect: Dialect) -> list[se.ServerEve
 def reshapes(event: se.ServerEventBase, dialect: Dialect, *, opened: bool = True) -> bool:
     """Whether `render` changes more than the event's name (the serialiser's fast path when not)."""
     spec = DIALECTS[dialect]
-    if isinstance(event, se.SessionCreated | se.SessionUpdated):
+    if isinstance(event, se.SessionCreated | se.SessionUpdated | se.SessionResumed):
         return spec.ga_session
     if isinstance(event, se.Error):
         return spec.flat_handshake_errors and not opened
@@ -147,7 +147,7 @@ def render(payload: dict[str, Any], dialect: Dialect, *, opened: bool = True) ->
         return {**payload, "error": error["message"], "code": code}
     if isinstance(kind, str):
         payload["type"] = spec.names.get(kind, kind)
-    if spec.ga_session and kind in ("session.created", "session.updated"):
+    if spec.ga_session and kind in ("session.created", "session.updated", "session.resumed"):
         payload["session"] = _ga_session(payload["session"])
     if spec.vllm_omni_metrics and "response_request_metrics" in payload:
         metrics = payload["response_request_metrics"]

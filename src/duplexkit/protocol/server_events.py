@@ -47,6 +47,7 @@ class Capabilities(BaseModel):
     max_sessions: int
     input_sample_rate_hz: int
     output_sample_rate_hz: int
+    supports_session_resume: bool = False
 
 
 class SessionInfo(BaseModel):
@@ -187,8 +188,12 @@ class RateLimit(BaseModel):
 
 
 class SessionCreated(ServerEventBase):
+    """`resume_token` and `attachment_generation` are set when the server supports resume."""
+
     type: Literal["session.created"] = "session.created"
     session: SessionInfo
+    resume_token: str | None = None
+    attachment_generation: int | None = None
 
 
 class SessionUpdated(ServerEventBase):
@@ -409,6 +414,46 @@ class RateLimitsUpdated(ServerEventBase):
     rate_limits: list[RateLimit]
 
 
+class SessionResumed(ServerEventBase):
+    """The resume was accepted; the journaled events after the client's seq follow, with their original ids.
+
+    Not journaled itself: its `server_event_seq` is the journal's head, where the replay ends.
+    `client_events_received` (a duplexkit extension) counts the client frames the session has processed,
+    so a client can resend exactly the frames that never arrived.
+    """
+
+    type: Literal["session.resumed"] = "session.resumed"
+    session_id: str
+    resume_token: str
+    attachment_generation: int
+    replayed_events: int
+    client_events_received: int
+    session: SessionInfo
+
+
+class SessionReplaced(ServerEventBase):
+    """Sent to an attachment that a newer `session.resume` took over; its socket closes next."""
+
+    type: Literal["session.replaced"] = "session.replaced"
+    session_id: str
+    attachment_generation: int
+
+
+class SessionResyncRequired(ServerEventBase):
+    """The journal no longer holds events the client says it lacks: nothing is replayed."""
+
+    type: Literal["session.resync_required"] = "session.resync_required"
+    session_id: str
+    reason: Literal["journal_gap", "journal_overflow"]
+    first_available_seq: int
+
+
+class SessionExpired(ServerEventBase):
+    type: Literal["session.expired"] = "session.expired"
+    session_id: str
+    reason: Literal["disconnect_grace_expired", "idle_ttl_expired"]
+
+
 class Error(ServerEventBase):
     type: Literal["error"] = "error"
     error: ErrorDetail
@@ -446,6 +491,10 @@ ServerEvent = Annotated[
     | SessionHeartbeatAck
     | SessionClosed
     | RateLimitsUpdated
+    | SessionResumed
+    | SessionReplaced
+    | SessionResyncRequired
+    | SessionExpired
     | Error,
     Field(discriminator="type"),
 ]

@@ -8,6 +8,7 @@ session, a model session and a runner.
 
 from __future__ import annotations
 
+import dataclasses
 import importlib.util
 import logging
 from collections.abc import Awaitable, Callable
@@ -22,6 +23,7 @@ from starlette.websockets import WebSocket
 
 from duplexkit import __version__
 from duplexkit.engine import EngineSession
+from duplexkit.engine.journal import ResumeConfig
 from duplexkit.models import ModelPlugin
 from duplexkit.protocol import moshi
 from duplexkit.protocol.dialects import DIALECTS, Dialect, select_dialect
@@ -33,7 +35,8 @@ from duplexkit.server.manager import SessionManager
 from duplexkit.server.metrics import ServerMetrics
 from duplexkit.server.moshi import MoshiSocket, session_from_query
 from duplexkit.server.playground import playground_routes
-from duplexkit.server.runner import RunnerLimits, SessionRunner, SessionSocket
+from duplexkit.server.resume import ResumeRegistry, is_resume, read_first
+from duplexkit.server.runner import FirstMessage, RunnerLimits, SessionRunner, SessionSocket
 
 log = logging.getLogger("duplexkit.server")
 
@@ -46,6 +49,7 @@ class ServerConfig:
     max_sessions: int = 64
     api_keys: frozenset[str] = frozenset()
     limits: RunnerLimits = field(default_factory=RunnerLimits)
+    resume: ResumeConfig = field(default_factory=ResumeConfig)
 
 
 class DuplexServer:
@@ -56,6 +60,7 @@ class DuplexServer:
         self.config = config or ServerConfig()
         self.metrics = ServerMetrics()
         self.manager = SessionManager(self.config.max_sessions, self.metrics)
+        self.resumable = ResumeRegistry()
         self.app = Starlette(
             routes=[
                 WebSocketRoute("/v1/realtime", self._session),
@@ -105,13 +110,25 @@ class DuplexServer:
             refusal = error_event(ErrorCode.SESSION_CAPACITY_EXHAUSTED, message)
             await websocket.send_text(ServerEventStamper(dialect).encode(refusal))
 
+        autostart = websocket.query_params.get("autostart", "1") != "0"
+        first: FirstMessage | None = None
+        if not autostart:  # the first message may be a resume, which must not take a new slot
+            await websocket.accept(subprotocol=subprotocol)
+            first = await read_first(websocket, self.config.limits.config_timeout_s)
+            if first is None:
+                return
+            if is_resume(first):
+                await self.resumable.serve(websocket, first, dialect, enabled=self.config.resume.enabled)
+                return
         await self._admit_and_run(
             websocket,
             websocket,
             subprotocol,
             refuse,
             dialect=dialect,
-            autostart=websocket.query_params.get("autostart", "1") != "0",
+            autostart=autostart,
+            resume=self.config.resume,
+            first=first,
         )
 
     async def _moshi(self, websocket: WebSocket) -> None:
@@ -149,19 +166,29 @@ class DuplexServer:
         *,
         dialect: Dialect,
         autostart: bool,
+        resume: ResumeConfig | None = None,
+        first: FirstMessage | None = None,
     ) -> None:
-        """Admission (or the retryable capacity refusal, close 1013), then one runner until the end."""
+        """Admission (or the retryable capacity refusal, close 1013), then one runner until the end.
+
+        `first`: the connection was accepted already and this was its first message (read to tell a
+        resume from a new session); `resume`: the session may be resumed (`/v1/realtime` only)."""
         slot = self.manager.try_admit()
         if slot is None:
-            await websocket.accept(subprotocol=subprotocol)
+            if first is None:
+                await websocket.accept(subprotocol=subprotocol)
             await refuse(f"all {self.manager.max_sessions} session slots are in use; retry later")
             await websocket.close(code=1013, reason="try again later")
             return
+        runner: SessionRunner | None = None
         try:
-            await websocket.accept(subprotocol=subprotocol)
+            if first is None:
+                await websocket.accept(subprotocol=subprotocol)
             config = self.plugin.capabilities.engine_config(
                 self.plugin.name, max_sessions=self.config.max_sessions, server_vad=SERVER_VAD_AVAILABLE
             )
+            resumable = resume is not None and resume.enabled
+            config = dataclasses.replace(config, supports_session_resume=resumable)
             engine = EngineSession(slot.session_id, config)
             engine.settings.input_sample_rate_hz = (
                 DIALECTS[dialect].input_sample_rate_hz or engine.settings.input_sample_rate_hz
@@ -173,10 +200,14 @@ class DuplexServer:
                 self.metrics,
                 self.config.limits,
                 dialect=dialect,
+                resume=resume,
             )
             slot.shutdown = runner.shutdown
-            await runner.run(autostart=autostart)
+            self.resumable.register(runner)
+            await runner.run(autostart=autostart, first=first)
         except Exception:
             log.exception("session %s failed", slot.session_id)
         finally:
+            if runner is not None:
+                self.resumable.retire(runner)
             self.manager.release(slot)

@@ -32,7 +32,8 @@ class SessionManager:
 
     @property
     def session_ids(self) -> set[str]:
-        """The ids of the sessions holding a slot (a cluster routes a session's reconnection by them)."""
+        """The ids of the sessions holding a slot (a cluster routes a session's reconnection by them). A
+        detached session awaiting its resume keeps its slot through the grace, so it is among them."""
         return {slot.session_id for slot in self._slots}
 
     def try_admit(self) -> Slot | None:

@@ -44,6 +44,7 @@ from starlette.responses import JSONResponse, Response
 from starlette.types import Receive, Scope, Send
 
 from duplexkit import __version__
+from duplexkit.engine.journal import ResumeConfig
 from duplexkit.models import load_model
 from duplexkit.server.app import DuplexServer, ServerConfig
 from duplexkit.server.cluster import (
@@ -78,6 +79,8 @@ class RayServeOptions:
     """Per replica."""
     replica_cpus: float = 1.0
     api_keys: frozenset[str] = frozenset()
+    disconnect_grace_s: float = 30.0
+    """How long a replica keeps a detached session for its resume (0: resume off)."""
     direct_host: str | None = None
     """Also serve each replica on its own port on this interface (its node's address); `None`: proxy only."""
 
@@ -141,7 +144,11 @@ class DuplexReplica:
 
     async def __init__(self, options: RayServeOptions) -> None:  # type: ignore[misc]  # Serve awaits it
         plugin = load_model(options.model, dict(options.model_args))
-        config = ServerConfig(max_sessions=options.max_sessions, api_keys=options.api_keys)
+        config = ServerConfig(
+            max_sessions=options.max_sessions,
+            api_keys=options.api_keys,
+            resume=ResumeConfig(disconnect_grace_s=options.disconnect_grace_s),
+        )
         self.duplex = DuplexServer(plugin, config)
         self.replica = serve.get_replica_context().replica_id.unique_id
         self.keys = _Keys()

@@ -33,7 +33,14 @@ from duplexkit.bench.fdb import metrics
 from duplexkit.bench.fdb.dataset import Sample
 from duplexkit.bench.fdb.words import server_words
 from duplexkit.bench.retry import AttemptOutcome
-from duplexkit.bench.runner import Attempt, CapacityRefused, RunConfig, is_capacity_refusal, record_close
+from duplexkit.bench.runner import (
+    Attempt,
+    CapacityRefused,
+    RunConfig,
+    is_capacity_refusal,
+    record_close,
+    record_resumes,
+)
 from duplexkit.bench.speech import speech_segments
 from duplexkit.client import ConnectionLost, DuplexClient, SessionError, SessionProgress, dump_events
 from duplexkit.client.session import close_session
@@ -75,6 +82,7 @@ def connect(config: RunConfig) -> DuplexClient:
         model=config.model,
         protocol=config.protocol,
         open_timeout_s=config.bounds.open_timeout_s,
+        resume=config.resume_policy(),
     )
 
 
@@ -138,6 +146,7 @@ async def run_attempt(
         outcome.drain_settled = not report.timed_out and not client.connection_lost
         progress.stage = "close"
         record_close(await close_session(client, bounds), outcome, meta, bounds.close_timeout_s)
+        record_resumes(client, meta, outcome)
         collector = client.collector
         outcome.server_errors = [str(f.get("error", {}).get("code")) for f in collector.failures()]
         responses = collector.responses()

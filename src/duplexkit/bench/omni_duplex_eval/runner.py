@@ -21,7 +21,14 @@ from duplexkit.bench.artifacts import write_json_atomic
 from duplexkit.bench.media import PreparedMedia
 from duplexkit.bench.omni_duplex_eval.dataset import Sample
 from duplexkit.bench.retry import AttemptOutcome
-from duplexkit.bench.runner import Attempt, CapacityRefused, RunConfig, is_capacity_refusal, record_close
+from duplexkit.bench.runner import (
+    Attempt,
+    CapacityRefused,
+    RunConfig,
+    is_capacity_refusal,
+    record_close,
+    record_resumes,
+)
 from duplexkit.bench.speech import speech_segments
 from duplexkit.client import DuplexClient, SessionError, SessionProgress, converse, dump_events
 from duplexkit.client.collector import AUDIO_DELTAS
@@ -54,6 +61,7 @@ async def run_attempt(
         model=config.model,
         protocol=config.protocol,
         open_timeout_s=bounds.open_timeout_s,
+        resume=config.resume_policy(),
     ) as client:
         samples = np.frombuffer(media.pcm16, dtype="<i2").astype(np.float32) / 32768.0
         try:
@@ -74,6 +82,7 @@ async def run_attempt(
             raise
         if conversation.interrupted is not None:  # a lost connection or a padding failure fails the attempt
             raise conversation.interrupted
+        record_resumes(client, meta, outcome)
         report, drain, close = conversation.stream, conversation.drain, conversation.close
         assert report is not None and drain is not None
         meta["unit_ms"] = conversation.capabilities.chunk_period_ms

@@ -56,7 +56,14 @@ from duplexkit.bench.omniinteract.listener import (
 from duplexkit.bench.omniinteract.slots import build_slots
 from duplexkit.bench.omniinteract.timing import ResponseText, chunk_to_json, response_chunk
 from duplexkit.bench.retry import AttemptOutcome
-from duplexkit.bench.runner import Attempt, CapacityRefused, RunConfig, is_capacity_refusal, record_close
+from duplexkit.bench.runner import (
+    Attempt,
+    CapacityRefused,
+    RunConfig,
+    is_capacity_refusal,
+    record_close,
+    record_resumes,
+)
 from duplexkit.bench.speech import speech_segments
 from duplexkit.client import ConnectionLost, DuplexClient, SessionError, SessionProgress, dump_events
 from duplexkit.client.drain import CommitPoint
@@ -209,6 +216,7 @@ async def run_attempt(
         protocol=config.protocol,
         open_timeout_s=bounds.open_timeout_s,
         ack_interval_s=_NO_CLIENT_ACKS_S,
+        resume=config.resume_policy(),
     )
     async with client:
         progress.client, progress.stage = client, "configure"
@@ -268,6 +276,7 @@ async def run_attempt(
             meta["final_acks"] = [{"response_id": r, "played_ms": ms} for r, _, ms in final]
             progress.stage = "close"
             record_close(await close_session(client, bounds), outcome, meta, bounds.close_timeout_s)
+        record_resumes(client, meta, outcome)
         codes = [str(dig(e.data, "error", "code")) for e in client.events if e.type == "error"]
         outcome.server_errors = [code for code in codes if code not in TOLERATED_ERRORS]
         meta["tolerated_errors"] = sorted({code for code in codes if code in TOLERATED_ERRORS})
