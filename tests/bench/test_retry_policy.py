@@ -22,8 +22,8 @@ PUBLISH, RETRY, FAIL = Verdict.PUBLISH, Verdict.RETRY, Verdict.FAIL
 
 
 def outcome(**fields: Any) -> AttemptOutcome:
-    """A completed attempt (every response done) with `fields` changed."""
-    return AttemptOutcome(**{"response_done": True, **fields})
+    """A completed attempt (the drain settled, every response done) with `fields` changed."""
+    return AttemptOutcome(**{"response_done": True, "drain_settled": True, **fields})
 
 
 # Each row: (name, outcome, verdict after attempt 1, verdict after attempt 2, failure reason).
@@ -104,11 +104,25 @@ TABLE = [
         "close_timeout",
     ),
     (
-        "close stall under an open reply",
+        "close stall after a settled drain with no reply (the model chose silence) is advisory",
         outcome(close_timeout=5.0, response_done=False),
+        PUBLISH,
+        PUBLISH,
+        "close_timeout",
+    ),
+    (
+        "close stall under an open reply (the drain did not settle)",
+        outcome(close_timeout=5.0, response_done=False, drain_settled=False),
         RETRY,
         FAIL,
         "close_timeout",
+    ),
+    (
+        "a final ack stall is recorded, never retried",
+        outcome(ack_timeout=1.0),
+        PUBLISH,
+        PUBLISH,
+        "ok",
     ),
     (
         "close stall does not excuse an input stall",

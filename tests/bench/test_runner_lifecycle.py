@@ -4,8 +4,10 @@ Each fake is a `websockets.serve` server on port 0 (in the test's event loop, or
 it must block its loop), speaking just enough of the duplex protocol:
 `session.update` → `session.created` with capabilities, commit → `input_audio_buffer.committed`, a reply as
 `response.created` → transcript delta → audio delta → `response.done`, a `response.listen` per padded
-append, `session.close` → `session.closed`. Each connection follows a `Script`; a fault is one field of it.
-The fake records every frame it reads and every event it sends, in order, with its time.
+append, `session.close` → `session.closed`. Like our server, it names the unit each decision answers
+(`unit_end_ms`: the media clock of the latest append it has read). Each connection follows a `Script`; a
+fault is one field of it. The fake records every frame it reads and every event it sends, in order, with
+its time.
 
 Two faults live on the client's side of the socket (the `wire` fixture): a narrow link (small send buffer
 and write limit), so that a server that stops reading stalls the client after kilobytes instead of the
@@ -43,10 +45,12 @@ from websockets.exceptions import ConnectionClosed
 
 import duplexkit.client.client as client_module
 from duplexkit.bench.artifacts import RunDir
-from duplexkit.bench.datasets import Sample
+from duplexkit.bench.benchmark import DEFAULT_BENCHMARK, get_benchmark
 from duplexkit.bench.media import prepare_media
+from duplexkit.bench.omni_duplex_eval.dataset import Sample
+from duplexkit.bench.omni_duplex_eval.runner import run_attempt
 from duplexkit.bench.retry import capacity_backoff_s
-from duplexkit.bench.runner import BenchmarkRunner, RunConfig, SampleResult, run_attempt
+from duplexkit.bench.runner import BenchmarkRunner, RunConfig, SampleResult
 from duplexkit.client import DuplexClient, SessionBounds
 from tests.bench.conftest import clip_sample
 
@@ -187,6 +191,7 @@ class FakeServer:
         conn = Connection(script)
         self.connections.append(conn)
         replies = 0
+        media_ms = 0.0
         busy: asyncio.Task[None] | None = None
 
         async def send(kind: str, **fields: Any) -> None:
@@ -207,7 +212,9 @@ class FakeServer:
             nonlocal replies
             replies += 1
             rid, iid = f"resp_{number}_{replies}", f"item_{number}_{replies}"
-            await send("response.created", response={"id": rid, "status": "in_progress"})
+            await send(
+                "response.created", response={"id": rid, "status": "in_progress"}, unit_end_ms=media_ms
+            )
             await send(
                 "response.output_audio_transcript.delta", response_id=rid, item_id=iid, delta=REPLY_TEXT
             )
@@ -218,6 +225,7 @@ class FakeServer:
                 item_id=iid,
                 delta=audio,
                 sample_rate_hz=24_000,
+                unit_end_ms=media_ms,
             )
             await send("response.done", response={"id": rid, "status": "completed"})
 
@@ -250,12 +258,13 @@ class FakeServer:
                         "audio_end_ms": frame.get("audio_end_ms"),
                         "silent": not any(base64.b64decode(frame["audio"])),
                     }
+                    media_ms = float(frame.get("audio_end_ms") or media_ms)
                     if conn.committed:
                         conn.padding.append(record)
                         if script.reply_on_first_padding and len(conn.padding) == 1:
                             await reply()
                         if script.listen_each_padding:
-                            await send("response.listen", response=PADDING_LISTEN)
+                            await send("response.listen", response=PADDING_LISTEN, unit_end_ms=media_ms)
                         continue
                     conn.clip.append(record)
                     if len(conn.clip) == script.reply_after_append:
@@ -275,7 +284,7 @@ class FakeServer:
                         if action == "reply":
                             await reply()
                         elif action == "model_listen":
-                            await send("response.listen", response=MODEL_LISTEN)
+                            await send("response.listen", response=MODEL_LISTEN, unit_end_ms=media_ms)
                         elif action == "error":
                             error = {"type": "server_error", "code": script.error_code, "message": "boom"}
                             await send("error", error=error)
@@ -317,6 +326,8 @@ class Wire:
     write_limit: int | None = None
     stall_commit_s: float = 0.0
     """The first connection's commit frame takes this long to reach the socket."""
+    stall_first_ack_s: float = 0.0
+    """The first connection's first `playback.ack` frame takes this long to reach the socket."""
     opened: int = 0
 
 
@@ -339,13 +350,20 @@ def wire(monkeypatch: pytest.MonkeyPatch) -> Wire:
         if settings.write_limit is not None:
             extra["write_limit"] = settings.write_limit
         ws = await real_connect(uri, **kwargs, **extra)
-        if index == 0 and settings.stall_commit_s > 0:
+        if index == 0 and (settings.stall_commit_s > 0 or settings.stall_first_ack_s > 0):
             real_send = ws.send
+            acks = 0
 
             async def send(message: Any, *args: Any, **kw: Any) -> None:
-                is_commit = isinstance(message, str) and len(message) < 200 and "buffer.commit" in message
-                if is_commit and json.loads(message).get("type") == "input_audio_buffer.commit":
+                nonlocal acks
+                small = isinstance(message, str) and len(message) < 400
+                kind = json.loads(message).get("type") if small else None
+                if kind == "input_audio_buffer.commit":
                     await asyncio.sleep(settings.stall_commit_s)
+                elif kind == "playback.ack":
+                    acks += 1
+                    if acks == 1:
+                        await asyncio.sleep(settings.stall_first_ack_s)
                 await real_send(message, *args, **kw)
 
             ws.send = send
@@ -458,7 +476,7 @@ async def test_a_clean_sample_is_published_once_with_its_metadata(tmp_path: Path
     assert (meta["fps"], meta["chunk_ms"], meta["unit_ms"]) == (1.0, CHUNK_MS, 1000)
     assert meta["input_committed"] is True and meta["response_done"] is True
     assert meta["timeouts"] == dict.fromkeys(
-        ("input_timeout", "commit_timeout", "drain_timeout", "close_timeout"), None
+        ("input_timeout", "commit_timeout", "drain_timeout", "ack_timeout", "close_timeout"), None
     )
     assert meta["bounds"]["input_timeout"] == pytest.approx(CLIP_S + 0.2)
     assert meta["retry_count"] == 0 and meta["capacity_wait_s"] == 0.0
@@ -667,7 +685,12 @@ async def test_a_committed_clip_answered_only_by_a_model_listen_settles(tmp_path
     meta = ran.meta
     assert meta["status"] == "published" and meta["retry_count"] == 0
     assert meta["timeouts"]["drain_timeout"] is None
-    assert meta["drain"] == {"outcome": "settled", "waited_s": meta["drain"]["waited_s"], "listens": 1}
+    assert meta["drain"] == {
+        "outcome": "settled",
+        "waited_s": meta["drain"]["waited_s"],
+        "listens": 1,
+        "decision_rule": "server_unit_end",
+    }
     assert meta["drain"]["waited_s"] < 1.0
     assert meta["response_done"] is False and meta["responses"] == []
     assert len(fake.connections[0].positions("out", "response.listen")) == 1
@@ -749,6 +772,70 @@ async def test_a_completed_sample_whose_close_is_never_answered_is_published_and
     assert meta["attempts"][0]["timeouts"]["close_timeout"] == 0.3
     assert sentence_texts(ran.sentences()) == REPLY_SENTENCES
     assert len(fake.connections) == 1
+
+
+async def test_a_silent_sample_whose_close_is_never_answered_is_published_and_not_retried(
+    tmp_path: Path,
+) -> None:
+    """The model chose silence (a listen on the committed unit, no response) and the close stalled: the
+    drain settled with nothing open, so the stall is advisory, as under a reply."""
+    script = Script(on_commit=("model_listen",), listen_each_padding=False, answer_close=False)
+    async with serving(script) as fake:
+        ran = await run_sample(fast_config(fake.url), tmp_path)
+
+    assert ran.published and not ran.result.retried and len(fake.connections) == 1
+    meta = ran.meta
+    assert meta["status"] == "published" and meta["error"] is None and meta["retry_count"] == 0
+    assert meta["response_done"] is False and meta["responses"] == []
+    assert meta["drain"]["outcome"] == "settled"
+    assert meta["timeouts"]["close_timeout"] == 0.3  # recorded
+    assert ran.sentences() == []
+
+
+async def test_a_final_playback_ack_that_stalls_is_recorded_not_swallowed(tmp_path: Path, wire: Wire) -> None:
+    wire.stall_first_ack_s = 1.0
+    async with serving(Script()) as fake:
+        ran = await run_sample(fast_config(fake.url, ack_timeout_s=0.2, close_timeout_s=2.0), tmp_path)
+
+    assert ran.published and ran.meta["retry_count"] == 0  # the reply was received in full
+    assert ran.meta["timeouts"]["ack_timeout"] == 0.2
+    assert ran.meta["attempts"][0]["timeouts"]["ack_timeout"] == 0.2
+    assert sentence_texts(ran.sentences()) == REPLY_SENTENCES
+
+
+async def test_the_attempt_deadline_names_the_stage_it_cut_and_keeps_the_sentences(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """A reply mid-clip, then no decision on the commit: the drain would wait 30 s, the outer deadline
+    (forced to 2 s here) cuts it. The record says the drain was running and keeps what was said."""
+    monkeypatch.setattr(RunConfig, "attempt_deadline_s", lambda self, clip_s: 2.0)
+    script = Script(reply_after_append=1, on_commit=(), listen_each_padding=False)
+    async with serving(script) as fake:
+        ran = await run_sample(fast_config(fake.url, drain_timeout_s=30.0), tmp_path)
+
+    assert not ran.published and ran.meta["retry_count"] == 1
+    assert ran.meta["deadline"] == {"deadline_s": 2.0, "stage": "drain"}
+    for attempt in ran.meta["attempts"]:
+        assert attempt["transport_error"] == "request_deadline"
+        assert sentence_texts(attempt["sentences"]) == REPLY_SENTENCES
+
+
+def test_the_attempt_deadline_covers_every_inner_bound() -> None:
+    bounds = SessionBounds(
+        open_timeout_s=1.0,
+        configure_timeout_s=2.0,
+        input_slack_s=3.0,
+        commit_timeout_s=4.0,
+        settle_s=50.0,  # inside the drain's bound, not added
+        drain_timeout_s=5.0,
+        ack_timeout_s=6.0,
+        close_timeout_s=7.0,
+        close_grace_s=8.0,
+    )
+    clip_s = 10.0
+    by_hand = 1.0 + 2.0 + (10.0 + 3.0) + 4.0 + 5.0 + 6.0 + 7.0 + 8.0
+    assert bounds.total_s(clip_s) == by_hand
+    assert RunConfig(url="ws://x", bounds=bounds).attempt_deadline_s(clip_s) > by_hand
 
 
 @pytest.mark.parametrize(("close_grace_s", "clean"), [(0.6, True), (0.0, False)])
@@ -915,5 +1002,42 @@ async def test_a_failed_retry_publishes_nothing_and_keeps_the_first_attempts_sen
     assert first["error"] == "drain_timeout" and first["response_done"] is True
     assert sentence_texts(first["sentences"]) == REPLY_SENTENCES
     assert all(isinstance(s["start"], float) for s in first["sentences"])
-    assert second["error"] == "server_error: model_step_failed" and "sentences" not in second
+    assert second["error"] == "server_error: model_step_failed" and second["sentences"] == []
     assert len(fake.connections) == 2
+
+
+# --- media preparation ------------------------------------------------------------------------------
+
+
+class _SlowMedia:
+    """Omni-DuplexEval's hooks, with one sample whose media takes `seconds` of blocking work to prepare
+    (as a long video's decode does)."""
+
+    def __init__(self, slow_id: str, seconds: float) -> None:
+        self._hooks = get_benchmark(DEFAULT_BENCHMARK)
+        self._slow_id, self._seconds = slow_id, seconds
+
+    def __getattr__(self, name: str) -> Any:
+        return getattr(self._hooks, name)
+
+    def prepare_media(self, sample: Sample, config: RunConfig) -> Any:
+        if sample.id == self._slow_id:
+            time.sleep(self._seconds)  # blocking, like a decoder: must not run on the event loop
+        return self._hooks.prepare_media(sample, config)
+
+
+async def test_preparing_one_samples_media_does_not_stall_another_sessions_pace(tmp_path: Path) -> None:
+    """Sample `a` streams 4 s in real time; `c` is short, and when it ends `b` takes its slot and its
+    media takes 1 s of blocking work while `a` is mid-stream. `a` keeps its schedule (no append later
+    than a small fraction of that second), because preparation runs off the event loop."""
+    samples = [clip_sample("a", 4.0), clip_sample("c", 0.3), clip_sample("b", 0.3)]
+    async with serving(Script()) as fake:
+        config = fast_config(fake.url, pace="realtime", concurrency=2, drain_timeout_s=3.0)
+        runner = BenchmarkRunner(config, RunDir(tmp_path / "run"), benchmark=_SlowMedia("b", 1.0))
+        results = await runner.run(samples)
+    assert [r.status for r in results] == ["published"] * 3
+    meta = json.loads(RunDir(tmp_path / "run").meta_path("RTD_counting", "a").read_text(encoding="utf-8"))
+    pacing = meta["stream"]["pacing"]
+    assert meta["retry_count"] == 0  # on the loop, the block stalls `a` past its input bound: a retry
+    assert pacing["stalls"] == [] and pacing["lag_ms"] == 0.0
+    assert pacing["schedule_error_ms"]["max"] < 250.0  # a loop blocked for 1 s would show ~1000 ms

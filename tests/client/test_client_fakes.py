@@ -11,7 +11,7 @@ from typing import Any
 import numpy as np
 import pytest
 
-from duplexkit.client import CLIENT_SOURCE, SERVER_SOURCE, ConnectionLost, DuplexClient, SessionError
+from duplexkit.client import COMMIT_SOURCE, SERVER_SOURCE, ConnectionLost, DuplexClient, SessionError
 from tests.client.fakes import FakeServer, FakeSession
 
 RATE = 16_000
@@ -198,6 +198,36 @@ async def test_a_cancelled_stream_stops_between_appends_and_the_client_stays_usa
     assert 2 <= len(appends) == report.appends_queued < 20
     assert types[types.index("input_audio_buffer.commit") - 1] == "input_audio_buffer.append"
     assert appends[-1]["audio_end_ms"] == client.audio_end_ms == report.audio_end_ms == 100.0 * len(appends)
+    [commit] = server.of_type("input_audio_buffer.commit")
+    assert commit["final"] is True  # the commit closes the input: the server flushes the residual unit
+
+
+async def test_a_cancelled_stream_reports_exactly_the_frames_that_went_out() -> None:
+    frames = [b"\xff\xd8\xff frame %d" % k for k in range(8)]
+    async with FakeServer(just_serve) as server, DuplexClient(server.url) as client:
+        await client.configure(timeout_s=2)
+        with pytest.raises(TimeoutError):  # realtime pace: cut after ~2.3 s of an 8 s clip
+            await asyncio.wait_for(
+                client.stream(clip(8.0), sample_rate_hz=RATE, frames=frames, chunk_ms=200), 2.3
+            )
+        report = client.streams[-1]
+        assert (await client.close(2)).clean
+    received = sum(len(a.get("video_frames", [])) for a in server.of_type("input_audio_buffer.append"))
+    assert 1 <= report.frames_sent == received < len(frames)
+
+
+async def test_playback_is_acked_periodically_while_the_session_runs_not_only_at_the_end() -> None:
+    async with FakeServer(replier(None)) as server, DuplexClient(server.url, ack_interval_s=0.05) as client:
+        await client.configure(timeout_s=2)
+        await client.stream(clip(0.5), sample_rate_hz=RATE, pace="as-fast-as-possible")
+        await client.commit(timeout_s=2)
+        for _ in range(40):  # no final ack is requested: only the periodic loop can send one
+            if server.of_type("playback.ack"):
+                break
+            await asyncio.sleep(0.05)
+        await client.close(2)
+    [ack] = server.of_type("playback.ack")
+    assert (ack["response_id"], ack["played_ms"]) == ("resp_1", 100.0)
 
 
 # --- metrics sources ---------------------------------------------------------------------------------
@@ -222,7 +252,7 @@ async def test_without_server_metrics_latency_is_on_the_client_clock_from_the_co
         committed_at = await converse(client)
         await client.close(2)
     [r] = client.collector.responses()
-    assert r.source == CLIENT_SOURCE
+    assert r.source == COMMIT_SOURCE
     text = next(e for e in client.events if e.type == "response.output_audio_transcript.delta")
     audio = next(e for e in client.events if e.type == "response.output_audio.delta")
     assert r.ttft_ms == pytest.approx((text.received_at - committed_at) * 1000)

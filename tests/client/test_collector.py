@@ -8,7 +8,14 @@ from typing import Any
 import numpy as np
 import pytest
 
-from duplexkit.client.collector import CLIENT_SOURCE, SERVER_SOURCE, EventCollector, dump_events
+from duplexkit.client.collector import (
+    COMMIT_SOURCE,
+    CREATED_SOURCE,
+    SERVER_SOURCE,
+    STREAM_SOURCE,
+    EventCollector,
+    dump_events,
+)
 from duplexkit.client.events import ReceivedEvent
 from duplexkit.protocol.audio import encode_base64_audio
 
@@ -64,7 +71,7 @@ def test_the_worked_example_on_the_client_receive_clock() -> None:
     s.audio(10.3, 100.0)
     s.done(10.4)
     [response] = s.collector.responses()
-    assert response.source == CLIENT_SOURCE
+    assert response.source == CREATED_SOURCE  # no commit: anchored at its response.created
     assert response.ttft_ms == pytest.approx(100.0)
     assert response.ttfp_ms == pytest.approx(200.0)
     assert response.rtf == pytest.approx(2.0)
@@ -73,7 +80,7 @@ def test_the_worked_example_on_the_client_receive_clock() -> None:
     session = s.collector.session()
     assert session.stream_ttft_ms == pytest.approx(200.0)
     assert session.stream_ttfp_ms == pytest.approx(300.0)
-    assert session.source == CLIENT_SOURCE
+    assert session.source == STREAM_SOURCE
     assert session.turns == 1
 
 
@@ -88,6 +95,8 @@ def test_client_receive_latency_is_measured_from_the_commit_send_for_the_next_re
     first, second = s.collector.responses()
     assert first.ttft_ms == pytest.approx(300.0)
     assert second.ttft_ms == pytest.approx(500.0)  # anchored at its own response.created
+    # two definitions, two labels: never pooled as one client-clock TTFT
+    assert (first.source, second.source) == (COMMIT_SOURCE, CREATED_SOURCE)
 
 
 def test_our_server_metrics_are_adopted_and_labelled() -> None:
@@ -134,7 +143,7 @@ def test_metrics_from_another_clock_are_not_presented_as_the_servers() -> None:
     s.created(10.1, response_request_metrics={"source": "somebody_elses_clock", "ttft_ms": 1.0})
     s.text(10.2, "Hi.")
     [r] = s.collector.responses()
-    assert r.source == CLIENT_SOURCE
+    assert r.source == CREATED_SOURCE
     assert r.ttft_ms == pytest.approx(100.0)
 
 
@@ -253,3 +262,15 @@ def test_the_event_dump_replaces_audio_with_byte_counts() -> None:
     }
     assert dumped[1]["event"]["delta"] == "Hi"
     assert len(base64.b64decode(delta)) == 4800
+
+
+def test_a_response_the_server_could_not_anchor_is_measured_on_the_client_clock_and_says_so() -> None:
+    # What our server sends for a response with no request start: metrics without a source.
+    s = Session()
+    s.collector.commit_sent(10.0)
+    s.created(10.1)
+    s.text(10.2, "Hi.")
+    s.done(10.4, response_request_metrics={"output_tokens": 1})
+    [r] = s.collector.responses()
+    assert r.source == COMMIT_SOURCE
+    assert r.ttft_ms == pytest.approx(200.0)

@@ -64,7 +64,8 @@ def test_talk_streams_a_file_into_the_embedded_server_and_writes_every_output(
     assert sentences[0]["start"] >= 4.0 and sentences[0]["end"] >= sentences[0]["start"]
 
     events = json.loads((out / "events.json").read_text())
-    deltas = [e["event"] for e in events if e["event"]["type"] == "response.output_audio.delta"]
+    # The client connects with `duplex=1`: the server speaks vLLM-Omni's dialect (beta names) to it.
+    deltas = [e["event"] for e in events if e["event"]["type"] == "response.audio.delta"]
     assert deltas and all("delta" not in d and d["delta_bytes"] > 0 for d in deltas)
     assert all({"t_ms", "media_ms", "event"} <= set(e) for e in events)
 
@@ -153,7 +154,7 @@ async def test_a_server_error_fails_the_session(tmp_path: Path) -> None:
 
 
 def test_talk_sends_a_videos_frames_one_per_unit_at_the_requested_fps(tmp_path: Path) -> None:
-    from duplexkit.bench.datasets import Selection, load_dataset
+    from duplexkit.bench.omni_duplex_eval.dataset import Selection, load_dataset
 
     [sample] = load_dataset("builtin", Selection(splits=("RTD_counting",))).samples
     video, audio = tmp_path / "clip.mp4", tmp_path / "question.wav"

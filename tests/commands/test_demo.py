@@ -11,9 +11,12 @@ import pytest
 from duplexkit.cli import build_parser, main
 
 
-def test_demo_runs_the_builtin_benchmark_scores_it_and_writes_the_report(tmp_path: Path) -> None:
+def test_demo_runs_the_builtin_benchmark_scores_it_and_writes_the_report(
+    tmp_path: Path, capsys: pytest.CaptureFixture[str]
+) -> None:
     out = tmp_path / "demo"
     assert main(["demo", "--out", str(out), "--pace", "as-fast-as-possible", "--limit", "2"]) == 0
+    assert "then open http://127.0.0.1:8000/ in a browser" in capsys.readouterr().out
     run = json.loads((out / "run.json").read_text())
     assert run["dataset"]["source"] == "builtin" and run["counts"]["published"] == 2
     published = [p for p in out.glob("*_*/*.json") if not p.name.endswith(".meta.json")]
@@ -23,7 +26,7 @@ def test_demo_runs_the_builtin_benchmark_scores_it_and_writes_the_report(tmp_pat
     assert (out / "report.html").read_text().startswith("<!DOCTYPE html>")
 
 
-@pytest.mark.parametrize("command", ["serve", "talk", "bench", "score", "report", "demo"])
+@pytest.mark.parametrize("command", ["serve", "talk", "bench", "merge", "score", "report", "demo"])
 def test_every_subcommand_documents_its_options(command: str, capsys: pytest.CaptureFixture[str]) -> None:
     with pytest.raises(SystemExit) as exited:
         main([command, "--help"])

@@ -183,11 +183,20 @@ def test_response_tpot_fallback_ignores_single_token_segment() -> None:
 
 
 def test_response_tpot_keeps_token_weighted_value_when_itls_exist() -> None:
+    # The worked example: 11 tokens whose inter-token latencies were measured at 10 ms, then 3 tokens at
+    # 100 ms with no latencies. Weighted by intervals (10 and 2) that is 25 ms; the mean of the measured
+    # latencies alone (10 ms) would drop the second segment.
     timing = ResponseTiming(request_start=0.0)
-    timing.record_segment(3, tpot_ms=100.0, itl_ms=(10.0, 10.0))
-    timing.record_segment(2, tpot_ms=400.0, itl_ms=(40.0,))
-    # the mean over the measured inter-token latencies, not the segment-weighted fallback (200 ms)
-    assert timing.tpot_ms == pytest.approx(20.0)
+    timing.record_segment(11, tpot_ms=None, itl_ms=(10.0,) * 10)
+    timing.record_segment(3, tpot_ms=100.0)
+    assert timing.tpot_ms == pytest.approx(25.0)
+
+
+def test_measured_latencies_refine_their_segments_tpot_without_changing_its_weight() -> None:
+    timing = ResponseTiming(request_start=0.0)
+    timing.record_segment(5, tpot_ms=100.0, itl_ms=(10.0,))  # one latency measured: TPOT 10, weight 4
+    timing.record_segment(2, tpot_ms=40.0)  # weight 1
+    assert timing.tpot_ms == pytest.approx((4 * 10.0 + 1 * 40.0) / 5)
 
 
 @settings(max_examples=60, deadline=None)
@@ -275,7 +284,8 @@ def test_unobserved_metrics_are_omitted_on_the_wire_never_sent_as_zero() -> None
     assert "response_request_metrics" not in json.loads(created.model_dump_json(exclude_none=True))
     done = _one(events, se.ResponseDone)
     wire = json.loads(done.model_dump_json(exclude_none=True))["response_request_metrics"]
-    assert wire["source"] == "server_monotonic_request_start"
+    assert "source" not in wire  # nothing was measured from a request start: not labelled as if it had been
+    assert "measurement_origin" not in wire
     assert "ttft_ms" not in wire
     assert "ttfp_ms" not in wire
 
@@ -288,6 +298,9 @@ def test_response_timing_is_empty_without_a_request_start_and_is_scoped_to_one_r
     assert _one(a, se.ResponseCreated).response_request_metrics is None
     metrics = _one(a, se.ResponseDone).response_request_metrics
     assert metrics is not None and (metrics.ttft_ms, metrics.ttfp_ms) == (None, None)
+    # not measured is not server-anchored: no source, no origin on the wire
+    assert (metrics.source, metrics.measurement_origin) == (None, None)
+    assert "source" not in metrics.model_dump(exclude_none=True)
 
     # a measured response, ended by its turn completing
     b = h.step(h.unit(1.0), _speak("Two", 200, end_of_turn=True), started=5.0, at=5.2)
@@ -310,6 +323,25 @@ def test_response_timing_is_empty_without_a_request_start_and_is_scoped_to_one_r
     h.send("barge_in", 9.5)
     f = h.step(h.unit(6.0), _speak("Six", 200), started=10.0, at=10.3)
     assert _one(f, se.ResponseCreated).response_request_metrics.ttft_ms == pytest.approx(300.0)
+
+
+def test_a_response_opened_before_its_request_start_adopts_the_first_later_start() -> None:
+    h = _Harness()
+    opened = h.step(h.unit(0.0), _speak("", 0), started=None, at=0.5)  # opens with no output yet
+    assert _one(opened, se.ResponseCreated).response_request_metrics is None
+    events = h.step(h.unit(1.0), _speak("Hello", 200, end_of_turn=True), started=2.0, at=2.3)
+    metrics = _one(events, se.ResponseDone).response_request_metrics
+    assert metrics.source == "server_monotonic_request_start"
+    assert (metrics.ttft_ms, metrics.ttfp_ms) == (pytest.approx(300.0), pytest.approx(300.0))
+
+
+def test_an_output_before_the_adopted_start_is_never_measured_against_it() -> None:
+    h = _Harness()
+    h.step(h.unit(0.0), _speak("One ", 0), started=None, at=0.5)  # text out before any request start
+    events = h.step(h.unit(1.0), _speak("two", 200, end_of_turn=True), started=2.0, at=2.3)
+    metrics = _one(events, se.ResponseDone).response_request_metrics
+    assert metrics.ttft_ms is None  # the first text came before the start: not 300 ms
+    assert metrics.ttfp_ms == pytest.approx(300.0)  # the first audio came after it
 
 
 def test_request_start_of_a_stale_unit_does_not_anchor_the_next_response() -> None:

@@ -15,7 +15,7 @@ from typing import Any
 import numpy as np
 import pytest
 
-from duplexkit.engine import EngineConfig, EngineSession, Listen, Speak, Step, Unit
+from duplexkit.engine import EngineConfig, EngineSession, Listen, Speak, Step, Transcribed, Unit
 from duplexkit.protocol.audio import decode_base64_audio, encode_base64_audio
 from duplexkit.protocol.errors import ErrorCode
 from duplexkit.protocol.wire import parse_client_event
@@ -94,7 +94,7 @@ class Harness:
         return unit
 
     def step(
-        self, unit: Unit, *decisions: Listen | Speak, at: float, started: float | None = None
+        self, unit: Unit, *decisions: Listen | Speak | Transcribed, at: float, started: float | None = None
     ) -> list[Any]:
         """One model step of `unit`: its request starts, its decisions arrive at `at`, it finishes."""
         self.engine.request_started(unit, at if started is None else started)
@@ -372,6 +372,18 @@ def test_a_listen_that_ends_a_response_carries_its_id_and_is_followed_by_respons
     # the next listen acknowledges a unit again, without a response
     [after] = h.step(h.unit(2.0), Listen(), at=3.0)
     assert after.response_id is None
+
+
+def test_every_decision_names_the_end_of_its_unit_on_the_input_media_clock() -> None:
+    h = Harness()
+    [first] = h.step(h.unit(0.0), Listen(), at=0.5)
+    second = h.unit(1.0)
+    late = h.step(second, speak("Hi", 500), at=5.0)  # a late step still names its own unit
+    assert first.unit_end_ms == 1000.0
+    assert only(late, "response.created").unit_end_ms == 2000.0
+    assert only(late, "response.output_audio.delta").unit_end_ms == 2000.0
+    [third] = h.step(h.unit(2.0), Listen(), at=6.0)[:1]
+    assert third.unit_end_ms == 3000.0
 
 
 def test_a_unit_in_which_the_model_speaks_sends_no_listen() -> None:
@@ -681,3 +693,39 @@ def test_audio_deltas_are_base64_pcm16_by_default() -> None:
     events = h.step(h.unit(), speak("Hi", 10), at=1.0)
     raw = base64.b64decode(only(events, "response.output_audio.delta").delta)
     assert len(raw) == 2 * 240
+
+
+# --- input transcription ----------------------------------------------------------------------------
+
+
+def test_what_the_model_heard_becomes_input_transcription_events_on_a_new_user_item() -> None:
+    h = Harness()
+    unit = h.unit(0.0)
+    events = h.step(unit, Transcribed("turn on"), Transcribed(" the lights"), Listen(), at=1.0)
+    deltas = [e for e in events if e.type == "conversation.item.input_audio_transcription.delta"]
+    assert [d.delta for d in deltas] == ["turn on", " the lights"]
+    assert deltas[0].item_id == deltas[1].item_id and not h.engine.history  # no item until it completes
+    events = h.step(h.unit(1.0), Transcribed("turn on the lights", final=True, audio_seconds=1.25), at=2.0)
+    assert types(events)[:3] == [
+        "conversation.item.added",
+        "conversation.item.done",
+        "conversation.item.input_audio_transcription.completed",
+    ]
+    completed = events[2]
+    assert completed.item_id == deltas[0].item_id and completed.transcript == "turn on the lights"
+    assert completed.usage.seconds == 1.25 and completed.content_index == 0
+    [item] = h.engine.history
+    assert item.id == completed.item_id and item.role == "user"
+    assert item.content[0].type == "input_audio" and item.content[0].transcript == "turn on the lights"
+    later = h.step(h.unit(2.0), Transcribed("next", final=True), at=3.0)
+    assert only(later, "conversation.item.input_audio_transcription.completed").item_id != item.id
+
+
+def test_a_transcript_completes_the_committed_user_item_instead_of_adding_one() -> None:
+    h = Harness()
+    h.append(500)
+    committed = only(h.send("input_audio_buffer.commit").events, "input_audio_buffer.committed")
+    events = h.step(h.unit(1.0), Transcribed("hello", final=True, audio_seconds=0.5), at=2.0)
+    assert types(events) == ["conversation.item.input_audio_transcription.completed"]
+    assert events[0].item_id == committed.item_id
+    assert h.engine.history[-1].content[0].transcript == "hello"

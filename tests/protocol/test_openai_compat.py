@@ -18,6 +18,8 @@ from openai.types.realtime import (
     ConversationItemAdded,
     ConversationItemDeletedEvent,
     ConversationItemDone,
+    ConversationItemInputAudioTranscriptionCompletedEvent,
+    ConversationItemInputAudioTranscriptionDeltaEvent,
     ConversationItemTruncatedEvent,
     InputAudioBufferClearedEvent,
     InputAudioBufferCommittedEvent,
@@ -58,6 +60,10 @@ DUPLEX_ONLY_EVENTS = {
     "playback.acknowledged",
     "session.heartbeat_ack",
     "session.closed",
+    "session.resumed",  # vLLM-Omni's resume contract
+    "session.replaced",
+    "session.resync_required",
+    "session.expired",
 }
 
 # Our documented extensions to OpenAI's enumerations: `response.status_details.reason` values OpenAI does
@@ -98,7 +104,7 @@ def _capabilities() -> se.Capabilities:
         supports_barge_in=True,
         input_modes=["audio"],
         max_sessions=2,
-        input_sample_rate_hz=16000,
+        input_sample_rate_hz=24000,  # a GA session: OpenAI's `audio/pcm` is 24 kHz
         output_sample_rate_hz=24000,
     )
 
@@ -158,6 +164,13 @@ def _check_session(ours: se.SessionCreated | se.SessionUpdated, theirs: Any) -> 
     assert theirs.session.type == "realtime"
     assert theirs.session.model == ours.session.model
     assert theirs.session.instructions == ours.session.instructions
+    # The GA shape (not the beta `modalities` / `input_audio_format` fields).
+    assert theirs.session.output_modalities == ["audio"]
+    assert theirs.session.audio.input.format.type == theirs.session.audio.output.format.type == "audio/pcm"
+    assert theirs.session.audio.input.format.rate == theirs.session.audio.output.format.rate == 24000
+    assert theirs.session.audio.input.turn_detection.type == "server_vad"
+    assert theirs.session.audio.output.voice == "default"
+    assert "input_audio_format" not in theirs.session.model_extra
     # Our duplex fields ride along as extras an SDK client can still read.
     assert theirs.session.model_extra["id"] == ours.session.id
     assert theirs.session.model_extra["capabilities"]["chunk_period_ms"] == 1000
@@ -240,6 +253,23 @@ CASES: dict[str, tuple[Callable[[], ServerEventBase], type, Callable[[Any, Any],
         lambda: se.InputAudioBufferSpeechStopped(audio_end_ms=1870, item_id="item_u1"),
         InputAudioBufferSpeechStoppedEvent,
         _same("audio_end_ms", "item_id"),
+    ),
+    "conversation.item.input_audio_transcription.delta": (
+        lambda: se.InputAudioTranscriptionDelta(item_id="item_u1", delta="turn on the"),
+        ConversationItemInputAudioTranscriptionDeltaEvent,
+        _same("item_id", "content_index", "delta"),
+    ),
+    "conversation.item.input_audio_transcription.completed": (
+        lambda: se.InputAudioTranscriptionCompleted(
+            item_id="item_u1",
+            transcript="turn on the kitchen lights",
+            usage=se.TranscriptionUsage(seconds=1.31),
+        ),
+        ConversationItemInputAudioTranscriptionCompletedEvent,
+        lambda ours, theirs: (
+            _same("item_id", "content_index", "transcript")(ours, theirs),
+            _same("type", "seconds")(ours.usage, theirs.usage),
+        ),
     ),
     "conversation.item.added": (
         lambda: se.ConversationItemAdded(item=_assistant_item(), previous_item_id="item_u1"),
@@ -452,6 +482,17 @@ def _duplex_only_examples() -> list[ServerEventBase]:
         se.PlaybackAcknowledged(response_id="resp_3", played_ms=500.0, committed_ms=500.0),
         se.SessionHeartbeatAck(),
         se.SessionClosed(session_id="sess_7", reason="client_close"),
+        se.SessionResumed(
+            session_id="sess_7",
+            resume_token="tok",
+            attachment_generation=2,
+            replayed_events=0,
+            client_events_received=3,
+            session=_session(),
+        ),
+        se.SessionReplaced(session_id="sess_7", attachment_generation=3),
+        se.SessionResyncRequired(session_id="sess_7", reason="journal_gap", first_available_seq=5),
+        se.SessionExpired(session_id="sess_7", reason="idle_ttl_expired"),
     ]
 
 

@@ -31,6 +31,7 @@ from duplexkit.protocol import (
 from duplexkit.protocol import client_events as ce
 from duplexkit.protocol import server_events as se
 from duplexkit.protocol.audio import AudioDecodeError, decode_audio, decode_base64_audio
+from duplexkit.protocol.dialects import CANONICAL_NAMES, Dialect
 
 SERVER_EVENT_ADAPTER: TypeAdapter[Any] = TypeAdapter(ServerEvent)
 
@@ -120,6 +121,10 @@ def _client_examples() -> dict[str, ClientEventBase]:
         ce.ConversationItemTruncate(event_id="c_14", item_id="item_1", content_index=0, audio_end_ms=640),
         ce.SessionHeartbeat(event_id="c_15"),
         ce.SessionClose(event_id="c_16", reason="done"),
+        ce.SessionResume(
+            event_id="c_17", session_id="sess_1", resume_token="tok", last_received_server_event_seq=41
+        ),
+        ce.SessionEventAck(event_id="c_18", server_event_seq=41),
     ]
     return {event.type: event for event in events}  # type: ignore[attr-defined]
 
@@ -191,6 +196,10 @@ def _server_examples() -> dict[str, ServerEventBase]:
         se.InputAudioBufferCleared(),
         se.InputAudioBufferSpeechStarted(audio_start_ms=300, item_id="item_u1"),
         se.InputAudioBufferSpeechStopped(audio_end_ms=1800, item_id="item_u1"),
+        se.InputAudioTranscriptionDelta(item_id="item_u1", delta="hello"),
+        se.InputAudioTranscriptionCompleted(
+            item_id="item_u1", transcript="hello there", usage=se.TranscriptionUsage(seconds=1.2)
+        ),
         se.ConversationItemAdded(item=_item(), previous_item_id="item_u1"),
         se.ConversationItemDone(item=_item(), previous_item_id="item_u1"),
         se.ConversationItemRetrieved(item=_item("user", "item_u1")),
@@ -233,6 +242,17 @@ def _server_examples() -> dict[str, ServerEventBase]:
         se.PlaybackAcknowledged(response_id="resp_1", item_id="item_1", played_ms=800.0, committed_ms=750.0),
         se.SessionHeartbeatAck(),
         se.SessionClosed(session_id="sess_1", reason="client_close"),
+        se.SessionResumed(
+            session_id="sess_1",
+            resume_token="tok_2",
+            attachment_generation=2,
+            replayed_events=3,
+            client_events_received=17,
+            session=_session_info(),
+        ),
+        se.SessionReplaced(session_id="sess_1", attachment_generation=2),
+        se.SessionResyncRequired(session_id="sess_1", reason="journal_overflow", first_available_seq=90),
+        se.SessionExpired(session_id="sess_1", reason="disconnect_grace_expired"),
         se.RateLimitsUpdated(
             rate_limits=[se.RateLimit(name="requests", limit=4, remaining=3, reset_seconds=0.0)]
         ),
@@ -287,8 +307,10 @@ def test_append_round_trip_keeps_the_decoded_audio_and_video_frames() -> None:
 @pytest.mark.parametrize("event_type", sorted(SERVER_EVENT_TYPES))
 def test_server_event_survives_stamped_json_and_the_server_event_union_unchanged(event_type: str) -> None:
     original = SERVER_EXAMPLES[event_type].model_copy(deep=True)
-    wire = ServerEventStamper().encode(original)
-    parsed = SERVER_EVENT_ADAPTER.validate_json(wire)
+    # The beta dialect keeps the canonical session shape; only names differ, and they map back one to one.
+    wire = json.loads(ServerEventStamper(Dialect.BETA).encode(original))
+    wire["type"] = CANONICAL_NAMES.get(wire["type"], wire["type"])
+    parsed = SERVER_EVENT_ADAPTER.validate_python(wire)
     assert type(parsed) is type(original)
     assert parsed.model_dump() == original.model_dump()
     assert parsed.server_event_seq == 1

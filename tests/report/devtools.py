@@ -2,7 +2,8 @@
 
 `HeadlessChromium` starts Debian's `chromium` (or another Chromium on PATH) with a throwaway profile and
 `--remote-debugging-port=0`, reads the DevTools URL from its stderr, opens one page target, and records what a
-report test needs: console errors, uncaught exceptions, error log entries, and every request URL.
+page test needs: console errors, uncaught exceptions, error log entries, and every request and WebSocket URL.
+Extra command-line flags (e.g. the fake media devices of the playground test) are passed through.
 """
 
 from __future__ import annotations
@@ -51,8 +52,17 @@ class PageLog:
 class HeadlessChromium:
     """`async with HeadlessChromium(binary) as browser:` then `await browser.open(url)` and friends."""
 
-    def __init__(self, binary: str, *, width: int = 1280, height: int = 900, timeout_s: float = 20.0) -> None:
+    def __init__(
+        self,
+        binary: str,
+        *,
+        width: int = 1280,
+        height: int = 900,
+        timeout_s: float = 20.0,
+        flags: tuple[str, ...] = (),
+    ) -> None:
         self.binary = binary
+        self.flags = flags
         self.width, self.height = width, height
         self.timeout_s = timeout_s
         self.log = PageLog()
@@ -77,6 +87,7 @@ class HeadlessChromium:
         self._process = await asyncio.create_subprocess_exec(
             self.binary,
             *FLAGS,
+            *self.flags,
             f"--user-data-dir={self._profile.name}",
             f"--window-size={self.width},{self.height}",
             "about:blank",
@@ -94,9 +105,14 @@ class HeadlessChromium:
         self._session = attached["sessionId"]
         for domain in ("Page", "Runtime", "Log", "Network"):
             await self.send(f"{domain}.enable")
+        await self.resize(self.width, self.height)
+
+    async def resize(self, width: int, height: int) -> None:
+        """Emulate a `width` x `height` CSS-pixel viewport (320 px wide is a small phone)."""
+        self.width, self.height = width, height
         await self.send(
             "Emulation.setDeviceMetricsOverride",
-            {"width": self.width, "height": self.height, "deviceScaleFactor": 1, "mobile": False},
+            {"width": width, "height": height, "deviceScaleFactor": 1, "mobile": False},
         )
 
     async def __aexit__(
@@ -133,6 +149,18 @@ class HeadlessChromium:
         if "exceptionDetails" in result:
             raise RuntimeError(f"{expression!r} threw: {result['exceptionDetails']}")
         return result["result"].get("value")
+
+    async def click(self, selector: str) -> None:
+        """A real mouse click (press and release) at the centre of the element `selector` names."""
+        box = await self.evaluate(
+            f"(() => {{ const r = document.querySelector({json.dumps(selector)}).getBoundingClientRect();"
+            " return [r.x + r.width / 2, r.y + r.height / 2]; })()"
+        )
+        for kind in ("mousePressed", "mouseReleased"):
+            await self.send(
+                "Input.dispatchMouseEvent",
+                {"type": kind, "x": box[0], "y": box[1], "button": "left", "clickCount": 1},
+            )
 
     async def screenshot(self) -> bytes:
         """A PNG of the viewport."""
@@ -181,6 +209,8 @@ class HeadlessChromium:
             self._loaded.set()
         elif method == "Network.requestWillBeSent":
             self.log.requests.append(params["request"]["url"])
+        elif method == "Network.webSocketCreated":
+            self.log.requests.append(params["url"])
         elif method == "Runtime.consoleAPICalled" and params.get("type") in ("error", "assert"):
             self.log.console_errors.append(" ".join(str(a.get("value", a)) for a in params.get("args", [])))
         elif method == "Runtime.exceptionThrown":

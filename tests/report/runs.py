@@ -8,7 +8,9 @@ from pathlib import Path
 from typing import Any
 
 SERVER = "server_request_start_and_client_receive"
-CLIENT = "client_monotonic_receive"
+CLIENT = "client_commit_to_receive"
+CREATED = "client_created_to_receive"
+STREAM = "client_stream_start_to_receive"
 
 
 def response(
@@ -68,7 +70,7 @@ PUBLISHED: dict[str, Any] = {
         "stream_ttfp_ms": 4310.0,
         "stream_rtf": 0.6,
         "turns": 2,
-        "source": CLIENT,
+        "source": STREAM,
     },
     "pacing": None,
     "timeline": {
@@ -229,7 +231,7 @@ def standard_run(run_dir: Path) -> Path:
             "stream_ttfp_ms": None,
             "stream_rtf": None,
             "turns": 0,
-            "source": CLIENT,
+            "source": STREAM,
         },
         timeline={"decisions": [{"t": 1.0, "decision": "listen"}], "input_speech": []},
     )

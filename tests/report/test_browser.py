@@ -4,6 +4,7 @@ figures that have content. Skipped only when no Chromium-family browser is on PA
 from __future__ import annotations
 
 import asyncio
+import os
 import struct
 import sys
 from pathlib import Path
@@ -122,3 +123,39 @@ async def test_the_report_renders_in_headless_chromium(tmp_path: Path) -> None:
         assert _network(log.requests) == []
         _assert_figures(figures, timelines=4)  # each sample of A and of B
         assert figures["deltas"] > 0
+
+
+LANES = """(() => [...document.querySelectorAll("svg.lanes")].map((svg) => ({
+  phases: svg.querySelectorAll(".phase-early, .phase-core, .phase-miss").length,
+  chunks: svg.querySelectorAll(".chunk").length,
+  width: svg.getBoundingClientRect().width,
+})))()"""
+
+
+async def test_an_omniinteract_report_renders_its_scenario_table_and_slot_figures(tmp_path: Path) -> None:
+    assert BROWSER is not None
+    run_dir = tmp_path / "run"
+    process = await asyncio.create_subprocess_exec(
+        sys.executable,
+        *("-m", "duplexkit", "bench", "--benchmark", "omniinteract", "--dataset", "builtin", "--limit", "2"),
+        *("--settle", "0.5", "--pace", "as-fast-as-possible", "--model", "scripted", "--out", str(run_dir)),
+        *("--score", "--allow-invalid-clock"),
+        env={**os.environ, "XDG_CACHE_HOME": str(tmp_path / "cache")},
+        stdout=asyncio.subprocess.PIPE,
+        stderr=asyncio.subprocess.PIPE,
+    )
+    out, err = await asyncio.wait_for(process.communicate(), 120)
+    assert process.returncode == 0, (out + err).decode(errors="replace")
+    report = write_report(run_dir)
+
+    async with HeadlessChromium(BROWSER) as browser:
+        await browser.open(report.resolve().as_uri())
+        lanes = await browser.evaluate(LANES)
+        text = await browser.evaluate("document.body.innerText")
+        log = browser.log
+
+        assert log.console_errors == []
+        assert _network(log.requests) == []
+        assert len(lanes) == 2 and all(f["phases"] >= 2 and f["width"] > 300 for f in lanes)
+        assert sum(f["chunks"] for f in lanes) > 0
+        assert "IA-QTF1 by scenario" in text and "All Global" in text and "not comparable" in text

@@ -12,7 +12,9 @@ from duplexkit.bench.report import ReportError, load_run
 from duplexkit.bench.report.data import DecisionMark, Sentence
 from tests.report.runs import (
     CLIENT,
+    CREATED,
     SERVER,
+    STREAM,
     failed_meta,
     meta,
     response,
@@ -69,7 +71,7 @@ def test_a_published_sample_has_its_timeline_sentences_and_audio(tmp_path: Path)
         Sentence("Now it is blue.", 7.8, 8.4),
     )
     assert [r.ttft_ms for r in sample.responses] == [250.0, 270.0]
-    assert (sample.stream_ttft_ms, sample.session_source, sample.turns) == (4300.0, CLIENT, 2)
+    assert (sample.stream_ttft_ms, sample.session_source, sample.turns) == (4300.0, STREAM, 2)
     assert sample.audio == "PR_event_reminder/lights/output.wav"
     assert sample.timeouts == {} and sample.score is None
 
@@ -114,14 +116,21 @@ def test_coverage_counts_every_attempted_sample_and_groups_failure_reasons(tmp_p
 
 def test_latency_covers_published_samples_per_source_like_metrics_json(tmp_path: Path) -> None:
     run_dir = standard_run(tmp_path)
-    client_meta = meta(id="client", responses=[response("resp_c", 900.0, source=CLIENT, rtf=None)])
+    client_meta = meta(
+        id="client",
+        responses=[
+            response("resp_c", 900.0, source=CLIENT, rtf=None),
+            response("resp_d", 40.0, source=CREATED, rtf=None),
+        ],
+    )
     write_sample(run_dir, client_meta, [])
     data = load_run(run_dir)
 
     ttft = {d.source: d for d in data.distribution("ttft_ms")}
-    assert set(ttft) == {SERVER, CLIENT}  # never pooled
+    assert set(ttft) == {SERVER, CLIENT, CREATED}  # never pooled: the two client anchors stay apart
     assert ttft[SERVER].values == (250.0, 270.0)  # the failed sample's 999 ms is left out
     assert ttft[CLIENT].values == (900.0,)
+    assert ttft[CREATED].values == (40.0,)
     assert data.distribution("tpot_ms")[0].source == SERVER  # the client source has no TPOT
     metas = [json.loads(p.read_text()) for p in sorted(run_dir.glob("*/*.meta.json"))]
     expected = run_metrics(metas)
@@ -136,6 +145,8 @@ def test_latency_covers_published_samples_per_source_like_metrics_json(tmp_path:
     assert [d.metric for d in data.latency] == [
         "ttft_ms",
         "ttft_ms",
+        "ttft_ms",
+        "ttfp_ms",
         "ttfp_ms",
         "ttfp_ms",
         "tpot_ms",

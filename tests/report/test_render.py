@@ -16,7 +16,17 @@ from duplexkit.bench.report import REPORT_NAME, ReportError, load_run, render_re
 from duplexkit.bench.report.assets import CSS, JS
 from duplexkit.bench.report.fmt import delta, nice_axis, tick_label
 from duplexkit.commands import report as report_command
-from tests.report.runs import SENTENCES, meta, standard_run, write_run_json, write_sample, write_scores
+from tests.report.runs import (
+    CLIENT,
+    CREATED,
+    SENTENCES,
+    meta,
+    response,
+    standard_run,
+    write_run_json,
+    write_sample,
+    write_scores,
+)
 
 WHEN = dt.datetime(2026, 1, 2, 3, 4, 5, tzinfo=dt.UTC)
 
@@ -84,8 +94,19 @@ def test_header_coverage_latency_and_samples_are_shown(tmp_path: Path) -> None:
     assert "Published without a sentence" in html and "No responses recorded." in html
     assert "No sentences: not published." in html
     assert "attempt 1: drain_timeout; 1 sentence(s) kept for diagnosis, not published" in html
-    assert "server-anchored" in html and "client receive" in html
+    assert "server-anchored" in html and "client, from stream start" in html
     assert "Not scored yet" in html
+
+
+def test_the_two_client_clock_anchors_are_shown_apart(tmp_path: Path) -> None:
+    run_dir = standard_run(tmp_path)
+    responses = [
+        response("c1", 900.0, source=CLIENT, rtf=None),
+        response("c2", 40.0, source=CREATED, rtf=None),
+    ]
+    write_sample(run_dir, meta(id="client", responses=responses), [])
+    ttft_card = page(run_dir).split('class="card latency"')[1]
+    assert "client, from commit send" in ttft_card and "client, from response.created" in ttft_card
 
 
 def test_scores_are_shown_with_the_judge_when_present(tmp_path: Path) -> None:

@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import base64
+import os
 from collections.abc import AsyncIterator
 
 import numpy as np
@@ -19,7 +20,9 @@ pytest.importorskip("piper", reason="needs the tts extra: pip install 'duplexkit
 
 from duplexkit.models.cascade.drive import silence, speech_end_ms, spoken, with_noise_floor
 from duplexkit.models.cascade.tts import PiperSynthesizer
+from duplexkit.vad import SmartTurn
 
+os.environ["HF_HUB_OFFLINE"] = "1"  # nothing may reach a model hub: the weights are in the packages
 GRAMMAR = "#JSGF V1.0; grammar home; public <command> = (turn on | turn off) the (kitchen | bedroom) lights;"
 APPEND_MS = 100
 
@@ -31,7 +34,7 @@ def voice() -> PiperSynthesizer:
 
 @pytest.fixture(scope="module")
 def cascade() -> ModelPlugin:
-    return load_model("cascade", {})
+    return load_model("cascade", {"responder": "echo"})
 
 
 @pytest.fixture
@@ -84,6 +87,18 @@ async def test_the_cascade_hears_a_command_and_speaks_its_reply(
     ]
     transcript = "".join(e["delta"] for e in client.of_type("response.output_audio_transcript.delta"))
     assert "turn on the kitchen lights" in transcript.lower()
+    [heard] = client.of_type("conversation.item.input_audio_transcription.completed")
+    assert heard["transcript"] == "turn on the kitchen lights" and heard["content_index"] == 0
+    assert heard["usage"]["type"] == "duration" and 1.0 < heard["usage"]["seconds"] < 2.5
+    assert (
+        types.index("conversation.item.input_audio_transcription.completed") < first
+    )  # heard, then answered
+    [user_item] = [
+        e["item"] for e in client.of_type("conversation.item.added") if e["item"]["role"] == "user"
+    ]
+    assert (
+        user_item["id"] == heard["item_id"] and user_item["content"][0]["transcript"] == heard["transcript"]
+    )
     assert done["response"]["status"] == "completed"
     assert client.of_type("response.output_audio.delta")[0]["sample_rate_hz"] == 24_000
     assert done["response_request_metrics"]["source"] == "server_monotonic_request_start"
@@ -95,7 +110,9 @@ async def test_server_vad_reports_speech_start_and_stop_at_their_media_times(voi
         await client.until("session.created")
         vad = {"type": "server_vad", "threshold": 0.5, "prefix_padding_ms": 0, "silence_duration_ms": 500}
         await client.send({"type": "session.update", "session": {"turn_detection": vad}})
-        assert (await client.until("session.updated"))["session"]["turn_detection"]["type"] == "server_vad"
+        assert (await client.until("session.updated"))["session"]["audio"]["input"]["turn_detection"][
+            "type"
+        ] == "server_vad"
         speech = spoken(voice, "turn off the bedroom lights")
         lead_ms = 1000.0
         clip = with_noise_floor(np.concatenate([silence(lead_ms), speech, silence(2000)]))
@@ -129,3 +146,25 @@ async def test_user_speech_during_a_reply_barges_in_and_a_short_backchannel_does
     assert done["response"]["status"] == "cancelled"
     assert done["response"]["status_details"]["reason"] == "barge_in"
     assert len(client.of_type("response.done")) == 1  # the backchannel did not end the reply
+
+
+async def test_semantic_vad_ends_a_finished_question_at_a_short_pause() -> None:
+    try:
+        SmartTurn.shared()
+    except ImportError as exc:
+        pytest.skip(str(exc))
+    voice = PiperSynthesizer(deterministic=True)  # the same speech every run: Smart Turn's answer is fixed
+    async with EmbeddedServer(load_model("scripted", {})) as server:
+        client = await connect(server.url)
+        await client.until("session.created")
+        vad = {"type": "semantic_vad", "eagerness": "auto"}
+        await client.send({"type": "session.update", "session": {"turn_detection": vad}})
+        updated = await client.until("session.updated")
+        assert updated["session"]["audio"]["input"]["turn_detection"]["type"] == "semantic_vad"  # GA shape
+        speech = spoken(voice, "Who wrote the book Moby Dick?")
+        lead_ms = 1000.0
+        await _stream(client, with_noise_floor(np.concatenate([silence(lead_ms), speech, silence(2500)])))
+        stopped = await client.until("input_audio_buffer.speech_stopped", timeout=20)
+        pause_ms = stopped["audio_end_ms"] - (lead_ms + speech_end_ms(speech))
+        assert 150 <= pause_ms < 450  # Smart Turn at the 200 ms pause, not the 1.5 s silence fallback
+        await client.until("input_audio_buffer.committed")

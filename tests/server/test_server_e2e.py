@@ -13,7 +13,8 @@ import pytest
 import websockets
 
 from duplexkit.engine import Decision, Unit
-from duplexkit.models import load_model
+from duplexkit.engine.journal import ResumeConfig
+from duplexkit.models import ModelPlugin, load_model
 from duplexkit.models.scripted import ScriptedModel, ScriptedParams, ScriptedSession
 from duplexkit.server import EmbeddedServer, ServerConfig
 from tests.server.conftest import append, connect, small_limits, spoken_turn, tone_pcm16
@@ -88,7 +89,7 @@ async def test_autostart_0_requires_session_update_first(server: EmbeddedServer)
     await client.send({"type": "session.update", "session": {"modalities": ["text"]}})
     assert (await client.recv())["type"] == "session.created"
     updated = await client.recv()
-    assert updated["type"] == "session.updated" and updated["session"]["modalities"] == ["text"]
+    assert updated["type"] == "session.updated" and updated["session"]["output_modalities"] == ["text"]
 
 
 @pytest.mark.parametrize(
@@ -220,24 +221,33 @@ async def test_api_keys_are_checked_before_admission() -> None:
         assert (await browser.recv())["type"] == "session.created"
 
 
+@pytest.mark.parametrize("grace_s", [0.0, 0.5])
 async def test_an_abrupt_disconnect_mid_response_leaves_the_server_and_other_sessions_intact(
-    server: EmbeddedServer,
+    plugin: ModelPlugin, grace_s: float
 ) -> None:
-    other = await connect(server.url)
-    await other.until("session.created")
-    leaver = await connect(server.url)
-    await leaver.until("session.created")
-    await leaver.send(append(tone_pcm16(1.0)))
-    await leaver.send({"type": "input_audio_buffer.commit"})
-    await leaver.until("response.created")
-    leaver.ws.transport.abort()  # no close frame
-    done = await spoken_turn(other)
-    assert done["response"]["status"] == "completed"
-    for _ in range(100):
-        if server.duplex.manager.active == 1:
-            break
-        await asyncio.sleep(0.02)
-    assert server.duplex.manager.active == 1
+    """Without resume the slot frees at once; with it, the slot is held through the grace, then freed."""
+    resume = ResumeConfig(disconnect_grace_s=grace_s, reap_interval_s=0.05)
+    async with EmbeddedServer(plugin, ServerConfig(resume=resume)) as server:
+        other = await connect(server.url)
+        await other.until("session.created")
+        leaver = await connect(server.url)
+        await leaver.until("session.created")
+        await leaver.send(append(tone_pcm16(1.0)))
+        await leaver.send({"type": "input_audio_buffer.commit"})
+        await leaver.until("response.created")
+        leaver.ws.transport.abort()  # no close frame
+        lost_at = asyncio.get_running_loop().time()
+        if grace_s:
+            await asyncio.sleep(0.2)
+            assert server.duplex.manager.active == 2  # held through the grace
+        done = await spoken_turn(other)
+        assert done["response"]["status"] == "completed"
+        for _ in range(200):
+            if server.duplex.manager.active == 1:
+                break
+            await asyncio.sleep(0.02)
+        assert server.duplex.manager.active == 1
+        assert asyncio.get_running_loop().time() - lost_at >= grace_s
 
 
 async def test_a_client_that_stops_reading_is_dropped_instead_of_buffered_without_bound() -> None:

@@ -56,3 +56,17 @@ def run_counts(metas: Iterable[Mapping[str, Any]]) -> dict[str, int]:
         counts["published" if meta.get("status") == "published" else "failed"] += 1
         counts["retried"] += int(bool(meta.get("retry_count")))
     return counts
+
+
+def run_eligibility(metas: Iterable[Mapping[str, Any]]) -> dict[str, Any] | None:
+    """Whether the run is eligible for official scoring, from the published samples' `eligibility` records
+    (a benchmark that keeps none: `None`); the cases that are not, and why."""
+    recorded = [m for m in metas if m.get("status") == "published" and isinstance(m.get("eligibility"), dict)]
+    if not recorded:
+        return None
+    ineligible = [
+        {"case": f"{m.get('split')}/{m.get('id')}", "reasons": m["eligibility"].get("reasons")}
+        for m in recorded
+        if m["eligibility"].get("eligible") is False
+    ]
+    return {"eligible": not ineligible, "ineligible_cases": ineligible}

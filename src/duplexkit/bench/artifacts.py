@@ -13,7 +13,7 @@ from __future__ import annotations
 import json
 import os
 import tempfile
-from collections.abc import Iterator, Mapping
+from collections.abc import Iterable, Iterator, Mapping
 from pathlib import Path
 from typing import Any
 
@@ -65,11 +65,18 @@ class RunDir:
         write_json_atomic(self.meta_path(split, sample_id), dict(meta))
         write_json_atomic(self.sentences_path(split, sample_id), sentences)
 
-    def record_failure(self, split: str, sample_id: str, meta: Mapping[str, Any]) -> None:
-        """A failed sample: metadata only; any earlier publication and its extras are withdrawn."""
+    def record_failure(
+        self,
+        split: str,
+        sample_id: str,
+        meta: Mapping[str, Any],
+        extras: Iterable[str] = ("output.wav", "events.json"),
+    ) -> None:
+        """A failed sample: metadata only; any earlier publication and its `extras` (file names in the
+        sample's folder) are withdrawn."""
         write_json_atomic(self.meta_path(split, sample_id), dict(meta))
         self.sentences_path(split, sample_id).unlink(missing_ok=True)
-        for extra in ("output.wav", "events.json"):
+        for extra in extras:
             (self.sample_dir(split, sample_id) / extra).unlink(missing_ok=True)
 
     def metas(self) -> Iterator[dict[str, Any]]:

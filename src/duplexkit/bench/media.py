@@ -1,4 +1,4 @@
-"""Media preparation for one sample: question audio to mono 16 kHz PCM16, video frames to JPEG at a set rate.
+"""Shared media preparation: a sample's audio to mono 16 kHz PCM16, video frames to JPEG at a set rate.
 
 Pure functions without shared state, safe to call from worker threads. Containers are decoded with PyAV from
 memory, whatever their format (wav, mp3, m4a, flac; mp4, mkv, webm, ...).
@@ -11,14 +11,22 @@ import math
 from collections.abc import Iterator
 from dataclasses import dataclass
 from fractions import Fraction
+from typing import Protocol
 
 import av
 import numpy as np
 
-from duplexkit.bench.datasets import DatasetError, Sample
+from duplexkit.bench.sources import DatasetError
 from duplexkit.protocol.audio import encode_audio, resample
 
-__all__ = ["TARGET_RATE_HZ", "MediaError", "PreparedMedia", "prepare_media"]
+__all__ = [
+    "TARGET_RATE_HZ",
+    "MediaError",
+    "PreparedMedia",
+    "decode_audio",
+    "prepare_media",
+    "video_duration_s",
+]
 
 TARGET_RATE_HZ = 16_000
 _JPEG_QSCALE = 3  # MJPEG quantiser scale, 2 (best) .. 31; 3 is visually lossless for judge frames
@@ -27,6 +35,15 @@ _TIME_EPS_S = 1e-6
 
 class MediaError(DatasetError):
     """Media that cannot be decoded (corrupt, unsupported container, no audio or video stream)."""
+
+
+class AudioVisualSample(Protocol):
+    """A sample with a spoken input and an optional video (an Omni-DuplexEval `Sample` is one)."""
+
+    @property
+    def key(self) -> str: ...
+    def question_audio_bytes(self) -> bytes: ...
+    def video_bytes(self) -> bytes | None: ...
 
 
 @dataclass(frozen=True)
@@ -43,7 +60,7 @@ class PreparedMedia:
     frame_times_s: tuple[float, ...]
 
 
-def prepare_media(sample: Sample, *, fps: float = 1.0, max_side: int = 640) -> PreparedMedia:
+def prepare_media(sample: AudioVisualSample, *, fps: float = 1.0, max_side: int = 640) -> PreparedMedia:
     """Decode the sample's question audio and sample its video at ``fps`` from t = 0, within ``max_side``.
 
     Frame k is the picture on screen at k / fps. A sample without video gives no frames. Undecodable media
@@ -53,7 +70,7 @@ def prepare_media(sample: Sample, *, fps: float = 1.0, max_side: int = 640) -> P
         raise ValueError(f"fps must be a positive number, got {fps!r}")
     if max_side < 1:
         raise ValueError(f"max_side must be positive, got {max_side!r}")
-    samples = _decode_audio(sample.question_audio_bytes(), f"question audio of {sample.key}")
+    samples = decode_audio(sample.question_audio_bytes(), f"question audio of {sample.key}")
     video = sample.video_bytes()
     sampled = [] if video is None else list(_sample_frames(video, f"video of {sample.key}", fps, max_side))
     return PreparedMedia(
@@ -73,7 +90,7 @@ def video_frames(
     return tuple(jpeg for _, jpeg in _sample_frames(data, label, fps, max_side))
 
 
-def _decode_audio(data: bytes, label: str) -> np.ndarray:
+def decode_audio(data: bytes, label: str) -> np.ndarray:
     """The first audio stream downmixed to mono float32 and resampled to 16 kHz (exact length)."""
     chunks: list[np.ndarray] = []
     try:
@@ -91,6 +108,22 @@ def _decode_audio(data: bytes, label: str) -> np.ndarray:
     if not chunks or not rate:
         raise MediaError(f"{label}: no audio samples")
     return resample(np.concatenate(chunks).astype(np.float32, copy=False), rate, TARGET_RATE_HZ)
+
+
+def video_duration_s(data: bytes, label: str) -> float:
+    """How long a container's first video stream lasts (the container's duration when the stream has none)."""
+    try:
+        with av.open(io.BytesIO(data), mode="r") as container:
+            if not container.streams.video:
+                raise MediaError(f"{label}: the container has no video stream")
+            stream = container.streams.video[0]
+            if stream.duration is not None and stream.time_base is not None:
+                return float(stream.duration * stream.time_base)
+            if container.duration is not None:
+                return container.duration / 1_000_000
+    except av.FFmpegError as exc:
+        raise MediaError(f"{label}: cannot decode ({exc})") from exc
+    raise MediaError(f"{label}: the video's duration is unknown")
 
 
 def _fitted_size(width: int, height: int, max_side: int) -> tuple[int, int]:

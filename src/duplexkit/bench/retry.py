@@ -6,7 +6,11 @@
   fails after one attempt.
 - A transport stall (`input_timeout`, `commit_timeout`, `drain_timeout`) or a dropped connection is retried
   once, also under a completed reply: a completed reply does not prove the whole input arrived.
-- `close_timeout` under a completed reply is advisory: recorded, the sample is published, not retried.
+- `close_timeout` after a drain that settled with nothing open is advisory: recorded, the sample is
+  published, not retried, whether the model replied or chose silence (a stalled close says nothing about
+  what the model decided). Without a settled drain it is retried like a stall.
+- A final playback ack that could not reach the wire in time (`ack_timeout`) is recorded, never retried:
+  the reply it acknowledges was already received in full.
 - An unexpected exception in the runner (a coding error, e.g. in the padding) fails the sample visibly.
 
 What a failed retry does with the first attempt's artifacts: nothing is published until the sample's final
@@ -41,11 +45,15 @@ class AttemptOutcome:
     """What one attempt observed; timeouts hold the bound (s) that expired, or None."""
 
     response_done: bool = False
+    drain_settled: bool = False
+    """The drain settled: the model decided on the committed unit and every response was done."""
     server_errors: list[str] = field(default_factory=list)
     input_timeout: float | None = None
     commit_timeout: float | None = None
     drain_timeout: float | None = None
     close_timeout: float | None = None
+    ack_timeout: float | None = None
+    """The final playback ack's bound, when it ran out (advisory)."""
     transport_error: str | None = None
     runner_error: str | None = None
     capacity_exhausted: bool = False
@@ -67,7 +75,7 @@ def verdict(outcome: AttemptOutcome, attempt: int) -> Verdict:
     if outcome.runner_error is not None or outcome.deterministic_errors or outcome.capacity_exhausted:
         return Verdict.FAIL
     retryable = outcome.stall is not None or outcome.transport_error is not None
-    if not retryable and outcome.close_timeout is not None and not outcome.response_done:
+    if not retryable and outcome.close_timeout is not None and not outcome.drain_settled:
         retryable = True
     if retryable:
         return Verdict.RETRY if attempt < MAX_ATTEMPTS else Verdict.FAIL

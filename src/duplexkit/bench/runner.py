@@ -1,13 +1,13 @@
-"""The Omni-DuplexEval sample runner: the lifecycle of one sample, its retries, and the run around them.
+"""The shared sample runner: the lifecycle of one sample around its attempts, its retries, and the run.
 
-One attempt, every wait bounded (`RunConfig.bounds`; the lifecycle is `duplexkit.client.converse`):
-configure → stream on the media clock (bound: clip duration + slack; on a stall `input_timeout` is recorded
-and the sample still lands with its transcript) → commit (bound: `commit_timeout`; on a stall the commit
-stays queued ahead of the padding and the padding still starts) → pad silence until stopped, while draining
-on a quiet window in which `response.listen` acknowledgements are not activity (bound: `drain_timeout`) →
-final playback ack → close (bound: `close_timeout`; the outer wait gives the inner one `close_grace` more).
-Padding that fails with anything but a closed transport surfaces as the sample's error. The retry policy
-is `duplexkit.bench.retry`; artifacts are `duplexkit.bench.artifacts`.
+Per sample: prepare media off the event loop (`Benchmark.prepare_media`), run attempts
+(`Benchmark.run_attempt`: one session, every wait bounded by `RunConfig.bounds`, the whole attempt by
+`RunConfig.attempt_deadline_s`) under the retry policy (`duplexkit.bench.retry`), with capacity refusals
+waited out (jittered, bounded) and not counted as attempts, then publish the sample or record its failure
+(`duplexkit.bench.artifacts`). Which benchmark's hooks run is `BenchmarkRunner`'s `benchmark` (default:
+Omni-DuplexEval). Each attempt runs on a server leased from the run's `ServerPool` (`duplexkit.bench.pool`:
+one URL, or several with their capacities, work stealing and failover); the server of every attempt is
+recorded, and the sample's `server_url` is the one that produced what was published.
 
 The runner talks to servers only over the wire, through `duplexkit.client`.
 """
@@ -15,6 +15,7 @@ The runner talks to servers only over the wire, through `duplexkit.client`.
 from __future__ import annotations
 
 import asyncio
+import dataclasses
 import datetime as dt
 import logging
 import random
@@ -26,9 +27,9 @@ from typing import Any, Literal
 import numpy as np
 from websockets.exceptions import ConnectionClosed, InvalidStatus
 
-from duplexkit.bench.artifacts import RunDir, write_json_atomic
-from duplexkit.bench.datasets import Sample
-from duplexkit.bench.media import PreparedMedia, prepare_media
+from duplexkit.bench.artifacts import RunDir
+from duplexkit.bench.benchmark import DEFAULT_BENCHMARK, Benchmark, BenchSample, PreparedInput, get_benchmark
+from duplexkit.bench.pool import Lease, NoServerUp, PoolServer, Release, ServerPool
 from duplexkit.bench.retry import (
     AttemptOutcome,
     Verdict,
@@ -37,16 +38,16 @@ from duplexkit.bench.retry import (
     timeout_label,
     verdict,
 )
-from duplexkit.bench.speech import speech_segments
 from duplexkit.client import (
+    CloseResult,
     ConnectionLost,
     DuplexClient,
     SessionBounds,
     SessionError,
-    converse,
-    dump_events,
+    SessionProgress,
 )
-from duplexkit.client.wavfile import write_wav
+from duplexkit.client.protocols import detect_protocol
+from duplexkit.client.reconnect import ResumePolicy
 from duplexkit.protocol.errors import ErrorCode
 
 log = logging.getLogger("duplexkit.bench")
@@ -55,11 +56,15 @@ CAPACITY_CODES = frozenset({ErrorCode.SESSION_CAPACITY_EXHAUSTED.value, "resourc
 """Refusals that mean "no slot now" (ours, and vLLM-Omni's), not a failed attempt."""
 CAPACITY_HTTP_STATUSES = frozenset({429, 503})
 """Handshake statuses that mean the same, from servers that refuse before accepting the socket."""
+DEADLINE_MARGIN_S = 5.0
+"""What the attempt's outer deadline adds to the sum of its inner bounds (scheduling, media conversion)."""
 
 
-def _is_capacity_refusal(event: dict[str, Any]) -> bool:
-    """A capacity code, or any retryable `rate_limit_error`."""
+def is_capacity_refusal(event: dict[str, Any]) -> bool:
+    """A capacity code (also in vLLM-Omni's flat handshake errors), or any retryable `rate_limit_error`."""
     error = event.get("error")
+    if isinstance(error, str):
+        return str(event.get("code")) in CAPACITY_CODES
     if not isinstance(error, dict):
         return False
     if str(error.get("code")) in CAPACITY_CODES:
@@ -69,7 +74,10 @@ def _is_capacity_refusal(event: dict[str, Any]) -> bool:
 
 @dataclass(frozen=True)
 class RunConfig:
-    """Everything that decides how samples are run; recorded whole in `run.json`."""
+    """Everything that decides how samples are run; recorded whole in `run.json`.
+
+    `url` is the server of one attempt (the runner sets it from its pool); `concurrency` is per server.
+    """
 
     url: str
     model: str | None = None
@@ -81,7 +89,16 @@ class RunConfig:
     bounds: SessionBounds = field(default_factory=SessionBounds)
     capacity_wait_max_s: float = 300.0
     keep_audio: bool = True
+    resume: bool = True
+    """Resume a session whose connection drops (`ResumePolicy`); the sample records `resumed: N`."""
     extra_body: dict[str, Any] = field(default_factory=dict)
+    protocol: str = "auto"
+    """The wire protocol (`client.protocols`); `auto` detects it from the URL."""
+
+    def resume_policy(self) -> ResumePolicy | None:
+        """The client's resume policy for this run's sessions (duplex protocol only; others cannot)."""
+        protocol = detect_protocol(self.url) if self.protocol == "auto" else self.protocol
+        return ResumePolicy() if self.resume and protocol == "duplex" else None
 
     def to_json(self) -> dict[str, Any]:
         """The config as recorded in `run.json`, with the bounds' fields inline."""
@@ -95,17 +112,23 @@ class RunConfig:
         return data
 
     def attempt_deadline_s(self, clip_s: float) -> float:
-        """The outer bound of one attempt: the sum of its inner bounds, plus a little."""
-        b = self.bounds
-        return (
-            b.configure_timeout_s
-            + b.input_bound_s(clip_s)
-            + b.commit_timeout_s
-            + b.drain_timeout_s
-            + b.close_timeout_s
-            + b.close_grace_s
-            + 5.0
-        )
+        """The outer bound of one attempt: every inner bound added up (`SessionBounds.total_s`, from the
+        connect to the close's grace), plus `DEADLINE_MARGIN_S`."""
+        return self.bounds.total_s(clip_s) + DEADLINE_MARGIN_S
+
+
+def record_close(
+    close: CloseResult | None, outcome: AttemptOutcome, meta: dict[str, Any], bound_s: float
+) -> None:
+    """An attempt's close into its outcome and `meta["close"]`: a close that outlived its wait (`None`) or
+    was not answered cleanly is a `close_timeout` of `bound_s`."""
+    if close is None or not close.clean:
+        outcome.close_timeout = bound_s
+    meta["close"] = (
+        {"clean": False, "outcome": "timeout"}
+        if close is None
+        else {"clean": close.clean, "outcome": close.outcome, "elapsed_s": round(close.elapsed_s, 3)}
+    )
 
 
 class CapacityRefused(Exception):
@@ -119,6 +142,10 @@ class Attempt:
     meta: dict[str, Any]
     events: list[dict[str, Any]] = field(default_factory=list)
     audio: np.ndarray | None = None
+    extras: dict[str, Any] = field(default_factory=dict)
+    """Benchmark payloads for its `write_artifacts` (e.g. FDB's `output.json`), not recorded in the meta."""
+    server_url: str | None = None
+    """The server this attempt ran on (`None`: it never got one)."""
 
 
 @dataclass(slots=True)
@@ -131,125 +158,52 @@ class SampleResult:
     ttfp_ms: float | None = None
 
 
-async def run_attempt(sample: Sample, media: PreparedMedia, config: RunConfig) -> Attempt:
-    """One session for one sample; raises `CapacityRefused` when the server has no slot."""
-    outcome = AttemptOutcome()
-    bounds = config.bounds
-    input_bound = bounds.input_bound_s(media.duration_ms / 1000.0)
-    meta: dict[str, Any] = {
-        "bounds": {
-            "configure_timeout": bounds.configure_timeout_s,
-            "input_timeout": input_bound,
-            "commit_timeout": bounds.commit_timeout_s,
-            "drain_timeout": bounds.drain_timeout_s,
-            "close_timeout": bounds.close_timeout_s,
-        }
-    }
-    async with DuplexClient(config.url, api_key=config.api_key, model=config.model) as client:
-        samples = np.frombuffer(media.pcm16, dtype="<i2").astype(np.float32) / 32768.0
-        try:
-            conversation = await converse(
-                client,
-                samples,
-                sample_rate_hz=16_000,
-                frames=media.frames,
-                pace=config.pace,
-                chunk_ms=config.chunk_ms,
-                bounds=bounds,
-                extra_body=config.extra_body,
-            )
-        except SessionError as exc:
-            if _is_capacity_refusal(exc.event or {}):
-                raise CapacityRefused(str(exc)) from None
-            raise
-        if conversation.interrupted is not None:  # a lost connection or a padding failure fails the attempt
-            raise conversation.interrupted
-        report, drain, close = conversation.stream, conversation.drain, conversation.close
-        assert report is not None and drain is not None
-        meta["unit_ms"] = conversation.capabilities.chunk_period_ms
-        if report.timed_out:
-            outcome.input_timeout = input_bound
-        if conversation.commit_timed_out:
-            outcome.commit_timeout = bounds.commit_timeout_s
-        # Conservative: the whole clip went out within its bound, the commit within its bound, and the
-        # server acknowledged it; a commit that lands after its bound still counts as not committed.
-        meta["input_committed"] = (
-            outcome.input_timeout is None
-            and outcome.commit_timeout is None
-            and conversation.commit_acknowledged
-        )
-        meta["drain"] = {
-            "outcome": drain.outcome,
-            "waited_s": round(drain.waited_s, 3),
-            "listens": drain.listens,
-        }
-        if drain.outcome == "timeout":
-            outcome.drain_timeout = bounds.drain_timeout_s
-        elif drain.outcome == "connection_closed":
-            outcome.transport_error = "connection closed during the drain"
-        if close is None:
-            outcome.close_timeout = bounds.close_timeout_s
-            meta["close"] = {"clean": False, "outcome": "timeout"}
-        else:
-            if not close.clean:
-                outcome.close_timeout = bounds.close_timeout_s
-            meta["close"] = {
-                "clean": close.clean,
-                "outcome": close.outcome,
-                "elapsed_s": round(close.elapsed_s, 3),
-            }
-
-        collector = client.collector
-        outcome.server_errors = [str(f.get("error", {}).get("code")) for f in collector.failures()]
-        responses = collector.responses()
-        outcome.response_done = bool(responses) and not collector.open_responses()
-        meta.update(
-            {
-                "stream": report.to_json(),
-                "responses": [r.to_json() for r in responses],
-                "session": collector.session().to_json(),
-                "pacing": report.pacing.to_json() if report.pacing else None,
-                "timeline": {"decisions": _timeline(client), "input_speech": speech_segments(media.pcm16)},
-            }
-        )
-        sentences = [s.to_json() for s in collector.sentences()]
-        events = dump_events(client.events, client.connected_at) if config.keep_audio else []
-        audio = collector.output_audio() if config.keep_audio else None
-    return Attempt(outcome=outcome, sentences=sentences, meta=meta, events=events, audio=audio)
-
-
-def _timeline(client: DuplexClient) -> list[dict[str, Any]]:
-    """The model's decisions on the media clock: a listen per listened unit, speech per audio delta."""
-    marks = []
-    for event in client.events:
-        if event.type == "response.listen":
-            marks.append({"t": round(event.media_ms / 1000, 3), "decision": "listen"})
-        elif event.type == "response.output_audio.delta":
-            marks.append({"t": round(event.media_ms / 1000, 3), "decision": "speak"})
-    return marks
+def record_resumes(client: DuplexClient, meta: dict[str, Any], outcome: AttemptOutcome) -> None:
+    """A sample's `resumed: N` (sessions resumed after a lost connection); a resync fails the attempt,
+    since the events the server could not replay are lost to the sample."""
+    meta["resumed"] = client.resumed
+    if client.resync is not None and outcome.transport_error is None:
+        outcome.transport_error = f"resync_required: {client.resync.get('reason')}"
 
 
 class BenchmarkRunner:
-    """Runs samples with bounded concurrency and the retry policy, publishing each to the run folder."""
+    """Runs samples with bounded concurrency and the retry policy, publishing each to the run folder.
+
+    `benchmark` supplies the per-benchmark hooks (media, the session, metadata, extras); by default
+    Omni-DuplexEval's. `pool` holds the servers attempts run on; by default `config.url` alone, at most
+    `config.concurrency` sessions.
+    """
 
     def __init__(
         self,
         config: RunConfig,
         run_dir: RunDir,
         *,
+        benchmark: Benchmark | None = None,
         on_result: Callable[[SampleResult], None] | None = None,
         rng: random.Random | None = None,
+        pool: ServerPool | None = None,
     ) -> None:
         self.config = config
         self.run_dir = run_dir
+        self.benchmark = benchmark or get_benchmark(DEFAULT_BENCHMARK)
         self.on_result = on_result or (lambda _: None)
         self.rng = rng or random.Random()
+        self.pool = pool or ServerPool([config.url], per_server=config.concurrency)
 
-    async def run(self, samples: list[Sample], *, overwrite: bool = False) -> list[SampleResult]:
+    async def run(self, samples: list[Any], *, overwrite: bool = False) -> list[SampleResult]:
+        """Run `samples` (published ones skipped unless `overwrite`); the pool is started and closed here."""
         self.run_dir.clean_temporaries()
-        gate = asyncio.Semaphore(self.config.concurrency)
+        await self.pool.start()
+        try:
+            return await self._run(samples, overwrite)
+        finally:
+            await self.pool.aclose()
 
-        async def one(sample: Sample) -> SampleResult:
+    async def _run(self, samples: list[Any], overwrite: bool) -> list[SampleResult]:
+        gate = asyncio.Semaphore(self.pool.total_slots)
+
+        async def one(sample: Any) -> SampleResult:
             if not overwrite and self.run_dir.is_published(sample.split, sample.id):
                 result = SampleResult(sample.split, sample.id, "skipped")
             else:
@@ -260,15 +214,15 @@ class BenchmarkRunner:
 
         return list(await asyncio.gather(*(one(s) for s in samples)))
 
-    async def run_sample(self, sample: Sample) -> SampleResult:
+    async def run_sample(self, sample: Any) -> SampleResult:
         """Prepare media off the event loop, run attempts per the retry policy, publish or record failure."""
         started_at = _now_iso()
         try:
-            media = await asyncio.to_thread(prepare_media, sample, fps=self.config.fps)
+            media = await asyncio.to_thread(self.benchmark.prepare_media, sample, self.config)
         except Exception as exc:
             meta = self._base_meta(sample, started_at)
             meta.update(status="failed", error=f"media_error: {exc}", attempts=[], retry_count=0)
-            self.run_dir.record_failure(sample.split, sample.id, meta)
+            self._record_failure(sample, meta)
             return SampleResult(sample.split, sample.id, "failed", error=meta["error"])
         attempts: list[dict[str, Any]] = []
         capacity_wait = 0.0
@@ -279,24 +233,21 @@ class BenchmarkRunner:
             capacity_wait += waited
             decision = verdict(attempt.outcome, attempt_no)
             attempts.append(_attempt_summary(attempt))
+            if decision is not Verdict.PUBLISH:
+                attempts[-1]["sentences"] = attempt.sentences  # kept for diagnosis, never published
             if decision is not Verdict.RETRY:
                 break
-            attempts[-1]["sentences"] = attempt.sentences  # kept for diagnosis, never published
             log.info("%s/%s: retrying after %s", sample.split, sample.id, failure_reason(attempt.outcome))
         meta = self._base_meta(sample, started_at)
         meta.update(attempt.meta)
+        meta["server_url"] = attempt.server_url
         outcome = attempt.outcome
         meta.update(
             {
                 "status": "published" if decision is Verdict.PUBLISH else "failed",
                 "error": None if decision is Verdict.PUBLISH else failure_reason(outcome),
                 "response_done": outcome.response_done,
-                "timeouts": {
-                    "input_timeout": outcome.input_timeout,
-                    "commit_timeout": outcome.commit_timeout,
-                    "drain_timeout": outcome.drain_timeout,
-                    "close_timeout": outcome.close_timeout,
-                },
+                "timeouts": _timeouts(outcome),
                 "server_errors": outcome.server_errors,
                 "retry_count": attempt_no - 1,
                 "capacity_wait_s": round(capacity_wait, 3),
@@ -312,88 +263,124 @@ class BenchmarkRunner:
                 (r["ttfp_ms"] for r in meta.get("responses", []) if r.get("ttfp_ms") is not None), None
             )
             return SampleResult(sample.split, sample.id, "published", retried, ttfp_ms=ttfp)
-        self.run_dir.record_failure(sample.split, sample.id, meta)
+        self._record_failure(sample, meta)
         return SampleResult(sample.split, sample.id, "failed", retried, error=meta["error"])
 
-    async def _attempt_with_capacity(self, sample: Sample, media: PreparedMedia) -> tuple[Attempt, float]:
-        """One attempt; capacity refusals before it are waited out (jittered, bounded) and not counted."""
+    async def _attempt_with_capacity(self, sample: Any, media: PreparedInput) -> tuple[Attempt, float]:
+        """One attempt on a leased server; capacity refusals before it are waited out (jittered, bounded,
+        on another server at once when one has room) and not counted."""
         waited = 0.0
         refusals = 0
-        deadline_s = self.config.attempt_deadline_s(media.duration_ms / 1000.0)
+        refused_by: PoolServer | None = None
         while True:
+            remaining = self.config.capacity_wait_max_s - waited
             started = time.monotonic()
             try:
-                async with asyncio.timeout(deadline_s):
-                    return await run_attempt(sample, media, self.config), waited
-            except (CapacityRefused, InvalidStatus) as exc:
-                if isinstance(exc, InvalidStatus) and exc.response.status_code not in CAPACITY_HTTP_STATUSES:
-                    return _failed_attempt(transport_error=f"handshake refused: {exc}"), waited
-                refusals += 1
-                remaining = self.config.capacity_wait_max_s - waited
-                if remaining <= 0:
-                    failed = _failed_attempt()
-                    failed.outcome.capacity_exhausted = True
-                    return failed, waited
+                lease = await self.pool.lease(remaining, avoid=refused_by)
+            except NoServerUp as exc:
+                return _failed_attempt(transport_error=f"no server up: {exc}"), waited
+            waited += time.monotonic() - started
+            if lease is None:
+                failed = _failed_attempt()
+                failed.outcome.capacity_exhausted = True
+                return failed, waited
+            attempt, how = await self._attempt_on(sample, media, lease)
+            self.pool.release(lease, how)
+            if how is not Release.REFUSED:
+                attempt.server_url = lease.url
+                return attempt, waited
+            refusals += 1
+            refused_by = lease.server
+            remaining = self.config.capacity_wait_max_s - waited
+            if remaining <= 0:
+                failed = _failed_attempt()
+                failed.outcome.capacity_exhausted = True
+                return failed, waited
+            if not self.pool.has_room_elsewhere(lease):
                 pause = min(remaining, capacity_backoff_s(refusals, rng=self.rng))
                 await asyncio.sleep(pause)
                 waited += pause
-            except TimeoutError:
-                label = timeout_label(time.monotonic() - started, deadline_s)
-                if label == "inner_timeout_leaked":
-                    log.warning(
-                        "%s/%s: an inner wait's TimeoutError leaked out of the attempt",
-                        sample.split,
-                        sample.id,
-                    )
-                else:
-                    log.warning(
-                        "%s/%s: attempt hit its deadline of %.1f s", sample.split, sample.id, deadline_s
-                    )
-                return _failed_attempt(transport_error=label), waited
-            except (ConnectionLost, ConnectionClosed, OSError) as exc:
-                return _failed_attempt(transport_error=f"{type(exc).__name__}: {exc}"), waited
-            except SessionError as exc:
-                code = str((exc.event or {}).get("error", {}).get("code"))
-                return _failed_attempt(server_errors=[code]), waited
-            except Exception as exc:  # a coding error: fail the sample visibly, keep the run going
-                log.exception("%s/%s: the runner failed", sample.split, sample.id)
-                failed = _failed_attempt()
-                failed.outcome.runner_error = f"{type(exc).__name__}: {exc}"
-                return failed, waited
 
-    def _base_meta(self, sample: Sample, started_at: str) -> dict[str, Any]:
+    async def _attempt_on(self, sample: Any, media: PreparedInput, lease: Lease) -> tuple[Attempt, Release]:
+        """One attempt against the leased server, and what it says about that server."""
+        deadline_s = self.config.attempt_deadline_s(media.duration_ms / 1000.0)
+        config = dataclasses.replace(self.config, url=lease.url)
+        started = time.monotonic()
+        progress = SessionProgress()
+        try:
+            async with asyncio.timeout(deadline_s):
+                attempt = await self.benchmark.run_attempt(sample, media, config, progress)
+            # a connection that closed under a session the hook otherwise finished: probe the server
+            return attempt, Release.LOST if attempt.outcome.transport_error else Release.COMPLETED
+        except CapacityRefused:
+            return _failed_attempt(), Release.REFUSED
+        except InvalidStatus as exc:
+            if exc.response.status_code in CAPACITY_HTTP_STATUSES:
+                return _failed_attempt(), Release.REFUSED
+            return _failed_attempt(transport_error=f"handshake refused: {exc}"), Release.OTHER
+        except TimeoutError:
+            label = timeout_label(time.monotonic() - started, deadline_s)
+            if label == "inner_timeout_leaked":
+                log.warning(
+                    "%s/%s: an inner wait's TimeoutError leaked out of the attempt", sample.split, sample.id
+                )
+            else:
+                log.warning(
+                    "%s/%s: attempt hit its deadline of %.1f s in stage %s",
+                    sample.split,
+                    sample.id,
+                    deadline_s,
+                    progress.stage,
+                )
+            return _deadline_attempt(label, deadline_s, progress), Release.OTHER
+        except ConnectionRefusedError as exc:
+            return _failed_attempt(transport_error=f"{type(exc).__name__}: {exc}"), Release.UNREACHABLE
+        except (ConnectionLost, ConnectionClosed, OSError) as exc:
+            return _failed_attempt(transport_error=f"{type(exc).__name__}: {exc}"), Release.LOST
+        except SessionError as exc:
+            code = str((exc.event or {}).get("error", {}).get("code"))
+            return _failed_attempt(server_errors=[code]), Release.COMPLETED
+        except Exception as exc:  # a coding error: fail the sample visibly, keep the run going
+            log.exception("%s/%s: the runner failed", sample.split, sample.id)
+            failed = _failed_attempt()
+            failed.outcome.runner_error = f"{type(exc).__name__}: {exc}"
+            return failed, Release.OTHER
+
+    def _base_meta(self, sample: BenchSample, started_at: str) -> dict[str, Any]:
         c = self.config
         return {
             "split": sample.split,
             "id": sample.id,
-            "task": sample.task,
-            "family": sample.family,
-            "sample": {
-                "question_text": sample.question_text,
-                "answer1": sample.answer1,
-                "answer2": sample.answer2,
-                "reminder1": sample.reminder1,
-                "reminder2": sample.reminder2,
-                "video_type": sample.video_type,
-                "video_duration": sample.video_duration,
-            },
+            **self.benchmark.sample_meta(sample),
             "clock": "media" if c.pace == "realtime" else "invalid",
             "pace": c.pace,
             "fps": c.fps,
             "chunk_ms": c.chunk_ms,
             "model": c.model,
-            "server_url": c.url,
+            "server_url": None,
             "started_at": started_at,
         }
 
-    def _write_extras(self, sample: Sample, attempt: Attempt) -> None:
+    def _record_failure(self, sample: BenchSample, meta: dict[str, Any]) -> None:
+        """The failure in the run folder (earlier extras withdrawn), then the benchmark's own record of it."""
+        self.run_dir.record_failure(sample.split, sample.id, meta, self.benchmark.artifacts)
+        self.benchmark.write_failure(self.run_dir.sample_dir(sample.split, sample.id), meta)
+
+    def _write_extras(self, sample: BenchSample, attempt: Attempt) -> None:
         if not self.config.keep_audio:
             return
         folder = self.run_dir.sample_dir(sample.split, sample.id)
         folder.mkdir(parents=True, exist_ok=True)
-        if attempt.audio is not None:
-            write_wav(folder / "output.wav", attempt.audio, 24_000)
-        write_json_atomic(folder / "events.json", attempt.events)
+        self.benchmark.write_artifacts(folder, sample, attempt)
+
+
+def _deadline_attempt(label: str, deadline_s: float, progress: SessionProgress) -> Attempt:
+    """The attempt the outer deadline cut: the stage it was in, and the sentences received until then."""
+    failed = _failed_attempt(transport_error=label)
+    failed.meta["deadline"] = {"deadline_s": round(deadline_s, 3), "stage": progress.stage}
+    if progress.client is not None:
+        failed.sentences = [s.to_json() for s in progress.client.collector.sentences()]
+    return failed
 
 
 def _failed_attempt(*, transport_error: str | None = None, server_errors: list[str] | None = None) -> Attempt:
@@ -407,13 +394,20 @@ def _attempt_summary(attempt: Attempt) -> dict[str, Any]:
         "error": None if verdict(o, 1) is Verdict.PUBLISH else failure_reason(o),
         "response_done": o.response_done,
         "server_errors": o.server_errors,
-        "timeouts": {
-            "input_timeout": o.input_timeout,
-            "commit_timeout": o.commit_timeout,
-            "drain_timeout": o.drain_timeout,
-            "close_timeout": o.close_timeout,
-        },
+        "timeouts": _timeouts(o),
         "transport_error": o.transport_error,
+        "server_url": attempt.server_url,
+    }
+
+
+def _timeouts(outcome: AttemptOutcome) -> dict[str, float | None]:
+    """The bounds that ran out in an attempt, by name (`None`: it did not)."""
+    return {
+        "input_timeout": outcome.input_timeout,
+        "commit_timeout": outcome.commit_timeout,
+        "drain_timeout": outcome.drain_timeout,
+        "ack_timeout": outcome.ack_timeout,
+        "close_timeout": outcome.close_timeout,
     }
 
 

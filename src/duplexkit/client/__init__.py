@@ -8,8 +8,12 @@ clock), timed sentences and the output audio.
 
 from duplexkit.client.client import ConnectionLost, DuplexClient, SessionError
 from duplexkit.client.collector import (
-    CLIENT_SOURCE,
+    CLIENT_SOURCES,
+    COMMIT_SOURCE,
+    CREATED_SOURCE,
     SERVER_SOURCE,
+    STREAM_SOURCE,
+    UNANCHORED_SOURCE,
     EventCollector,
     MetricsSource,
     ResponseMetrics,
@@ -22,11 +26,22 @@ from duplexkit.client.events import ReceivedEvent
 from duplexkit.client.pacing import DeadlinePacer, PacingReport, Slot
 from duplexkit.client.results import CloseResult, DrainResult, Pace, StreamReport
 from duplexkit.client.sentences import SentenceBuilder, TimedSentence
-from duplexkit.client.session import Conversation, SessionBounds, close_session, converse
+from duplexkit.client.session import (
+    Conversation,
+    SessionBounds,
+    SessionProgress,
+    Stage,
+    close_session,
+    converse,
+)
 
 __all__ = [
-    "CLIENT_SOURCE",
+    "CLIENT_SOURCES",
+    "COMMIT_SOURCE",
+    "CREATED_SOURCE",
     "SERVER_SOURCE",
+    "STREAM_SOURCE",
+    "UNANCHORED_SOURCE",
     "CloseResult",
     "ConnectionLost",
     "Conversation",
@@ -45,7 +60,9 @@ __all__ = [
     "SessionBounds",
     "SessionError",
     "SessionMetrics",
+    "SessionProgress",
     "Slot",
+    "Stage",
     "StreamReport",
     "TimedSentence",
     "build_url",

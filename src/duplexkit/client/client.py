@@ -8,6 +8,15 @@ every event with its receive time (`time.monotonic()`) and the media clock at re
 
 Input audio goes out as PCM16 at the server's input rate on a media clock (`MediaClock`): every append
 carries its `duration_ms` and the cumulative `audio_end_ms`.
+
+The wire protocol is an adapter (`client.protocols`): the client builds canonical events, the adapter
+turns each into its protocol's frames and each received message into canonical events.
+
+With a `ResumePolicy` (duplex protocol only), a connection lost before the session ended is resumed
+(`client/reconnect.py`): the client reconnects with backoff, sends `session.resume`, drops replayed events
+it already holds and sends again the frames the server never read, so the event log, the collector and the
+media clock see every event and every append exactly once. Waits in progress (a stream, a drain) just wait
+through the reconnect.
 """
 
 from __future__ import annotations
@@ -16,9 +25,11 @@ import asyncio
 import base64
 import contextlib
 import json
+import random
 import time
+import urllib.parse
 from collections.abc import Callable, Mapping, Sequence
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 from types import TracebackType
 from typing import Any, Literal, TypeVar
 
@@ -26,13 +37,23 @@ import numpy as np
 import numpy.typing as npt
 from pydantic import BaseModel
 from websockets.asyncio.client import ClientConnection, connect
-from websockets.exceptions import ConnectionClosed
+from websockets.exceptions import ConnectionClosed, InvalidHandshake
 
 from duplexkit.client.collector import EventCollector
-from duplexkit.client.connection import ServerCapabilities, build_url
-from duplexkit.client.drain import DrainTracker
-from duplexkit.client.events import ReceivedEvent, as_str, dig, is_failure
+from duplexkit.client.connection import ServerCapabilities
+from duplexkit.client.drain import CommitPoint, DrainTracker
+from duplexkit.client.events import (
+    ReceivedEvent,
+    as_str,
+    dig,
+    error_code_of,
+    error_message_of,
+    is_failure,
+)
 from duplexkit.client.pacing import DeadlinePacer
+from duplexkit.client.protocols import ProtocolAdapter, Wire, protocol_for
+from duplexkit.client.protocols.duplex import DuplexProtocol
+from duplexkit.client.reconnect import FINAL_RESUME_CODES, ResumePolicy, ResumeState
 from duplexkit.client.results import CloseResult, DrainResult, Pace, StreamReport
 from duplexkit.protocol import client_events as ce
 from duplexkit.protocol.audio import encode_audio, resample
@@ -60,10 +81,12 @@ class ConnectionLost(SessionError):
 
 @dataclass(slots=True)
 class _Outgoing:
-    text: str
+    frames: list[Wire]
     future: asyncio.Future[float]
     audio_end_ms: float | None
     is_commit: bool
+    numbers: list[int] = field(default_factory=list)
+    """Its frames' numbers in the session's frame order, once written with a resume policy."""
 
 
 class DuplexClient:
@@ -82,17 +105,24 @@ class DuplexClient:
         model: str | None = None,
         open_timeout_s: float = 10.0,
         ack_interval_s: float = 0.25,
+        protocol: ProtocolAdapter | str = "auto",
+        resume: ResumePolicy | None = None,
+        rng: random.Random | None = None,
     ) -> None:
-        self.url = build_url(url, model=model)
+        self.protocol = protocol_for(protocol, url) if isinstance(protocol, str) else protocol
+        """The wire protocol; a name (`auto` detects it from the URL) or an adapter."""
+        if resume is not None and not isinstance(self.protocol, DuplexProtocol):
+            raise ValueError(f"session resume needs the duplex protocol, not {self.protocol.name}")
+        self.url = self.protocol.url(url, model=model)
         self.model = model
         self.collector = EventCollector()
         self.events: list[ReceivedEvent] = []
         self.streams: list[StreamReport] = []
         self.padded_ms = 0.0
         self.ignored_frames = 0
-        """Server frames that were not JSON objects."""
+        """Server messages the protocol adapter could not read (for JSON protocols: not a JSON object)."""
         self.connected_at = 0.0
-        self._headers = {"Authorization": f"Bearer {api_key}"} if api_key else {}
+        self._headers = self.protocol.headers() | ({"Authorization": f"Bearer {api_key}"} if api_key else {})
         self._open_timeout_s = open_timeout_s
         self._ack_interval_s = ack_interval_s
         self._ws: ClientConnection | None = None
@@ -109,35 +139,68 @@ class DuplexClient:
         self._pacing: tuple[DeadlinePacer, float] | None = None
         self._drain: DrainTracker | None = None
         self._acked: dict[str, float] = {}
+        self._latest_acks: dict[str, asyncio.Future[float]] = {}
+        """Per response, the wire time of its latest queued `playback.ack`."""
+        self._policy = resume
+        self._rng = rng or random.Random()
+        self._resume = ResumeState(resume.resend_buffer_bytes if resume else 0)
+        self._unconfirmed: dict[int, _Outgoing] = {}
+        self._recovery: asyncio.Task[None] | None = None
+        self._closing = False
+        self.resumes: list[dict[str, Any]] = []
+        """Every `session.resumed` this client received (one per successful resume)."""
+        self.resync: dict[str, Any] | None = None
+        """The `session.resync_required` event, if a resume could not replay what was missed."""
+        self.resume_failures: list[str] = []
+        """Why each failed resume attempt failed."""
 
     # --- connection -----------------------------------------------------------------------------------
 
     async def __aenter__(self) -> DuplexClient:
-        self._ws = await connect(
-            self.url,
-            additional_headers=self._headers,
-            open_timeout=self._open_timeout_s,
-            max_size=MAX_FRAME_BYTES,
-            compression=None,
-            ping_interval=None,
-        )
+        self._ws = await self._connect(self._open_timeout_s)
         self.connected_at = time.monotonic()
-        self._reader = asyncio.create_task(self._read_loop(self._ws), name="duplex-reader")
         self._acker = asyncio.create_task(self._ack_loop(), name="duplex-acker")
-        self._tasks = [
-            self._reader,
-            asyncio.create_task(self._write_loop(self._ws), name="duplex-writer"),
-            self._acker,
-        ]
+        self._start_io(self._ws, [])
         return self
 
     async def __aexit__(
         self, exc_type: type[BaseException] | None, exc: BaseException | None, tb: TracebackType | None
     ) -> None:
-        for task in self._tasks:
+        tasks = [t for t in (*self._tasks, self._acker, self._recovery) if t is not None]
+        for task in tasks:
             task.cancel()
-        await asyncio.gather(*self._tasks, return_exceptions=True)
+        await asyncio.gather(*tasks, return_exceptions=True)
         await self._close_socket()
+
+    async def _connect(self, timeout_s: float, url: str | None = None) -> ClientConnection:
+        return await connect(
+            url or self.url,
+            additional_headers=self._headers,
+            open_timeout=timeout_s,
+            max_size=MAX_FRAME_BYTES,
+            compression=None,
+            ping_interval=None,
+        )
+
+    def _start_io(self, ws: ClientConnection, resend: list[tuple[int, Wire]]) -> None:
+        """The reader and the writer for `ws`; the writer first sends `resend` (frames the server lacks)."""
+        self._reader = asyncio.create_task(self._read_loop(ws), name="duplex-reader")
+        self._tasks = [self._reader, asyncio.create_task(self._write_loop(ws, resend), name="duplex-writer")]
+
+    @property
+    def resumed(self) -> int:
+        """How many times the session was resumed after a lost connection."""
+        return len(self.resumes)
+
+    @property
+    def frames_written(self) -> int:
+        """Frames of this session written (counted with a resume policy only; resends are not counted)."""
+        return self._resume.frames_written
+
+    @property
+    def duplicates_dropped(self) -> int:
+        """Replayed events dropped because they had already been received."""
+        return self._resume.duplicates
 
     @property
     def capabilities(self) -> ServerCapabilities:
@@ -190,13 +253,12 @@ class DuplexClient:
         payload = ce.SessionUpdate(session=session).model_dump(mode="json", exclude_none=True)
         payload["session"]["turn_detection"] = None  # explicit null: model-native turn taking
         answer = None
+        ready = self.protocol.ready_event
         try:
             async with asyncio.timeout(timeout_s):
-                await self._written(self._enqueue(json.dumps(payload)))
+                await self._written(self._enqueue(payload))
                 answer = await self._wait_for(
-                    lambda: next(
-                        (e for e in self.events if e.type == "session.created" or is_failure(e.data)), None
-                    )
+                    lambda: next((e for e in self.events if e.type == ready or is_failure(e.data)), None)
                 )
         except ConnectionLost:  # a refusal (e.g. capacity) is an error event and then a closed socket
             if self._reader is not None:  # let the reader deliver what arrived before the close
@@ -204,7 +266,7 @@ class DuplexClient:
             answer = next((e for e in self.events if is_failure(e.data)), None)
             if answer is None:
                 raise
-        if answer.type != "session.created":
+        if answer.type != ready:
             raise SessionError(f"session refused: {_error_text(answer.data)}", answer.data)
         return self._capabilities
 
@@ -216,8 +278,8 @@ class DuplexClient:
         On `TimeoutError` the event stays queued: it reaches the wire, whole, before anything queued later.
         Raises `ConnectionLost` when the connection is gone.
         """
-        text = event.model_dump_json(exclude_none=True) if isinstance(event, BaseModel) else json.dumps(event)
-        return await self._written(self._enqueue(text), timeout_s)
+        payload = event.model_dump(mode="json", exclude_none=True) if isinstance(event, BaseModel) else event
+        return await self._written(self._enqueue(dict(payload)), timeout_s)
 
     async def commit(self, *, timeout_s: float | None = None) -> float:
         """Send `input_audio_buffer.commit{final: true}`; from here `drain()` tracks the replies.
@@ -225,9 +287,14 @@ class DuplexClient:
         Bounded like `send`: on `TimeoutError` the commit stays queued ahead of anything sent after it
         (silence padding included), so it still reaches the server first.
         """
-        self._drain = DrainTracker(time.monotonic(), self.collector.open_responses())
+        point = CommitPoint.at(self.audio_end_ms, self._capabilities.grid, self.events)
+        self._drain = DrainTracker(time.monotonic(), self.collector.open_responses(), point)
+        if not self.protocol.sends_commit:
+            # No commit on the wire (Moshi, server VAD): the input's end stands for it, and a server that
+            # decides by itself may already have answered during the input: a reply seen is its decision.
+            self._drain.assume_committed(decided=bool(self.collector.responses()))
         event = ce.InputAudioBufferCommit(final=True)
-        queued = self._enqueue(event.model_dump_json(exclude_none=True), commit=True)
+        queued = self._enqueue(event.model_dump(mode="json", exclude_none=True), commit=True)
         return await self._written(queued, timeout_s)
 
     async def cancel(self, response_id: str | None = None, *, timeout_s: float | None = None) -> float:
@@ -348,9 +415,12 @@ class DuplexClient:
 
     async def ack_playback(self, *, timeout_s: float | None = None) -> None:
         """Send a final `playback.ack` for every response whose received audio has not been acked yet, and
-        wait (at most `timeout_s`) until they are on the wire."""
-        for future in self._queue_acks():
-            await self._written(future, timeout_s)
+        wait (at most `timeout_s` in all) until every response's latest ack is on the wire, including one
+        the periodic acker queued earlier that has not reached it yet."""
+        self._queue_acks()
+        async with asyncio.timeout(timeout_s):
+            for future in list(self._latest_acks.values()):
+                await asyncio.shield(future)
 
     # --- waiting --------------------------------------------------------------------------------------
 
@@ -401,7 +471,7 @@ class DuplexClient:
             elif now >= deadline:
                 outcome = "timeout"
             if outcome is not None:
-                return DrainResult(outcome, now - started, tracker.listens, status.failure)
+                return DrainResult(outcome, now - started, tracker.listens, status.failure, tracker.rule)
             wake = deadline if status.wake_at is None else min(deadline, status.wake_at)
             await self._next_event(wake - now)
 
@@ -410,10 +480,13 @@ class DuplexClient:
         (its handshake bounded by `SOCKET_CLOSE_GRACE_S`). Never raises for a server that does not answer:
         the result says whether the close was clean."""
         started = time.monotonic()
+        self._closing = True  # a connection lost from here on is not resumed
         if self._acker is not None:
             self._acker.cancel()  # no acks after the close request
         closed: ReceivedEvent | None = None
         outcome: Literal["closed", "timeout", "connection_closed"] = "closed"
+        if not self.protocol.closes_with_event:
+            return await self._close_without_event(started)
         try:
             async with asyncio.timeout(timeout_s):
                 await self.send(ce.SessionClose(reason=reason))
@@ -434,6 +507,19 @@ class DuplexClient:
         )
 
     # --- internals ------------------------------------------------------------------------------------
+
+    async def _close_without_event(self, started: float) -> CloseResult:
+        """A protocol without `session.close`: the WebSocket closing handshake is the close; clean when
+        it completed normally (1000)."""
+        lost = self._lost is not None
+        await self._close_socket()
+        clean = not lost and self._ws is not None and self._ws.close_code == 1000
+        return CloseResult(
+            clean=clean,
+            reason=None,
+            outcome="connection_closed" if lost else "closed",
+            elapsed_s=time.monotonic() - started,
+        )
 
     async def _close_socket(self) -> None:
         """The WebSocket closing handshake, bounded: if the peer stopped reading, the transport is aborted."""
@@ -476,16 +562,18 @@ class DuplexClient:
         }
         if frames:
             payload["video_frames"] = [base64.b64encode(frame).decode("ascii") for frame in frames]
-        return self._enqueue(json.dumps(payload), audio_end_ms=end_ms)
+        return self._enqueue(payload, audio_end_ms=end_ms)
 
     def _enqueue(
-        self, text: str, *, audio_end_ms: float | None = None, commit: bool = False
+        self, event: dict[str, Any], *, audio_end_ms: float | None = None, commit: bool = False
     ) -> asyncio.Future[float]:
+        """Queue one canonical event as its protocol's frames (possibly none: it still takes its turn)."""
         if self._lost is not None:
             raise self._lost
+        frames = self.protocol.encode(event)
         future: asyncio.Future[float] = asyncio.get_running_loop().create_future()
         future.add_done_callback(_retrieve)
-        self._outbox.put_nowait(_Outgoing(text, future, audio_end_ms, commit))
+        self._outbox.put_nowait(_Outgoing(frames, future, audio_end_ms, commit))
         return future
 
     async def _written(self, future: asyncio.Future[float], timeout_s: float | None = None) -> float:
@@ -493,57 +581,153 @@ class DuplexClient:
         async with asyncio.timeout(timeout_s):
             return await asyncio.shield(future)
 
-    async def _write_loop(self, ws: ClientConnection) -> None:
-        while True:
-            item = await self._outbox.get()
-            try:
-                await ws.send(item.text)
-            except ConnectionClosed as exc:
-                self._connection_closed(exc)
-                item.future.set_exception(self._lost or ConnectionLost(str(exc)))
-                while not self._outbox.empty():
-                    self._outbox.get_nowait().future.set_exception(ConnectionLost(str(exc)))
-                return
-            at = time.monotonic()
-            if item.audio_end_ms is not None:
-                self._sent_audio_end_ms = item.audio_end_ms
-            if item.is_commit:
-                self.collector.commit_sent(at)
-            item.future.set_result(at)
+    async def _write_loop(self, ws: ClientConnection, resend: list[tuple[int, Wire]]) -> None:
+        """Send `resend` (frames the server never read, after a resume), then the outbox in order.
+
+        With a resume policy every frame is numbered and kept until written, so a loss mid-item leaves it
+        to be resent on the next attachment; without one the item fails with the connection."""
+        item: _Outgoing | None = None
+        try:
+            for number, text in resend:
+                await ws.send(text)
+                resent = self._unconfirmed.pop(number, None)
+                if resent is not None and not any(n in self._unconfirmed for n in resent.numbers):
+                    self._confirm(resent, time.monotonic())
+            for read in list(self._unconfirmed.values()):  # read by the server before the loss
+                self._confirm(read, time.monotonic())
+            self._unconfirmed.clear()
+            while True:
+                item = await self._outbox.get()
+                if self._policy is not None:
+                    item.numbers = [self._resume.written(frame) for frame in item.frames]
+                    self._unconfirmed.update(dict.fromkeys(item.numbers, item))
+                for number, frame in zip(item.numbers or [0] * len(item.frames), item.frames, strict=True):
+                    await ws.send(frame)
+                    self._unconfirmed.pop(number, None)
+                self._confirm(item, time.monotonic())
+        except ConnectionClosed as exc:
+            if self._policy is None and item is not None:  # the failed frame is lost with the connection
+                item.future.set_exception(ConnectionLost(str(exc)))
+            self._dropped(exc)
+
+    def _confirm(self, item: _Outgoing, at: float) -> None:
+        """`item` reached the wire at `at` (once: a resent frame is not confirmed twice)."""
+        if item.future.done():
+            return
+        if item.audio_end_ms is not None:
+            self._sent_audio_end_ms = item.audio_end_ms
+        if item.is_commit:
+            self.collector.commit_sent(at)
+        item.future.set_result(at)
 
     async def _read_loop(self, ws: ClientConnection) -> None:
         try:
             async for message in ws:
                 received_at = time.monotonic()
-                try:
-                    data = json.loads(message)
-                except ValueError:
-                    data = None
-                if not isinstance(data, dict):
+                events = self.protocol.decode(message)
+                if events is None:
                     self.ignored_frames += 1
                     continue
-                self._on_event(ReceivedEvent(data, received_at, self._sent_audio_end_ms))
+                for data in events:
+                    if not self._resume.deliver(data):
+                        if data.get("type") == "session.resync_required":
+                            self.resync = data
+                        continue
+                    self._on_event(ReceivedEvent(data, received_at, self._sent_audio_end_ms))
         except ConnectionClosed as exc:
-            self._connection_closed(exc)
+            self._dropped(exc)
         else:
-            self._connection_closed(None)
+            self._dropped(None)
 
     def _on_event(self, event: ReceivedEvent) -> None:
         self.events.append(event)
         session = event.data.get("session")
         if event.type in ("session.created", "session.updated") and isinstance(session, dict):
             self._session = session
-            self._capabilities = ServerCapabilities.from_session(session)
+            self._capabilities = self.protocol.capabilities(session)
             self.collector.output_rate_hz = self._capabilities.output_sample_rate_hz
         self.collector.observe(event)
         if self._drain is not None:
             self._drain.observe(event)
         self._wake()
 
-    def _connection_closed(self, exc: ConnectionClosed | None) -> None:
+    def _dropped(self, exc: ConnectionClosed | None) -> None:
+        """The socket is gone: resume the session when the policy allows it, else the connection is lost."""
+        if self._recovery is not None or self._lost is not None:
+            return
+        if self._policy is not None and self._resume.resumable and not self._closing:
+            self._recovery = asyncio.create_task(self._recover(), name="duplex-resume")
+            return
+        self._connection_closed(exc)
+
+    async def _recover(self) -> None:
+        """Reconnect with backoff and resume; on success the reader and writer run on the new socket."""
+        assert self._policy is not None
+        current = asyncio.current_task()
+        old = [t for t in self._tasks if t is not current]
+        for task in old:
+            task.cancel()
+        await asyncio.gather(*old, return_exceptions=True)
+        if self._ws is not None:
+            self._ws.transport.abort()
+        for delay in self._policy.delays(self._rng):
+            await asyncio.sleep(delay)
+            try:
+                async with asyncio.timeout(self._policy.attempt_timeout_s):
+                    ws = await self._connect(self._policy.attempt_timeout_s, self._resume_url())
+                    answer = await self._resume_on(ws)
+            except (OSError, ConnectionClosed, TimeoutError, InvalidHandshake, ValueError) as exc:
+                self.resume_failures.append(f"{type(exc).__name__}: {exc}")
+                continue
+            if answer.get("type") != "session.resumed":
+                self.resume_failures.append(_error_text(answer))
+                if answer.get("type") == "error" and error_code_of(answer) in FINAL_RESUME_CODES:
+                    break
+                continue
+            resend = self._resume.resumed(answer)
+            if resend is None:
+                self.resume_failures.append("the server cannot say which client frames it read")
+                with contextlib.suppress(Exception):
+                    await ws.close()
+                break
+            self._ws = ws
+            self.resumes.append(answer)
+            self._start_io(ws, resend)
+            self._recovery = None
+            return
+        self._recovery = None
+        failures = "; ".join(self.resume_failures[-3:])
+        self._connection_closed(None, ConnectionLost(f"connection lost and not resumed ({failures})"))
+
+    def _resume_url(self) -> str:
+        """The session's URL with `session_id` in the query: a cluster's router sends the reconnection to
+        the replica holding the session (`server.cluster.routing_key`)."""
+        parts = urllib.parse.urlsplit(self.url)
+        query = [(k, v) for k, v in urllib.parse.parse_qsl(parts.query) if k != "session_id"]
+        query.append(("session_id", self._resume.session_id or ""))
+        return urllib.parse.urlunsplit(parts._replace(query=urllib.parse.urlencode(query)))
+
+    async def _resume_on(self, ws: ClientConnection) -> dict[str, Any]:
+        """Send `session.resume` on a fresh socket; the answer (`session.resumed`, or the refusal)."""
+        await ws.send(json.dumps(self._resume.resume_request()))
+        while True:
+            data = json.loads(await ws.recv())
+            if isinstance(data, dict) and data.get("type") in ("session.resumed", "error"):
+                return data
+
+    def _connection_closed(self, exc: ConnectionClosed | None, lost: ConnectionLost | None = None) -> None:
         if self._lost is None:
             code = self._ws.close_code if self._ws is not None else None
-            self._lost = ConnectionLost(f"connection closed (code {code})" if exc is None else str(exc))
+            self._lost = lost or ConnectionLost(
+                f"connection closed (code {code})" if exc is None else str(exc)
+            )
+            pending = list(self._unconfirmed.values())
+            self._unconfirmed.clear()
+            while not self._outbox.empty():
+                pending.append(self._outbox.get_nowait())
+            for item in pending:
+                if not item.future.done():
+                    item.future.set_exception(self._lost)
         self._wake()
 
     def _wake(self) -> None:
@@ -567,21 +751,26 @@ class DuplexClient:
             await self._changed.wait()
 
     async def _ack_loop(self) -> None:
+        if not self.protocol.acks_playback:
+            return
         while True:
             await asyncio.sleep(self._ack_interval_s)
             try:
                 self._queue_acks()
+                seq = self._resume.ack_due() if self._policy is not None else None
+                if seq is not None:  # lets the server trim its replay journal
+                    self._enqueue({"type": "session.event_ack", "server_event_seq": seq})
             except ConnectionLost:
                 return
 
-    def _queue_acks(self) -> list[asyncio.Future[float]]:
-        futures = []
+    def _queue_acks(self) -> None:
+        if not self.protocol.acks_playback:
+            return
         for response_id, item_id, played_ms in self.collector.playback_positions():
             if played_ms > self._acked.get(response_id, 0.0):
                 self._acked[response_id] = played_ms
                 ack = ce.PlaybackAck(response_id=response_id, item_id=item_id, played_ms=played_ms)
-                futures.append(self._enqueue(ack.model_dump_json(exclude_none=True)))
-        return futures
+                self._latest_acks[response_id] = self._enqueue(ack.model_dump(mode="json", exclude_none=True))
 
 
 def _pcm16_at(samples: npt.NDArray[np.float32], rate: int, target_rate: int) -> bytes:
@@ -595,4 +784,4 @@ def _retrieve(future: asyncio.Future[float]) -> None:
 
 
 def _error_text(data: dict[str, Any]) -> str:
-    return f"{as_str(dig(data, 'error', 'code')) or 'error'}: {as_str(dig(data, 'error', 'message')) or ''}"
+    return f"{error_code_of(data) or 'error'}: {error_message_of(data) or ''}"

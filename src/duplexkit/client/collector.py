@@ -7,13 +7,19 @@ named on every response and never mixed:
   (`response_request_metrics{source: "server_monotonic_request_start"}` at the event's top level, at
   `response.metadata.duplex_event` or at `metadata.vllm_omni`): TTFT, TTFP and TPOT are the server's values
   (the first one seen of each); RTF is (server TTFP + client receive span of the audio) / audio duration.
-* `client_monotonic_receive` otherwise: measured on the client's monotonic clock from the commit's send
-  (the first response created after a commit) or else from the response's `response.created` receipt.
-  RTF is (last audio receipt - that anchor) / audio duration; TPOT is `None` (token boundaries are invisible
-  to a client).
+* otherwise the client's monotonic receive clock, from one of two anchors, each its own label because they
+  measure different things: `client_commit_to_receive` for the first response created after a commit
+  (from the commit's send: includes the server's wait for the commit and the model's request), and
+  `client_created_to_receive` for any other response (from its `response.created` receipt: only the time
+  to its first output). RTF is (last audio receipt - that anchor) / audio duration; TPOT is `None` (token
+  boundaries are invisible to a client).
+* `client_receive_unanchored` for a reply the client's protocol adapter cut out of a continuous stream
+  (Moshi: `synthesized_from` on its events): its opening is its first output, so nothing anchors it and
+  its TTFT, TTFP and RTF are `None` rather than a meaningless 0.
 
 A value that was not observed is `None`, never 0. Per session, `stream_ttft_ms`, `stream_ttfp_ms` and
-`stream_rtf` are always on the client clock, from the stream's start (the media clock's origin).
+`stream_rtf` are always on the client clock, from the stream's start (the media clock's origin), labelled
+`client_stream_start_to_receive`.
 """
 
 from __future__ import annotations
@@ -39,9 +45,21 @@ from duplexkit.client.stats import Distribution
 from duplexkit.protocol.audio import AudioDecodeError, decode_base64_audio, resample
 from duplexkit.protocol.units import ms_to_samples, samples_to_ms
 
-MetricsSource = Literal["server_request_start_and_client_receive", "client_monotonic_receive"]
+MetricsSource = Literal[
+    "server_request_start_and_client_receive",
+    "client_commit_to_receive",
+    "client_created_to_receive",
+    "client_receive_unanchored",
+]
 SERVER_SOURCE: MetricsSource = "server_request_start_and_client_receive"
-CLIENT_SOURCE: MetricsSource = "client_monotonic_receive"
+COMMIT_SOURCE: MetricsSource = "client_commit_to_receive"
+CREATED_SOURCE: MetricsSource = "client_created_to_receive"
+UNANCHORED_SOURCE: MetricsSource = "client_receive_unanchored"
+"""A reply the client cut out of a continuous stream itself (Moshi): its `response.created` is the first
+output, so nothing anchors its TTFT/TTFP/RTF, which are `None`; the session's stream values still hold."""
+STREAM_SOURCE: Literal["client_stream_start_to_receive"] = "client_stream_start_to_receive"
+CLIENT_SOURCES = frozenset({COMMIT_SOURCE, CREATED_SOURCE, UNANCHORED_SOURCE, STREAM_SOURCE})
+"""Every label of a value measured on the client's own clock."""
 
 WAV_RATE_HZ = 24_000
 """Rate of the assembled output audio."""
@@ -115,7 +133,7 @@ class SessionMetrics:
     stream_rtf: float | None
     turns: int
     """Responses the server created."""
-    source: MetricsSource = CLIENT_SOURCE
+    source: Literal["client_stream_start_to_receive"] = STREAM_SOURCE
 
     def to_json(self) -> dict[str, Any]:
         return {
@@ -130,7 +148,9 @@ class SessionMetrics:
 @dataclass(slots=True)
 class _Response:
     id: str
-    anchor: float
+    anchor: float | None
+    anchor_source: MetricsSource
+    """Which client-clock anchor `anchor` is (used when the server sends no request-start metrics)."""
     item_id: str | None = None
     status: str | None = None
     server: dict[str, float] = field(default_factory=dict)
@@ -155,7 +175,7 @@ class _Response:
                 else ttfp_ms + (last_audio - first_audio) * 1000.0
             )
         else:
-            source = CLIENT_SOURCE
+            source = self.anchor_source
             ttft_ms = _since(self.anchor, self.first_text_at)
             ttfp_ms = _since(self.anchor, first_audio)
             generation_ms = _since(self.anchor, last_audio)
@@ -173,6 +193,15 @@ class _Response:
             inter_chunk_gap_ms=Distribution.of(gaps),
             text="".join(self.text),
         )
+
+
+@dataclass(frozen=True, slots=True)
+class PlacedAudio:
+    """One received audio chunk of `response_id` at sample `start` of the 24 kHz playback timeline."""
+
+    response_id: str
+    start: int
+    samples: npt.NDArray[np.float32]
 
 
 class EventCollector:
@@ -193,7 +222,7 @@ class EventCollector:
         self._current: str | None = None
         self._sentences = SentenceBuilder()
         self._text_owner: str | None = None
-        self._audio: list[tuple[float, npt.NDArray[np.float32]]] = []
+        self._audio: list[tuple[str, float, npt.NDArray[np.float32]]] = []
 
     # --- inputs ---------------------------------------------------------------------------------------
 
@@ -242,8 +271,9 @@ class EventCollector:
         records = list(self._responses.values())
         first_text = min((r.first_text_at for r in records if r.first_text_at is not None), default=None)
         first_audio = min((r.audio_at[0] for r in records if r.audio_at), default=None)
-        generation_ms = sum((r.audio_at[-1] - r.anchor) * 1000.0 for r in records if r.audio_at)
-        audio_ms = sum(r.audio_ms for r in records if r.audio_at)
+        anchored = [r for r in records if r.audio_at and r.anchor is not None]
+        generation_ms = sum(_since(r.anchor, r.audio_at[-1]) or 0.0 for r in anchored)
+        audio_ms = sum(r.audio_ms for r in anchored)
         return SessionMetrics(
             stream_ttft_ms=None if start is None else _since(start, first_text),
             stream_ttfp_ms=None if start is None else _since(start, first_audio),
@@ -270,16 +300,22 @@ class EventCollector:
     def output_audio(self) -> npt.NDArray[np.float32]:
         """All response audio at 24 kHz on its playback timeline: a chunk starts when the media clock read
         at its receipt, or when the audio before it ends if that is later; silence fills the gaps."""
-        cursor = 0
-        placed: list[tuple[int, npt.NDArray[np.float32]]] = []
-        for media_ms, samples in self._audio:
-            start = max(cursor, ms_to_samples(media_ms, WAV_RATE_HZ))
-            placed.append((start, samples))
-            cursor = start + len(samples)
-        out = np.zeros(cursor, dtype=np.float32)
-        for start, samples in placed:
-            out[start : start + len(samples)] = samples
+        placed = self.audio_placements()
+        out = np.zeros(placed[-1].start + len(placed[-1].samples) if placed else 0, dtype=np.float32)
+        for chunk in placed:
+            out[chunk.start : chunk.start + len(chunk.samples)] = chunk.samples
         return out
+
+    def audio_placements(self) -> list[PlacedAudio]:
+        """Where each received audio chunk sits on the playback timeline `output_audio` builds, with its
+        response, so per-response positions (e.g. `audio_text_marks`) can be placed on that timeline."""
+        cursor = 0
+        placed: list[PlacedAudio] = []
+        for response_id, media_ms, samples in self._audio:
+            start = max(cursor, ms_to_samples(media_ms, WAV_RATE_HZ))
+            placed.append(PlacedAudio(response_id, start, samples))
+            cursor = start + len(samples)
+        return placed
 
     # --- internals ------------------------------------------------------------------------------------
 
@@ -287,9 +323,15 @@ class EventCollector:
         response_id = response_id_of(data) or self._current or "unidentified"
         response = self._responses.get(response_id)
         if response is None:
-            anchor = received_at if self._pending_commit_at is None else self._pending_commit_at
-            self._pending_commit_at = None
-            response = self._responses[response_id] = _Response(response_id, anchor)
+            anchor: float | None
+            if data.get("synthesized_from") is not None:
+                anchor, source = None, UNANCHORED_SOURCE
+            elif self._pending_commit_at is None:
+                anchor, source = received_at, CREATED_SOURCE
+            else:
+                anchor, source = self._pending_commit_at, COMMIT_SOURCE
+                self._pending_commit_at = None
+            response = self._responses[response_id] = _Response(response_id, anchor, source)
             self._current = response_id
         return response
 
@@ -321,12 +363,16 @@ class EventCollector:
         response.audio_at.append(event.received_at)
         response.audio_ms += samples_to_ms(len(samples), rate)
         self._audio.append(
-            (event.media_ms, samples if rate == WAV_RATE_HZ else resample(samples, rate, WAV_RATE_HZ))
+            (
+                response.id,
+                event.media_ms,
+                samples if rate == WAV_RATE_HZ else resample(samples, rate, WAV_RATE_HZ),
+            )
         )
 
 
-def _since(anchor: float, at: float | None) -> float | None:
-    return None if at is None else (at - anchor) * 1000.0
+def _since(anchor: float | None, at: float | None) -> float | None:
+    return None if at is None or anchor is None else (at - anchor) * 1000.0
 
 
 def _round(value: float | None, digits: int = 3) -> float | None:

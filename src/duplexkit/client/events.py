@@ -67,7 +67,16 @@ def response_id_of(data: dict[str, Any]) -> str | None:
 
 
 def error_code_of(data: dict[str, Any]) -> str | None:
-    return as_str(dig(data, "error", "code"))
+    """`error.code`, or the top-level `code` of a flat error (vLLM-Omni's handshake errors)."""
+    return as_str(dig(data, "error", "code")) or (
+        as_str(data.get("code")) if isinstance(data.get("error"), str) else None
+    )
+
+
+def error_message_of(data: dict[str, Any]) -> str | None:
+    """`error.message`, or the flat error's `error` string."""
+    error = data.get("error")
+    return error if isinstance(error, str) else as_str(dig(data, "error", "message"))
 
 
 def is_failure(data: dict[str, Any]) -> bool:

@@ -57,6 +57,8 @@ class DrainResult:
     listens: int
     """`response.listen` events received since the commit."""
     error: dict[str, Any] | None = None
+    decision_rule: Literal["server_unit_end", "unit_count"] = "unit_count"
+    """How the drain told the decision on the committed unit from a backlog's (`client.drain`)."""
 
     @property
     def settled(self) -> bool:

@@ -1,19 +1,21 @@
 """One session's lifecycle, every wait bounded: the part `duplexkit talk` and the bench runner share.
 
-configure → stream on the media clock (bound: clip duration + slack) → commit (bound; on a stall the commit
-stays queued ahead of the padding and the padding still starts) → pad silence while draining
-(`DuplexClient.drain_while_padding`, bound: `drain_timeout_s`) → final playback ack → close (bound:
-`close_timeout_s`; the outer wait gives the inner one `close_grace_s` more). `converse` records what happened;
-deciding what counts as a failure is the caller's.
+connect (bound: `open_timeout_s`, the caller's `DuplexClient`) → configure → stream on the media clock
+(bound: clip duration + slack) → commit (bound; on a stall the commit stays queued ahead of the padding and
+the padding still starts) → pad silence while draining (`DuplexClient.drain_while_padding`, bound:
+`drain_timeout_s`) → final playback ack (bound: `ack_timeout_s`) → close (bound: `close_timeout_s`; the outer
+wait gives the inner one `close_grace_s` more). `SessionBounds.total_s` is the sum of them all: an outer
+deadline of at least that never cuts a session that every inner bound would have let finish.
+`converse` records what happened (and, in a `SessionProgress`, where it is while it runs); deciding what
+counts as a failure is the caller's.
 """
 
 from __future__ import annotations
 
 import asyncio
-import contextlib
 from collections.abc import Mapping, Sequence
 from dataclasses import dataclass
-from typing import Any
+from typing import Any, Literal
 
 import numpy as np
 import numpy.typing as npt
@@ -28,6 +30,8 @@ from duplexkit.protocol.units import samples_to_ms
 class SessionBounds:
     """The bound, in seconds, on every wait of one session."""
 
+    open_timeout_s: float = 10.0
+    """For the WebSocket handshake (`DuplexClient(open_timeout_s=...)`)."""
     configure_timeout_s: float = 10.0
     """For `session.created`."""
     input_slack_s: float = 10.0
@@ -49,6 +53,32 @@ class SessionBounds:
         """The bound on streaming a clip of `clip_s` seconds."""
         return clip_s + self.input_slack_s
 
+    def total_s(self, clip_s: float) -> float:
+        """Every inner bound of a session streaming `clip_s` seconds, added up, in lifecycle order."""
+        return (
+            self.open_timeout_s
+            + self.configure_timeout_s
+            + self.input_bound_s(clip_s)
+            + self.commit_timeout_s
+            + self.drain_timeout_s
+            + self.ack_timeout_s
+            + self.close_timeout_s
+            + self.close_grace_s
+        )
+
+
+Stage = Literal["connect", "configure", "input", "commit", "drain", "final_ack", "close", "done"]
+"""The lifecycle step a session is in, in order."""
+
+
+@dataclass(slots=True)
+class SessionProgress:
+    """Where a session is while it runs, readable by whoever started it: after an outer deadline cancelled
+    the session, `stage` names the step that was running and `client` still holds what was received."""
+
+    stage: Stage = "connect"
+    client: DuplexClient | None = None
+
 
 @dataclass(frozen=True, slots=True)
 class Conversation:
@@ -62,6 +92,8 @@ class Conversation:
     commit_acknowledged: bool
     """The server had sent `input_audio_buffer.committed` when the drain ended."""
     drain: DrainResult | None
+    ack_timed_out: bool
+    """The final playback acks did not reach the wire within `ack_timeout_s` (recorded, not fatal)."""
     connection_lost: bool
     """The connection was gone before the close was sent."""
     interrupted: Exception | None
@@ -91,18 +123,23 @@ async def converse(
     chunk_ms: int = 200,
     bounds: SessionBounds,
     extra_body: Mapping[str, Any] | None = None,
+    progress: SessionProgress | None = None,
 ) -> Conversation:
     """Run one session on a connected `client`, from configure to close, and record what happened.
 
     Raises what `configure` raises (`SessionError` on a refusal, `TimeoutError` without `session.created`)
     and any unexpected error while streaming or committing; a lost connection and a padding failure are
-    recorded instead (`Conversation.interrupted`).
+    recorded instead (`Conversation.interrupted`). `progress`, when given, follows the lifecycle's steps.
     """
+    progress = progress or SessionProgress()
+    progress.client = client
+    progress.stage = "configure"
     capabilities = await client.configure(extra_body=extra_body, timeout_s=bounds.configure_timeout_s)
     stream: StreamReport | None = None
     commit_timed_out = False
     interrupted: Exception | None = None
     try:
+        progress.stage = "input"
         stream = await client.stream(
             samples,
             sample_rate_hz=sample_rate_hz,
@@ -111,6 +148,7 @@ async def converse(
             chunk_ms=chunk_ms,
             timeout_s=bounds.input_bound_s(samples_to_ms(len(samples), sample_rate_hz) / 1000.0),
         )
+        progress.stage = "commit"
         try:
             await client.commit(timeout_s=bounds.commit_timeout_s)
         except TimeoutError:
@@ -119,6 +157,7 @@ async def converse(
         interrupted = exc
     drain: DrainResult | None = None
     if interrupted is None:
+        progress.stage = "drain"
         try:
             drain = await client.drain_while_padding(
                 settle_s=bounds.settle_s, timeout_s=bounds.drain_timeout_s
@@ -128,17 +167,26 @@ async def converse(
     acknowledged = any(e.type == "input_audio_buffer.committed" for e in client.events)
     close: CloseResult | None = None
     lost = client.connection_lost
+    ack_timed_out = False
     if interrupted is None:
-        with contextlib.suppress(TimeoutError, ConnectionLost):
+        progress.stage = "final_ack"
+        try:
             await client.ack_playback(timeout_s=bounds.ack_timeout_s)
+        except TimeoutError:
+            ack_timed_out = True
+        except ConnectionLost:
+            pass  # recorded below as `connection_lost`
         lost = client.connection_lost
+        progress.stage = "close"
         close = await close_session(client, bounds)
+    progress.stage = "done"
     return Conversation(
         capabilities=capabilities,
         stream=stream,
         commit_timed_out=commit_timed_out,
         commit_acknowledged=acknowledged,
         drain=drain,
+        ack_timed_out=ack_timed_out,
         connection_lost=lost,
         interrupted=interrupted,
         close=close,

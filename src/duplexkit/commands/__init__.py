@@ -2,9 +2,9 @@
 
 import argparse
 
-from duplexkit.commands import bench, demo, report, score, serve, talk
+from duplexkit.commands import bench, demo, merge, report, score, serve, talk
 
 
 def register_all(commands: "argparse._SubParsersAction[argparse.ArgumentParser]") -> None:
-    for module in (serve, talk, bench, score, report, demo):
+    for module in (serve, talk, bench, merge, score, report, demo):
         module.register(commands)

@@ -1,4 +1,5 @@
-"""`duplexkit bench`: run Omni-DuplexEval against a server (or the embedded one) into a resumable folder."""
+"""`duplexkit bench`: run a benchmark (Omni-DuplexEval, OmniInteract, Full-Duplex-Bench) against a server
+(or the embedded one) into a resumable folder."""
 
 from __future__ import annotations
 
@@ -12,14 +13,23 @@ from collections.abc import AsyncIterator
 from pathlib import Path
 from typing import Any
 
+from duplexkit.bench.benchmark import BENCHMARKS, DEFAULT_BENCHMARK
 from duplexkit.commands.options import (
     add_bound_options,
     add_model_options,
+    add_protocol_option,
     bounds_from_args,
     json_object,
     model_from_args,
+    resolve_protocol,
 )
-from duplexkit.commands.score import add_judge_options, format_summary, judge_from_args
+from duplexkit.commands.score import (
+    add_fdb_options,
+    add_judge_options,
+    fdb_scores,
+    format_summary,
+    judge_from_args,
+)
 
 EXIT_OK, EXIT_FAILED, EXIT_USAGE = 0, 1, 2
 
@@ -31,22 +41,54 @@ def _csv(value: str) -> list[str]:
 def register(commands: argparse._SubParsersAction[argparse.ArgumentParser]) -> None:
     parser = commands.add_parser(
         "bench",
-        help="run the Omni-DuplexEval benchmark against a server",
+        help="run a benchmark (Omni-DuplexEval, OmniInteract or Full-Duplex-Bench) against a server",
         description="Stream every selected sample into a duplex server, drain its replies, and publish timed "
         "sentences and metadata under --out. Rerunning the same command resumes: published samples are "
         "skipped. Without --url the embedded server runs the built-in model for the duration of the run.",
     )
     data = parser.add_argument_group("dataset")
     data.add_argument(
+        "--benchmark",
+        choices=sorted(BENCHMARKS),
+        default=DEFAULT_BENCHMARK,
+        help="which benchmark's data, session and scoring rules; fdb (Full-Duplex-Bench) streams in full "
+        "duplex with no commit and writes FDB sample folders under RUN_DIR/<task folder>/<id>/ "
+        "(default: %(default)s)",
+    )
+    data.add_argument(
+        "--task",
+        action="append",
+        default=[],
+        choices=["pause", "backchannel", "turn_taking", "interruption", "overlap"],
+        help="fdb: run only this task (repeatable; default: all)",
+    )
+    data.add_argument(
         "--dataset",
         required=True,
         metavar="SPEC",
         help="'builtin', a local HF dataset directory or .parquet file, a .jsonl manifest, or a HF dataset "
-        "id already in the local HF cache (never downloaded)",
+        "id already in the local HF cache (never downloaded); OmniInteract: 'builtin', a directory holding "
+        "data/{1q1a,1q1a_math,1qna}, or its HF id in the cache; fdb: 'builtin' (synthetic, generated "
+        "offline) or a folder of FDB sample folders (or of task folders of them)",
     )
-    data.add_argument("--split", action="append", default=[], help="split to run (repeatable; default: all)")
     data.add_argument(
-        "--family", choices=["rtd", "pr", "all"], default="all", help="task family (default: all)"
+        "--split", action="append", default=[], help="Omni-DuplexEval split to run (repeatable; default: all)"
+    )
+    data.add_argument(
+        "--family",
+        choices=["rtd", "pr", "all"],
+        default="all",
+        help="Omni-DuplexEval task family (default: all)",
+    )
+    data.add_argument(
+        "--subset", action="append", default=[], help="OmniInteract subset to run (repeatable; default: all)"
+    )
+    data.add_argument(
+        "--scenario",
+        action="append",
+        default=[],
+        help="OmniInteract scenario (realtime, proactive, nested, interrupted, 1qna; repeatable): the cases "
+        "with a slot of it",
     )
     data.add_argument("--ids", type=_csv, default=[], help="comma-separated ids (bare or split/id) to run")
     data.add_argument(
@@ -56,18 +98,34 @@ def register(commands: argparse._SubParsersAction[argparse.ArgumentParser]) -> N
         help="comma-separated ids to skip (before --limit; not with --ids)",
     )
     data.add_argument("--limit", type=int, default=None, help="run at most this many samples")
+    data.add_argument(
+        "--shard",
+        default=None,
+        metavar="I/N",
+        help="run only part I of N of the selection (after --limit): a stable hash of (split, id) decides, "
+        "so N machines running 1/N … N/N cover it exactly once; join them with `duplexkit merge`",
+    )
 
     target = parser.add_argument_group("server")
-    target.add_argument("--url", default=None, help="server to evaluate (ws://, wss://, http:// or https://)")
+    target.add_argument(
+        "--url",
+        action="append",
+        default=[],
+        help="server to evaluate (ws://, wss://, http:// or https://); repeat for a pool of servers running "
+        "the same model: samples go to whichever has room, each within its /healthz max_sessions",
+    )
     target.add_argument("--api-key", default=None, help="API key sent as a bearer token")
     target.add_argument("--served-model", default=None, help="`model` query parameter sent to --url")
+    add_protocol_option(target)
     add_model_options(target)
 
     run = parser.add_argument_group("run")
     run.add_argument(
         "--out", required=True, type=Path, metavar="RUN_DIR", help="run folder (created; resumable)"
     )
-    run.add_argument("--concurrency", type=int, default=4, help="samples in flight (default: %(default)s)")
+    run.add_argument(
+        "--concurrency", type=int, default=4, help="samples in flight per server (default: %(default)s)"
+    )
     run.add_argument(
         "--pace",
         choices=["realtime", "as-fast-as-possible"],
@@ -92,6 +150,11 @@ def register(commands: argparse._SubParsersAction[argparse.ArgumentParser]) -> N
         "--no-audio", action="store_true", help="do not keep output.wav and events.json per sample"
     )
     run.add_argument(
+        "--no-resume",
+        action="store_true",
+        help="do not resume a session whose connection drops mid-sample (the attempt fails and is retried)",
+    )
+    run.add_argument(
         "--score", action="store_true", help="score the run when it ends (see the judge options)"
     )
     run.add_argument("--report", action="store_true", help="write RUN_DIR/report.html when the run ends")
@@ -103,14 +166,28 @@ def register(commands: argparse._SubParsersAction[argparse.ArgumentParser]) -> N
 
     add_bound_options(parser)
     add_judge_options(parser)
+    add_fdb_options(parser)
     parser.set_defaults(handler=run_command)
 
 
 def run_command(args: argparse.Namespace) -> int:
-    from duplexkit.bench.datasets import DatasetError, Selection, load_dataset
+    from duplexkit.bench.benchmark import get_benchmark
+    from duplexkit.bench.shard import Shard, ShardError
+    from duplexkit.bench.sources import DatasetError
 
+    try:
+        shard = Shard.parse(args.shard) if args.shard is not None else None
+    except ShardError as exc:
+        return _usage(str(exc))
+
+    if len(set(args.url)) != len(args.url):
+        return _usage("each --url may be given once")
     if args.ids and args.exclude_ids:
         return _usage("--ids and --exclude-ids cannot be combined")
+    wrong = _options_of_another_benchmark(args)
+    if wrong:
+        return _usage(f"{wrong} do not apply to --benchmark {args.benchmark}")
+    benchmark = get_benchmark(args.benchmark)
     if (
         args.concurrency < 1
         or (args.limit is not None and args.limit < 1)
@@ -118,50 +195,73 @@ def run_command(args: argparse.Namespace) -> int:
         or args.chunk_ms <= 0
     ):
         return _usage("--concurrency, --limit, --fps and --chunk-ms must be positive")
-    selection = Selection(
-        splits=tuple(args.split),
-        family=args.family,
-        ids=tuple(args.ids),
-        exclude_ids=tuple(args.exclude_ids),
-        limit=args.limit,
+    selection = benchmark.selection_from_json(
+        {
+            "splits": args.split,
+            "family": args.family,
+            "subsets": args.subset,
+            "scenarios": args.scenario,
+            "tasks": args.task,
+            "ids": args.ids,
+            "exclude_ids": args.exclude_ids,
+            "limit": args.limit,
+        }
     )
+    if benchmark.name == "fdb" and args.no_audio:
+        return _usage("fdb needs output.wav in every sample folder; drop --no-audio")
+    if benchmark.name == "fdb" and args.words != "keep" and not args.score:
+        return _usage("--words asr|transcription re-times the words when scoring; add --score")
     try:
-        dataset = load_dataset(args.dataset, selection)
+        dataset = benchmark.load_dataset(args.dataset, selection)
     except DatasetError as exc:
         return _usage(str(exc))
+    if benchmark.name == "fdb" and _overlaps_dataset(args.out, dataset.samples):
+        return _usage(f"--out {args.out} overlaps the dataset folder; write the run elsewhere")
     if args.score and args.pace != "realtime" and not args.allow_invalid_clock:
         return _usage("--score refuses an as-fast-as-possible run (clock=invalid); add --allow-invalid-clock")
-    mismatch = _resume_mismatch(args.out / "run.json", dataset.fingerprint, args.pace, args.url)
+    mismatch = _resume_mismatch(
+        args.out / "run.json", dataset.fingerprint, args.pace, args.url, shard, args.benchmark
+    )
     if mismatch and not args.overwrite:
         return _usage(f"{args.out} holds a run of {mismatch}; use a new --out, or --overwrite to redo it")
     judge = None
-    if args.score:
-        judge = judge_from_args(args, dataset.source, args.concurrency)
+    if args.score and benchmark.name != "fdb":  # FDB scores by its own rules (`fdb_scores`) after the run
+        judge = judge_from_args(args, dataset.source, args.concurrency, args.benchmark)
         if judge is None:
             return EXIT_USAGE
     plugin = None
-    if args.url is None:
+    if not args.url:
         plugin = model_from_args(args)
         if plugin is None:
             return EXIT_USAGE
     try:
-        return asyncio.run(_bench(args, dataset, selection, plugin, judge))
+        return asyncio.run(_bench(args, benchmark, dataset, selection, shard, plugin, judge))
     except KeyboardInterrupt:
         print("duplexkit bench: interrupted; rerun the same command to resume", file=sys.stderr)
         return 130
 
 
-async def _bench(args: argparse.Namespace, dataset: Any, selection: Any, plugin: Any, judge: Any) -> int:
+async def _bench(
+    args: argparse.Namespace,
+    benchmark: Any,
+    dataset: Any,
+    selection: Any,
+    shard: Any,
+    plugin: Any,
+    judge: Any,
+) -> int:
     from duplexkit import __version__
-    from duplexkit.bench.aggregate import run_counts, run_metrics
+    from duplexkit.bench.aggregate import run_counts, run_eligibility, run_metrics
     from duplexkit.bench.artifacts import RunDir, write_json_atomic
+    from duplexkit.bench.pool import ServerPool
     from duplexkit.bench.runner import BenchmarkRunner, RunConfig
 
     run_dir = RunDir(args.out)
+    samples = list(dataset.samples) if shard is None else shard.select(dataset.samples)
     started_at = _previous_start(run_dir.root / "run.json") or _now()
-    async with _server(args, plugin) as url:
+    async with _servers(args, plugin) as urls:
         config = RunConfig(
-            url=url,
+            url=urls[0],
             model=args.served_model if args.url else args.model,
             api_key=args.api_key,
             pace=args.pace,
@@ -170,9 +270,12 @@ async def _bench(args: argparse.Namespace, dataset: Any, selection: Any, plugin:
             concurrency=args.concurrency,
             bounds=bounds_from_args(args),
             keep_audio=not args.no_audio,
+            resume=not args.no_resume,
             extra_body=args.extra_body,
+            protocol=args.protocol,
         )
         run_info: dict[str, Any] = {
+            "benchmark": benchmark.name,
             "duplexkit_version": __version__,
             "versions": _versions(),
             "started_at": started_at,
@@ -182,29 +285,37 @@ async def _bench(args: argparse.Namespace, dataset: Any, selection: Any, plugin:
             "dataset": {
                 "source": dataset.source,
                 "fingerprint": dataset.fingerprint,
-                "selection": {
-                    "splits": list(selection.splits),
-                    "family": selection.family,
-                    "ids": list(selection.ids),
-                    "exclude_ids": list(selection.exclude_ids),
-                    "limit": selection.limit,
-                },
-                "samples": len(dataset.samples),
+                "selection": benchmark.selection_to_json(selection),
+                "shard": None if shard is None else shard.to_json(),
+                "samples": len(samples),
             },
-            "server": {"url": url, "model": config.model, "embedded": args.url is None},
+            "server": {"url": urls[0], "urls": urls, "model": config.model, "embedded": not args.url},
         }
         write_json_atomic(run_dir.root / "run.json", run_info)
-        with _Progress(len(dataset.samples)) as progress:
-            runner = BenchmarkRunner(config, run_dir, on_result=progress.record)
-            results = await runner.run(list(dataset.samples), overwrite=args.overwrite)
-    metas = [
-        m for m in run_dir.metas() if (m["split"], m["id"]) in {(s.split, s.id) for s in dataset.samples}
-    ]
+        pool = ServerPool(urls, per_server=args.concurrency)
+        with _Progress(len(samples)) as progress:
+            runner = BenchmarkRunner(
+                config, run_dir, benchmark=benchmark, on_result=progress.record, pool=pool
+            )
+            results = await runner.run(samples, overwrite=args.overwrite)
+        run_info["server"]["pool"] = pool.to_json()
+    metas = [m for m in run_dir.metas() if (m["split"], m["id"]) in {(s.split, s.id) for s in samples}]
     counts = run_counts(metas)
+    eligibility = run_eligibility(metas)
+    finished = {"finished_at": _now(), "counts": counts}
+    if eligibility is not None:
+        finished["eligibility"] = eligibility
     write_json_atomic(run_dir.root / "metrics.json", run_metrics(metas))
-    write_json_atomic(run_dir.root / "run.json", {**run_info, "finished_at": _now(), "counts": counts})
+    write_json_atomic(run_dir.root / "run.json", {**run_info, **finished})
     _print_summary(run_dir, counts, run_metrics(metas), skipped=sum(r.status == "skipped" for r in results))
+    if eligibility is not None and not eligibility["eligible"]:
+        cases = "; ".join(
+            f"{c['case']} ({', '.join(c['reasons'] or [])})" for c in eligibility["ineligible_cases"]
+        )
+        print(f"not eligible for official scoring: {cases}")
     scored_ok = True
+    if benchmark.name == "fdb" and args.score:
+        scored_ok = await fdb_scores(args, run_dir.root) == 0
     if judge is not None:
         from duplexkit.bench.judge import JudgeUnreachable, RunError, score_run
 
@@ -213,8 +324,9 @@ async def _bench(args: argparse.Namespace, dataset: Any, selection: Any, plugin:
                 run_dir.root,
                 judge,
                 workers=args.concurrency,
-                samples=dataset.samples,
+                samples=samples,
                 allow_invalid_clock=args.allow_invalid_clock,
+                benchmark=benchmark,
             )
             print(format_summary(summary))
             scored_ok = summary.complete
@@ -241,15 +353,15 @@ async def _bench(args: argparse.Namespace, dataset: Any, selection: Any, plugin:
 
 
 @contextlib.asynccontextmanager
-async def _server(args: argparse.Namespace, plugin: Any) -> AsyncIterator[str]:
-    """The URL to evaluate: `--url`, or an embedded server running the built-in model."""
-    if args.url is not None:
-        yield args.url
+async def _servers(args: argparse.Namespace, plugin: Any) -> AsyncIterator[list[str]]:
+    """The URLs to evaluate: every `--url`, or an embedded server running the built-in model."""
+    if args.url:
+        yield list(args.url)
         return
     from duplexkit.server import EmbeddedServer, ServerConfig
 
     async with EmbeddedServer(plugin, ServerConfig(max_sessions=max(64, args.concurrency))) as server:
-        yield server.url
+        yield [server.moshi_url if resolve_protocol(args.protocol, None) == "moshi" else server.url]
 
 
 class _Progress:
@@ -352,6 +464,16 @@ def _redacted(argv: list[str]) -> list[str]:
     return out
 
 
+def _overlaps_dataset(out: Path, samples: Any) -> bool:
+    """Whether the run folder `out` would lie in, or hold, an FDB dataset's sample or task folders (its
+    sample folders are written in the dataset's own layout, so they must not land in the dataset)."""
+    root = out.resolve()
+    folders = {s.folder.parent.parent.resolve() for s in samples} | {
+        s.folder.parent.resolve() for s in samples
+    }
+    return any(root == f or f in root.parents or root in f.parents for f in folders)
+
+
 def _recorded_run(path: Path) -> dict[str, Any] | None:
     try:
         data = json.loads(path.read_text(encoding="utf-8"))
@@ -360,22 +482,54 @@ def _recorded_run(path: Path) -> dict[str, Any] | None:
     return data if isinstance(data, dict) else None
 
 
-def _resume_mismatch(path: Path, fingerprint: str, pace: str, url: str | None) -> str | None:
+def _options_of_another_benchmark(args: argparse.Namespace) -> str | None:
+    """The options given that belong to another benchmark than `--benchmark`, as text."""
+    own = {
+        "omni-duplex-eval": [
+            ("--split", bool(args.split)),
+            ("--family", args.family != "all"),
+            ("--exclude-ids", bool(args.exclude_ids)),
+        ],
+        "omniinteract": [("--subset", bool(args.subset)), ("--scenario", bool(args.scenario))],
+        "fdb": [
+            ("--task", bool(args.task)),
+            ("--icc-distribution", args.icc_distribution is not None),
+            ("--words", args.words != "keep"),
+            ("--transcription-url", args.transcription_url is not None),
+        ],
+    }
+    given = [flag for name, flags in own.items() if name != args.benchmark for flag, used in flags if used]
+    return ", ".join(given) if given else None
+
+
+def _resume_mismatch(
+    path: Path,
+    fingerprint: str,
+    pace: str,
+    urls: list[str],
+    shard: Any,
+    benchmark: str = DEFAULT_BENCHMARK,
+) -> str | None:
     """What differs between the run recorded at `path` and this one (`None`: same run, or none yet).
 
-    A run folder holds one run: resuming it with another selection, pace or server would mix samples
-    that were not measured alike.
+    A run folder holds one run: resuming it with another selection, pace or server (pool) would mix
+    samples that were not measured alike; `duplexkit merge` joins runs made apart.
     """
     run = _recorded_run(path)
     if run is None:
         return None
+    if (run.get("benchmark") or DEFAULT_BENCHMARK) != benchmark:
+        return "another benchmark"
     dataset = run.get("dataset") or {}
     if dataset.get("fingerprint") != fingerprint:
         return "another dataset selection"
     if (run.get("config") or {}).get("pace") != pace:
         return "another pace"
+    if dataset.get("shard") != (None if shard is None else shard.to_json()):
+        return "another shard"
     server = run.get("server") or {}
-    if (url is not None and server.get("url") != url) or (url is None and not server.get("embedded")):
+    recorded = server.get("urls") or [server.get("url")]
+    if (urls and set(recorded) != set(urls)) or (not urls and not server.get("embedded")):
         return "another server"
     return None
 

@@ -2,7 +2,8 @@
 
 Runs the built-in benchmark (`duplexkit bench --dataset builtin`) against the embedded server and the
 built-in model at realtime pace, scores it with the offline builtin judge, writes the HTML report, and
-prints the summary table, the scores and where everything is. Rerunning resumes the same run folder.
+prints the summary table, the scores and where everything is, then how to talk to the same model live in
+the browser playground. Rerunning resumes the same run folder.
 """
 
 from __future__ import annotations
@@ -39,6 +40,7 @@ def register(commands: argparse._SubParsersAction[argparse.ArgumentParser]) -> N
 
 def run(args: argparse.Namespace) -> int:
     from duplexkit.cli import build_parser
+    from duplexkit.server.playground import playground_url
 
     argv = ["bench", "--dataset", "builtin", "--out", str(args.out), "--model", args.model]
     argv += ["--concurrency", "6", "--pace", args.pace, "--score", "--report"]
@@ -47,4 +49,9 @@ def run(args: argparse.Namespace) -> int:
     if args.limit is not None:
         argv += ["--limit", str(args.limit)]
     print("duplexkit demo: duplexkit " + " ".join(argv))
-    return bench.run_command(build_parser().parse_args(argv))
+    code = bench.run_command(build_parser().parse_args(argv))
+    print(
+        f"duplexkit demo: talk to {args.model} live: run `duplexkit serve --model {args.model}`, "
+        f"then open {playground_url('127.0.0.1', 8000)} in a browser"
+    )
+    return code

@@ -7,6 +7,7 @@ import json
 import sys
 from typing import Any
 
+from duplexkit.client.protocols import PROTOCOL_CHOICES, detect_protocol
 from duplexkit.client.session import SessionBounds
 from duplexkit.models import MODELS, ModelPlugin, load_model
 
@@ -30,8 +31,8 @@ def add_model_options(parser: argparse.ArgumentParser | argparse._ArgumentGroup)
     )
 
 
-def model_from_args(args: argparse.Namespace) -> ModelPlugin | None:
-    """The model the options name, or `None` after printing why it cannot be built."""
+def model_args_from_args(args: argparse.Namespace) -> dict[str, str] | None:
+    """The `--model-arg` pairs, or `None` after printing which one is malformed."""
     pairs: dict[str, str] = {}
     for item in args.model_arg:
         key, sep, value = item.partition("=")
@@ -39,6 +40,14 @@ def model_from_args(args: argparse.Namespace) -> ModelPlugin | None:
             print(f"duplexkit {args.command}: --model-arg expects KEY=VALUE, got {item!r}", file=sys.stderr)
             return None
         pairs[key] = value
+    return pairs
+
+
+def model_from_args(args: argparse.Namespace) -> ModelPlugin | None:
+    """The model the options name, or `None` after printing why it cannot be built."""
+    pairs = model_args_from_args(args)
+    if pairs is None:
+        return None
     try:
         return load_model(args.model, pairs)
     except ValueError as exc:
@@ -105,3 +114,26 @@ def bounds_from_args(args: argparse.Namespace) -> SessionBounds:
         drain_timeout_s=args.drain_timeout,
         close_timeout_s=args.close_timeout,
     )
+
+
+def add_protocol_option(parser: argparse.ArgumentParser | argparse._ArgumentGroup) -> None:
+    parser.add_argument(
+        "--protocol",
+        choices=PROTOCOL_CHOICES,
+        default="auto",
+        help="wire protocol: duplex (ours and vLLM-Omni's), openai (OpenAI Realtime GA), openai-beta, "
+        "moshi (Moshi/PersonaPlex /api/chat); auto: moshi for a /api/chat URL, else duplex. Without --url "
+        "the embedded server is reached on the protocol's own endpoint (default: %(default)s)",
+    )
+
+
+def resolve_protocol(name: str, url: str | None) -> str:
+    """The protocol `--protocol` means for `url` (`None`: the embedded server, where `auto` is duplex)."""
+    if name != "auto":
+        return name
+    return detect_protocol(url) if url is not None else "duplex"
+
+
+def default_chunk_ms(protocol: str) -> int:
+    """The append size a peer of `protocol` uses: one 80 ms frame for Moshi, 200 ms otherwise."""
+    return 80 if protocol == "moshi" else 200

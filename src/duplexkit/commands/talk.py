@@ -34,22 +34,25 @@ from duplexkit.client import (
     SessionBounds,
     SessionError,
     StreamReport,
-    build_url,
     close_session,
     converse,
     dump_events,
 )
 from duplexkit.client.collector import WAV_RATE_HZ
 from duplexkit.client.events import error_code_of
+from duplexkit.client.protocols import protocol_for
 from duplexkit.client.wavfile import read_wav, write_wav
 from duplexkit.commands.options import (
     add_bound_options,
     add_model_options,
+    add_protocol_option,
     bounds_from_args,
+    default_chunk_ms,
     json_object,
     model_from_args,
     positive_float,
     positive_int,
+    resolve_protocol,
 )
 from duplexkit.models import ModelPlugin
 from duplexkit.protocol.units import samples_to_ms
@@ -73,6 +76,8 @@ class TalkOptions:
     """The bounds on the session's waits once connected."""
     frames: tuple[bytes, ...] = ()
     """Video frames (JPEG), frame k riding the append that closes unit k."""
+    protocol: str = "auto"
+    """The wire protocol (`client.protocols`); `auto` detects it from the URL."""
 
 
 @dataclass(slots=True)
@@ -132,6 +137,7 @@ def register(commands: argparse._SubParsersAction[argparse.ArgumentParser]) -> N
         help="sent as Authorization: Bearer (default: $DUPLEXKIT_API_KEY)",
     )
     parser.add_argument("--served-model", help="model to request from --url's server (query and session)")
+    add_protocol_option(parser)
     parser.add_argument(
         "--extra-body", type=json_object, help="JSON object sent as session.extra_body (model parameters)"
     )
@@ -148,7 +154,11 @@ def _add_pacing_options(parser: argparse.ArgumentParser) -> None:
         "(default: %(default)s)",
     )
     parser.add_argument(
-        "--chunk-ms", type=positive_int, default=200, metavar="MS", help="append size (default: 200)"
+        "--chunk-ms",
+        type=positive_int,
+        default=None,
+        metavar="MS",
+        help="append size (default: 80, one frame, for moshi; 200 otherwise)",
     )
     parser.add_argument(
         "--connect-timeout",
@@ -165,7 +175,8 @@ def options_from_args(args: argparse.Namespace, *, url: str | None, out: Path) -
         url=url,
         out=out,
         pace=args.pace,
-        chunk_ms=args.chunk_ms,
+        chunk_ms=args.chunk_ms or default_chunk_ms(resolve_protocol(args.protocol, url)),
+        protocol=args.protocol,
         api_key=args.api_key,
         served_model=args.served_model,
         extra_body=args.extra_body,
@@ -178,7 +189,7 @@ def options_from_args(args: argparse.Namespace, *, url: str | None, out: Path) -
 def run(args: argparse.Namespace) -> int:
     if args.url is not None:
         try:
-            build_url(args.url)
+            protocol_for(args.protocol, args.url).url(args.url, model=None)
         except ValueError as exc:
             print(f"duplexkit talk: --url: {exc}", file=sys.stderr)
             return EXIT_USAGE
@@ -228,13 +239,18 @@ async def talk(options: TalkOptions, samples: Samples, rate: int, plugin: ModelP
 
     assert plugin is not None
     async with EmbeddedServer(plugin) as server:
-        return await _session(options, server.url, samples, rate)
+        moshi = resolve_protocol(options.protocol, None) == "moshi"
+        return await _session(options, server.moshi_url if moshi else server.url, samples, rate)
 
 
 async def _session(options: TalkOptions, url: str, samples: Samples, rate: int) -> TalkResult:
     result = TalkResult(url=url, input_ms=samples_to_ms(len(samples), rate))
     client = DuplexClient(
-        url, api_key=options.api_key, model=options.served_model, open_timeout_s=options.connect_timeout_s
+        url,
+        api_key=options.api_key,
+        model=options.served_model,
+        open_timeout_s=options.connect_timeout_s,
+        protocol=protocol_for(options.protocol, url),
     )
     async with contextlib.AsyncExitStack() as stack:
         try:
@@ -328,12 +344,15 @@ def timing(result: TalkResult) -> dict[str, Any]:
     stream = result.stream
     return {
         "url": result.url,
+        "protocol": client.protocol.name,
         "session_id": client.session_id,
         "failure": result.failure,
         "warnings": result.warnings,
         "clock": "invalid" if stream is None or stream.pace != "realtime" else "media_realtime",
         "clocks": {
-            "latency": "per response `source`; session values are client_monotonic_receive",
+            "latency": "per response `source`; session values are client_stream_start_to_receive"
+            if client.protocol.carries_server_timing
+            else f"client clock only: the {client.protocol.name} protocol has no server timing",
             "events_t_ms": "client monotonic ms since the connection opened",
             "media_ms": "audio_end_ms the client had written when the event arrived",
         },
@@ -348,7 +367,10 @@ def timing(result: TalkResult) -> dict[str, Any]:
         "stream": stream.to_json() if stream else None,
         "commit": {
             "timeout": result.commit_timeout,
-            "acknowledged": any(e.type == "input_audio_buffer.committed" for e in client.events),
+            # None: the protocol has no commit acknowledgement to observe
+            "acknowledged": any(e.type == "input_audio_buffer.committed" for e in client.events)
+            if client.protocol.sends_commit
+            else None,
         },
         "padded_ms": round(client.padded_ms, 3),
         "drain": None
@@ -379,7 +401,8 @@ def summary(result: TalkResult, out: Path) -> str:
     """A few lines for the terminal: outcome, per-response latencies with their source, pacing, close."""
     client = result.client
     session_id = client.session_id if client is not None else None
-    lines = [f"session {session_id or '-'} at {result.url}: {result.failure or 'ok'}"]
+    protocol = f" ({result.client.protocol.name})" if result.client is not None else ""
+    lines = [f"session {session_id or '-'} at {result.url}{protocol}: {result.failure or 'ok'}"]
     if client is None:
         return lines[0]
     for r in client.collector.responses():

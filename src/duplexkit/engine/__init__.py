@@ -3,7 +3,7 @@
 No sockets, tasks or sleeps live here; the server's session runner and the tests drive the same objects.
 """
 
-from duplexkit.engine.decisions import Decision, Interrupt, Listen, Speak
+from duplexkit.engine.decisions import Decision, Interrupt, Listen, Speak, Transcribed
 from duplexkit.engine.fence import Fence
 from duplexkit.engine.session import EngineConfig, EngineSession, Step
 from duplexkit.engine.units import Unit
@@ -17,5 +17,6 @@ __all__ = [
     "Listen",
     "Speak",
     "Step",
+    "Transcribed",
     "Unit",
 ]

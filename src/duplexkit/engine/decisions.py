@@ -1,4 +1,5 @@
-"""What a model returns for one stepped unit: keep listening, or speak a segment of the reply."""
+"""What a model returns for one stepped unit: keep listening, or speak a segment of the reply (and, for
+models that recognise speech, what it heard)."""
 
 from __future__ import annotations
 
@@ -41,4 +42,15 @@ class Interrupt:
     """The model heard the user barge in while it was speaking: cancel the active response."""
 
 
-Decision = Listen | Speak | Interrupt
+@dataclass(frozen=True, slots=True)
+class Transcribed:
+    """What the model heard the user say, reported beside its decision for the unit (it decides nothing):
+    `final=False` adds `text` to the utterance's transcript so far, `final=True` gives the whole final
+    transcript of an utterance that lasted `audio_seconds`. Models without a recogniser never yield it."""
+
+    text: str
+    final: bool = False
+    audio_seconds: float = 0.0
+
+
+Decision = Listen | Speak | Interrupt | Transcribed

@@ -56,44 +56,59 @@ class FirstOutputs:
 
 @dataclass(slots=True)
 class ResponseTiming:
-    """Timing of one response, anchored at its bound request start (`None`: nothing is measured)."""
+    """Timing of one response, anchored at its bound request start (`None`: nothing is measured yet).
+
+    A response that opened before its turn's request start was marked adopts the first later start
+    (`adopt_request_start`); an output it produced before that is never measured against it, so its TTFT
+    or TTFP stays `None` rather than reading as the time to a later output.
+    """
 
     request_start: float | None
     ttft_ms: float | None = None
     ttfp_ms: float | None = None
     output_tokens: int = 0
     _segments: list[tuple[int, float]] = field(default_factory=list)
-    _itls_ms: list[float] = field(default_factory=list)
+    _text_seen: bool = False
+    _audio_seen: bool = False
+
+    def adopt_request_start(self, start: float | None) -> None:
+        """Anchor an unanchored response at `start`, the first request start marked after it opened."""
+        if self.request_start is None:
+            self.request_start = start
 
     def mark_response_first_outputs(self, now: float, *, text: bool, audio: bool) -> FirstOutputs:
         """Record the first non-empty text (TTFT) and first audio (TTFP); report only newly observed ones."""
+        first_text, first_audio = text and not self._text_seen, audio and not self._audio_seen
+        self._text_seen, self._audio_seen = self._text_seen or text, self._audio_seen or audio
         if self.request_start is None:
             return FirstOutputs()
         elapsed_ms = max(0.0, (now - self.request_start) * 1000.0)
         ttft = ttfp = None
-        if text and self.ttft_ms is None:
+        if first_text:
             self.ttft_ms = ttft = elapsed_ms
-        if audio and self.ttfp_ms is None:
+        if first_audio:
             self.ttfp_ms = ttfp = elapsed_ms
         return FirstOutputs(ttft_ms=ttft, ttfp_ms=ttfp)
 
     def record_segment(self, tokens: int, *, tpot_ms: float | None, itl_ms: tuple[float, ...] = ()) -> None:
-        """Account one output segment of `tokens` tokens with its own TPOT and/or inter-token latencies."""
+        """Account one output segment of `tokens` tokens with its own TPOT and/or inter-token latencies.
+
+        Measured inter-token latencies refine the segment's own TPOT (their mean replaces `tpot_ms`); the
+        segment still weighs `max(tokens - 1, 0)` across segments.
+        """
         self.output_tokens += tokens
-        self._itls_ms.extend(itl_ms)
-        if tpot_ms is not None:
-            self._segments.append((tokens, tpot_ms))
+        own = sum(itl_ms) / len(itl_ms) if itl_ms else tpot_ms
+        if own is not None:
+            self._segments.append((tokens, own))
 
     @property
     def tpot_ms(self) -> float | None:
-        """Mean time per output token.
+        """Mean time per output token: the mean of per-segment TPOTs weighted by `max(tokens - 1, 0)`.
 
-        With measured inter-token latencies this is their mean (token weighted). Otherwise it is the mean
-        of per-segment TPOTs weighted by `max(tokens - 1, 0)`: a segment of n tokens has n - 1 intervals,
-        so a one-token segment has none and weighs nothing. 11 tokens at 10 ms and 3 at 100 ms give 25 ms.
+        A segment of n tokens has n - 1 intervals, so a one-token segment has none and weighs nothing.
+        11 tokens at 10 ms and 3 at 100 ms give 25 ms, whether or not the first segment's 10 ms came from
+        measured inter-token latencies.
         """
-        if self._itls_ms:
-            return sum(self._itls_ms) / len(self._itls_ms)
         weight = sum(max(tokens - 1, 0) for tokens, _ in self._segments)
         if weight == 0:
             return None

@@ -14,7 +14,7 @@ from typing import Any, Literal
 import numpy as np
 
 from duplexkit.engine.assembler import AssembledUnit, UnitAssembler
-from duplexkit.engine.decisions import Decision, Interrupt, Listen, Speak
+from duplexkit.engine.decisions import Decision, Interrupt, Listen, Speak, Transcribed
 from duplexkit.engine.fence import Fence
 from duplexkit.engine.ledger import RequestStartLedger, ResponseTiming
 from duplexkit.engine.playback import CommitPolicy, PlaybackLedger
@@ -45,6 +45,7 @@ class EngineConfig:
     continuation_limit: int = 8
     idle_timeout_s: float = 300.0
     server_vad: bool = False
+    supports_session_resume: bool = False
 
 
 @dataclass(slots=True)
@@ -57,7 +58,7 @@ class SessionSettings:
     input_sample_rate_hz: int = 16_000
     instructions: str | None = None
     voice: str | None = None
-    turn_detection: ce.ServerVadConfig | None = None
+    turn_detection: ce.TurnDetection | None = None
     temperature: float | None = None
     max_tokens: int | None = None
     idle_timeout_s: float = 300.0
@@ -113,6 +114,7 @@ class EngineSession:
         self._last_input_at: float | None = None
         self._last_unit_at = 0.0
         self._vad_item: str | None = None
+        self._transcript_item: str | None = None
 
     # --- client events --------------------------------------------------------------------------------
 
@@ -425,26 +427,70 @@ class EngineSession:
     def request_started(self, unit: Unit, now: float) -> None:
         """The model accepted `unit`'s request at `now`: the anchor for TTFT/TTFP of the reply it produces."""
         if self.fence.admits(unit.fence):
-            self._requests.mark_model_turn_request_started(self.fence.turn_id, now)
+            turn = self.fence.turn_id
+            self._requests.mark_model_turn_request_started(turn, now)
+            if self._response is not None and self._response.turn == turn:
+                self._response.timing.adopt_request_start(self._requests.start_of(turn))
 
     def on_decision(self, unit: Unit, decision: Decision, now: float) -> Step:
         """Turn one model decision for `unit` into events; output of a stale fence is dropped."""
         if self.closed or not self.fence.admits(unit.fence):
             return Step()
         if isinstance(decision, Listen):
-            return self._listen(decision, now)
+            return self._listen(decision, unit.end_ms)
         if isinstance(decision, Interrupt):
             return self._interrupt("barge_in", now) if self._response is not None else Step()
-        return self._speak(decision, now)
+        if isinstance(decision, Transcribed):
+            return self._transcribed(decision)
+        return self._speak(decision, unit.end_ms, now)
 
-    def on_step_failed(self, unit: Unit, message: str, now: float) -> Step:
-        """The model raised while stepping `unit`: fail the active response only; the session survives."""
+    def _transcribed(self, heard: Transcribed) -> Step:
+        """Input transcription events for the utterance being heard. They name the user item of the
+        speech: server VAD's, else the latest committed item still without a transcript, else a new user
+        item added to the conversation when the transcript completes."""
+        if self._transcript_item is None:
+            pending = [
+                item.id
+                for item in self._history[-1:]
+                if item.role == "user" and item.content and item.content[0].transcript is None
+            ]
+            self._transcript_item = self._vad_item or (pending[0] if pending else self._new_id("item"))
+        item_id = self._transcript_item
+        if not heard.final:
+            return Step(events=[se.InputAudioTranscriptionDelta(item_id=item_id, delta=heard.text)])
+        self._transcript_item = None
+        step = Step()
+        known = [item for item in self._history if item.id == item_id]
+        if known:
+            known[0].content[0].transcript = heard.text
+        else:
+            item = se.ConversationItem(
+                id=item_id, role="user", content=[se.ItemContent(type="input_audio", transcript=heard.text)]
+            )
+            previous = self._history[-1].id if self._history else None
+            self._history.append(item)
+            step.events.append(se.ConversationItemAdded(item=item, previous_item_id=previous))
+            step.events.append(se.ConversationItemDone(item=item, previous_item_id=previous))
+        step.events.append(
+            se.InputAudioTranscriptionCompleted(
+                item_id=item_id,
+                transcript=heard.text,
+                usage=se.TranscriptionUsage(seconds=round(heard.audio_seconds, 3)),
+            )
+        )
+        return step
+
+    def on_step_failed(
+        self, unit: Unit, message: str, now: float, code: ErrorCode = ErrorCode.MODEL_STEP_FAILED
+    ) -> Step:
+        """The model raised (or missed its step deadline, `model_step_timeout`) while stepping `unit`: fail
+        the active response only; the session survives."""
         if self.closed or not self.fence.admits(unit.fence):
             return Step()
         step = Step()
         if self._response is not None:
             step.events.extend(self._finish("failed", "model_error", interrupted=True))
-        step.events.append(se.error_event(ErrorCode.MODEL_STEP_FAILED, f"model step failed: {message}"))
+        step.events.append(se.error_event(code, f"model step failed: {message}"))
         return step
 
     def step_finished(self, unit: Unit, now: float) -> None:
@@ -466,7 +512,7 @@ class EngineSession:
             return Step()
         if self._continuations >= self.config.continuation_limit:
             response_id = self._response.id
-            step = Step(events=[_listen_event("continuation_limit", response_id)])
+            step = Step(events=[_listen_event("continuation_limit", self._assembler.media_ms, response_id)])
             step.events.extend(self._finish("incomplete", "continuation_limit", interrupted=False))
             return step
         self._continuations += 1
@@ -480,18 +526,18 @@ class EngineSession:
 
     # --- responses ------------------------------------------------------------------------------------
 
-    def _listen(self, decision: Listen, now: float) -> Step:
+    def _listen(self, decision: Listen, unit_end_ms: float) -> Step:
         if self._response is None:
-            return Step(events=[_listen_event(decision.reason)])
-        step = Step(events=[_listen_event(decision.reason, self._response.id)])
+            return Step(events=[_listen_event(decision.reason, unit_end_ms)])
+        step = Step(events=[_listen_event(decision.reason, unit_end_ms, self._response.id)])
         step.events.extend(self._finish("completed", "stop", interrupted=False))
         return step
 
-    def _speak(self, segment: Speak, now: float) -> Step:
+    def _speak(self, segment: Speak, unit_end_ms: float, now: float) -> Step:
         step = Step()
         response = self._response
         if response is None:
-            response = self._begin_response(step)
+            response = self._begin_response(step, unit_end_ms)
         text, audio = segment.text, segment.audio
         speaks_audio = "audio" in response.modalities
         first = response.timing.mark_response_first_outputs(
@@ -523,6 +569,7 @@ class EngineSession:
                     response_request_metrics=self._metrics(response.timing)
                     if first.ttfp_ms is not None
                     else None,
+                    unit_end_ms=unit_end_ms,
                 )
             )
             step.events.append(
@@ -542,13 +589,14 @@ class EngineSession:
                     response_request_metrics=self._metrics(response.timing)
                     if first.ttft_ms is not None
                     else None,
+                    unit_end_ms=unit_end_ms,
                 )
             )
         if segment.end_of_turn:
             step.events.extend(self._finish("completed", "stop", interrupted=False))
         return step
 
-    def _begin_response(self, step: Step) -> _ActiveResponse:
+    def _begin_response(self, step: Step, unit_end_ms: float) -> _ActiveResponse:
         turn = self.fence.turn_id
         response = _ActiveResponse(
             id=self._new_id("resp"),
@@ -569,7 +617,8 @@ class EngineSession:
                 se.ResponseCreated(
                     response=se.ResponseInfo(
                         id=response.id, status="in_progress", output_modalities=response.modalities
-                    )
+                    ),
+                    unit_end_ms=unit_end_ms,
                 ),
                 se.ConversationItemAdded(item=item, previous_item_id=previous),
                 se.ResponseOutputItemAdded(response_id=response.id, item=item),
@@ -637,9 +686,16 @@ class EngineSession:
 
     @staticmethod
     def _metrics(timing: ResponseTiming) -> se.ResponseRequestMetrics:
+        """The response's metrics; without a request start they carry no server source (not measured)."""
+        if timing.request_start is None:
+            return se.ResponseRequestMetrics(source=None, measurement_origin=None)
         return se.ResponseRequestMetrics(ttft_ms=timing.ttft_ms, ttfp_ms=timing.ttfp_ms)
 
     # --- helpers --------------------------------------------------------------------------------------
+
+    def session_info(self) -> se.SessionInfo:
+        """The session as `session.created`/`session.updated` describe it (also sent on `session.resumed`)."""
+        return self._session_info()
 
     def _session_info(self) -> se.SessionInfo:
         s, c = self.settings, self.config
@@ -665,6 +721,7 @@ class EngineSession:
                 max_sessions=c.max_sessions,
                 input_sample_rate_hz=s.input_sample_rate_hz,
                 output_sample_rate_hz=c.output_sample_rate_hz,
+                supports_session_resume=c.supports_session_resume,
             ),
         )
 
@@ -690,9 +747,12 @@ class EngineSession:
         return item.model_copy(update={"content": content})
 
 
-def _listen_event(reason: se.ListenReason, response_id: str | None = None) -> se.ResponseListen:
+def _listen_event(
+    reason: se.ListenReason, unit_end_ms: float, response_id: str | None = None
+) -> se.ResponseListen:
     return se.ResponseListen(
         response_id=response_id,
+        unit_end_ms=unit_end_ms,
         response=se.ListenInfo(
             id=response_id, metadata=se.ListenMetadata(reason=reason, model_listen=reason == "model_listen")
         ),

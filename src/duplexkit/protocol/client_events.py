@@ -16,8 +16,10 @@ import numpy.typing as npt
 from pydantic import (
     BaseModel,
     ConfigDict,
+    Discriminator,
     Field,
     PrivateAttr,
+    Tag,
     ValidationInfo,
     field_validator,
     model_validator,
@@ -34,6 +36,9 @@ from duplexkit.protocol.audio import (
 
 FiniteFloat = Annotated[float, Field(allow_inf_nan=False)]
 NonNegativeMs = Annotated[float, Field(ge=0, allow_inf_nan=False)]
+
+GA_PCM_RATE_HZ = 24_000
+"""The rate of an OpenAI GA `audio/pcm` format that does not name one."""
 
 _IMAGE_SIGNATURES = (b"\xff\xd8\xff", b"\x89PNG\r\n\x1a\n")
 
@@ -67,6 +72,31 @@ class ServerVadConfig(BaseModel):
     create_response: bool = True
 
 
+class SemanticVadConfig(BaseModel):
+    """`turn_detection: {type: "semantic_vad", eagerness}` (OpenAI's name): the server detects speech and
+    ends the turn when an end-of-turn model (Smart Turn) judges the user finished at a pause; `eagerness`
+    says how readily (`low` lets the user take their time, `high` answers soonest)."""
+
+    model_config = ConfigDict(extra="allow")
+
+    type: Literal["semantic_vad"] = "semantic_vad"
+    eagerness: Literal["low", "medium", "high", "auto"] = "auto"
+    interrupt_response: bool = True
+    create_response: bool = True
+
+
+def _turn_detection_kind(value: Any) -> str:
+    kind = value.get("type", "server_vad") if isinstance(value, dict) else getattr(value, "type", None)
+    return kind if isinstance(kind, str) else "server_vad"
+
+
+TurnDetection = Annotated[
+    Annotated[ServerVadConfig, Tag("server_vad")] | Annotated[SemanticVadConfig, Tag("semantic_vad")],
+    Discriminator(_turn_detection_kind),
+]
+"""What a server-side turn detector is configured with; a config without `type` is `server_vad`."""
+
+
 class SessionConfig(BaseModel):
     """The `session` object of `session.update`; every field optional so an update changes only what it names.
 
@@ -83,7 +113,7 @@ class SessionConfig(BaseModel):
     input_audio_format: AudioFormat | None = None
     output_audio_format: AudioFormat | None = None
     input_sample_rate_hz: int | None = Field(None, gt=0, le=192_000)
-    turn_detection: ServerVadConfig | None = None
+    turn_detection: TurnDetection | None = None
     temperature: FiniteFloat | None = Field(None, ge=0.0, le=2.0)
     max_tokens: int | None = Field(None, gt=0)
     idle_timeout_s: FiniteFloat | None = Field(None, gt=0)
@@ -112,8 +142,9 @@ class SessionConfig(BaseModel):
                 fmt = section.get("format") if isinstance(section, dict) else None
                 if isinstance(fmt, dict) and isinstance(fmt.get("type"), str):
                     data.setdefault(f"{direction}_audio_format", fmt["type"])
-                    if direction == "input" and type(fmt.get("rate")) is int:
-                        data.setdefault("input_sample_rate_hz", fmt["rate"])
+                    rate = fmt.get("rate", GA_PCM_RATE_HZ if fmt["type"] == "audio/pcm" else None)
+                    if direction == "input" and type(rate) is int:
+                        data.setdefault("input_sample_rate_hz", rate)
         return data
 
 
@@ -261,6 +292,22 @@ class SessionClose(ClientEventBase):
     reason: str | None = None
 
 
+class SessionResume(ClientEventBase):
+    """Reattach to a detached session (the first message of a `?autostart=0` connection)."""
+
+    type: Literal["session.resume"] = "session.resume"
+    session_id: str
+    resume_token: str
+    last_received_server_event_seq: int = Field(ge=0)
+
+
+class SessionEventAck(ClientEventBase):
+    """The client holds every server event through `server_event_seq`: the server may trim its journal."""
+
+    type: Literal["session.event_ack"] = "session.event_ack"
+    server_event_seq: int = Field(ge=0)
+
+
 ClientEvent = Annotated[
     SessionUpdate
     | InputAudioBufferAppend
@@ -277,7 +324,9 @@ ClientEvent = Annotated[
     | ConversationItemDelete
     | ConversationItemTruncate
     | SessionHeartbeat
-    | SessionClose,
+    | SessionClose
+    | SessionResume
+    | SessionEventAck,
     Field(discriminator="type"),
 ]
 

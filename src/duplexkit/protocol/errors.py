@@ -34,6 +34,12 @@ class ErrorCode(StrEnum):
     NO_ACTIVE_RESPONSE = "no_active_response"
     UNKNOWN_ITEM = "unknown_item"
     PLAYBACK_ACK_TOO_LATE = "playback_ack_too_late"
+    # Session resume (vLLM-Omni's contract): a client treats every one of these as final.
+    INVALID_SESSION_RESUME = "invalid_session_resume"
+    SESSION_RESUME_EXPIRED = "session_resume_expired"
+    UNSUPPORTED_SESSION_RESUME = "unsupported_session_resume"
+    INVALID_RESUME_TOKEN = "invalid_resume_token"
+    SESSION_RESUME_CONFLICT = "session_resume_conflict"
     # Admission, auth and flow control.
     UNAUTHORIZED = "unauthorized"
     SESSION_CAPACITY_EXHAUSTED = "session_capacity_exhausted"
@@ -41,6 +47,7 @@ class ErrorCode(StrEnum):
     CLIENT_TOO_SLOW = "client_too_slow"
     # Server faults.
     MODEL_STEP_FAILED = "model_step_failed"
+    MODEL_STEP_TIMEOUT = "model_step_timeout"
     INTERNAL_ERROR = "internal_error"
 
 
@@ -60,11 +67,23 @@ ERROR_SPECS: dict[ErrorCode, ErrorSpec] = {
     ErrorCode.INPUT_BACKPRESSURE: ErrorSpec("rate_limit_error", retryable=True),
     ErrorCode.CLIENT_TOO_SLOW: ErrorSpec("server_error", retryable=True),
     ErrorCode.MODEL_STEP_FAILED: ErrorSpec("server_error", retryable=True),
+    ErrorCode.MODEL_STEP_TIMEOUT: ErrorSpec("server_error", retryable=True),
     ErrorCode.INTERNAL_ERROR: ErrorSpec("server_error", retryable=True),
 }
 
 BENIGN_CODES: frozenset[ErrorCode] = frozenset({ErrorCode.PLAYBACK_ACK_TOO_LATE})
 """Codes that report something harmless; a benchmark must not fail a sample over them."""
+
+RESUME_FINAL_CODES: frozenset[ErrorCode] = frozenset(
+    {
+        ErrorCode.INVALID_SESSION_RESUME,
+        ErrorCode.SESSION_RESUME_EXPIRED,
+        ErrorCode.UNSUPPORTED_SESSION_RESUME,
+        ErrorCode.INVALID_RESUME_TOKEN,
+        ErrorCode.SESSION_RESUME_CONFLICT,
+    }
+)
+"""Answers to `session.resume` after which a client must not try to resume that session again."""
 
 
 class ProtocolError(Exception):

@@ -13,7 +13,7 @@ from typing import Annotated, Any, Literal, get_args
 from pydantic import BaseModel, ConfigDict, Field
 
 from duplexkit.protocol.audio import AudioFormat
-from duplexkit.protocol.client_events import ServerVadConfig
+from duplexkit.protocol.client_events import TurnDetection
 from duplexkit.protocol.errors import ERROR_SPECS, ErrorCode, ErrorType
 
 METRICS_SOURCE_SERVER: Literal["server_monotonic_request_start"] = "server_monotonic_request_start"
@@ -47,6 +47,7 @@ class Capabilities(BaseModel):
     max_sessions: int
     input_sample_rate_hz: int
     output_sample_rate_hz: int
+    supports_session_resume: bool = False
 
 
 class SessionInfo(BaseModel):
@@ -63,7 +64,7 @@ class SessionInfo(BaseModel):
     voice: str | None = None
     input_audio_format: AudioFormat
     output_audio_format: AudioFormat
-    turn_detection: ServerVadConfig | None = None
+    turn_detection: TurnDetection | None = None
     temperature: float | None = None
     max_tokens: int | None = None
     idle_timeout_s: float
@@ -104,8 +105,9 @@ class ResponseRequestMetrics(BaseModel):
     A value that was not observed is `None` (omitted on the wire), never 0.
     """
 
-    source: Literal["server_monotonic_request_start"] = METRICS_SOURCE_SERVER
-    measurement_origin: MeasurementOrigin = Field(default_factory=MeasurementOrigin)
+    source: Literal["server_monotonic_request_start"] | None = METRICS_SOURCE_SERVER
+    """`None` (omitted) when the response had no request start: nothing here is server-anchored then."""
+    measurement_origin: MeasurementOrigin | None = Field(default_factory=MeasurementOrigin)
     ttft_ms: float | None = None
     ttfp_ms: float | None = None
     tpot_ms: float | None = None
@@ -186,8 +188,12 @@ class RateLimit(BaseModel):
 
 
 class SessionCreated(ServerEventBase):
+    """`resume_token` and `attachment_generation` are set when the server supports resume."""
+
     type: Literal["session.created"] = "session.created"
     session: SessionInfo
+    resume_token: str | None = None
+    attachment_generation: int | None = None
 
 
 class SessionUpdated(ServerEventBase):
@@ -216,6 +222,36 @@ class InputAudioBufferSpeechStopped(ServerEventBase):
     type: Literal["input_audio_buffer.speech_stopped"] = "input_audio_buffer.speech_stopped"
     audio_end_ms: int
     item_id: str
+
+
+class TranscriptionUsage(BaseModel):
+    """Billing-style usage of an input transcription: the seconds of audio transcribed (OpenAI's shape)."""
+
+    type: Literal["duration"] = "duration"
+    seconds: float
+
+
+class InputAudioTranscriptionDelta(ServerEventBase):
+    """More of what the model heard the user say (the words recognised so far, before the turn ends)."""
+
+    type: Literal["conversation.item.input_audio_transcription.delta"] = (
+        "conversation.item.input_audio_transcription.delta"
+    )
+    item_id: str
+    content_index: int = 0
+    delta: str
+
+
+class InputAudioTranscriptionCompleted(ServerEventBase):
+    """The final transcript of one user utterance, as the model heard it."""
+
+    type: Literal["conversation.item.input_audio_transcription.completed"] = (
+        "conversation.item.input_audio_transcription.completed"
+    )
+    item_id: str
+    content_index: int = 0
+    transcript: str
+    usage: TranscriptionUsage
 
 
 class ConversationItemAdded(ServerEventBase):
@@ -251,6 +287,8 @@ class ResponseCreated(ServerEventBase):
     type: Literal["response.created"] = "response.created"
     response: ResponseInfo
     response_request_metrics: ResponseRequestMetrics | None = None
+    unit_end_ms: float | None = None
+    """End, on the input media clock, of the unit whose step opened this response (see `ResponseListen`)."""
 
 
 class ResponseOutputItemAdded(ServerEventBase):
@@ -306,6 +344,8 @@ class ResponseOutputAudioDelta(_ContentDelta):
     delta: str
     sample_rate_hz: int
     metadata: AudioDeltaMetadata
+    unit_end_ms: float | None = None
+    """End, on the input media clock, of the unit whose step produced this delta."""
 
 
 class ResponseOutputAudioTranscriptDelta(_ContentDelta):
@@ -316,6 +356,8 @@ class ResponseOutputAudioTranscriptDelta(_ContentDelta):
 class ResponseOutputTextDelta(_ContentDelta):
     type: Literal["response.output_text.delta"] = "response.output_text.delta"
     delta: str
+    unit_end_ms: float | None = None
+    """End, on the input media clock, of the unit whose step produced this delta."""
 
 
 class ResponseOutputAudioDone(_ContentDelta):
@@ -344,6 +386,9 @@ class ResponseListen(ServerEventBase):
     type: Literal["response.listen"] = "response.listen"
     response_id: str | None = None
     response: ListenInfo
+    unit_end_ms: float | None = None
+    """End of the listened unit on the input media clock: which unit this decision answers, so a client
+    draining a commit can tell a backlog's late listens from the decision on the committed unit."""
 
 
 class PlaybackAcknowledged(ServerEventBase):
@@ -369,6 +414,46 @@ class RateLimitsUpdated(ServerEventBase):
     rate_limits: list[RateLimit]
 
 
+class SessionResumed(ServerEventBase):
+    """The resume was accepted; the journaled events after the client's seq follow, with their original ids.
+
+    Not journaled itself: its `server_event_seq` is the journal's head, where the replay ends.
+    `client_events_received` (a duplexkit extension) counts the client frames the session has processed,
+    so a client can resend exactly the frames that never arrived.
+    """
+
+    type: Literal["session.resumed"] = "session.resumed"
+    session_id: str
+    resume_token: str
+    attachment_generation: int
+    replayed_events: int
+    client_events_received: int
+    session: SessionInfo
+
+
+class SessionReplaced(ServerEventBase):
+    """Sent to an attachment that a newer `session.resume` took over; its socket closes next."""
+
+    type: Literal["session.replaced"] = "session.replaced"
+    session_id: str
+    attachment_generation: int
+
+
+class SessionResyncRequired(ServerEventBase):
+    """The journal no longer holds events the client says it lacks: nothing is replayed."""
+
+    type: Literal["session.resync_required"] = "session.resync_required"
+    session_id: str
+    reason: Literal["journal_gap", "journal_overflow"]
+    first_available_seq: int
+
+
+class SessionExpired(ServerEventBase):
+    type: Literal["session.expired"] = "session.expired"
+    session_id: str
+    reason: Literal["disconnect_grace_expired", "idle_ttl_expired"]
+
+
 class Error(ServerEventBase):
     type: Literal["error"] = "error"
     error: ErrorDetail
@@ -381,6 +466,8 @@ ServerEvent = Annotated[
     | InputAudioBufferCleared
     | InputAudioBufferSpeechStarted
     | InputAudioBufferSpeechStopped
+    | InputAudioTranscriptionDelta
+    | InputAudioTranscriptionCompleted
     | ConversationItemAdded
     | ConversationItemDone
     | ConversationItemRetrieved
@@ -404,6 +491,10 @@ ServerEvent = Annotated[
     | SessionHeartbeatAck
     | SessionClosed
     | RateLimitsUpdated
+    | SessionResumed
+    | SessionReplaced
+    | SessionResyncRequired
+    | SessionExpired
     | Error,
     Field(discriminator="type"),
 ]

@@ -17,8 +17,9 @@ from pydantic_core import ErrorDetails, from_json
 
 from duplexkit.protocol.audio import AudioFormat
 from duplexkit.protocol.client_events import CLIENT_EVENT_TYPES, ClientEventBase
+from duplexkit.protocol.dialects import Dialect, render, reshapes, resolve_alias, wire_name
 from duplexkit.protocol.errors import ErrorCode, ProtocolError
-from duplexkit.protocol.server_events import ServerEventBase
+from duplexkit.protocol.server_events import ServerEventBase, SessionCreated
 
 MAX_EVENT_BYTES = 15 * 1024 * 1024
 """Largest client frame accepted (vLLM-Omni's limit); larger frames are answered with `event_too_large`."""
@@ -60,11 +61,13 @@ def parse_client_event(
     *,
     input_audio_format: AudioFormat = "pcm16",
     max_bytes: int = MAX_EVENT_BYTES,
+    dialect: Dialect = Dialect.GA,
 ) -> ClientEventBase:
     """Parse one client frame into its typed event.
 
     `input_audio_format` is the session's current input format, used to validate an append that does not
-    name its own. Raises only `ProtocolError`; its `event_id` is the client's, when it could be read.
+    name its own; `dialect` decides which input aliases are accepted. Raises only `ProtocolError`; its
+    `event_id` is the client's, when it could be read.
     """
     size = (
         len(data)
@@ -81,6 +84,11 @@ def parse_client_event(
     event_id = obj.get("event_id") if isinstance(obj.get("event_id"), str) else None
     if "type" not in obj:
         raise ProtocolError(ErrorCode.MISSING_FIELD, "event has no 'type'", param="type", event_id=event_id)
+    try:
+        obj = resolve_alias(obj, dialect)
+    except ProtocolError as exc:
+        exc.event_id = event_id
+        raise
     event_type = obj["type"]
     model = CLIENT_EVENT_TYPES.get(event_type) if isinstance(event_type, str) else None
     if model is None:
@@ -120,9 +128,12 @@ def _protocol_error(exc: ValidationError, event_type: str, event_id: str | None)
 
 
 class ServerEventStamper:
-    """Stamps one connection's events: a unique `event_id` and a gap-free increasing `server_event_seq`."""
+    """Stamps one connection's events: a unique `event_id` and a gap-free increasing `server_event_seq`,
+    and renders them in the connection's dialect."""
 
-    def __init__(self) -> None:
+    def __init__(self, dialect: Dialect = Dialect.GA) -> None:
+        self.dialect = dialect
+        self._opened = False
         self._seq = itertools.count(1)
         self._prefix = f"evt_{secrets.token_hex(6)}_"
 
@@ -134,5 +145,19 @@ class ServerEventStamper:
         return event
 
     def encode(self, event: ServerEventBase) -> str:
-        """Stamp and serialise to the JSON text frame; unobserved (`None`) values are omitted."""
-        return self.stamp(event).model_dump_json(exclude_none=True)
+        """Stamp and serialise to the JSON text frame in the dialect; unobserved (`None`) values are
+        omitted."""
+        stamped = self.stamp(event)
+        opened, self._opened = self._opened, self._opened or isinstance(stamped, SessionCreated)
+        if reshapes(stamped, self.dialect, opened=opened):
+            dumped = stamped.model_dump(mode="json", exclude_none=True)
+            return json.dumps(render(dumped, self.dialect, opened=opened))
+        # Only the name may differ: `type` is the first field serialised, so swap it in the text.
+        text = stamped.model_dump_json(exclude_none=True)
+        name = wire_name(stamped.type, self.dialect)
+        if name == stamped.type:
+            return text
+        prefix = f'{{"type":"{stamped.type}"'
+        if not text.startswith(prefix):
+            raise AssertionError(f"serialised {stamped.type} does not start with its type")
+        return f'{{"type":"{name}"' + text[len(prefix) :]

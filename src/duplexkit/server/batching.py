@@ -106,11 +106,19 @@ class BatchScheduler:
         self._wake = asyncio.Event()
         self._loop_task: asyncio.Task[None] | None = None
         self._batches: set[asyncio.Task[None]] = set()
+        self._running: dict[Hashable, asyncio.Event] = {}
+        """Sessions whose unit is inside a `step_batch` call, set when the call returns."""
 
     async def step(
         self, session: ModelSession, unit: Unit, request_started_at: float
     ) -> AsyncIterator[Decision]:
-        """The session's decision for `unit` from whichever batch it joins (like `ModelSession.step`)."""
+        """The session's decision for `unit` from whichever batch it joins (like `ModelSession.step`).
+
+        Cancelled (the runner's step deadline), a unit still waiting is withdrawn; one already in a batch
+        stays the session's unit in flight until that call returns, so the session's next unit waits for
+        it (within its own deadline) and the model never holds two units of one session."""
+        while (running := self._running.get(session)) is not None:
+            await running.wait()
         future: asyncio.Future[Decision] = asyncio.get_running_loop().create_future()
         self._gatherer.submit(session, (BatchItem(session, unit, request_started_at), future), self.clock())
         self._wake.set()
@@ -119,7 +127,8 @@ class BatchScheduler:
         try:
             decision = await future
         finally:
-            self._gatherer.release(session)
+            if session not in self._running:  # still waiting (withdrawn), or its batch has returned
+                self._gatherer.release(session)
         yield decision
 
     async def _gather(self) -> None:
@@ -128,6 +137,8 @@ class BatchScheduler:
                 now = self.clock()
                 batch = self._gatherer.take(now)
                 if batch:
+                    for pending in batch:
+                        self._running[pending.key] = asyncio.Event()
                     task = asyncio.create_task(self._dispatch(batch, now), name="batch")
                     self._batches.add(task)
                     task.add_done_callback(self._batches.discard)
@@ -152,6 +163,10 @@ class BatchScheduler:
         except Exception as exc:  # the whole call failed: every unit in it fails, and only those
             log.exception("batch of %d units failed", len(items))
             results = [exc] * len(items)
+        finally:  # the call has returned (or was cancelled): its sessions may submit their next units
+            for pending in batch:
+                self._gatherer.release(pending.key)
+                self._running.pop(pending.key).set()
         elapsed = self.clock() - started
         self.metrics.batch_size.observe(len(items))
         self.metrics.batch_step_seconds.observe(elapsed)

@@ -30,6 +30,12 @@ class SessionManager:
     def active(self) -> int:
         return len(self._slots)
 
+    @property
+    def session_ids(self) -> set[str]:
+        """The ids of the sessions holding a slot (a cluster routes a session's reconnection by them). A
+        detached session awaiting its resume keeps its slot through the grace, so it is among them."""
+        return {slot.session_id for slot in self._slots}
+
     def try_admit(self) -> Slot | None:
         """A slot for a new session, or `None` at capacity or while shutting down."""
         if not self.accepting or len(self._slots) >= self.max_sessions:

@@ -60,6 +60,12 @@ class ServerMetrics:
             "step_batch calls that outlasted the model's unit period",
             registry=self.registry,
         )
+        self.sessions_resumed = Counter(
+            "duplexkit_sessions_resumed", "Successful session.resume attachments", registry=self.registry
+        )
+        self.sessions_expired = Counter(
+            "duplexkit_sessions_expired", "Sessions reaped by their lease", ["reason"], registry=self.registry
+        )
         self.errors = Counter("duplexkit_errors", "Error events sent", ["code"], registry=self.registry)
 
     def render(self) -> bytes:

@@ -1,27 +1,39 @@
 """One session's runner: the I/O edge around the Sans-I/O engine.
 
-Four tasks per connection: the reader parses frames and feeds the engine; the stepper runs the model on
-units, in order, off the event loop's critical path; the ticker feeds the passage of time; the writer sends
-events in order. The outbound queue is bounded in bytes: a client that stops reading is dropped with a
-logged reason instead of making the server buffer without bound.
+Two tasks per session: the stepper runs the model on units, in order, off the event loop's critical path
+(with a deadline per decision, through the server's `BatchScheduler` when the model batches); the tick
+task registers with the server's shared `SessionTicker`, which feeds the passage of time and reaps the
+resume lease, attached or not. Two tasks
+per attachment (a WebSocket the session is attached to): the reader parses frames and feeds the engine;
+the writer sends events in order. The outbound queue is bounded in bytes: a client that stops reading is
+dropped with a logged reason instead of making the server buffer without bound.
+
+With resume on (`ResumeConfig`), a lost socket detaches the session instead of ending it: the engine keeps
+stepping the input it already has, every event goes to the replay journal, and `resume` attaches a new
+socket, replaying what the client lacks (`duplexkit.engine.journal` holds the rules).
 """
 
 from __future__ import annotations
 
 import asyncio
 import contextlib
+import json
 import logging
+import secrets
 import time
-from collections.abc import Callable
-from dataclasses import dataclass
+from collections.abc import Callable, MutableMapping
+from dataclasses import dataclass, field
+from typing import Any, Protocol
 
-from starlette.websockets import WebSocket, WebSocketDisconnect
+from starlette.websockets import WebSocketDisconnect
 
 from duplexkit import vad
 from duplexkit.engine import EngineSession, Step, Unit
+from duplexkit.engine.journal import ExpiryReason, Lease, Replay, ReplayJournal, ResumeConfig, ResumeTicket
 from duplexkit.models import ModelSession
 from duplexkit.protocol import client_events as ce
 from duplexkit.protocol import server_events as se
+from duplexkit.protocol.dialects import Dialect, follow_ups, render
 from duplexkit.protocol.errors import ErrorCode, ProtocolError
 from duplexkit.protocol.wire import MAX_EVENT_BYTES, ServerEventStamper, parse_client_event
 from duplexkit.server.batching import BatchScheduler
@@ -29,6 +41,17 @@ from duplexkit.server.metrics import ServerMetrics
 from duplexkit.server.ticker import SessionTicker
 
 log = logging.getLogger("duplexkit.server")
+
+
+class SessionSocket(Protocol):
+    """What the runner needs of its connection: a Starlette `WebSocket`, or a protocol edge standing in
+    front of one (`server.moshi.MoshiSocket`)."""
+
+    async def receive(self) -> Any: ...
+
+    async def send_text(self, data: str) -> None: ...
+
+    async def close(self, code: int = 1000) -> None: ...
 
 
 @dataclass(frozen=True, slots=True)
@@ -39,12 +62,41 @@ class RunnerLimits:
     max_outbound_bytes: int = 32 * 1024 * 1024
     tick_s: float = 0.1
     close_timeout_s: float = 2.0
+    step_deadline_s: float = 60.0
+    """The longest a model may take to yield its next decision for a unit before the step is abandoned."""
+
+
+Message = MutableMapping[str, Any]
+
+
+@dataclass(frozen=True, slots=True)
+class FirstMessage:
+    """A connection's first message, read before admission (`None`: none came within the config timeout)."""
+
+    message: Message | None
+
+
+@dataclass(eq=False)
+class _Attachment:
+    """One WebSocket the session is attached to, with its own outbound queue and tasks."""
+
+    ws: SessionSocket
+    generation: int
+    outbound: asyncio.Queue[str | None] = field(default_factory=asyncio.Queue)
+    outbound_bytes: int = 0
+    reader: asyncio.Task[None] | None = None
+    writer: asyncio.Task[None] | None = None
+    ended: asyncio.Event = field(default_factory=asyncio.Event)
+
+    def send(self, text: str) -> None:
+        self.outbound_bytes += len(text)
+        self.outbound.put_nowait(text)
 
 
 class SessionRunner:
     def __init__(
         self,
-        websocket: WebSocket,
+        websocket: SessionSocket,
         engine: EngineSession,
         model: ModelSession,
         metrics: ServerMetrics,
@@ -53,8 +105,9 @@ class SessionRunner:
         ticker: SessionTicker,
         batches: BatchScheduler | None = None,
         clock: Callable[[], float] = time.monotonic,
+        dialect: Dialect = Dialect.GA,
+        resume: ResumeConfig | None = None,
     ) -> None:
-        self.ws = websocket
         self.ticker = ticker
         self.batches = batches
         self.engine = engine
@@ -62,40 +115,63 @@ class SessionRunner:
         self.metrics = metrics
         self.limits = limits
         self.clock = clock
-        self._stamper = ServerEventStamper()
-        self._outbound: asyncio.Queue[str | None] = asyncio.Queue()
-        self._outbound_bytes = 0
+        self.dialect = dialect
+        """Pinned for the session's life: the journal holds frames rendered in it (a resume must match)."""
+        self.resume_config = resume if resume is not None and resume.enabled else None
+        self._stamper = ServerEventStamper(dialect)
+        self._attachment: _Attachment | None = _Attachment(websocket, generation=1)
+        self._journal: ReplayJournal | None = None
+        self._lease: Lease | None = None
+        self.ticket: ResumeTicket | None = None
+        if self.resume_config is not None:
+            c = self.resume_config
+            self._journal = ReplayJournal(c.journal_max_bytes, c.replay_ttl_s)
+            self._lease = Lease(c.disconnect_grace_s, c.idle_ttl_s, clock())
+            self.ticket = ResumeTicket()
+        self._next_reap = clock()
+        self._resuming = False
+        self._closing: set[asyncio.Task[None]] = set()
+        self.last_seq = 0
+        self.client_events_received = 0
+        """Client frames this session has read, on every attachment (`session.resumed` reports it)."""
+        self.expired: ExpiryReason | None = None
         self._units: asyncio.Queue[Unit] = asyncio.Queue()
         self._pending_input_bytes = 0
         self._epoch = engine.fence.epoch
         self._vad: vad.VoiceActivityDetector | None = None
-        self._vad_config: ce.ServerVadConfig | None = None
+        self._vad_config: ce.TurnDetection | None = None
         self._done = asyncio.Event()
         self.close_reason: str | None = None
 
-    async def run(self, *, autostart: bool) -> None:
-        """Serve the connection until the client closes, the session ends, or the client is dropped."""
+    @property
+    def attached(self) -> bool:
+        return self._attachment is not None
+
+    @property
+    def journal(self) -> ReplayJournal | None:
+        return self._journal
+
+    async def run(self, *, autostart: bool, first: FirstMessage | None = None) -> None:
+        """Serve the session until it ends: the client closes it, it expires, or the client is dropped
+        (without resume, a lost socket ends it too). `first` is the first message when it was read already.
+        """
         if autostart:
             self._apply(self.engine.start(self.clock()))
+        assert self._attachment is not None
+        self._start_attachment(self._attachment, first)
         tasks = [
-            asyncio.create_task(self._read(), name="reader"),
             asyncio.create_task(self._step_units(), name="stepper"),
             asyncio.create_task(self._tick(), name="ticker"),
-            asyncio.create_task(self._write(), name="writer"),
         ]
         try:
             await self._done.wait()
         finally:
-            for task in tasks[:3]:
+            for task in tasks:
                 task.cancel()
-            await asyncio.gather(*tasks[:3], return_exceptions=True)
-            self._outbound.put_nowait(None)  # the writer flushes what is queued, then stops
-            with contextlib.suppress(asyncio.TimeoutError):
-                await asyncio.wait_for(asyncio.shield(tasks[3]), self.limits.close_timeout_s)
-            tasks[3].cancel()
-            await asyncio.gather(tasks[3], return_exceptions=True)
-            with contextlib.suppress(Exception):
-                await asyncio.wait_for(self.ws.close(1000), self.limits.close_timeout_s)
+            await asyncio.gather(*tasks, return_exceptions=True)
+            attachment, self._attachment = self._attachment, None
+            if attachment is not None:
+                await self._end_attachment(attachment)
             try:
                 await self.model.aclose()
             except Exception:
@@ -106,46 +182,216 @@ class SessionRunner:
         if not self._done.is_set():
             self._apply(self.engine.close(reason, self.clock()))
 
+    async def resume(self, websocket: SessionSocket, event: ce.SessionResume, dialect: Dialect) -> None:
+        """Attach `websocket` (in `dialect`) to this session (`event` was its first message) and serve it
+        until it ends.
+
+        The caller has matched the session id; this checks the dialect, the token and the seq, replaces an
+        attachment still open (`session.replaced`), then sends `session.resumed` and the replay (or
+        `session.resync_required`). A refused resume is answered with its coded error and the socket closes.
+        """
+        refusal = self._resume_refusal(event, dialect)
+        if refusal is not None:
+            await refuse(websocket, refusal, dialect)
+            return
+        self._resuming = True
+        try:
+            old, self._attachment = self._attachment, None
+            if old is not None:  # a half-open socket the server had not noticed yet
+                assert self.ticket is not None
+                old.send(
+                    self._control(
+                        se.SessionReplaced(
+                            session_id=self.engine.session_id,
+                            attachment_generation=self.ticket.generation + 1,
+                        )
+                    )
+                )
+                await self._end_attachment(old)
+            if self._done.is_set():
+                await refuse(
+                    websocket, ProtocolError(ErrorCode.SESSION_RESUME_CONFLICT, "the session ended"), dialect
+                )
+                return
+            attachment = self._attach(event.last_received_server_event_seq, websocket)
+        finally:
+            self._resuming = False
+        self._start_attachment(attachment, None)
+        await attachment.ended.wait()
+
+    def _resume_refusal(self, event: ce.SessionResume, dialect: Dialect) -> ProtocolError | None:
+        if self.ticket is None:
+            return ProtocolError(ErrorCode.UNSUPPORTED_SESSION_RESUME, "this session cannot be resumed")
+        if dialect != self.dialect:  # the journal holds frames rendered (and numbered) in the session's
+            return ProtocolError(
+                ErrorCode.INVALID_SESSION_RESUME,
+                f"the session speaks the {self.dialect.value} dialect; resume it in that dialect, not "
+                f"{dialect.value}",
+                param="dialect",
+            )
+        if self._resuming:
+            return ProtocolError(ErrorCode.SESSION_RESUME_CONFLICT, "a resume of this session is under way")
+        if self._done.is_set() or self.engine.closed:
+            return ProtocolError(ErrorCode.SESSION_RESUME_CONFLICT, "the session is closing")
+        if not self.ticket.matches(event.resume_token):
+            return ProtocolError(
+                ErrorCode.INVALID_RESUME_TOKEN, "resume_token does not match", param="resume_token"
+            )
+        if event.last_received_server_event_seq > self.last_seq:
+            return ProtocolError(
+                ErrorCode.INVALID_SESSION_RESUME,
+                f"last_received_server_event_seq {event.last_received_server_event_seq} is past the "
+                f"last event sent ({self.last_seq})",
+                param="last_received_server_event_seq",
+            )
+        return None
+
+    def _attach(self, last_seq: int, websocket: SessionSocket) -> _Attachment:
+        """A new attachment, `session.resumed` and the replay queued; no await, so nothing interleaves."""
+        assert self.ticket is not None and self._journal is not None and self._lease is not None
+        now = self.clock()
+        self.ticket.rotate()
+        self._journal.expire(now)
+        plan = self._journal.replay_after(last_seq)
+        attachment = _Attachment(websocket, generation=self.ticket.generation)
+        entries = plan.entries if isinstance(plan, Replay) else ()
+        resumed = se.SessionResumed(
+            session_id=self.engine.session_id,
+            resume_token=self.ticket.token,
+            attachment_generation=self.ticket.generation,
+            replayed_events=len(entries),
+            client_events_received=self.client_events_received,
+            session=self.engine.session_info(),
+        )
+        attachment.send(self._control(resumed))
+        if isinstance(plan, Replay):
+            for entry in entries:
+                attachment.send(entry.text)
+        else:
+            resync = se.SessionResyncRequired(
+                session_id=self.engine.session_id,
+                reason=plan.reason,
+                first_available_seq=plan.first_available_seq,
+            )
+            attachment.send(self._control(resync))
+        self._attachment = attachment
+        self._lease.attach(now)
+        self.metrics.sessions_resumed.inc()
+        log.info(
+            "session %s: resumed (generation %d, %d events replayed)",
+            self.engine.session_id,
+            attachment.generation,
+            len(entries),
+        )
+        return attachment
+
+    def _control(self, event: se.ServerEventBase) -> str:
+        """An attachment-level event: not journaled, its seq the journal head (where a replay ends)."""
+        event.server_event_seq = self.last_seq
+        event.event_id = f"evt_ctl_{secrets.token_hex(6)}"
+        return json.dumps(render(event.model_dump(mode="json", exclude_none=True), self.dialect))
+
+    def _start_attachment(self, attachment: _Attachment, first: FirstMessage | None) -> None:
+        attachment.reader = asyncio.create_task(self._read(attachment, first), name="reader")
+        attachment.writer = asyncio.create_task(self._write(attachment), name="writer")
+
+    async def _end_attachment(self, attachment: _Attachment) -> None:
+        """Stop reading, let the writer flush what is queued (bounded), close the socket."""
+        if attachment.reader is not None and attachment.reader is not asyncio.current_task():
+            attachment.reader.cancel()
+            await asyncio.gather(attachment.reader, return_exceptions=True)
+        attachment.outbound.put_nowait(None)  # the writer flushes what is queued, then stops
+        if attachment.writer is not None:
+            with contextlib.suppress(asyncio.TimeoutError):
+                await asyncio.wait_for(asyncio.shield(attachment.writer), self.limits.close_timeout_s)
+            attachment.writer.cancel()
+            await asyncio.gather(attachment.writer, return_exceptions=True)
+        with contextlib.suppress(Exception):
+            await asyncio.wait_for(attachment.ws.close(1000), self.limits.close_timeout_s)
+        attachment.ended.set()
+
+    async def _close_lost(self, attachment: _Attachment) -> None:
+        """Finish a lost socket's closing handshake (its unsent events are in the journal)."""
+        if attachment.writer is not None:
+            attachment.writer.cancel()
+            await asyncio.gather(attachment.writer, return_exceptions=True)
+        with contextlib.suppress(Exception):
+            await asyncio.wait_for(attachment.ws.close(1000), self.limits.close_timeout_s)
+        attachment.ended.set()
+
+    def _lost(self, attachment: _Attachment) -> None:
+        """The attachment's socket is gone: detach (resume on) or end the session."""
+        if attachment is not self._attachment:
+            attachment.ended.set()
+            return
+        if self._lease is None or not self.engine.started or self.engine.closed or self._done.is_set():
+            self._finish("client_disconnected")
+            return
+        self._attachment = None
+        closing = asyncio.create_task(self._close_lost(attachment), name="detach")
+        self._closing.add(closing)
+        closing.add_done_callback(self._closing.discard)
+        self._lease.detach(self.clock())
+        log.info("session %s: detached, awaiting resume", self.engine.session_id)
+
     # --- tasks ----------------------------------------------------------------------------------------
 
-    async def _read(self) -> None:
-        """Read frames until the client goes; the first must come within `config_timeout_s`."""
-        first = True
+    async def _read(self, attachment: _Attachment, first: FirstMessage | None) -> None:
+        """Read frames until the client goes; a new session's first must come within `config_timeout_s`."""
+        ws = attachment.ws
+        awaiting_first = attachment.generation == 1  # a resumed attachment's first message was the resume
         try:
             while not self._done.is_set():
-                if first:
-                    try:
-                        message = await asyncio.wait_for(self.ws.receive(), self.limits.config_timeout_s)
-                    except TimeoutError:
-                        now = self.clock()
-                        self._apply(self.engine.protocol_error(_config_timeout(self.limits.config_timeout_s)))
-                        self._apply(self.engine.close("config_timeout", now))
+                message: Message
+                if first is not None:
+                    given, first, awaiting_first = first.message, None, False
+                    if given is None:
+                        self._config_timed_out()
                         return
-                    first = False
+                    message = given
+                elif awaiting_first:
+                    try:
+                        message = await asyncio.wait_for(ws.receive(), self.limits.config_timeout_s)
+                    except TimeoutError:
+                        self._config_timed_out()
+                        return
+                    awaiting_first = False
                 else:
-                    message = await self.ws.receive()
+                    message = await ws.receive()
                 if message["type"] == "websocket.disconnect":
-                    self._finish("client_disconnected")
+                    self._lost(attachment)
                     return
                 data = message.get("text") if message.get("text") is not None else message.get("bytes")
                 if data is None:
                     continue
+                self.client_events_received += 1
                 self._handle_frame(data)
         except (WebSocketDisconnect, RuntimeError, OSError):
-            self._finish("client_disconnected")
+            self._lost(attachment)
+
+    def _config_timed_out(self) -> None:
+        now = self.clock()
+        self._apply(self.engine.protocol_error(_config_timeout(self.limits.config_timeout_s)))
+        self._apply(self.engine.close("config_timeout", now))
 
     def _handle_frame(self, data: str | bytes) -> None:
         now = self.clock()
+        if self._lease is not None:
+            self._lease.renew(now)
         try:
             event = parse_client_event(
                 data,
                 input_audio_format=self.engine.settings.input_audio_format,
                 max_bytes=self.limits.max_event_bytes,
+                dialect=self.dialect,
             )
         except ProtocolError as exc:
             self._apply(self.engine.protocol_error(exc))
             return
         if isinstance(event, ce.InputAudioBufferAppend) and self._over_input_limit(event):
+            return
+        if isinstance(event, ce.SessionEventAck | ce.SessionResume):
+            self._resume_event(event)
             return
         if not isinstance(event, ce.SessionUpdate):
             self._apply(self.engine.handle(event, now))
@@ -157,6 +403,19 @@ class SessionRunner:
         if any(isinstance(e, se.Error) for e in step.events):  # the engine refused it: undo the model's part
             self.model.configure(*previous)
         self._apply(step)
+
+    def _resume_event(self, event: ce.SessionEventAck | ce.SessionResume) -> None:
+        """`session.event_ack` trims the journal; `session.resume` is only valid as a connection's first."""
+        if isinstance(event, ce.SessionEventAck):
+            if self._journal is not None:
+                self._journal.ack(event.server_event_seq)
+            return
+        code, message = (
+            (ErrorCode.INVALID_SESSION_RESUME, "session.resume must be the first message of a new connection")
+            if self._journal is not None
+            else (ErrorCode.UNSUPPORTED_SESSION_RESUME, "this server does not resume sessions")
+        )
+        self._apply(self.engine.protocol_error(ProtocolError(code, message, event_id=event.event_id)))
 
     def _over_input_limit(self, event: ce.InputAudioBufferAppend) -> bool:
         if self._pending_input_bytes + event.samples.nbytes <= self.limits.max_pending_input_bytes:
@@ -209,36 +468,56 @@ class SessionRunner:
                     self._apply(self.engine.vad_failed(f"{type(exc).__name__}: {exc}"))
                     self._vad = self._vad_config = None
             self.engine.request_started(unit, started)
-            decisions = (
-                self.model.step(unit, started)
-                if self.batches is None
-                else self.batches.step(self.model, unit, started)
-            )
-            try:
-                async for decision in decisions:
-                    self._apply(self.engine.on_decision(unit, decision, self.clock()))
-                    if not self.engine.fence.admits(unit.fence):
-                        break
-            except Exception as exc:
-                log.exception("session %s: model step failed on unit %d", self.engine.session_id, unit.index)
-                self._apply(self.engine.on_step_failed(unit, f"{type(exc).__name__}: {exc}", self.clock()))
+            await self._step_one(unit, started)
             finished = self.clock()
             self.engine.step_finished(unit, finished)
             self.metrics.unit_step_seconds.observe(finished - started)
 
+    async def _step_one(self, unit: Unit, started: float) -> None:
+        """Step the model on `unit` (alone, or in a batch with other sessions' units); each decision must
+        come within `step_deadline_s` of the last, a unit's wait for its batch included."""
+        decisions = aiter(
+            self.model.step(unit, started)
+            if self.batches is None
+            else self.batches.step(self.model, unit, started)
+        )
+        try:
+            while True:
+                try:
+                    async with asyncio.timeout(self.limits.step_deadline_s):
+                        decision = await anext(decisions)
+                except StopAsyncIteration:
+                    return
+                now = self.clock()
+                if self._lease is not None:
+                    self._lease.renew(now)
+                self._apply(self.engine.on_decision(unit, decision, now))
+                if not self.engine.fence.admits(unit.fence):
+                    return
+        except TimeoutError:
+            log.error(
+                "session %s: model step on unit %d missed its deadline", self.engine.session_id, unit.index
+            )
+            message = f"no decision within {self.limits.step_deadline_s:g} s"
+            self._apply(self.engine.on_step_failed(unit, message, self.clock(), ErrorCode.MODEL_STEP_TIMEOUT))
+        except Exception as exc:
+            log.exception("session %s: model step failed on unit %d", self.engine.session_id, unit.index)
+            self._apply(self.engine.on_step_failed(unit, f"{type(exc).__name__}: {exc}", self.clock()))
+        finally:
+            closer = getattr(decisions, "aclose", None)
+            if closer is not None:
+                with contextlib.suppress(Exception):
+                    await closer()
+
     async def _detect_speech(self, unit: Unit) -> None:
-        """Server VAD (`turn_detection: server_vad`): run the detector on the unit, off the event loop."""
+        """Server VAD (`turn_detection: server_vad` or `semantic_vad`): run the detector on the unit, off the
+        event loop."""
         config = self.engine.settings.turn_detection
         if config is None:
             self._vad = self._vad_config = None
             return
         if self._vad is None or config != self._vad_config:
-            params = vad.VadParams(
-                threshold=min(max(config.threshold, 0.01), 0.99),
-                silence_duration_ms=config.silence_duration_ms,
-                prefix_padding_ms=config.prefix_padding_ms,
-            )
-            self._vad = vad.VoiceActivityDetector(await asyncio.to_thread(vad.SileroScorer), params)
+            self._vad = await asyncio.to_thread(vad.detector_for, config)
             self._vad_config = config
         for change in await asyncio.to_thread(self._vad.feed, unit.samples, unit.start_ms):
             now = self.clock()
@@ -256,27 +535,53 @@ class SessionRunner:
             self.ticker.discard(self._on_tick)
 
     def _on_tick(self) -> None:
-        if not self._done.is_set():
-            self._apply(self.engine.tick(self.clock()))
+        """One tick: the engine hears the time (idle timeout, continuation); the lease reaper runs every
+        `reap_interval_s`, attached or not (a detached session past its grace ends here)."""
+        if self._done.is_set():
+            return
+        now = self.clock()
+        self._apply(self.engine.tick(now))
+        if self.resume_config is not None and now >= self._next_reap and not self._done.is_set():
+            self._next_reap = now + self.resume_config.reap_interval_s
+            self._reap(now)
 
-    async def _write(self) -> None:
+    def _reap(self, now: float) -> None:
+        """The lease reaper: end a session past its grace or idle TTL; age the journal."""
+        assert self._lease is not None and self._journal is not None
+        self._journal.expire(now)
+        reason = self._lease.expiry(now)
+        if reason is None or self.engine.closed:
+            return
+        self.expired = reason
+        self.metrics.sessions_expired.labels(reason=reason).inc()
+        log.info("session %s: expired (%s)", self.engine.session_id, reason)
+        if self._attachment is not None:
+            self._attachment.send(
+                self._control(se.SessionExpired(session_id=self.engine.session_id, reason=reason))
+            )
+        self._apply(self.engine.close(reason, now))
+
+    async def _write(self, attachment: _Attachment) -> None:
         while True:
-            text = await self._outbound.get()
+            text = await attachment.outbound.get()
             if text is None:
                 return
-            self._outbound_bytes -= len(text)
-            await self.ws.send_text(text)
+            attachment.outbound_bytes -= len(text)
+            await attachment.ws.send_text(text)
 
     # --- plumbing -------------------------------------------------------------------------------------
 
     def _apply(self, step: Step) -> None:
         """Send the step's events in order, queue its units, and act on an epoch change or a close."""
+        attachment = self._attachment
         for event in step.events:
             self._observe(event)
             self._tell_model_what_was_heard(event)
-            text = self._stamper.encode(event)
-            self._outbound_bytes += len(text)
-            self._outbound.put_nowait(text)
+            if isinstance(event, se.SessionCreated) and self.ticket is not None:
+                event.resume_token = self.ticket.token
+                event.attachment_generation = self.ticket.generation
+            for sent in (event, *follow_ups(event, self.dialect)):
+                self._send(attachment, sent)
         for unit in step.units:
             self._pending_input_bytes += unit.samples.nbytes
             self._units.put_nowait(unit)
@@ -285,13 +590,23 @@ class SessionRunner:
             self.model.interrupt()
         if step.close_reason:
             self._finish(step.close_reason)
-        elif self._outbound_bytes > self.limits.max_outbound_bytes:
+        elif attachment is not None and attachment.outbound_bytes > self.limits.max_outbound_bytes:
             log.warning(
                 "session %s: dropped, client is not reading (%d bytes queued)",
                 self.engine.session_id,
-                self._outbound_bytes,
+                attachment.outbound_bytes,
             )
             self._finish("client_too_slow")
+
+    def _send(self, attachment: _Attachment | None, event: se.ServerEventBase) -> None:
+        """Render one event in the session's dialect, journal it (resume on), send it if attached."""
+        text = self._stamper.encode(event)
+        assert event.server_event_seq is not None
+        self.last_seq = event.server_event_seq
+        if self._journal is not None:
+            self._journal.record(self.last_seq, text, self.clock())
+        if attachment is not None:
+            attachment.send(text)
 
     def _tell_model_what_was_heard(self, event: se.ServerEventBase) -> None:
         """After a response ends or an ack moves its played point, the model learns what was heard."""
@@ -320,6 +635,14 @@ class SessionRunner:
             self.close_reason = reason
             log.info("session %s: closing (%s)", self.engine.session_id, reason)
         self._done.set()
+
+
+async def refuse(websocket: SessionSocket, error: ProtocolError, dialect: Dialect) -> None:
+    """Answer a connection with one coded error (a handshake error in `dialect`) and close it."""
+    with contextlib.suppress(Exception):
+        event = se.error_event(error.code, error.message, param=error.param, event_id=error.event_id)
+        await websocket.send_text(ServerEventStamper(dialect).encode(event))
+        await websocket.close(1000)
 
 
 def _config_timeout(timeout_s: float) -> ProtocolError:

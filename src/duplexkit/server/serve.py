@@ -50,7 +50,8 @@ class _DrainingServer(uvicorn.Server):
         self.should_exit = True
 
 
-def _config(duplex: DuplexServer, *, log_level: str) -> uvicorn.Config:
+def uvicorn_config(duplex: DuplexServer, *, log_level: str) -> uvicorn.Config:
+    """How every duplexkit server runs under uvicorn (sans-I/O websockets, our frame cap, no pings)."""
     return uvicorn.Config(
         duplex.app,
         log_level=log_level,
@@ -64,7 +65,7 @@ def _config(duplex: DuplexServer, *, log_level: str) -> uvicorn.Config:
 
 def run_server(duplex: DuplexServer, *, host: str, port: int, log_level: str = "info") -> None:
     """Serve until SIGTERM/SIGINT, then drain."""
-    config = _config(duplex, log_level=log_level)
+    config = uvicorn_config(duplex, log_level=log_level)
     config.host, config.port = host, port
     _DrainingServer(config, duplex, own_signals=True).run()
 
@@ -88,7 +89,7 @@ class EmbeddedServer:
         host, port = sock.getsockname()
         self.url = f"ws://{host}:{port}/v1/realtime"
         self._server = _DrainingServer(
-            _config(self.duplex, log_level=self._log_level), self.duplex, own_signals=False
+            uvicorn_config(self.duplex, log_level=self._log_level), self.duplex, own_signals=False
         )
         self._task = asyncio.create_task(self._server.serve(sockets=[sock]))
         while not self._server.started:
@@ -103,6 +104,11 @@ class EmbeddedServer:
         await self._server.drain()
         with contextlib.suppress(asyncio.CancelledError):
             await asyncio.wait_for(self._task, 10)
+
+    @property
+    def moshi_url(self) -> str:
+        """The Moshi protocol endpoint, `/api/chat`."""
+        return self.url.removesuffix("/v1/realtime") + "/api/chat"
 
     @property
     def http_url(self) -> str:

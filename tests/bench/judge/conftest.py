@@ -22,7 +22,8 @@ from starlette.requests import Request
 from starlette.responses import JSONResponse
 from starlette.routing import Route
 
-from duplexkit.bench.judge import BUILTIN_PROMPTS, ChatClient, LLMJudge, PromptSet
+from duplexkit.bench.judge import ChatClient
+from duplexkit.bench.omni_duplex_eval import BUILTIN_PROMPTS, LLMJudge, PromptSet
 
 Reply = tuple[int, dict[str, Any]]
 Script = Callable[[dict[str, Any]], Reply]

@@ -5,7 +5,7 @@ from __future__ import annotations
 import pytest
 
 from duplexkit.bench.judge.parsing import ParseError, parse_reply
-from duplexkit.bench.judge.scorers import FIELDS
+from duplexkit.bench.omni_duplex_eval.judge import FIELDS
 
 TEMPORAL = FIELDS["rtd_temporal"]
 CONTENT = FIELDS["rtd_content"]

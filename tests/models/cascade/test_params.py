@@ -13,7 +13,8 @@ GRAMMAR = "#JSGF V1.0; grammar g; public <g> = hello world;"
 
 def test_defaults_are_the_issue_defaults() -> None:
     config, session = CascadeConfig.from_args({})
-    assert (config.chunk_period_ms, config.responder, config.tts) == (100, "echo", "auto")
+    assert (config.chunk_period_ms, config.responder, config.tts) == (100, "auto", "auto")
+    assert (config.asr, config.turn, session.turn_eagerness) == ("auto", "auto", "auto")
     vad = session.vad
     assert (vad.threshold, vad.min_speech_ms, vad.silence_duration_ms, vad.prefix_padding_ms) == (
         0.5,
@@ -91,3 +92,11 @@ def test_a_grammar_replaces_keywords_and_back_but_not_both_at_once() -> None:
 def test_bad_extra_body_values_raise_naming_the_key(values: dict[str, object], key: str) -> None:
     with pytest.raises(ValueError, match=key):
         SessionParams().updated(values)
+
+
+def test_no_setting_is_both_a_process_and_a_session_setting() -> None:
+    from dataclasses import fields
+
+    from duplexkit.models.cascade.params import SessionParams
+
+    assert not {f.name for f in fields(CascadeConfig)} & {f.name for f in fields(SessionParams)}

@@ -9,14 +9,16 @@ import numpy as np
 import numpy.typing as npt
 import pytest
 
-from duplexkit.engine import Decision, Interrupt, Listen, Speak, Unit
+from duplexkit.engine import Decision, Interrupt, Listen, Speak, Transcribed, Unit
 from duplexkit.models.base import SamplingParams
 from duplexkit.models.cascade.asr import DecoderPool
 from duplexkit.models.cascade.drive import silence, speech_end_ms, units
 from duplexkit.models.cascade.plugin import CascadeModel, CascadeSession
-from duplexkit.models.cascade.responders import EchoResponder, Message
+from duplexkit.models.cascade.responders import EchoResponder, LocalResponder, Message
 from duplexkit.models.cascade.tts import PiperSynthesizer
+from duplexkit.models.cascade.whisper import WhisperAsr
 from duplexkit.protocol.audio import resample
+from duplexkit.vad import SmartTurn
 from tests.models.cascade.conftest import GRAMMAR, Speech, Stepper
 
 PERIOD = 100
@@ -65,7 +67,13 @@ async def test_a_spoken_command_is_transcribed_and_answered_in_speech(
     audio = speech.clip(LEAD_IN_MS, QUESTION, 4000.0)
     log = await step_all(session, audio)
 
-    assert [u.index for u, _ in log] == list(range(len(list(units(audio, PERIOD)))))  # one decision each
+    heard = [d for _, d in log if isinstance(d, Transcribed)]
+    assert heard[-1] == Transcribed(
+        "turn on the kitchen lights", final=True, audio_seconds=pytest.approx(1.3, abs=0.3)
+    )
+    assert "".join(d.text for d in heard if not d.final) == "turn on the kitchen lights"  # the pause's guess
+    decided = [u.index for u, d in log if not isinstance(d, Transcribed)]
+    assert decided == list(range(len(list(units(audio, PERIOD)))))  # one decision each
     assert session.last_turn is not None and session.last_turn.utterance.text == "turn on the kitchen lights"
     assert session.last_turn.prepared  # synthesis started during the silence window
     segments = speaks(log)
@@ -74,7 +82,7 @@ async def test_a_spoken_command_is_transcribed_and_answered_in_speech(
     pieces = [piper.synthesize(p) for p in ("You said:", "turn on the kitchen lights.")]
     expected = resample(np.concatenate(pieces), piper.sample_rate_hz, 24_000)
     assert sum(len(s.audio) for _, s in segments) == len(expected)  # all of it, at 24 kHz, exact count
-    assert all(isinstance(d, Listen) for u, d in log if u.end_ms <= segments[0][0].start_ms)
+    assert all(isinstance(d, Listen | Transcribed) for u, d in log if u.end_ms <= segments[0][0].start_ms)
     assert all(isinstance(d, Listen) for u, d in log if u.index > segments[-1][0].index)  # incl. playing tail
     end_of_speech = LEAD_IN_MS + speech_end_ms(speech(QUESTION))
     assert segments[0][0].end_ms - end_of_speech <= 700.0  # the 500 ms silence window and one unit
@@ -243,7 +251,7 @@ def test_configure_rejects_a_grammar_pocketsphinx_cannot_use_and_keeps_the_previ
 
 def test_from_args_loads_the_components_and_advertises_100_ms_units(vad_available: None) -> None:
     pytest.importorskip("piper", reason="needs 'piper-tts'")
-    model = CascadeModel.from_args({"asr_keywords": "kitchen lights", "lead_ms": "300"})
+    model = CascadeModel.from_args({"asr_keywords": "kitchen lights", "lead_ms": "300", "responder": "echo"})
     assert model.capabilities.chunk_period_ms == 100 and model.config.lead_ms == 300
     assert model.synthesizer.name == "piper" and model.responder.name == "echo"
     assert model.new_session().params.asr_keywords == ("kitchen lights",)
@@ -265,3 +273,42 @@ async def test_the_playback_ledger_decides_what_of_a_reply_stays_in_the_history(
     assert session.history[-1] == Message("assistant", "You said: turn on")
     session.heard("")  # nothing was heard after all
     assert [m.role for m in session.history] == ["user"]
+
+
+@pytest.fixture(scope="module")
+def full(
+    piper: PiperSynthesizer,
+    pool: DecoderPool,
+    whisper: WhisperAsr,
+    smart_turn: SmartTurn,
+    local: LocalResponder,
+    vad_available: None,
+) -> CascadeModel:
+    """The default stack with every extra: Whisper, Smart Turn, the local LLM."""
+    return CascadeModel(synthesizer=piper, responder=local, pool=pool, whisper=whisper, turn_model=smart_turn)
+
+
+async def test_the_full_stack_ends_the_turn_at_a_short_pause_and_streams_the_llm_answer(
+    full: CascadeModel, speech: Speech
+) -> None:
+    question = "Who wrote the book Moby Dick?"
+    session = full.new_session()
+    log = await step_all(session, speech.clip(LEAD_IN_MS, question, 8000.0))
+
+    turn = session.last_turn
+    assert turn is not None
+    heard = turn.utterance
+    assert heard.text.lower().replace(",", "").strip("?.") == "who wrote the book moby dick"
+    end_of_speech = LEAD_IN_MS + speech_end_ms(speech(question))
+    assert heard.turn_probabilities[0] >= 0.5  # Smart Turn judged the question finished
+    assert heard.stopped_at_ms - end_of_speech < 500  # at the semantic pause, not the 1.5 s fallback
+    assert [w.text.strip("?,").lower() for w in heard.words][-2:] == ["moby", "dick"]
+    assert heard.words[0].start_ms >= LEAD_IN_MS - 300 and heard.words[-1].end_ms <= end_of_speech + 400
+    assert next(d for _, d in log if isinstance(d, Transcribed) and d.final).text == heard.text
+
+    segments = [s for _, s in speaks(log)]
+    reply = "".join(s.text for s in segments)
+    assert len(reply.split()) >= 3
+    assert sum(len(s.itl_ms) for s in segments) >= 3  # token by token: TPOT is measured, not estimated
+    assert turn.reply.first_text_at is not None
+    assert session.history[0] == Message("user", heard.text)

@@ -12,6 +12,7 @@ from duplexkit.models.base import SamplingParams
 from duplexkit.models.cascade.responders import (
     DEFAULT_INSTRUCTIONS,
     EchoResponder,
+    LocalResponder,
     Message,
     OpenAIResponder,
 )
@@ -95,3 +96,20 @@ async def test_openai_uses_the_session_instructions_and_surfaces_http_errors() -
 def test_connect_builds_a_client_for_the_url() -> None:
     responder = OpenAIResponder.connect("http://127.0.0.1:9/v1", "tiny", api_key="k")
     assert responder.name == "openai"
+
+
+async def test_the_local_llm_streams_a_short_spoken_answer_token_by_token(local: LocalResponder) -> None:
+    history = [Message("user", "Hello! How are you today?")]
+    deltas = [d async for d in local.reply(history, SamplingParams(temperature=0.0, max_tokens=40))]
+    assert len(deltas) > 3 and all(isinstance(d, str) for d in deltas)
+    text = "".join(deltas)
+    assert len(text.split()) >= 3 and "<|" not in text  # words, not template markup
+
+
+async def test_dropping_a_local_reply_stops_its_generation(local: LocalResponder) -> None:
+    stream = local.reply([Message("user", "Tell me a long story.")], SamplingParams(max_tokens=200))
+    first = await anext(stream)
+    await stream.aclose()  # a prepared reply the user talked over
+    assert first
+    again = [d async for d in local.reply([Message("user", "Say hi.")], SamplingParams(max_tokens=10))]
+    assert again  # the model is free again: the dropped generation gave it back

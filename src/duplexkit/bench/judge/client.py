@@ -1,6 +1,7 @@
 """The chat client the LLM judge talks through: any OpenAI-compatible endpoint, via the official `openai` SDK.
 
-- At most `concurrency` requests are in flight; each is bounded by `timeout_s`; temperature 0.1.
+- At most `concurrency` requests are in flight; each is bounded by `timeout_s`; temperature 0.1 (the
+  Omni-DuplexEval scorer's) unless the benchmark's judge says otherwise, and `max_tokens` when one is set.
 - 429, 5xx, timeouts and connection errors are retried `retries` times with exponential backoff
   (`backoff_s` * 2^k, jittered). A judge still unreachable after that raises `JudgeUnreachable` (nothing
   else will get through either); a request still refused or timing out raises `JudgeRequestError`.
@@ -53,9 +54,13 @@ class ChatClient:
         timeout_s: float = 120.0,
         retries: int = 4,
         backoff_s: float = 1.0,
+        temperature: float = TEMPERATURE,
+        max_tokens: int | None = None,
     ) -> None:
         self.base_url = base_url
         self.model = model
+        self.temperature = temperature
+        self.max_tokens = max_tokens
         self._sdk = openai.AsyncOpenAI(base_url=base_url, api_key=api_key, timeout=timeout_s, max_retries=0)
         self._slots = asyncio.Semaphore(concurrency)
         self._retries = retries
@@ -69,7 +74,10 @@ class ChatClient:
             try:
                 async with self._slots:
                     completion = await self._sdk.chat.completions.create(
-                        model=self.model, messages=list(messages), temperature=TEMPERATURE
+                        model=self.model,
+                        messages=list(messages),
+                        temperature=self.temperature,
+                        max_tokens=openai.omit if self.max_tokens is None else self.max_tokens,
                     )
                 return reply_text(completion)
             except openai.APITimeoutError as exc:

@@ -4,11 +4,13 @@ For each expected field, the value comes from the first JSON object in the reply
 trailing commas); a field that object lacks (or every field, when no object parses) is looked up on its own
 as `"name": value` anywhere in the text. Values are coerced: numbers and numeric strings, booleans and
 yes/no/true/false for 0/1 fields. A reply parses only when every field is present and valid; otherwise
-`ParseError` says which field failed and why, in words fit to quote back to the judge.
+`ParseError` says which field failed and why, in words fit to quote back to the judge. Text fields (a
+quoted phrase) are optional: read the same way, kept as strings, empty when absent.
 """
 
 from __future__ import annotations
 
+import dataclasses
 import json
 import math
 import re
@@ -37,14 +39,17 @@ class Field:
 
 @dataclass(frozen=True, slots=True)
 class Verdict:
-    """A parsed reply: each field's value (int for whole fields, 2 decimals otherwise) and the reasoning."""
+    """A parsed reply: each field's value (int for whole fields, 2 decimals otherwise), the text fields asked
+    for (empty when absent) and the reasoning."""
 
     values: Mapping[str, float]
     reasoning: str
+    texts: Mapping[str, str] = dataclasses.field(default_factory=dict)
 
 
-def parse_reply(text: str, fields: Sequence[Field]) -> Verdict:
-    """Read `fields` from a judge reply; raise ParseError when any of them is missing or malformed."""
+def parse_reply(text: str, fields: Sequence[Field], texts: Sequence[str] = ()) -> Verdict:
+    """Read `fields` (and the optional text fields `texts`) from a judge reply; raise ParseError when any of
+    the numeric fields is missing or malformed."""
     if not text.strip():
         raise ParseError("the reply is empty")
     obj = first_json_object(text)
@@ -65,7 +70,11 @@ def parse_reply(text: str, fields: Sequence[Field]) -> Verdict:
     problems.extend(f"the field {name} is missing" for name in missing)
     if problems:
         raise ParseError("; ".join(problems))
-    return Verdict(values=values, reasoning=_reasoning(obj, text))
+    found_texts = {}
+    for name in texts:
+        present, raw = _lookup(obj, text, name)
+        found_texts[name] = raw.strip() if present and isinstance(raw, str) else ""
+    return Verdict(values=values, reasoning=_reasoning(obj, text), texts=found_texts)
 
 
 def first_json_object(text: str) -> dict[str, Any] | None:

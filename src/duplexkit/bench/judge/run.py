@@ -9,9 +9,11 @@ URL, prompt version and source).
 - A score file is reused only when its status is `scored` and the response file's sha256, the judge model,
   the judge URL and the prompt version all match; anything else is judged again.
 - A sample the judge cannot score (`ScoringError`) gets a score file with `status: error` and counts in
-  `errors`; it is excluded from the means (the summary says `complete: false`) and retried next time.
-- Means: RTD `mean_content_score` / `mean_avg_temporal_score` and PR `mean_all_success`, overall and per
-  task, over the scored and skipped samples; `null` when there are none.
+  `errors`; it stays in the means' denominator (scoring 0, the summary says `complete: false`) and is
+  judged again next time.
+- The summary is the benchmark's (`Benchmark.summarise`; Omni-DuplexEval: RTD `mean_content_score` /
+  `mean_avg_temporal_score` and PR `mean_all_success`, overall and per task, over every attempted
+  sample), and what a judge is asked about a sample is too (`Benchmark.score_request`).
 - Samples whose meta says `clock: invalid` (as-fast-as-possible pace) are refused unless
   `allow_invalid_clock`: their sentence times are not media times.
 """
@@ -21,17 +23,14 @@ from __future__ import annotations
 import asyncio
 import hashlib
 import json
-import math
-from collections.abc import Iterable, Mapping
-from dataclasses import dataclass, field
+from collections.abc import Iterable, Mapping, Sequence
 from datetime import UTC, datetime
 from pathlib import Path
 from typing import Any, Protocol
 
 from duplexkit.bench.artifacts import RunDir, write_bytes_atomic, write_json_atomic
-from duplexkit.bench.judge.base import Judge, JudgeInfo, ScoreRequest, ScoringError
-from duplexkit.bench.judge.builtin import NOT_COMPARABLE
-from duplexkit.client.sentences import TimedSentence
+from duplexkit.bench.benchmark import Benchmark, benchmark_name_of_run, get_benchmark
+from duplexkit.bench.judge.base import Judge, JudgeInfo, ScoringError
 
 SCORES_DIR = "scores"
 
@@ -41,81 +40,24 @@ class RunError(ValueError):
 
 
 class MediaSample(Protocol):
-    """What scoring needs from a dataset sample (`duplexkit.bench.datasets.Sample` is one)."""
+    """What scoring needs from any dataset sample; its benchmark's `score_request` reads the rest."""
 
     @property
     def split(self) -> str: ...
     @property
     def id(self) -> str: ...
-    @property
-    def ground_truth(self) -> Mapping[str, Any] | None: ...
-    def video_bytes(self) -> bytes | None: ...
 
 
-@dataclass
-class _Group:
-    samples: int = 0
-    scored: int = 0
-    skipped: int = 0
-    errors: int = 0
-    totals: dict[str, float] = field(default_factory=dict)
-
-    def add(self, outcome: str, scores: Mapping[str, float], keys: tuple[str, ...]) -> None:
-        self.samples += 1
-        if outcome == "error":
-            self.errors += 1
-            return
-        if outcome == "skipped":
-            self.skipped += 1
-        else:
-            self.scored += 1
-        for key in keys:
-            self.totals[key] = self.totals.get(key, 0.0) + scores.get(key, 0.0)
-
-    def to_json(self, means: Mapping[str, str]) -> dict[str, Any]:
-        counted = self.scored + self.skipped
-        out: dict[str, Any] = {
-            mean: round(self.totals.get(key, 0.0) / counted, 4) if counted else None
-            for mean, key in means.items()
-        }
-        return out | {
-            "samples": self.samples,
-            "scored": self.scored,
-            "skipped": self.skipped,
-            "errors": self.errors,
-        }
-
-
-_MEANS = {
-    "rtd": {"mean_content_score": "content_score", "mean_avg_temporal_score": "avg_temporal_score"},
-    "pr": {"mean_all_success": "all_success"},
-}
-
-
-@dataclass(frozen=True)
-class Summary:
-    """What `scores/summary.json` holds; `coverage` has total, scored, skipped, errors, cached."""
-
-    judge: JudgeInfo
-    coverage: Mapping[str, int]
-    rtd: Mapping[str, Any]
-    pr: Mapping[str, Any]
+class Summary(Protocol):
+    """A benchmark's `scores/summary.json`: `coverage` has total, scored, skipped, errors, cached."""
 
     @property
-    def complete(self) -> bool:
-        """Every published sample has a score (no judge errors)."""
-        return self.coverage["errors"] == 0
-
-    def to_json(self) -> dict[str, Any]:
-        out: dict[str, Any] = {"judge": self.judge.to_json()}
-        if self.judge.kind == "builtin":
-            out["note"] = NOT_COMPARABLE
-        return out | {
-            "complete": self.complete,
-            "coverage": dict(self.coverage),
-            "rtd": self.rtd,
-            "pr": self.pr,
-        }
+    def judge(self) -> JudgeInfo: ...
+    @property
+    def coverage(self) -> Mapping[str, int]: ...
+    @property
+    def complete(self) -> bool: ...
+    def to_json(self) -> dict[str, Any]: ...
 
 
 async def score_run(
@@ -125,9 +67,10 @@ async def score_run(
     workers: int = 4,
     samples: Iterable[MediaSample] | None = None,
     allow_invalid_clock: bool = False,
+    benchmark: Benchmark | None = None,
 ) -> Summary:
     """Score every published sample of `run_dir` with `judge`, `workers` samples at a time; write and return
-    the summary.
+    the summary. `benchmark` defaults to the one `run.json` names.
 
     `samples` are the run's dataset samples (for video and ground truth); by default the dataset that
     `run.json` records (`dataset.source` and `dataset.selection`) is loaded. Raises RunError (nothing
@@ -137,6 +80,7 @@ async def score_run(
     """
     run = RunDir(run_dir)
     metas = _metas(run)
+    hooks = benchmark or get_benchmark(benchmark_name_of_run(run_dir))
     invalid = [
         f"{m['split']}/{m['id']}"
         for m in metas
@@ -148,7 +92,7 @@ async def score_run(
             "their sentence times are not media times; pass allow_invalid_clock (--allow-invalid-clock) to "
             "score them anyway"
         )
-    by_key = {(s.split, s.id): s for s in (samples if samples is not None else _load_samples(run_dir))}
+    by_key = {(s.split, s.id): s for s in (samples if samples is not None else _load_samples(run_dir, hooks))}
     outcomes: dict[tuple[str, str], tuple[str, dict[str, float]]] = {}
     queue: asyncio.Queue[dict[str, Any]] = asyncio.Queue()
     for meta in metas:
@@ -158,7 +102,7 @@ async def score_run(
         while not queue.empty():
             meta = queue.get_nowait()
             key = (meta["split"], meta["id"])
-            outcomes[key] = await _score_one(run, meta, judge, by_key.get(key))
+            outcomes[key] = await _score_one(run, meta, judge, by_key.get(key), hooks)
 
     tasks = [asyncio.create_task(worker()) for _ in range(max(1, workers))]
     try:
@@ -167,7 +111,7 @@ async def score_run(
         for task in tasks:
             task.cancel()
         await asyncio.gather(*tasks, return_exceptions=True)
-    summary = _summarise(judge.info, metas, outcomes)
+    summary: Summary = hooks.summarise(judge.info, metas, outcomes)
     write_json_atomic(run_dir / SCORES_DIR / "summary.json", summary.to_json())
     return summary
 
@@ -187,20 +131,11 @@ def _metas(run: RunDir) -> list[dict[str, Any]]:
     return metas
 
 
-def _load_samples(run_dir: Path) -> tuple[MediaSample, ...]:
-    from duplexkit.bench.datasets import Selection, load_dataset
-
+def _load_samples(run_dir: Path, benchmark: Benchmark) -> Sequence[MediaSample]:
     try:
         dataset = json.loads((run_dir / "run.json").read_text(encoding="utf-8"))["dataset"]
-        raw = dataset.get("selection") or {}
-        selection = Selection(
-            splits=tuple(raw.get("splits") or ()),
-            family=raw.get("family") or "all",
-            ids=tuple(raw.get("ids") or ()),
-            exclude_ids=tuple(raw.get("exclude_ids") or ()),
-            limit=raw.get("limit"),
-        )
-        return load_dataset(dataset["source"], selection).samples
+        selection = benchmark.selection_from_json(dataset.get("selection") or {})
+        return benchmark.load_dataset(dataset["source"], selection).samples
     except (OSError, KeyError, TypeError, json.JSONDecodeError) as exc:
         raise RunError(f"{run_dir}/run.json does not name the run's dataset: {exc!r}") from exc
     except ValueError as exc:  # DatasetError
@@ -208,7 +143,7 @@ def _load_samples(run_dir: Path) -> tuple[MediaSample, ...]:
 
 
 async def _score_one(
-    run: RunDir, meta: Mapping[str, Any], judge: Judge, sample: MediaSample | None
+    run: RunDir, meta: Mapping[str, Any], judge: Judge, sample: MediaSample | None, benchmark: Benchmark
 ) -> tuple[str, dict[str, float]]:
     """The sample's outcome (`scored`, `cached`, `skipped` or `error`) and its scores."""
     split, sample_id = meta["split"], meta["id"]
@@ -233,7 +168,7 @@ async def _score_one(
         "response_sha256": digest,
     }
     try:
-        result = await judge.score(_request(meta, response, sample))
+        result = await judge.score(benchmark.score_request(meta, response, sample))
     except ScoringError as exc:
         record |= {"status": "error", "error": str(exc), "scores": None, "details": None}
         trace = exc.trace
@@ -263,78 +198,9 @@ def _cached(path: Path, digest: str, info: JudgeInfo) -> dict[str, float] | None
     return None
 
 
-def _request(meta: Mapping[str, Any], response: bytes, sample: MediaSample | None) -> ScoreRequest:
-    try:
-        items = json.loads(response)
-        sentences = tuple(
-            TimedSentence(str(s["sentence"]), float(s["start"]), float(s["end"])) for s in items
-        )
-    except (ValueError, TypeError, KeyError) as exc:
-        raise ScoringError(f"unreadable response file: {exc!r}") from exc
-    fields = meta.get("sample") or {}
-    reminders = tuple(
-        t for t in (_seconds(fields.get("reminder1")), _seconds(fields.get("reminder2"))) if t is not None
-    )
-    family = meta.get("family")
-    if family not in ("rtd", "pr"):
-        raise ScoringError(f"the sample's meta has no family rtd/pr (got {family!r})")
-    return ScoreRequest(
-        split=meta["split"],
-        id=meta["id"],
-        family=family,
-        task=str(meta.get("task") or meta["split"]),
-        sentences=sentences,
-        question=str(fields.get("question_text") or ""),
-        answer1=fields.get("answer1"),
-        answer2=fields.get("answer2"),
-        reminders=reminders,
-        video_duration=_seconds(fields.get("video_duration")),
-        load_video=sample.video_bytes if sample is not None else lambda: None,
-        ground_truth=sample.ground_truth if sample is not None else None,
-    )
-
-
-def _seconds(value: Any) -> float | None:
-    """A non-negative finite time in seconds, else None (absent, empty or a sentinel such as -1)."""
-    try:
-        number = float(value)
-    except (TypeError, ValueError):
-        return None
-    return number if math.isfinite(number) and number >= 0 else None
-
-
 def _write_trace(path: Path, trace: list[dict[str, Any]], info: JudgeInfo) -> None:
     if not trace:
         path.unlink(missing_ok=True)
         return
     lines = (json.dumps({**line, "judge": info.to_json()}, ensure_ascii=False) + "\n" for line in trace)
     write_bytes_atomic(path, "".join(lines).encode("utf-8"))
-
-
-def _summarise(
-    info: JudgeInfo,
-    metas: list[dict[str, Any]],
-    outcomes: Mapping[tuple[str, str], tuple[str, dict[str, float]]],
-) -> Summary:
-    counts = dict.fromkeys(("total", "scored", "skipped", "errors", "cached"), 0)
-    families: dict[str, _Group] = {"rtd": _Group(), "pr": _Group()}
-    tasks: dict[str, dict[str, _Group]] = {"rtd": {}, "pr": {}}
-    for meta in metas:
-        outcome, scores = outcomes[(meta["split"], meta["id"])]
-        counts["total"] += 1
-        counts["cached"] += outcome == "cached"
-        outcome = "scored" if outcome == "cached" else outcome
-        counts[{"scored": "scored", "skipped": "skipped", "error": "errors"}[outcome]] += 1
-        family = meta.get("family")
-        if family not in families:
-            continue
-        keys = tuple(_MEANS[family].values())
-        families[family].add(outcome, scores, keys)
-        task = str(meta.get("task") or meta["split"])
-        tasks[family].setdefault(task, _Group()).add(outcome, scores, keys)
-    sections = {
-        family: families[family].to_json(_MEANS[family])
-        | {"by_task": {task: group.to_json(_MEANS[family]) for task, group in sorted(tasks[family].items())}}
-        for family in families
-    }
-    return Summary(judge=info, coverage=counts, rtd=sections["rtd"], pr=sections["pr"])

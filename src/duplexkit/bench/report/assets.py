@@ -116,6 +116,11 @@ svg .series{fill:none;stroke-width:2}
 svg .series.dashed{stroke-dasharray:6 4}
 svg .dot{stroke:#fff;stroke-width:1.5}
 svg .empty{font-size:13px;text-anchor:middle;fill:var(--muted)}
+svg .phase-early{fill:#fde68a}
+svg .phase-core{fill:#bbf7d0}
+svg .phase-miss{fill:#fecaca}
+svg .chunk{fill:var(--sentence)}
+svg .answer-mark{stroke:#15803d;stroke-width:1.5}
 footer{color:var(--muted);font-size:12px;text-align:center;margin-top:24px}
 """
     + _SERIES_CSS

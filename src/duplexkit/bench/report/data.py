@@ -7,10 +7,10 @@ renderer's job. Times on the media clock are seconds; latencies are milliseconds
 
 from __future__ import annotations
 
-from collections.abc import Mapping
-from dataclasses import dataclass
+from collections.abc import Callable, Mapping
+from dataclasses import dataclass, field
 from pathlib import Path
-from typing import Literal
+from typing import Any, Literal
 
 Decision = Literal["listen", "speak"]
 
@@ -98,9 +98,42 @@ class ScoreGroup:
 
 @dataclass(frozen=True)
 class FamilyScores:
-    family: Literal["rtd", "pr"]
+    """One section of `scores/summary.json` (a `ReportSpec.sections` key): its overall row and its groups."""
+
+    family: str
     overall: ScoreGroup
     tasks: tuple[ScoreGroup, ...]
+
+
+@dataclass(frozen=True)
+class ScoreSection:
+    """How a benchmark's summary section is read and shown: `key` in `summary.json` (whose `by_task` holds
+    the groups), the means it reports, the table title and the label of its overall row."""
+
+    key: str
+    means: tuple[str, ...]
+    title: str
+    overall: str
+    groups: str = "by_task"
+    """The key in the section that holds its groups."""
+
+
+@dataclass(frozen=True)
+class ReportSpec:
+    """A benchmark's report section: its score sections, how its means and per-sample scores are labelled
+    (`(label, decimals)` / short name), and the name of what its groups are (`task`, `scenario`)."""
+
+    sections: tuple[ScoreSection, ...]
+    mean_labels: Mapping[str, tuple[str, int]]
+    score_names: Mapping[str, str]
+    group_label: str = "task"
+    extra: Callable[[ReportData], str] | None = None
+    """HTML the benchmark adds after the score tables (e.g. published reference numbers), already escaped;
+    given the primary run."""
+    only_named_scores: bool = False
+    """Show a sample's scores named in `score_names` only (a benchmark that records many sums per sample)."""
+    sample_figure: Callable[[SampleReport, float], str] | None = None
+    """An extra figure under each sample's timeline (the sample and the timeline's span, in seconds)."""
 
 
 @dataclass(frozen=True)
@@ -120,6 +153,8 @@ class SampleScore:
     status: str | None
     scores: Mapping[str, float]
     error: str | None
+    details: Mapping[str, Any] = field(default_factory=dict)
+    """The judge's per-sample record, raw (untrusted): a benchmark's figure reads what it needs leniently."""
 
 
 @dataclass(frozen=True)
@@ -192,6 +227,8 @@ class SampleReport:
     attempts: tuple[AttemptInfo, ...]
     audio: str | None
     score: SampleScore | None
+    meta: Mapping[str, Any] = field(default_factory=dict, repr=False)
+    """The whole `<id>.meta.json`, raw (untrusted), for a benchmark's own figure."""
 
     @property
     def key(self) -> tuple[str, str]:
@@ -207,6 +244,8 @@ class ReportData:
     """One run folder, ready to render. `problems` lists what could not be read, one line each."""
 
     run_dir: Path
+    spec: ReportSpec
+    """The report section of the run's benchmark (`run.json` `benchmark`)."""
     run: RunInfo
     coverage: Coverage
     latency: tuple[Distribution, ...]

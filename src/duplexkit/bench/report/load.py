@@ -13,9 +13,10 @@ import math
 from collections import Counter
 from collections.abc import Iterable, Mapping
 from pathlib import Path
-from typing import Any, Literal
+from typing import Any
 
 from duplexkit.bench.aggregate import RESPONSE_METRICS, SESSION_METRICS, run_counts, summarize
+from duplexkit.bench.benchmark import benchmark_name_of_run, get_benchmark
 from duplexkit.bench.report.data import (
     AttemptInfo,
     Coverage,
@@ -24,6 +25,7 @@ from duplexkit.bench.report.data import (
     FamilyScores,
     JudgeInfo,
     ReportData,
+    ReportSpec,
     ResponseLatency,
     RunInfo,
     SampleReport,
@@ -35,11 +37,6 @@ from duplexkit.bench.report.data import (
 
 META_SUFFIX = ".meta.json"
 SCORES_DIR = "scores"
-FAMILY_MEANS: Mapping[Literal["rtd", "pr"], tuple[str, ...]] = {
-    "rtd": ("mean_content_score", "mean_avg_temporal_score"),
-    "pr": ("mean_all_success",),
-}
-"""The means `scores/summary.json` reports per family (and per task)."""
 SHOWN_IDS = 8
 """How many of a selection's ids the run details list."""
 
@@ -67,6 +64,7 @@ def load_run(run_dir: Path) -> ReportData:
         raise ReportError(f"{run_dir} is not a run folder (no run.json and no <split>/<id>.meta.json)")
     if not run_path.is_file():
         problems.append("run.json is missing: run details are unknown")
+    spec = get_benchmark(benchmark_name_of_run(run_dir)).report
     metas: list[Mapping[str, Any]] = []
     samples: list[SampleReport] = []
     for path in meta_paths:
@@ -79,10 +77,11 @@ def load_run(run_dir: Path) -> ReportData:
         samples.append(_sample(run_dir, path, meta, problems))
     return ReportData(
         run_dir=run_dir,
+        spec=spec,
         run=_run_info(run_json, samples),
         coverage=_coverage(metas, samples, run_json),
         latency=_latency(samples),
-        scores=_score_summary(run_dir, problems),
+        scores=_score_summary(run_dir, problems, spec),
         samples=tuple(samples),
         problems=tuple(problems),
     )
@@ -116,20 +115,35 @@ def _run_info(run: Mapping[str, Any], samples: Iterable[SampleReport]) -> RunInf
 
 
 def _selection(value: Any) -> str | None:
-    """`splits: all · family: all · limit: none`, plus ids and excluded ids when any were given (the first
-    `SHOWN_IDS` of them, and how many there are)."""
+    """Each filter of the recorded selection in its order, e.g. `splits: all · family: all · limit: none`;
+    ids and excluded ids only when any were given (the first `SHOWN_IDS` of them, and how many there are)."""
     if not isinstance(value, dict):
         return None
-    splits = _strs(value.get("splits"))
-    family = _str(value.get("family")) or "unknown"
-    parts = [f"splits: {', '.join(splits) if splits else 'all'}", f"family: {family}"]
-    for key, label in (("ids", "ids"), ("exclude_ids", "excluded ids")):
-        if ids := _strs(value.get(key)):
-            more = f", ... ({len(ids)} in all)" if len(ids) > SHOWN_IDS else ""
-            parts.append(f"{label}: {', '.join(ids[:SHOWN_IDS])}{more}")
-    limit = _int(value.get("limit"))
-    parts.append(f"limit: {'none' if limit is None else limit}")
+    parts = []
+    for key, raw in value.items():
+        if key in ("ids", "exclude_ids"):
+            if ids := _strs(raw):
+                more = f", ... ({len(ids)} in all)" if len(ids) > SHOWN_IDS else ""
+                label = "ids" if key == "ids" else "excluded ids"
+                parts.append(f"{label}: {', '.join(ids[:SHOWN_IDS])}{more}")
+        elif key == "limit":
+            limit = _int(raw)
+            parts.append(f"limit: {'none' if limit is None else limit}")
+        elif isinstance(raw, list):
+            parts.append(f"{key}: {', '.join(_strs(raw)) or 'all'}")
+        else:
+            parts.append(f"{key}: {_str(raw) or 'unknown'}")
     return " · ".join(parts)
+
+
+def _shown(item: Any) -> str:
+    """A recorded selection value in words: a list joined (the first `SHOWN_IDS`), none for empty."""
+    if isinstance(item, list):
+        if not item:
+            return "all"
+        more = f", ... ({len(item)} in all)" if len(item) > SHOWN_IDS else ""
+        return ", ".join(str(x) for x in item[:SHOWN_IDS]) + more
+    return "none" if item is None else str(item)
 
 
 def _coverage(
@@ -238,6 +252,7 @@ def _sample(run_dir: Path, meta_path: Path, meta: Mapping[str, Any], problems: l
         attempts=tuple(_attempt(_obj(a)) for a in _list(meta.get("attempts"))),
         audio=f"{split}/{sample_id}/output.wav" if audio.is_file() else None,
         score=_sample_score(run_dir, split, sample_id, problems),
+        meta=meta,
     )
 
 
@@ -292,18 +307,24 @@ def _sample_score(run_dir: Path, split: str, sample_id: str, problems: list[str]
     if not isinstance(raw, dict):
         return None
     scores = {str(k): v for k, value in _obj(raw.get("scores")).items() if (v := _num(value)) is not None}
-    return SampleScore(status=_str(raw.get("status")), scores=scores, error=_str(raw.get("error")))
+    return SampleScore(
+        status=_str(raw.get("status")),
+        scores=scores,
+        error=_str(raw.get("error")),
+        details=_obj(raw.get("details")),
+    )
 
 
-def _score_summary(run_dir: Path, problems: list[str]) -> ScoreSummary | None:
+def _score_summary(run_dir: Path, problems: list[str], spec: ReportSpec) -> ScoreSummary | None:
     raw = _read_json(run_dir / SCORES_DIR / "summary.json", run_dir, problems)
     if not isinstance(raw, dict):
         return None
     judge = _obj(raw.get("judge"))
     families = []
-    for family, means in FAMILY_MEANS.items():
+    for spec_section in spec.sections:
+        family, means = spec_section.key, spec_section.means
         section = _obj(raw.get(family))
-        tasks = _obj(section.get("by_task"))
+        tasks = _obj(section.get(spec_section.groups))
         families.append(
             FamilyScores(
                 family=family,

@@ -28,19 +28,34 @@ from duplexkit.bench.report.assets import CSS, JS, SERIES_COLOURS
 from duplexkit.bench.report.data import (
     JudgeInfo,
     ReportData,
+    ReportSpec,
     ResponseLatency,
     SampleReport,
     SampleScore,
     ScoreGroup,
+    ScoreSection,
 )
 from duplexkit.bench.report.fmt import MISSING, Better, delta, esc, number, seconds
 from duplexkit.bench.report.svg import Series, cdf, timeline, timeline_span
+from duplexkit.client.collector import (
+    COMMIT_SOURCE,
+    CREATED_SOURCE,
+    SERVER_SOURCE,
+    STREAM_SOURCE,
+    UNANCHORED_SOURCE,
+)
+
+LEGACY_CLIENT_SOURCE = "client_monotonic_receive"
+"""What runs written before the client anchors got labels of their own called both of them."""
 
 SOURCE_LABELS = {
-    "server_request_start_and_client_receive": "server-anchored",
-    "client_monotonic_receive": "client receive",
+    SERVER_SOURCE: "server-anchored",
+    COMMIT_SOURCE: "client, from commit send",
+    CREATED_SOURCE: "client, from response.created",
+    STREAM_SOURCE: "client, from stream start",
+    UNANCHORED_SOURCE: "client, unanchored (no request or commit to time from)",
+    LEGACY_CLIENT_SOURCE: "client receive (anchors pooled: older run)",
 }
-CLIENT_SOURCE = "client_monotonic_receive"
 
 
 @dataclass(frozen=True)
@@ -59,12 +74,6 @@ METRICS = (
     Metric("stream_ttft_ms", "stream TTFT", "from the stream's start to the first text, per sample", "ms"),
     Metric("stream_ttfp_ms", "stream TTFP", "from the stream's start to the first audio, per sample", "ms"),
 )
-MEAN_LABELS = {
-    "mean_content_score": ("content (0-3)", 2),
-    "mean_avg_temporal_score": ("temporal (0-3)", 2),
-    "mean_all_success": ("all-success (0-1)", 3),
-}
-SCORE_NAMES = {"content_score": "content", "avg_temporal_score": "temporal", "all_success": "success"}
 _Row = tuple[str, Better | None, Callable[[ReportData], float | None], int | None]
 """A comparison-table row: label, which direction is better (None: neither), the value of a run, decimals."""
 OPEN_SAMPLES_UP_TO = 12
@@ -402,10 +411,13 @@ def _scores_section(runs: Sequence[_Run]) -> str:
             '<div class="note error">The runs were scored by different judges (model, URL or prompt '
             "version): their scores are not comparable.</div>"
         )
-    for family in ("rtd", "pr"):
-        table = _family_table(runs, family)
+    for section in runs[0].data.spec.sections:
+        table = _family_table(runs, section)
         if table:
             parts.append(table)
+    extra = runs[0].data.spec.extra
+    if extra is not None:
+        parts.append(extra(runs[0].data))
     parts.append("</section>")
     return "".join(parts)
 
@@ -414,17 +426,18 @@ def _judge_key(judge: JudgeInfo) -> tuple[str | None, str | None, str | None]:
     return (judge.model, judge.url, judge.prompt_version)
 
 
-def _family_table(runs: Sequence[_Run], family: str) -> str:
-    """The family's means overall, then per task: a column per mean and run (B, C, ... with their difference
-    to A), and the samples each run's means cover. Empty when no run scored a sample of the family."""
+def _family_table(runs: Sequence[_Run], section: ScoreSection) -> str:
+    """The section's means overall, then per group: a column per mean and run (B, C, ... with their
+    difference to A), and the samples each run's means cover. Empty when no run scored a sample of it."""
+    family, spec = section.key, runs[0].data.spec
     found = [f for run in runs if run.data.scores for f in run.data.scores.families if f.family == family]
     if not any(f.overall.samples for f in found):
         return ""
     means = tuple(found[0].overall.means)
     compare = len(runs) > 1
-    head = "<tr><th>task</th>"
+    head = f"<tr><th>{esc(spec.group_label)}</th>"
     for mean in means:
-        label = esc(MEAN_LABELS.get(mean, (mean, 2))[0])
+        label = esc(spec.mean_labels.get(mean, (mean, 2))[0])
         span = f' colspan="{2 * len(runs) - 1}"' if compare else ""
         head += f'<th class="num group-head"{span}>{label}</th>'
     head += "".join(
@@ -445,7 +458,7 @@ def _family_table(runs: Sequence[_Run], family: str) -> str:
         groups = [_group(run.data, family, task) for run in runs]
         cells = ""
         for mean in means:
-            digits = MEAN_LABELS.get(mean, (mean, 2))[1]
+            digits = spec.mean_labels.get(mean, (mean, 2))[1]
             values = [None if g is None else g.means.get(mean) for g in groups]
             for run, value in zip(runs, values, strict=True):
                 cells += f'<td class="num">{number(value, digits)}</td>'
@@ -453,10 +466,9 @@ def _family_table(runs: Sequence[_Run], family: str) -> str:
                     text, cls = delta(values[0], value, "higher", digits)
                     cells += f'<td class="num"><span class="delta {cls}">{esc(text)}</span></td>'
         cells += "".join(f'<td class="num">{_group_count(g)}</td>' for g in groups)
-        name = f"{family.upper()} (all)" if task is None else task
+        name = section.overall if task is None else task
         body.append(f"<tr{' class=family' if task is None else ''}><td>{esc(name)}</td>{cells}</tr>")
-    title = "RTD: real-time description" if family == "rtd" else "PR: proactive reminder"
-    return f'<h3>{title}</h3><table class="compare">{head}{"".join(body)}</table>'
+    return f'<h3>{esc(section.title)}</h3><table class="compare">{head}{"".join(body)}</table>'
 
 
 def _group_count(group: ScoreGroup | None) -> str:
@@ -533,7 +545,7 @@ def _metric_card(metric: Metric, runs: Sequence[_Run]) -> str:
         for dist in found:
             source = SOURCE_LABELS.get(dist.source, dist.source)
             label = f"{run.letter} · {source}" if compare else source
-            colour, dashed = run.index % len(SERIES_COLOURS), dist.source == CLIENT_SOURCE
+            colour, dashed = run.index % len(SERIES_COLOURS), dist.source != SERVER_SOURCE
             series.append(Series(label, dist.values, dist.p50, dist.p99, colour, dashed))
             cells = f'<td class="num">{dist.count}</td>'
             cells += "".join(f'<td class="num">{number(v)}</td>' for v in (dist.mean, dist.p50, dist.p99))
@@ -586,12 +598,12 @@ def _samples_section(runs: Sequence[_Run], keys: dict[tuple[str, str], int]) -> 
 
 def _index_row(key: tuple[str, str], number_: int, found: Sequence[tuple[_Run, SampleReport | None]]) -> str:
     task = next((s.task for _, s in found if s is not None and s.task), None)
-    cells = "".join(f"<td>{_result_summary(sample)}</td>" for _, sample in found)
+    cells = "".join(f"<td>{_result_summary(sample, run.data.spec)}</td>" for run, sample in found)
     link = f'<a href="#sample-{number_}">{esc(key[0])}/{esc(key[1])}</a>'
     return f'<tr><td class="num">{number_}</td><td>{link}</td><td>{esc(task or MISSING)}</td>{cells}</tr>'
 
 
-def _result_summary(sample: SampleReport | None) -> str:
+def _result_summary(sample: SampleReport | None, spec: ReportSpec) -> str:
     if sample is None:
         return '<span class="muted">not in this run</span>'
     parts = [_status_badge(sample)]
@@ -600,7 +612,7 @@ def _result_summary(sample: SampleReport | None) -> str:
     if sample.sentences:
         parts.append(f"first at {seconds(min(s.start for s in sample.sentences))}")
     if sample.score is not None:
-        parts.append(esc(_score_text(sample.score)))
+        parts.append(esc(_score_text(sample.score, spec)))
     return " · ".join(f'<span class="nowrap">{part}</span>' for part in parts)
 
 
@@ -613,10 +625,12 @@ def _status_badge(sample: SampleReport) -> str:
     return f'<span class="badge {cls}">{esc(status)}</span>{retried}'
 
 
-def _score_text(score: SampleScore) -> str:
+def _score_text(score: SampleScore, spec: ReportSpec) -> str:
     if score.status != "scored":
         return f"judge {score.status or 'error'}: {score.error or 'no reason given'}"
-    values = [f"{SCORE_NAMES.get(name, name)} {number(value, 2)}" for name, value in score.scores.items()]
+    names = spec.score_names
+    shown = [(n, v) for n, v in score.scores.items() if not spec.only_named_scores or n in names]
+    values = [f"{names.get(name, name)} {number(value, 2)}" for name, value in shown]
     return "score: " + (", ".join(values) or MISSING)
 
 
@@ -661,6 +675,8 @@ def _run_block(run: _Run, sample: SampleReport, number_: int, span: float, named
             "not real time.</p>"
         )
     parts.append(timeline(sample, element_id, span))
+    if run.data.spec.sample_figure is not None:
+        parts.append(run.data.spec.sample_figure(sample, span))
     if sample.audio is not None:
         parts.append(
             f'<audio controls preload="none" src="{esc(_audio_href(run, sample.audio))}" '
@@ -670,7 +686,7 @@ def _run_block(run: _Run, sample: SampleReport, number_: int, span: float, named
     parts.append(_failure_block(sample))
     parts.append(_response_table(sample))
     if sample.score is not None:
-        parts.append(f"<p>{esc(_score_text(sample.score))}</p>")
+        parts.append(f"<p>{esc(_score_text(sample.score, run.data.spec))}</p>")
     parts.append("</div></div></div>")
     return "".join(parts)
 

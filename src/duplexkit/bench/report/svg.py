@@ -142,6 +142,56 @@ def _sentences(sample: SampleReport, x: _Scale) -> list[str]:
 
 
 @dataclass(frozen=True)
+class Interval:
+    """A bar in a `lanes` figure: `[start, end)` in seconds, its CSS class, tooltip and row (0 or 1)."""
+
+    start: float
+    end: float
+    css: str
+    title: str
+    row: int = 0
+
+
+LANE_HEIGHT = 30
+
+
+def lanes(
+    title: str,
+    rows: Sequence[tuple[str, Sequence[Interval]]],
+    marks: Sequence[tuple[float, str]],
+    span: float,
+) -> str:
+    """Labelled lanes of intervals on the same axis as `timeline` for `span` (so the two align), with
+    labelled vertical marks: the figure a benchmark draws under a sample's timeline."""
+    t_max, step = nice_axis(span, 10)
+    scale = (TL_WIDTH - TL_LEFT - TL_RIGHT) / t_max
+
+    def x(t: float) -> float:
+        return TL_LEFT + max(0.0, min(t, t_max)) * scale
+
+    axis = 20 + LANE_HEIGHT * len(rows) + 6
+    height = axis + 20
+    parts = [f'<svg class="lanes" viewBox="0 0 {TL_WIDTH} {height}" role="img"><title>{esc(title)}</title>']
+    for index, (label, intervals) in enumerate(rows):
+        top = 20 + index * LANE_HEIGHT
+        parts.append(_rect("lane", TL_LEFT, top, x(t_max) - TL_LEFT, LANE_HEIGHT - 4))
+        parts.append(_text("lane-label", TL_LEFT - 8, top + LANE_HEIGHT / 2 + 2, label))
+        row = (LANE_HEIGHT - 8) / 2
+        for item in intervals:
+            left = x(item.start)
+            width = max(MIN_BAR, x(item.end) - left)
+            parts.append(_rect(item.css, left, top + 2 + item.row % 2 * row, width, row - 1, item.title))
+    for i in range(round(t_max / step) + 1):
+        parts.append(_text("tick", x(i * step), axis + 14, tick_label(i * step, step)))
+    for t, label in marks:
+        parts.append(_line("answer-mark", x(t), x(t), 14, axis))
+        parts.append(_text("mark-label", x(t) + 3, 12, label))
+    parts.append(_line("axis", TL_LEFT, x(t_max), axis, axis))
+    parts.append("</svg>")
+    return "".join(parts)
+
+
+@dataclass(frozen=True)
 class Series:
     """One line of a CDF: sorted values, their p50/p99, a colour slot (`s0`...`s5`) and the source's dash."""
 

@@ -34,6 +34,16 @@ _THRESHOLD_SUFFIX = re.compile(r"/[0-9.eE+-]+/\s*$")
 
 
 @dataclass(frozen=True, slots=True)
+class Word:
+    """A recognised word and where it was said, in ms from the start of the audio recognised."""
+
+    text: str
+    start_ms: float
+    end_ms: float
+    probability: float
+
+
+@dataclass(frozen=True, slots=True)
 class SearchSpec:
     """A per-session search replacing the open-vocabulary language model: a JSGF grammar or key phrases."""
 
@@ -166,6 +176,10 @@ class Recognizer:
         self._decoder: PooledDecoder | None = None
         self._ending: PooledDecoder | None = None
         self.search: SearchSpec | None = None
+        self.words: tuple[Word, ...] = ()
+        """Word timestamps of the latest utterance: pocketsphinx's first pass gives none."""
+        self.tail_ms = 200.0
+        """Silence fed past the last voiced frame: the search needs a little to settle on the last word."""
 
     @property
     def active(self) -> bool:

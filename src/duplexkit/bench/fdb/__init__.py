@@ -1,0 +1,80 @@
+"""Full-Duplex-Bench v1 / v1.5 (arXiv 2503.04721, 2507.23159): pauses, backchannels, turn-taking and
+interruptions, on the shared harness.
+
+The package owns the FDB folder layout (`dataset`), the built-in synthetic dataset (`builtin`), the runner
+hooks (`runner`: full duplex, no commit, `output.wav` on the input's timeline), word timing (`words`), the
+metrics (`metrics`, pure; `segments`, Silero speech segments), the relevance judge (`judge`), scoring of any
+FDB folders (`scoring`) and the report section (`report`). `BENCHMARK` is what the shared harness drives.
+FDB runs are scored by `scoring.score_dir` (`duplexkit score --benchmark fdb`), not by the judge runner
+`score_run`: most of its metrics need no judge.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Mapping, Sequence
+from pathlib import Path
+from typing import Any
+
+from duplexkit.bench.fdb import runner
+from duplexkit.bench.fdb.dataset import Dataset, Sample, Selection, load_dataset
+from duplexkit.bench.fdb.report import REPORT
+from duplexkit.bench.judge.base import JudgeInfo
+from duplexkit.bench.runner import Attempt, RunConfig
+from duplexkit.client import SessionProgress
+
+__all__ = ["BENCHMARK"]
+
+
+class ScoredElsewhere(RuntimeError):
+    """FDB's scores come from `scoring.score_dir`, not from the judge runner."""
+
+
+class FullDuplexBench:
+    """The Full-Duplex-Bench hooks of the shared harness."""
+
+    name = "fdb"
+    title = "Full-Duplex-Bench"
+    artifacts = runner.ARTIFACTS
+    report = REPORT
+
+    def load_dataset(self, spec: str, selection: Selection, *, cache_dir: Path | None = None) -> Dataset:
+        return load_dataset(spec, selection, cache_dir=cache_dir)
+
+    def selection_from_json(self, raw: Mapping[str, Any]) -> Selection:
+        return Selection(
+            tasks=tuple(raw.get("tasks") or ()), ids=tuple(raw.get("ids") or ()), limit=raw.get("limit")
+        )
+
+    def selection_to_json(self, selection: Selection) -> dict[str, Any]:
+        return {"tasks": list(selection.tasks), "ids": list(selection.ids), "limit": selection.limit}
+
+    def prepare_media(self, sample: Sample, config: RunConfig) -> runner.FdbInput:
+        return runner.prepare_media(sample)
+
+    async def run_attempt(
+        self, sample: Sample, media: runner.FdbInput, config: RunConfig, progress: SessionProgress
+    ) -> Attempt:
+        return await runner.run_attempt(sample, media, config, progress)
+
+    def sample_meta(self, sample: Sample) -> dict[str, Any]:
+        return runner.sample_meta(sample)
+
+    def write_artifacts(self, folder: Path, sample: Sample, attempt: Attempt) -> None:
+        runner.write_artifacts(folder, sample, attempt)
+
+    def write_failure(self, folder: Path, meta: Mapping[str, Any]) -> None:
+        """FDB keeps no record of its own for a failed sample: the harness's `.meta.json` says why."""
+
+    def score_request(self, meta: Mapping[str, Any], response: bytes, sample: Sample | None) -> Any:
+        raise ScoredElsewhere("FDB runs are scored by `duplexkit score --benchmark fdb RUN_DIR`")
+
+    def summarise(
+        self,
+        judge: JudgeInfo,
+        metas: Sequence[Mapping[str, Any]],
+        outcomes: Mapping[tuple[str, str], tuple[str, dict[str, float]]],
+    ) -> Any:
+        raise ScoredElsewhere("FDB runs are scored by `duplexkit score --benchmark fdb RUN_DIR`")
+
+
+BENCHMARK = FullDuplexBench()

@@ -1,0 +1,257 @@
+"""Merge run folders (shards, pool runs, runs made on several machines) into one, by (split, sample id).
+
+Contract:
+- The inputs must be one run measured alike: the same benchmark, the same dataset selection (its content
+  fingerprint: the dataset may live at another path on each machine), the same pace and the same protocol,
+  fps and chunk size. Anything else is refused with a `MergeError` whose `code` names what differed, and
+  nothing is written.
+- Every sample of every input lands in the merged folder exactly once. A sample that two inputs hold is
+  taken from the one that published it (a failure elsewhere was redone); two failures keep the later one;
+  two publications are refused (`duplicate_sample`): which copy counts is for the user to decide.
+- The merged folder is a run folder like any other (`run.json`, `metrics.json`, per-sample metadata,
+  sentences, extras and any score files, which `duplexkit score` reuses while the response is the same),
+  so `score` and `report` work on it. Its `run.json` says where each part came from (`merged_from`) and
+  which shards it holds. It is built under a temporary name beside `out` and renamed into place at the
+  end: an interrupted merge leaves no half-merged folder.
+"""
+
+from __future__ import annotations
+
+import datetime as dt
+import json
+import shutil
+import tempfile
+from collections.abc import Mapping, Sequence
+from dataclasses import dataclass
+from enum import StrEnum
+from pathlib import Path
+from typing import Any
+
+from duplexkit.bench.aggregate import run_counts, run_metrics
+from duplexkit.bench.artifacts import RunDir, write_json_atomic
+from duplexkit.bench.benchmark import DEFAULT_BENCHMARK
+
+SCORES_DIR = "scores"
+
+
+class MergeCode(StrEnum):
+    NOT_A_RUN = "not_a_run"
+    BENCHMARK_MISMATCH = "benchmark_mismatch"
+    DATASET_MISMATCH = "dataset_mismatch"
+    PACE_MISMATCH = "pace_mismatch"
+    PROTOCOL_MISMATCH = "protocol_mismatch"
+    STREAMING_MISMATCH = "streaming_mismatch"
+    DUPLICATE_SAMPLE = "duplicate_sample"
+    OUT_EXISTS = "out_exists"
+
+
+class MergeError(Exception):
+    """The inputs cannot be merged as asked; `code` is stable, the message says what to do."""
+
+    def __init__(self, code: MergeCode, message: str) -> None:
+        super().__init__(f"{code.value}: {message}")
+        self.code = code
+
+
+@dataclass(frozen=True, slots=True)
+class MergeResult:
+    out: Path
+    samples: int
+    counts: dict[str, int]
+    shards: dict[str, Any] | None
+    """`{"parts": ["1/4", ...], "complete": bool}` when every input is a shard; `None` when one is whole."""
+
+
+@dataclass(frozen=True, slots=True)
+class _Input:
+    root: Path
+    run: dict[str, Any]
+    metas: dict[tuple[str, str], dict[str, Any]]
+
+    def setting(self, *path: str) -> Any:
+        value: Any = self.run
+        for key in path:
+            value = value.get(key) if isinstance(value, dict) else None
+        return value
+
+
+_SAME: tuple[tuple[MergeCode, tuple[str, ...], str], ...] = (
+    (MergeCode.BENCHMARK_MISMATCH, ("benchmark",), "benchmark"),
+    (MergeCode.DATASET_MISMATCH, ("dataset", "fingerprint"), "dataset selection (fingerprint)"),
+    (MergeCode.PACE_MISMATCH, ("config", "pace"), "pace"),
+    (MergeCode.PROTOCOL_MISMATCH, ("config", "protocol"), "protocol"),
+    (MergeCode.STREAMING_MISMATCH, ("config", "fps"), "fps"),
+    (MergeCode.STREAMING_MISMATCH, ("config", "chunk_ms"), "chunk_ms"),
+)
+"""What must be equal across the inputs, and the code that names a difference."""
+
+
+def merge_runs(run_dirs: Sequence[Path], out: Path) -> MergeResult:
+    """Merge `run_dirs` into the new folder `out` (see the module docstring); raises `MergeError`."""
+    if out.exists() and (not out.is_dir() or any(out.iterdir())):
+        raise MergeError(MergeCode.OUT_EXISTS, f"{out} exists and is not empty; merge into a new folder")
+    inputs = [_read(Path(d)) for d in run_dirs]
+    if not inputs:
+        raise MergeError(MergeCode.NOT_A_RUN, "give at least one run folder")
+    _check_alike(inputs)
+    chosen = _choose(inputs)
+    out.parent.mkdir(parents=True, exist_ok=True)
+    staging = Path(tempfile.mkdtemp(prefix=f".{out.name}.merging-", dir=out.parent))
+    try:
+        metas = []
+        for (split, sample_id), (source, meta) in sorted(chosen.items()):
+            _copy_sample(RunDir(source.root), RunDir(staging), split, sample_id, meta)
+            metas.append(meta)
+        shards = _shards(inputs)
+        run = _merged_run(inputs, chosen, metas, shards)
+        write_json_atomic(staging / "metrics.json", run_metrics(metas))
+        write_json_atomic(staging / "run.json", run)
+        if out.exists():
+            out.rmdir()  # empty, checked above
+        staging.rename(out)
+    except BaseException:
+        shutil.rmtree(staging, ignore_errors=True)
+        raise
+    return MergeResult(out=out, samples=len(metas), counts=run["counts"], shards=shards)
+
+
+def _read(root: Path) -> _Input:
+    try:
+        run = json.loads((root / "run.json").read_text(encoding="utf-8"))
+    except (OSError, ValueError) as exc:
+        raise MergeError(MergeCode.NOT_A_RUN, f"{root}: no readable run.json ({exc})") from None
+    if not isinstance(run, dict):
+        raise MergeError(MergeCode.NOT_A_RUN, f"{root}/run.json is not a JSON object")
+    run.setdefault("benchmark", DEFAULT_BENCHMARK)
+    metas: dict[tuple[str, str], dict[str, Any]] = {}
+    try:
+        for meta in RunDir(root).metas():
+            split, sample_id = meta.get("split"), meta.get("id")
+            if not isinstance(split, str) or not isinstance(sample_id, str):
+                raise MergeError(MergeCode.NOT_A_RUN, f"{root}: a sample's meta.json names no split and id")
+            if meta.get("status") == "published" and not RunDir(root).is_published(split, sample_id):
+                meta = {**meta, "status": "failed", "error": "unpublished: its sentences file is missing"}
+            metas[(split, sample_id)] = meta
+    except (OSError, ValueError) as exc:
+        raise MergeError(MergeCode.NOT_A_RUN, f"{root}: unreadable sample metadata ({exc})") from None
+    return _Input(root, run, metas)
+
+
+def _check_alike(inputs: Sequence[_Input]) -> None:
+    first = inputs[0]
+    for code, path, label in _SAME:
+        for other in inputs[1:]:
+            if other.setting(*path) != first.setting(*path):
+                raise MergeError(
+                    code,
+                    f"{other.root} has {label} {other.setting(*path)!r} but {first.root} has "
+                    f"{first.setting(*path)!r}: only runs measured alike merge",
+                )
+
+
+def _choose(inputs: Sequence[_Input]) -> dict[tuple[str, str], tuple[_Input, dict[str, Any]]]:
+    chosen: dict[tuple[str, str], tuple[_Input, dict[str, Any]]] = {}
+    duplicates: list[str] = []
+    for source in inputs:
+        for key, meta in source.metas.items():
+            held = chosen.get(key)
+            if held is None:
+                chosen[key] = (source, meta)
+                continue
+            mine, theirs = meta.get("status") == "published", held[1].get("status") == "published"
+            if mine and theirs:
+                duplicates.append(f"{key[0]}/{key[1]} ({held[0].root} and {source.root})")
+            elif mine or (
+                not theirs and str(meta.get("finished_at") or "") > str(held[1].get("finished_at") or "")
+            ):
+                chosen[key] = (source, meta)
+    if duplicates:
+        shown = "; ".join(duplicates[:5]) + (
+            f"; and {len(duplicates) - 5} more" if len(duplicates) > 5 else ""
+        )
+        raise MergeError(
+            MergeCode.DUPLICATE_SAMPLE,
+            f"{len(duplicates)} sample(s) are published in more than one input: {shown}; "
+            "leave out one of the runs (or delete that sample's files from it)",
+        )
+    return chosen
+
+
+def _copy_sample(src: RunDir, dst: RunDir, split: str, sample_id: str, meta: Mapping[str, Any]) -> None:
+    """Extras and score files first, then the metadata, then the sentences (the publication mark)."""
+    extras = src.sample_dir(split, sample_id)
+    if extras.is_dir():
+        shutil.copytree(extras, dst.sample_dir(split, sample_id))
+    for suffix in (".json", ".trace.jsonl"):
+        score = src.root / SCORES_DIR / split / f"{sample_id}{suffix}"
+        if score.is_file():
+            target = dst.root / SCORES_DIR / split / score.name
+            target.parent.mkdir(parents=True, exist_ok=True)
+            shutil.copyfile(score, target)
+    write_json_atomic(dst.meta_path(split, sample_id), dict(meta))
+    if meta.get("status") == "published":
+        target = dst.sentences_path(split, sample_id)
+        shutil.copyfile(src.sentences_path(split, sample_id), target)
+
+
+def _shards(inputs: Sequence[_Input]) -> dict[str, Any] | None:
+    """`{"parts": ["1/4", ...], "complete": bool}` when every input is a shard; `None` when one is whole."""
+    shards = [i.setting("dataset", "shard") for i in inputs]
+    if any(not isinstance(s, dict) for s in shards):
+        return None
+    counts = {s["count"] for s in shards}
+    indices = {s["index"] for s in shards}
+    complete = len(counts) == 1 and indices == set(range(1, next(iter(counts)) + 1))
+    parts = sorted({(s["count"], s["index"]) for s in shards})
+    return {"parts": [f"{index}/{count}" for count, index in parts], "complete": complete}
+
+
+def _merged_run(
+    inputs: Sequence[_Input],
+    chosen: Mapping[tuple[str, str], tuple[_Input, dict[str, Any]]],
+    metas: Sequence[Mapping[str, Any]],
+    shards: dict[str, Any] | None,
+) -> dict[str, Any]:
+    first = inputs[0].run
+    urls: list[str] = []
+    for source in inputs:
+        server = source.run.get("server") or {}
+        for url in server.get("urls") or [server.get("url")]:
+            if isinstance(url, str) and url not in urls:
+                urls.append(url)
+    taken = {source.root: 0 for source in inputs}
+    for source, _ in chosen.values():
+        taken[source.root] += 1
+    dataset = {**(first.get("dataset") or {}), "samples": len(metas)}
+    dataset.pop("shard", None)
+    if shards is not None:
+        dataset["shards"] = shards
+    starts = [str(i.run["started_at"]) for i in inputs if i.run.get("started_at")]
+    ends = [str(i.run["finished_at"]) for i in inputs if i.run.get("finished_at")]
+    return {
+        **first,
+        "started_at": min(starts) if starts else None,
+        "finished_at": max(ends) if len(ends) == len(inputs) else None,
+        "merged_at": dt.datetime.now(dt.UTC).isoformat(timespec="seconds"),
+        "dataset": dataset,
+        "server": {
+            **(first.get("server") or {}),
+            "url": urls[0] if urls else None,
+            "urls": urls,
+            "embedded": all((i.run.get("server") or {}).get("embedded") for i in inputs),
+            "pool": None,
+        },
+        "counts": run_counts(metas),
+        "merged_from": [
+            {
+                "path": str(source.root),
+                "shard": source.setting("dataset", "shard"),
+                "server": source.run.get("server"),
+                "command": source.run.get("command"),
+                "counts": source.run.get("counts"),
+                "samples_held": len(source.metas),
+                "samples_taken": taken[source.root],
+            }
+            for source in inputs
+        ],
+    }

@@ -1,0 +1,104 @@
+"""Omni-DuplexEval (arXiv 2605.17360): real-time description and proactive reminders over short clips.
+
+The package owns the benchmark's dataset loader (`dataset`), built-in generated dataset (`builtin`), runner
+hooks (`runner`), judges (`judge`: the LLM rubric; `builtin_judge`: offline, not comparable), prompts,
+time windows, scoring request and summary (`scoring`) and report section (`report`). `BENCHMARK` is what
+the shared harness drives (see `duplexkit.bench.benchmark`).
+"""
+
+from __future__ import annotations
+
+from collections.abc import Mapping, Sequence
+from pathlib import Path
+from typing import Any
+
+from duplexkit.bench.judge.base import JudgeInfo
+from duplexkit.bench.media import PreparedMedia, prepare_media
+from duplexkit.bench.omni_duplex_eval import runner, scoring
+from duplexkit.bench.omni_duplex_eval.builtin_judge import BuiltinJudge
+from duplexkit.bench.omni_duplex_eval.dataset import Dataset, Sample, Selection, load_dataset
+from duplexkit.bench.omni_duplex_eval.judge import LLMJudge
+from duplexkit.bench.omni_duplex_eval.prompts import (
+    BUILTIN_PROMPTS,
+    PROMPT_VERSION,
+    PromptSet,
+    load_protocol_dir,
+)
+from duplexkit.bench.omni_duplex_eval.report import REPORT
+from duplexkit.bench.omni_duplex_eval.request import ScoreRequest
+from duplexkit.bench.omni_duplex_eval.scoring import Summary
+from duplexkit.bench.runner import Attempt, RunConfig
+from duplexkit.client import SessionProgress
+
+__all__ = [
+    "BENCHMARK",
+    "BUILTIN_PROMPTS",
+    "PROMPT_VERSION",
+    "BuiltinJudge",
+    "LLMJudge",
+    "PromptSet",
+    "ScoreRequest",
+    "Summary",
+    "load_protocol_dir",
+]
+
+
+class OmniDuplexEval:
+    """The Omni-DuplexEval hooks of the shared harness."""
+
+    name = "omni-duplex-eval"
+    title = "Omni-DuplexEval"
+    artifacts = runner.ARTIFACTS
+    report = REPORT
+
+    def load_dataset(self, spec: str, selection: Selection, *, cache_dir: Path | None = None) -> Dataset:
+        return load_dataset(spec, selection, cache_dir=cache_dir)
+
+    def selection_from_json(self, raw: Mapping[str, Any]) -> Selection:
+        return Selection(
+            splits=tuple(raw.get("splits") or ()),
+            family=raw.get("family") or "all",
+            ids=tuple(raw.get("ids") or ()),
+            exclude_ids=tuple(raw.get("exclude_ids") or ()),
+            limit=raw.get("limit"),
+        )
+
+    def selection_to_json(self, selection: Selection) -> dict[str, Any]:
+        return {
+            "splits": list(selection.splits),
+            "family": selection.family,
+            "ids": list(selection.ids),
+            "exclude_ids": list(selection.exclude_ids),
+            "limit": selection.limit,
+        }
+
+    def prepare_media(self, sample: Sample, config: RunConfig) -> PreparedMedia:
+        return prepare_media(sample, fps=config.fps)
+
+    async def run_attempt(
+        self, sample: Sample, media: PreparedMedia, config: RunConfig, progress: SessionProgress
+    ) -> Attempt:
+        return await runner.run_attempt(sample, media, config, progress)
+
+    def sample_meta(self, sample: Sample) -> dict[str, Any]:
+        return runner.sample_meta(sample)
+
+    def write_artifacts(self, folder: Path, sample: Sample, attempt: Attempt) -> None:
+        runner.write_artifacts(folder, attempt)
+
+    def write_failure(self, folder: Path, meta: Mapping[str, Any]) -> None:
+        return None  # a failed sample is its meta.json alone
+
+    def score_request(self, meta: Mapping[str, Any], response: bytes, sample: Sample | None) -> ScoreRequest:
+        return scoring.score_request(meta, response, sample)
+
+    def summarise(
+        self,
+        judge: JudgeInfo,
+        metas: Sequence[Mapping[str, Any]],
+        outcomes: Mapping[tuple[str, str], tuple[str, dict[str, float]]],
+    ) -> Summary:
+        return scoring.summarise(judge, metas, outcomes)
+
+
+BENCHMARK = OmniDuplexEval()

@@ -1,0 +1,85 @@
+"""OmniInteract (arXiv 2605.26485): when an omni model speaks in a long audio-visual stream.
+
+The package owns the loader (`dataset`), the built-in generated set (`builtin`), the slots (`slots`), the
+scoring rules (`metrics`), the runner hooks (`runner`: the stream, the simulated listener of `listener`, the
+completion rule, the per-case files), word timing (`timing`), the judges (`judge`: an LLM through any
+OpenAI-compatible endpoint; `builtin_judge`: offline, not comparable), the prompts and the summary
+(`scoring`), and the report section (`report`). `BENCHMARK` is what the shared harness drives.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Mapping, Sequence
+from pathlib import Path
+from typing import Any
+
+from duplexkit.bench.judge.base import JudgeInfo
+from duplexkit.bench.omniinteract import runner, scoring
+from duplexkit.bench.omniinteract.case import Case
+from duplexkit.bench.omniinteract.dataset import Dataset, Selection, load_dataset
+from duplexkit.bench.omniinteract.report import REPORT
+from duplexkit.bench.runner import Attempt, RunConfig
+from duplexkit.client import SessionProgress
+
+__all__ = ["BENCHMARK"]
+
+
+class OmniInteract:
+    """The OmniInteract hooks of the shared harness."""
+
+    name = "omniinteract"
+    title = "OmniInteract"
+    artifacts = runner.ARTIFACTS
+    report = REPORT
+
+    def load_dataset(self, spec: str, selection: Selection, *, cache_dir: Path | None = None) -> Dataset:
+        return load_dataset(spec, selection, cache_dir=cache_dir)
+
+    def selection_from_json(self, raw: Mapping[str, Any]) -> Selection:
+        return Selection(
+            subsets=tuple(raw.get("subsets") or ()),
+            scenarios=tuple(raw.get("scenarios") or ()),
+            ids=tuple(raw.get("ids") or ()),
+            limit=raw.get("limit"),
+        )
+
+    def selection_to_json(self, selection: Selection) -> dict[str, Any]:
+        return {
+            "subsets": list(selection.subsets),
+            "scenarios": list(selection.scenarios),
+            "ids": list(selection.ids),
+            "limit": selection.limit,
+        }
+
+    def prepare_media(self, sample: Case, config: RunConfig) -> runner.CaseMedia:
+        return runner.prepare_case(sample, fps=config.fps)
+
+    async def run_attempt(
+        self, sample: Case, media: runner.CaseMedia, config: RunConfig, progress: SessionProgress
+    ) -> Attempt:
+        return await runner.run_attempt(sample, media, config, progress)
+
+    def sample_meta(self, sample: Case) -> dict[str, Any]:
+        return runner.sample_meta(sample)
+
+    def write_artifacts(self, folder: Path, sample: Case, attempt: Attempt) -> None:
+        runner.write_artifacts(folder, attempt)
+
+    def write_failure(self, folder: Path, meta: Mapping[str, Any]) -> None:
+        runner.write_failure(folder, meta)
+
+    def score_request(
+        self, meta: Mapping[str, Any], response: bytes, sample: Case | None
+    ) -> scoring.CaseRequest:
+        return scoring.score_request(meta, response, sample)
+
+    def summarise(
+        self,
+        judge: JudgeInfo,
+        metas: Sequence[Mapping[str, Any]],
+        outcomes: Mapping[tuple[str, str], tuple[str, dict[str, float]]],
+    ) -> scoring.Summary:
+        return scoring.summarise(judge, metas, outcomes)
+
+
+BENCHMARK = OmniInteract()

@@ -1,0 +1,364 @@
+"""The OmniInteract scoring rules as implemented: matching, phases, decay, slot results, IA-QTF1 and the
+interruption and nested metrics. Pure functions over plain values; judges supply the verdicts.
+
+- **Matching.** An output chunk `{text, start, end, words?}` goes to the slot with start ≤ chunk.start < end;
+  when several contain it (nested), the latest start wins. A chunk in no slot is one false positive.
+- **Phases.** The part of a slot's output before t_a is its early phase, the rest its core. A chunk that
+  straddles t_a is split at its words' start times when it has words; a chunk without words belongs whole
+  to the phase in which it starts. A slot without an early phase (later 1QnA steps) has only a core.
+- **Spill.** The latest end of a slot's chunks past the slot's end, in seconds; on a HARD slot any spill is
+  one false positive.
+- **decay(t, peak, end)** = clamp(1 - alpha·(max(0, t - peak)/(end - peak))^gamma, 0, 1), with
+  alpha = gamma = 1; when end ≤ peak it is 1 at or before the peak and 0 after.
+- **Early.** Neutral: TP_ack = decay(first early start, start, t_a)·S_ack·0.2; hallucination: +1 FP.
+- **Core** (not interrupted, some core output). t_start = the trigger phrase's first word time (words), else
+  the start of the first core chunk holding the phrase, else the first core chunk's start; never before t_a.
+  S_core < 0.5: +1 FP and TP_core = 0; else TP_core = decay(t_start, t_a, end)·S_core·0.8.
+- **Slot.** TP = clamp(TP_ack + TP_core, 0, 1); FN = 1 when the slot is not interrupted and TP_core ≤ 0.
+  Interrupted slots skip the core (TP_core = 0, FN = 0).
+- **IA-QTF1** = 2ΣTP / (2ΣTP + ΣFP + ΣFN), `None` when the denominator is 0.
+- **Interruption** (over interrupted slots): NOR = share with no output; over those with output: PAQ = mean
+  partial quality q, CSM-SR = share that spill, CSM-AS = mean spill seconds (0 for a slot that does not).
+- **NCCS** = mean over nested pairs of √(S_core_outer·S_core_inner) when both are > 0 and the inner core
+  starts no later than the outer core, else 0 for the pair.
+"""
+
+from __future__ import annotations
+
+import math
+import re
+from collections.abc import Iterable, Mapping, Sequence
+from dataclasses import dataclass, field
+from typing import Literal
+
+from duplexkit.bench.omniinteract.slots import Slot
+
+ALPHA = 1.0
+GAMMA = 1.0
+ACK_WEIGHT = 0.2
+CORE_WEIGHT = 0.8
+CORE_PASS = 0.5
+_WORD = re.compile(r"[\w']+", re.UNICODE)
+
+
+@dataclass(frozen=True)
+class Word:
+    text: str
+    start: float
+    end: float
+
+
+@dataclass(frozen=True)
+class Chunk:
+    """One piece of model output on the playback timeline (seconds); `words` when word times are known."""
+
+    text: str
+    start: float
+    end: float
+    words: tuple[Word, ...] | None = None
+
+
+@dataclass
+class SlotOutput:
+    """What the model said in one slot, split into phases."""
+
+    slot: Slot
+    chunks: list[Chunk] = field(default_factory=list)
+    early: list[Chunk] = field(default_factory=list)
+    core: list[Chunk] = field(default_factory=list)
+
+    @property
+    def has_output(self) -> bool:
+        return bool(self.chunks)
+
+    @property
+    def early_text(self) -> str:
+        return _joined(self.early)
+
+    @property
+    def core_text(self) -> str:
+        return _joined(self.core)
+
+    @property
+    def first_early_start(self) -> float | None:
+        return min((c.start for c in self.early), default=None)
+
+    @property
+    def spill_s(self) -> float:
+        latest = max((c.end for c in self.chunks), default=self.slot.end)
+        return round(max(0.0, latest - self.slot.end), 3)
+
+
+@dataclass(frozen=True)
+class Matching:
+    outputs: tuple[SlotOutput, ...]
+    unmatched: tuple[Chunk, ...]
+
+
+def match(slots: Sequence[Slot], chunks: Iterable[Chunk]) -> Matching:
+    """Assign chunks to slots and split each slot's chunks into phases (module docstring)."""
+    outputs = [SlotOutput(slot) for slot in slots]
+    unmatched: list[Chunk] = []
+    for chunk in sorted(chunks, key=lambda c: (c.start, c.end)):
+        holders = [o for o in outputs if o.slot.start <= chunk.start < o.slot.end]
+        if not holders:
+            unmatched.append(chunk)
+            continue
+        owner = max(holders, key=lambda o: (o.slot.start, o.slot.index))
+        owner.chunks.append(chunk)
+        early, core = split_at(chunk, owner.slot.answer) if owner.slot.has_early_phase else (None, chunk)
+        if early is not None:
+            owner.early.append(early)
+        if core is not None:
+            owner.core.append(core)
+    return Matching(tuple(outputs), tuple(unmatched))
+
+
+def split_at(chunk: Chunk, t: float) -> tuple[Chunk | None, Chunk | None]:
+    """The chunk's part before `t` and its part from `t` on (see Phases)."""
+    if chunk.words:
+        before = tuple(w for w in chunk.words if w.start < t)
+        after = tuple(w for w in chunk.words if w.start >= t)
+        return _from_words(before), _from_words(after)
+    return (chunk, None) if chunk.start < t else (None, chunk)
+
+
+def _from_words(words: tuple[Word, ...]) -> Chunk | None:
+    if not words:
+        return None
+    return Chunk(" ".join(w.text for w in words), words[0].start, words[-1].end, words)
+
+
+def decay(t: float, peak: float, end: float) -> float:
+    """The timeliness factor (module docstring)."""
+    if end <= peak:
+        return 1.0 if t <= peak else 0.0
+    x = max(0.0, t - peak) / (end - peak)
+    value: float = 1.0 - ALPHA * x**GAMMA
+    return min(1.0, max(0.0, value))
+
+
+def trigger_time(output: SlotOutput, phrase: str | None) -> float | None:
+    """When the core answer starts: the trigger phrase's first word, else the fallbacks; never before t_a."""
+    if not output.core:
+        return None
+    found = None
+    wanted = _tokens(phrase or "")
+    if wanted:
+        words = [w for c in output.core for w in (c.words or ())]
+        if words:
+            tokens = [_tokens(w.text) for w in words]
+            flat = [(i, tok) for i, toks in enumerate(tokens) for tok in toks]
+            for k in range(len(flat) - len(wanted) + 1):
+                if [tok for _, tok in flat[k : k + len(wanted)]] == wanted:
+                    found = words[flat[k][0]].start
+                    break
+        if found is None:
+            found = next((c.start for c in output.core if _contains(_tokens(c.text), wanted)), None)
+    start = found if found is not None else output.core[0].start
+    return max(start, output.slot.answer)
+
+
+def _tokens(text: str) -> list[str]:
+    return [t.lower() for t in _WORD.findall(text)]
+
+
+def _contains(haystack: list[str], needle: list[str]) -> bool:
+    return any(haystack[k : k + len(needle)] == needle for k in range(len(haystack) - len(needle) + 1))
+
+
+@dataclass(frozen=True)
+class EarlyVerdict:
+    label: Literal["neutral", "hallucination"]
+    score: float
+
+
+@dataclass(frozen=True)
+class CoreVerdict:
+    score: float
+    trigger_phrase: str | None
+    spoiler: bool
+
+
+@dataclass(frozen=True)
+class PartialVerdict:
+    quality: float
+    hallucination: bool
+
+
+@dataclass(frozen=True)
+class SlotResult:
+    """One slot's numbers; `fp` is the sum of its early, core and spill false positives."""
+
+    slot: Slot
+    tp: float
+    tp_ack: float
+    tp_core: float
+    fp: int
+    fn: int
+    core_score: float | None
+    core_start: float | None
+    spill_s: float
+    has_output: bool
+    partial_quality: float | None
+    fp_reasons: tuple[str, ...]
+
+    def to_json(self) -> dict[str, object]:
+        return {
+            "slot": self.slot.to_json(),
+            "tp": round(self.tp, 4),
+            "tp_ack": round(self.tp_ack, 4),
+            "tp_core": round(self.tp_core, 4),
+            "fp": self.fp,
+            "fn": self.fn,
+            "core_score": self.core_score,
+            "core_start": self.core_start,
+            "spill_s": self.spill_s,
+            "has_output": self.has_output,
+            "partial_quality": self.partial_quality,
+            "fp_reasons": list(self.fp_reasons),
+        }
+
+
+def slot_result(
+    output: SlotOutput,
+    early: EarlyVerdict | None,
+    core: CoreVerdict | None,
+    partial: PartialVerdict | None = None,
+) -> SlotResult:
+    """Apply the slot rules to one slot's output and its verdicts (None: that phase had no output)."""
+    slot = output.slot
+    reasons: list[str] = []
+    tp_ack = 0.0
+    if early is not None and output.early:
+        if early.label == "hallucination":
+            reasons.append("early_hallucination")
+        else:
+            first = output.first_early_start
+            assert first is not None
+            tp_ack = decay(first, slot.start, slot.answer) * early.score * ACK_WEIGHT
+    tp_core, core_score, core_start = 0.0, None, None
+    if not slot.interrupted and core is not None and output.core:
+        core_score = core.score
+        core_start = trigger_time(output, core.trigger_phrase)
+        assert core_start is not None
+        if core.score < CORE_PASS:
+            reasons.append("core_below_pass")
+        else:
+            tp_core = decay(core_start, slot.answer, slot.end) * core.score * CORE_WEIGHT
+    spill = output.spill_s
+    if slot.hard and spill > 0:
+        reasons.append("spill")
+    return SlotResult(
+        slot=slot,
+        tp=min(1.0, max(0.0, tp_ack + tp_core)),
+        tp_ack=tp_ack,
+        tp_core=tp_core,
+        fp=len(reasons),
+        fn=int(not slot.interrupted and tp_core <= 0),
+        core_score=core_score,
+        core_start=core_start,
+        spill_s=spill,
+        has_output=output.has_output,
+        partial_quality=partial.quality if (slot.interrupted and partial is not None) else None,
+        fp_reasons=tuple(reasons),
+    )
+
+
+def ia_qtf1(tp: float, fp: float, fn: float) -> float | None:
+    """2·TP / (2·TP + FP + FN); None when nothing was expected and nothing said."""
+    denominator = 2 * tp + fp + fn
+    return None if denominator == 0 else 2 * tp / denominator
+
+
+def nccs_pair(outer: SlotResult, inner: SlotResult) -> float:
+    """One nested pair's contribution to NCCS."""
+    so, si = outer.core_score or 0.0, inner.core_score or 0.0
+    if so <= 0 or si <= 0 or outer.core_start is None or inner.core_start is None:
+        return 0.0
+    return math.sqrt(so * si) if inner.core_start <= outer.core_start else 0.0
+
+
+def case_totals(results: Sequence[SlotResult], unmatched: int, subset: str) -> dict[str, float]:
+    """The case's flat score record: per group `<group>/tp|fp|fn`, the interruption and NCCS sums.
+
+    Groups: `scenario:<tag>` for each slot tag, `subset:<subset>`, `1q1a_global` (realtime, proactive and
+    nested slots) and `all_global`; unmatched chunks count as FP in the subset and All Global only.
+    """
+    totals: dict[str, float] = {}
+
+    def add(group: str, tp: float, fp: float, fn: float) -> None:
+        for name, value in (("tp", tp), ("fp", fp), ("fn", fn)):
+            key = f"{group}/{name}"
+            totals[key] = totals.get(key, 0.0) + value
+
+    for r in results:
+        groups = [f"scenario:{tag}" for tag in r.slot.tags] + [f"subset:{subset}", "all_global"]
+        if r.slot.scenario in ("realtime", "proactive", "nested"):
+            groups.append("1q1a_global")
+        for group in groups:
+            add(group, r.tp, r.fp, r.fn)
+    for group in (f"subset:{subset}", "all_global"):
+        add(group, 0.0, float(unmatched), 0.0)
+    interrupted = [r for r in results if r.slot.interrupted]
+    spoken = [r for r in interrupted if r.has_output]
+    totals |= {
+        "interrupted/slots": float(len(interrupted)),
+        "interrupted/no_output": float(len(interrupted) - len(spoken)),
+        "interrupted/with_output": float(len(spoken)),
+        "interrupted/judged": float(sum(r.partial_quality is not None for r in spoken)),
+        "interrupted/quality_sum": sum(r.partial_quality or 0.0 for r in spoken),
+        "interrupted/spills": float(sum(r.spill_s > 0 for r in spoken)),
+        "interrupted/spill_s_sum": sum(r.spill_s for r in spoken),
+    }
+    pairs: dict[int, dict[str, SlotResult]] = {}
+    for r in results:
+        if r.slot.pair is not None and r.slot.role is not None:
+            pairs.setdefault(r.slot.pair, {})[r.slot.role] = r
+    complete = [p for p in pairs.values() if "outer" in p and "inner" in p]
+    totals["nccs/pairs"] = float(len(complete))
+    totals["nccs/sum"] = sum(nccs_pair(p["outer"], p["inner"]) for p in complete)
+    return {k: round(v, 6) for k, v in totals.items()}
+
+
+def silent_totals(slots: Sequence[Slot], subset: str) -> dict[str, float]:
+    """The record of a case that produced nothing (a failed case counts so): every expected slot an FN."""
+    empty = [slot_result(SlotOutput(slot), None, None) for slot in slots]
+    return case_totals(empty, 0, subset)
+
+
+def group_metrics(totals: Mapping[str, float]) -> dict[str, dict[str, float | None]]:
+    """IA-QTF1 and its sums per group, from summed case records."""
+    groups = sorted({key.rsplit("/", 1)[0] for key in totals if key.endswith("/tp")})
+    out: dict[str, dict[str, float | None]] = {}
+    for group in groups:
+        tp, fp, fn = (totals.get(f"{group}/{name}", 0.0) for name in ("tp", "fp", "fn"))
+        score = ia_qtf1(tp, fp, fn)
+        out[group] = {
+            "ia_qtf1": None if score is None else round(score, 4),
+            "tp": round(tp, 4),
+            "fp": round(fp, 4),
+            "fn": round(fn, 4),
+        }
+    return out
+
+
+def interruption_metrics(totals: Mapping[str, float]) -> dict[str, float | None]:
+    """NOR, PAQ, CSM-SR, CSM-AS and NCCS from summed case records (None when their population is empty)."""
+    slots, spoken = totals.get("interrupted/slots", 0.0), totals.get("interrupted/with_output", 0.0)
+    judged, pairs = totals.get("interrupted/judged", 0.0), totals.get("nccs/pairs", 0.0)
+
+    def ratio(numerator: float, denominator: float) -> float | None:
+        return None if denominator == 0 else round(numerator / denominator, 4)
+
+    return {
+        "nor": ratio(totals.get("interrupted/no_output", 0.0), slots),
+        "paq": ratio(totals.get("interrupted/quality_sum", 0.0), judged),
+        "csm_sr": ratio(totals.get("interrupted/spills", 0.0), spoken),
+        "csm_as": ratio(totals.get("interrupted/spill_s_sum", 0.0), spoken),
+        "nccs": ratio(totals.get("nccs/sum", 0.0), pairs),
+    }
+
+
+def _joined(chunks: Sequence[Chunk]) -> str:
+    return " ".join(c.text.strip() for c in chunks if c.text.strip())

@@ -1,0 +1,219 @@
+"""Event dialects: one event model, the names and shapes each existing client reads.
+
+The engine emits canonical events (the OpenAI Realtime GA names). A connection's dialect decides how they
+are rendered on the wire and which input aliases it accepts, and this module is the one table for both:
+
+* `ga`: the OpenAI Realtime GA API (the `openai` SDK's `client.realtime`); GA session shape.
+* `beta`: the OpenAI Realtime beta API (`client.beta.realtime`, header `OpenAI-Beta: realtime=v1`);
+  beta names (`response.audio.delta`, ...) and the beta session shape.
+* `vllm_omni`: vLLM-Omni's `/v1/realtime?duplex=1` contract; beta names, request-start metrics also at
+  vLLM-Omni's placements, `rate_limits.updated` after each `response.done`, flat errors before the session
+  opens (`{type: "error", error: "<message>", code}`, capacity as `resource_exhausted`), and its input
+  aliases.
+
+Selection (`select_dialect`): an explicit `dialect=` query parameter, else the beta header, else
+`duplex=1`, else GA.
+"""
+
+from __future__ import annotations
+
+import base64
+import binascii
+import io
+import wave
+from collections.abc import Mapping
+from dataclasses import dataclass
+from enum import StrEnum
+from typing import Any
+
+from duplexkit.protocol import server_events as se
+from duplexkit.protocol.errors import ErrorCode, ProtocolError
+
+
+class Dialect(StrEnum):
+    GA = "ga"
+    BETA = "beta"
+    VLLM_OMNI = "vllm_omni"
+
+
+_BETA_NAMES: dict[str, str] = {
+    "response.output_audio.delta": "response.audio.delta",
+    "response.output_audio.done": "response.audio.done",
+    "response.output_audio_transcript.delta": "response.audio_transcript.delta",
+    "response.output_audio_transcript.done": "response.audio_transcript.done",
+    "response.output_text.delta": "response.text.delta",
+    "response.output_text.done": "response.text.done",
+}
+
+_VLLM_OMNI_ALIASES: dict[str, str] = {
+    "input.audio.append": "input_audio_buffer.append",
+    "push_chunk": "input_audio_buffer.append",
+    "audio.playback_ack": "playback.ack",
+    "close_session": "session.close",
+    "close": "session.close",
+}
+"""vLLM-Omni's input aliases whose canonical event this server implements. (Its text input and turn signal
+aliases, `input_text.append`/`push_text`/`signal_turn`, name events this server does not have; they get
+`unknown_event` like any other unknown type.)"""
+
+_WAV_BY_DEFAULT = frozenset({"input.audio.append", "push_chunk"})
+"""Aliases whose audio is a base64 WAV file unless the event names another `input_audio_format`."""
+
+_VLLM_OMNI_CODES = {"session_capacity_exhausted": "resource_exhausted"}
+
+_GA_FORMATS = {"pcm16": "audio/pcm", "g711_ulaw": "audio/pcmu", "g711_alaw": "audio/pcma"}
+
+
+@dataclass(frozen=True, slots=True)
+class DialectSpec:
+    """What one dialect changes: outgoing names, session shape, extras, accepted aliases, input rate."""
+
+    names: Mapping[str, str]
+    ga_session: bool
+    vllm_omni_metrics: bool
+    rate_limits_after_done: bool
+    aliases: Mapping[str, str]
+    flat_handshake_errors: bool
+    """Errors before `session.created` are `{type, error: "<message>", code}` (vLLM-Omni's handshake)."""
+    input_sample_rate_hz: int | None
+    """The rate `pcm16` input means before the client says otherwise; `None` keeps the protocol's 16 kHz.
+    The beta API's `pcm16` is 24 kHz and its session shape cannot name a rate; a GA client names its rate
+    in `audio.input.format` (`audio/pcm` without one is 24 kHz)."""
+
+
+DIALECTS: dict[Dialect, DialectSpec] = {
+    Dialect.GA: DialectSpec({}, True, False, False, {}, False, None),
+    Dialect.BETA: DialectSpec(_BETA_NAMES, False, False, False, {}, False, 24_000),
+    Dialect.VLLM_OMNI: DialectSpec(_BETA_NAMES, False, True, True, _VLLM_OMNI_ALIASES, True, None),
+}
+
+CANONICAL_NAMES: dict[str, str] = {dialect_name: ga for ga, dialect_name in _BETA_NAMES.items()}
+"""Any dialect's outgoing name → the canonical (GA) name, for readers that accept every dialect."""
+
+
+def select_dialect(query: Mapping[str, str], headers: Mapping[str, str]) -> Dialect:
+    """The dialect a connection asked for. Raises `ValueError` for an unknown explicit `dialect=`."""
+    explicit = query.get("dialect")
+    if explicit is not None:
+        try:
+            return Dialect(explicit.strip().lower().replace("-", "_"))
+        except ValueError:
+            known = ", ".join(d.value for d in Dialect)
+            raise ValueError(f"unknown dialect {explicit!r}; expected one of {known}") from None
+    if "realtime=v1" in headers.get("openai-beta", "").replace(" ", "").lower():
+        return Dialect.BETA
+    if query.get("duplex", "").strip().lower() in ("1", "true", "yes"):
+        return Dialect.VLLM_OMNI
+    return Dialect.GA
+
+
+def follow_ups(event: se.ServerEventBase, dialect: Dialect) -> list[se.ServerEventBase]:
+    """Events the dialect sends right after `event` (vLLM-Omni: `rate_limits.updated` after `response.done`).
+
+    This server applies no rate limits, so the list it reports is empty.
+    """
+    if DIALECTS[dialect].rate_limits_after_done and isinstance(event, se.ResponseDone):
+        return [se.RateLimitsUpdated(rate_limits=[])]
+    return []
+
+
+def reshapes(event: se.ServerEventBase, dialect: Dialect, *, opened: bool = True) -> bool:
+    """Whether `render` changes more than the event's name (the serialiser's fast path when not)."""
+    spec = DIALECTS[dialect]
+    if isinstance(event, se.SessionCreated | se.SessionUpdated | se.SessionResumed):
+        return spec.ga_session
+    if isinstance(event, se.Error):
+        return spec.flat_handshake_errors and not opened
+    if isinstance(event, se.ResponseCreated | se.ResponseOutputAudioDelta):
+        return spec.vllm_omni_metrics and event.response_request_metrics is not None
+    return False
+
+
+def wire_name(event_type: str, dialect: Dialect) -> str:
+    """The name an event of canonical type `event_type` has on the wire in `dialect`."""
+    return DIALECTS[dialect].names.get(event_type, event_type)
+
+
+def render(payload: dict[str, Any], dialect: Dialect, *, opened: bool = True) -> dict[str, Any]:
+    """Rewrite one dumped canonical event (JSON-ready dict, modified in place) into the dialect.
+
+    `opened`: whether the connection's `session.created` has been sent (errors before it are handshake
+    errors)."""
+    spec = DIALECTS[dialect]
+    kind = payload.get("type")
+    if kind == "error" and spec.flat_handshake_errors and not opened:
+        error = payload.pop("error")
+        code = _VLLM_OMNI_CODES.get(error["code"], error["code"])
+        return {**payload, "error": error["message"], "code": code}
+    if isinstance(kind, str):
+        payload["type"] = spec.names.get(kind, kind)
+    if spec.ga_session and kind in ("session.created", "session.updated", "session.resumed"):
+        payload["session"] = _ga_session(payload["session"])
+    if spec.vllm_omni_metrics and "response_request_metrics" in payload:
+        metrics = payload["response_request_metrics"]
+        if kind == "response.created":
+            payload["response"].setdefault("metadata", {})["duplex_event"] = {
+                "response_request_metrics": metrics
+            }
+        elif kind == "response.output_audio.delta":
+            payload["metadata"]["vllm_omni"] = {"response_request_metrics": metrics}
+    return payload
+
+
+def _ga_session(session: dict[str, Any]) -> dict[str, Any]:
+    """Our session object in the GA shape: `output_modalities`, `audio.input/output.format{type, rate}`."""
+    out = dict(session)
+    caps = session.get("capabilities", {})
+    in_fmt, out_fmt = out.pop("input_audio_format"), out.pop("output_audio_format")
+    audio_input: dict[str, Any] = {"format": _ga_format(in_fmt, caps.get("input_sample_rate_hz"))}
+    audio_input["turn_detection"] = out.pop("turn_detection", None)
+    audio_output: dict[str, Any] = {"format": _ga_format(out_fmt, caps.get("output_sample_rate_hz"))}
+    if "voice" in out:
+        audio_output["voice"] = out.pop("voice")
+    out["output_modalities"] = out.pop("modalities")
+    out["audio"] = {"input": audio_input, "output": audio_output}
+    if "max_tokens" in out:
+        out["max_output_tokens"] = out.pop("max_tokens")
+    return out
+
+
+def _ga_format(fmt: str, rate: object) -> dict[str, Any]:
+    ga = _GA_FORMATS.get(fmt)
+    if ga == "audio/pcm" or ga is None:
+        return {"type": ga or fmt, "rate": rate}
+    return {"type": ga}
+
+
+def resolve_alias(obj: dict[str, Any], dialect: Dialect) -> dict[str, Any]:
+    """A parsed client frame with the dialect's alias resolved to the canonical event (else unchanged).
+
+    WAV-by-default aliases carry a base64 WAV file: it is unpacked to PCM16 at its own rate. Raises
+    `ProtocolError(invalid_audio)` for a WAV this server cannot read.
+    """
+    alias = obj.get("type")
+    canonical = DIALECTS[dialect].aliases.get(alias) if isinstance(alias, str) else None
+    if canonical is None:
+        return obj
+    obj = {**obj, "type": canonical}
+    if alias in _WAV_BY_DEFAULT and "input_audio_format" not in obj and isinstance(obj.get("audio"), str):
+        obj.update(_unpack_wav(obj["audio"]))
+    return obj
+
+
+def _unpack_wav(b64: str) -> dict[str, Any]:
+    try:
+        raw = base64.b64decode(b64, validate=True)
+    except (binascii.Error, ValueError):
+        return {}  # not base64: the append's own validation reports it
+    if not raw.startswith(b"RIFF"):
+        return {}  # raw PCM in the session's format
+    try:
+        with wave.open(io.BytesIO(raw)) as wav:
+            if wav.getsampwidth() != 2 or wav.getnchannels() != 1:
+                raise ProtocolError(
+                    ErrorCode.INVALID_AUDIO, "WAV audio must be 16-bit mono PCM", param="audio"
+                )
+            rate, pcm = wav.getframerate(), wav.readframes(wav.getnframes())
+    except (wave.Error, EOFError) as exc:
+        raise ProtocolError(ErrorCode.INVALID_AUDIO, f"unreadable WAV audio: {exc}", param="audio") from None
+    return {"audio": base64.b64encode(pcm).decode(), "input_audio_format": "pcm16", "sample_rate_hz": rate}

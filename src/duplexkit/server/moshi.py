@@ -1,0 +1,188 @@
+"""`/api/chat`: the Moshi protocol in front of any duplexkit model.
+
+`MoshiSocket` stands between the Starlette WebSocket and an unchanged `SessionRunner`: the runner reads
+canonical JSON events and writes canonical JSON events, and this edge translates both ways.
+
+* In: Ogg-Opus audio (kind 1) becomes `input_audio_buffer.append` at 24 kHz on the input's media clock;
+  control end-turn (kind 3, 1) becomes a commit; pings, metadata and other controls are accepted and
+  ignored. A frame that is not Moshi protocol (unknown kind, bytes that are not Ogg, text from the client,
+  a text WebSocket message) is answered with a kind 5 error and the connection is kept.
+* Out: the handshake (kind 0) when the session is ready (`session.created`); then one continuous stream of
+  80 ms Ogg-Opus frames, one per 80 ms of input received: reply audio when the model has some queued,
+  silence while it listens, so a client that builds its output by concatenation stays on the input's
+  timeline. Each reply delta's transcript goes out as a kind 2 text piece just before its first audio
+  frame; a cancelled reply (barge-in) drops what was not played yet. `error` events become kind 5 frames.
+
+The first event the runner reads is a `session.update` built from the query (see `moshi.map_query`):
+24 kHz PCM16 input, model-native turns, playback counted as heard when sent (Moshi has no playback acks).
+"""
+
+from __future__ import annotations
+
+import asyncio
+import json
+import logging
+from collections import deque
+from collections.abc import Mapping
+from typing import Any
+
+import numpy as np
+from starlette.websockets import WebSocket
+
+from duplexkit.protocol import moshi
+from duplexkit.protocol.audio import decode_base64_audio, encode_base64_audio, resample
+from duplexkit.protocol.units import samples_to_ms
+
+log = logging.getLogger("duplexkit.server")
+
+
+class MoshiSocket:
+    """The WebSocket as the runner sees it (`receive`, `send_text`, `close`), speaking Moshi on the wire."""
+
+    def __init__(self, websocket: WebSocket, session: dict[str, Any]) -> None:
+        self.ws = websocket
+        self._first: str | None = json.dumps({"type": "session.update", "session": session})
+        self._decoder = moshi.OpusDecoder()
+        self._encoder = moshi.OpusEncoder()
+        self._send_lock = asyncio.Lock()
+        self._input_samples = 0
+        self._frames_out = 0
+        self._ready = False
+        self._reply: deque[tuple[np.ndarray[Any, np.dtype[np.float32]], str]] = deque()
+        self._reply_offset = 0
+
+    async def receive(self) -> Mapping[str, Any]:
+        """The next canonical event for the runner, as an ASGI receive message."""
+        if self._first is not None:
+            text, self._first = self._first, None
+            return {"type": "websocket.receive", "text": text}
+        while True:
+            message = await self.ws.receive()
+            if message["type"] == "websocket.disconnect":
+                return message
+            data = message.get("bytes")
+            if data is None:
+                await self._error("text messages are not part of the Moshi protocol; send binary frames")
+                continue
+            event = await self._on_frame(data)
+            if event is not None:
+                return {"type": "websocket.receive", "text": json.dumps(event)}
+
+    async def send_text(self, text: str) -> None:
+        """One canonical event from the runner, rendered as Moshi frames (or kept for the output clock)."""
+        event = json.loads(text)
+        kind = event.get("type")
+        if kind == "session.created":
+            self._ready = True
+            await self._send(moshi.handshake())
+        elif kind == "response.output_audio.delta":
+            rate = int(event.get("sample_rate_hz") or moshi.SAMPLE_RATE_HZ)
+            samples = decode_base64_audio(event["delta"], "pcm16")
+            if rate != moshi.SAMPLE_RATE_HZ:
+                samples = resample(samples, rate, moshi.SAMPLE_RATE_HZ)
+            self._reply.append((samples, ""))
+        elif kind == "response.output_audio_transcript.delta" and event.get("delta"):
+            # The engine sends a unit's audio, then its transcript: the piece rides with that audio.
+            started = len(self._reply) == 1 and self._reply_offset > 0
+            if self._reply and not started and not self._reply[-1][1]:
+                samples, _ = self._reply.pop()
+                self._reply.append((samples, event["delta"]))
+            else:  # its audio already started going out (or there is none): send the piece now
+                await self._send(moshi.frame(moshi.Kind.TEXT, event["delta"].encode()))
+        elif kind == "response.output_text.delta" and event.get("delta"):
+            await self._send(moshi.frame(moshi.Kind.TEXT, event["delta"].encode()))
+        elif kind == "response.done" and event.get("response", {}).get("status") == "cancelled":
+            self._reply.clear()  # barge-in or cancel: what was not played yet is never said
+            self._reply_offset = 0
+        elif kind == "error":
+            error = event.get("error", {})
+            await self._error(f"{error.get('code')}: {error.get('message')}")
+
+    async def close(self, code: int = 1000) -> None:
+        await self.ws.close(code)
+
+    # --- internals ------------------------------------------------------------------------------------
+
+    async def _on_frame(self, data: bytes) -> dict[str, Any] | None:
+        try:
+            kind, payload = moshi.parse_frame(data)
+        except moshi.MoshiFrameError as exc:
+            await self._error(str(exc))
+            return None
+        if kind is moshi.Kind.AUDIO:
+            return await self._audio(payload)
+        if kind is moshi.Kind.CONTROL and payload[:1] == bytes([moshi.Control.END_TURN]):
+            return {"type": "input_audio_buffer.commit"}
+        if kind in (moshi.Kind.TEXT, moshi.Kind.HANDSHAKE, moshi.Kind.ERROR):
+            await self._error(f"a client does not send kind {int(kind)} ({kind.name.lower()}) frames")
+        return None  # ping, metadata, other controls: nothing to do
+
+    async def _audio(self, payload: bytes) -> dict[str, Any] | None:
+        samples, problem = self._decoder.decode(payload)
+        if problem is not None:
+            await self._error(problem)
+        if len(samples) == 0:
+            return None
+        start_ms = samples_to_ms(self._input_samples, moshi.SAMPLE_RATE_HZ)
+        self._input_samples += len(samples)
+        end_ms = samples_to_ms(self._input_samples, moshi.SAMPLE_RATE_HZ)
+        await self._advance_output()
+        return {
+            "type": "input_audio_buffer.append",
+            "audio": encode_base64_audio(samples, "pcm16"),
+            "sample_rate_hz": moshi.SAMPLE_RATE_HZ,
+            "duration_ms": end_ms - start_ms,
+            "audio_end_ms": end_ms,
+        }
+
+    async def _advance_output(self) -> None:
+        """Send one output frame per whole input frame received so far: reply audio, else silence."""
+        if not self._ready:
+            return
+        due = self._input_samples // moshi.FRAME_SAMPLES
+        while self._frames_out < due:
+            self._frames_out += 1
+            pcm, texts = self._next_output_frame()
+            for text in texts:
+                await self._send(moshi.frame(moshi.Kind.TEXT, text.encode()))
+            ogg = self._encoder.encode(pcm)
+            if ogg:
+                await self._send(moshi.frame(moshi.Kind.AUDIO, ogg))
+
+    def _next_output_frame(self) -> tuple[np.ndarray[Any, np.dtype[np.float32]], list[str]]:
+        out = np.zeros(moshi.FRAME_SAMPLES, dtype=np.float32)
+        filled, texts = 0, []
+        while filled < moshi.FRAME_SAMPLES and self._reply:
+            samples, text = self._reply[0]
+            if self._reply_offset == 0 and text:
+                texts.append(text)
+            take = min(moshi.FRAME_SAMPLES - filled, len(samples) - self._reply_offset)
+            out[filled : filled + take] = samples[self._reply_offset : self._reply_offset + take]
+            filled += take
+            self._reply_offset += take
+            if self._reply_offset >= len(samples):
+                self._reply.popleft()
+                self._reply_offset = 0
+        return out, texts
+
+    async def _error(self, message: str) -> None:
+        await self._send(moshi.frame(moshi.Kind.ERROR, message.encode()))
+
+    async def _send(self, data: bytes) -> None:
+        async with self._send_lock:
+            await self.ws.send_bytes(data)
+
+
+def session_from_query(query: dict[str, str]) -> dict[str, Any]:
+    """The opening `session.update` for a Moshi connection: the mapped query plus the fixed Moshi terms."""
+    mapping = moshi.map_query(query)
+    if mapping.ignored:
+        log.info("moshi session: query parameters without a meaning here: %s", ", ".join(mapping.ignored))
+    return {
+        **mapping.session,
+        "input_audio_format": "pcm16",
+        "output_audio_format": "pcm16",
+        "input_sample_rate_hz": moshi.SAMPLE_RATE_HZ,
+        "turn_detection": None,
+        "playback_commit_policy": "commit_all_on_done",
+    }

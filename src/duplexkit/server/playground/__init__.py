@@ -1,0 +1,80 @@
+"""The browser playground: one page at `GET /` and `/playground`, and the AudioWorklet module it loads.
+
+The page is a single self-contained file: its stylesheet and script are inlined and allowed by hash, and its
+Content-Security-Policy lets it reach nothing but this server (`connect-src 'self'`: the realtime socket).
+The worklet is the only other file, served from the same origin because an AudioWorklet cannot run inline
+code without allowing `blob:` scripts. Whether the server wants an API key is written into the page, since a
+browser cannot tell a refused WebSocket handshake from an unreachable server.
+"""
+
+from __future__ import annotations
+
+import base64
+import hashlib
+import html
+from importlib.resources import files
+
+from starlette.requests import Request
+from starlette.responses import Response
+from starlette.routing import BaseRoute, Route
+
+PAGE_PATHS = ("/", "/playground")
+WORKLET_PATH = "/playground/worklet.js"
+
+_ASSETS = files(__name__)
+_CSS = (_ASSETS / "playground.css").read_text(encoding="utf-8")
+_JS = (_ASSETS / "playground.js").read_text(encoding="utf-8")
+_TEMPLATE = (_ASSETS / "index.html").read_text(encoding="utf-8")
+_WORKLET = (_ASSETS / "worklet.js").read_text(encoding="utf-8")
+
+
+def _digest(text: str) -> str:
+    return "'sha256-" + base64.b64encode(hashlib.sha256(text.encode()).digest()).decode() + "'"
+
+
+CSP = (
+    f"default-src 'none'; script-src {_digest(_JS)} 'self'; style-src {_digest(_CSS)}; connect-src 'self'; "
+    "base-uri 'none'; form-action 'none'; frame-ancestors 'none'"
+)
+"""The inline script and style by hash, the worklet and the socket from this origin, nothing else."""
+
+_HEADERS = {
+    "Content-Security-Policy": CSP,
+    "X-Content-Type-Options": "nosniff",
+    "Referrer-Policy": "no-referrer",
+    "Cache-Control": "no-cache",
+}
+
+
+def playground_url(host: str, port: int) -> str:
+    """Where a browser on this machine opens the playground of a server bound to `host`:`port`.
+
+    A wildcard bind is reached on loopback, which also keeps the page a secure context for the microphone.
+    """
+    local = {"": "127.0.0.1", "0.0.0.0": "127.0.0.1", "::": "[::1]"}.get(host, host)
+    if ":" in local and not local.startswith("["):
+        local = f"[{local}]"
+    return f"http://{local}:{port}/"
+
+
+def render_page(*, model: str, auth_required: bool) -> str:
+    """The page for a server serving `model`, asking for an API key when `auth_required`."""
+    page = _TEMPLATE.replace("{auth}", "required" if auth_required else "none")
+    page = page.replace("{model}", html.escape(model, quote=True))
+    return page.replace("{style}", _CSS).replace("{script}", _JS)
+
+
+def playground_routes(*, model: str, auth_required: bool) -> list[BaseRoute]:
+    """The page at each of `PAGE_PATHS` and the worklet at `WORKLET_PATH`, for the server's route list."""
+    page = render_page(model=model, auth_required=auth_required)
+
+    async def serve_page(request: Request) -> Response:
+        return Response(page, media_type="text/html; charset=utf-8", headers=_HEADERS)
+
+    async def serve_worklet(request: Request) -> Response:
+        return Response(_WORKLET, media_type="text/javascript; charset=utf-8", headers=_HEADERS)
+
+    return [
+        *(Route(path, serve_page, methods=["GET"]) for path in PAGE_PATHS),
+        Route(WORKLET_PATH, serve_worklet, methods=["GET"]),
+    ]

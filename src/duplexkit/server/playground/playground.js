@@ -1,0 +1,584 @@
+// duplexkit playground: microphone -> 200 ms appends on the media clock; reply audio -> playback with
+// honest acks; the model's per-unit decisions, the streaming transcript and the server's TTFT/TTFP.
+"use strict";
+(() => {
+  const $ = (id) => document.getElementById(id);
+  const root = document.documentElement;
+  const APPEND_MS = 200;
+  const SPEECH_RMS = 0.015; // a chunk louder than this counts as speech (the page's voice-activity hint)
+  const ACK_EVERY_MS = 250;
+  const MAX_CELLS = 400;
+  const KEY_STORE = "duplexkit.playground.api-key";
+  const authRequired = root.dataset.auth === "required";
+
+  // What the page observed; read by people through the stats panel, and by the browser test.
+  const stats = {
+    appends: 0, sentMs: 0, speechChunks: 0, receivedMs: 0, workletReceived: 0, workletPeak: 0,
+    playedMs: 0, acksSent: 0, acksAcknowledged: 0, acknowledgedMs: {}, truncatedAtMs: {}, acksTooLate: 0, errors: [], units: { listen: 0, speak: 0 },
+    closed: null,
+  };
+  window.duplexkitPlayground = { stats };
+
+  let live = null; // the current connection's state, or null
+
+  $("model-name").textContent = root.dataset.model || "the model";
+  if (authRequired) {
+    $("auth-fields").hidden = false;
+    const saved = localStorage.getItem(KEY_STORE);
+    if (saved) {
+      $("api-key").value = saved;
+      $("remember").checked = true;
+    }
+  }
+
+  function setStatus(state, text) {
+    const status = $("status");
+    status.dataset.state = state;
+    status.textContent = text;
+  }
+
+  // A failure the user must see: its kind (data-kind, for tests and styling), a message and, when the
+  // failure is retryable, a Retry button.
+  function fail(kind, text, retry = false) {
+    const alert = $("alert");
+    alert.dataset.kind = kind;
+    $("alert-text").textContent = text;
+    $("retry").hidden = !retry;
+    alert.hidden = false;
+  }
+
+  function clearAlert() {
+    $("alert").hidden = true;
+    delete $("alert").dataset.kind;
+  }
+
+  function seconds(ms) {
+    return `${(ms / 1000).toFixed(1)} s`;
+  }
+
+  function renderStats() {
+    $("stat-sent").textContent = `${seconds(stats.sentMs)} in ${stats.appends} appends (${stats.speechChunks} with speech)`;
+    $("stat-received").textContent = `${seconds(stats.receivedMs)} (${stats.workletReceived} samples reached the player)`;
+    $("stat-played").textContent = seconds(stats.playedMs);
+    $("stat-acks").textContent = `${stats.acksSent} sent, ${stats.acksAcknowledged} acknowledged` +
+      (stats.acksTooLate ? `, ${stats.acksTooLate} too late (benign)` : "");
+  }
+
+  function settings() {
+    const raw = $("extra-body").value.trim();
+    let extra = {};
+    if (raw) {
+      try {
+        extra = JSON.parse(raw);
+      } catch (error) {
+        throw new SettingsError(`extra_body is not JSON: ${error.message}`);
+      }
+      if (extra === null || typeof extra !== "object" || Array.isArray(extra)) {
+        throw new SettingsError("extra_body must be a JSON object");
+      }
+    }
+    const session = {
+      modalities: ["audio", "text"],
+      input_audio_format: "pcm16",
+      output_audio_format: "pcm16",
+      playback_commit_policy: "ack_only", // history keeps what this page reports played, nothing more
+      overlap_policy: $("overlap").value,
+      turn_detection: $("turn-detection").value === "server_vad" ? { type: "server_vad" } : null,
+      extra_body: extra,
+    };
+    if ($("instructions").value.trim()) session.instructions = $("instructions").value;
+    if ($("voice").value.trim()) session.voice = $("voice").value.trim();
+    return session;
+  }
+
+  class SettingsError extends Error {}
+
+  function checkSettings() {
+    try {
+      const session = settings();
+      $("extra-body-error").hidden = true;
+      $("extra-body").removeAttribute("aria-invalid");
+      return session;
+    } catch (error) {
+      if (!(error instanceof SettingsError)) throw error;
+      $("extra-body-error").textContent = error.message;
+      $("extra-body-error").hidden = false;
+      $("extra-body").setAttribute("aria-invalid", "true");
+      $("extra-body").focus();
+      return null;
+    }
+  }
+
+  function socketUrl() {
+    const scheme = location.protocol === "https:" ? "wss:" : "ws:";
+    return `${scheme}//${location.host}/v1/realtime?autostart=0`;
+  }
+
+  async function openMicrophone() {
+    if (!navigator.mediaDevices || !navigator.mediaDevices.getUserMedia) {
+      throw new MicError("insecure", "This page can reach the microphone only over https or on localhost.");
+    }
+    try {
+      return await navigator.mediaDevices.getUserMedia({
+        audio: { channelCount: 1, echoCancellation: true, noiseSuppression: true, autoGainControl: true },
+      });
+    } catch (error) {
+      if (error.name === "NotAllowedError" || error.name === "SecurityError") {
+        throw new MicError("mic-refused", "Microphone access was refused. Allow it for this site, then connect again.");
+      }
+      if (error.name === "NotFoundError" || error.name === "OverconstrainedError") {
+        throw new MicError("mic-missing", "No microphone was found.");
+      }
+      throw new MicError("mic-failed", `The microphone could not be opened: ${error.name}: ${error.message}`);
+    }
+  }
+
+  class MicError extends Error {
+    constructor(kind, message) {
+      super(message);
+      this.kind = kind;
+    }
+  }
+
+  async function connect() {
+    clearAlert();
+    const session = checkSettings();
+    if (!session) return;
+    const key = $("api-key").value.trim();
+    if (authRequired && !key) {
+      fail("auth-required", "This server needs an API key: enter it above, then connect.");
+      $("api-key").focus();
+      return;
+    }
+    if (authRequired && $("remember").checked) localStorage.setItem(KEY_STORE, key);
+    else localStorage.removeItem(KEY_STORE);
+
+    setStatus("connecting", "Opening the microphone…");
+    $("connect").disabled = true;
+    const ctx = new AudioContext({ latencyHint: "interactive" });
+    let stream;
+    try {
+      await ctx.resume();
+      await ctx.audioWorklet.addModule("/playground/worklet.js");
+      stream = await openMicrophone();
+    } catch (error) {
+      await ctx.close();
+      $("connect").disabled = false;
+      setStatus("idle", "Not connected.");
+      if (error instanceof MicError) fail(error.kind, error.message);
+      else fail("audio-failed", `Audio could not start: ${error.message}`);
+      return;
+    }
+    setStatus("connecting", "Connecting to the server…");
+    const protocols = ["realtime"];
+    if (key) protocols.push(`openai-insecure-api-key.${key}`);
+    let ws;
+    try {
+      ws = new WebSocket(socketUrl(), protocols);
+    } catch (error) {
+      for (const track of stream.getTracks()) track.stop();
+      await ctx.close();
+      $("connect").disabled = false;
+      setStatus("idle", "Not connected.");
+      fail("auth-refused", `This key cannot be sent by a browser (${error.name}): check it for spaces or commas.`);
+      return;
+    }
+    live = {
+      ws, ctx, stream, capture: null, playback: null, session: null, opened: false, closedReason: null,
+      responses: new Map(), sendChain: Promise.resolve(), refused: null,
+    };
+    const conn = live;
+    ws.onopen = () => {
+      conn.opened = true;
+      send(conn, { type: "session.update", session });
+    };
+    ws.onmessage = (message) => {
+      let event;
+      try {
+        event = JSON.parse(message.data);
+      } catch {
+        fail("protocol", "The server sent a frame that is not JSON.");
+        return;
+      }
+      handle(conn, event);
+    };
+    ws.onclose = (close) => closed(conn, close);
+  }
+
+  function send(conn, event) {
+    if (conn.ws.readyState === WebSocket.OPEN) conn.ws.send(JSON.stringify(event));
+  }
+
+  // Appends and the acks that must precede them leave in order, through one promise chain.
+  function queue(conn, job) {
+    conn.sendChain = conn.sendChain.then(job).catch((error) => fail("page", `Page error: ${error.message}`));
+  }
+
+  async function startAudio(conn) {
+    const caps = conn.session.capabilities || {};
+    const inputRate = caps.input_sample_rate_hz || 16000;
+    const source = conn.ctx.createMediaStreamSource(conn.stream);
+    conn.capture = new AudioWorkletNode(conn.ctx, "duplexkit-capture", {
+      numberOfInputs: 1, numberOfOutputs: 1, outputChannelCount: [1],
+      processorOptions: { targetRate: inputRate, chunkMs: APPEND_MS },
+    });
+    conn.playback = new AudioWorkletNode(conn.ctx, "duplexkit-playback", {
+      numberOfInputs: 0, numberOfOutputs: 1, outputChannelCount: [1],
+    });
+    conn.inputRate = inputRate;
+    conn.sentSamples = 0;
+    conn.capture.port.onmessage = (message) => captured(conn, message.data);
+    conn.playback.port.onmessage = (message) => playbackReport(conn, message.data);
+    source.connect(conn.capture);
+    conn.capture.connect(conn.ctx.destination); // silent output: keeps the capture node pulled
+    conn.playback.connect(conn.ctx.destination);
+    $("interrupt").disabled = false;
+    setStatus("live", `Live: speak to ${root.dataset.model || "the model"}. Input ${inputRate} Hz, ` +
+      `units of ${caps.chunk_period_ms || "?"} ms.`);
+  }
+
+  function base64Of(bytes) {
+    let binary = "";
+    for (let i = 0; i < bytes.length; i += 0x8000) {
+      binary += String.fromCharCode.apply(null, bytes.subarray(i, i + 0x8000));
+    }
+    return btoa(binary);
+  }
+
+  function captured(conn, chunk) {
+    if (chunk.type !== "chunk") return;
+    const speech = chunk.rms >= SPEECH_RMS;
+    queue(conn, async () => {
+      if (speech && conn.session.overlap_policy === "barge_in_on_speech") await truncate(conn);
+      conn.sentSamples += chunk.pcm.length;
+      const durationMs = (1000 * chunk.pcm.length) / conn.inputRate;
+      send(conn, {
+        type: "input_audio_buffer.append",
+        audio: base64Of(new Uint8Array(chunk.pcm.buffer)),
+        sample_rate_hz: conn.inputRate,
+        duration_ms: durationMs,
+        audio_end_ms: (1000 * conn.sentSamples) / conn.inputRate,
+        is_speech: speech,
+      });
+      stats.appends += 1;
+      stats.sentMs = (1000 * conn.sentSamples) / conn.inputRate;
+      if (speech) stats.speechChunks += 1;
+      cell("lane-speech", speech ? "speech" : "quiet", speech ? "speech" : "no speech");
+      renderStats();
+    });
+  }
+
+  // The responses whose audio is still queued or playing.
+  function audible(conn) {
+    return [...conn.responses.values()].filter((r) => r.receivedMs > 0 && !r.cut && !r.drained);
+  }
+
+  // Stop playback now and report exactly what was played, before the speech that interrupts it is sent.
+  // Everything the worklet rendered is heard (it is already in the output device's buffer).
+  async function truncate(conn) {
+    const cut = audible(conn);
+    if (!cut.length) return;
+    for (const r of cut) r.cut = true;
+    const played = await new Promise((resolve) => {
+      conn.onCleared = resolve;
+      conn.playback.port.postMessage({ type: "clear" });
+    });
+    for (const r of cut) {
+      r.playedMs = Math.min(r.receivedMs, (1000 * (played[r.id] || 0)) / conn.ctx.sampleRate);
+      stats.truncatedAtMs[r.id] = r.playedMs;
+      ack(conn, r, true);
+    }
+  }
+
+  function outputLatencyMs(ctx) {
+    return 1000 * ((ctx.baseLatency || 0) + (ctx.outputLatency || 0));
+  }
+
+  function playbackReport(conn, report) {
+    if (report.type === "cleared") {
+      if (conn.onCleared) conn.onCleared(report.played);
+      conn.onCleared = null;
+      return;
+    }
+    if (report.type === "progress") {
+      stats.workletReceived = report.received;
+      stats.workletPeak = report.peak;
+      const now = performance.now();
+      for (const [id, frames] of Object.entries(report.played)) {
+        const r = conn.responses.get(id);
+        if (!r || r.cut) continue;
+        // Rendered audio still in the output device's buffer has not been heard yet.
+        r.playedMs = Math.min(r.receivedMs, Math.max(0, (1000 * frames) / conn.ctx.sampleRate - outputLatencyMs(conn.ctx)));
+        if (now - r.lastAckAt >= ACK_EVERY_MS) ack(conn, r, false);
+      }
+    } else if (report.type === "drained") {
+      stats.workletReceived = report.received;
+      stats.workletPeak = report.peak;
+      const r = conn.responses.get(report.id);
+      if (!r || r.cut) return;
+      r.drained = true;
+      setTimeout(() => {
+        r.playedMs = Math.min(r.receivedMs, (1000 * report.played) / conn.ctx.sampleRate);
+        ack(conn, r, false);
+      }, outputLatencyMs(conn.ctx));
+    }
+    renderStats();
+  }
+
+  function ack(conn, response, truncateHere) {
+    const playedMs = Math.round(response.playedMs * 10) / 10;
+    if (!truncateHere && playedMs <= response.ackedMs) return;
+    response.ackedMs = playedMs;
+    response.lastAckAt = performance.now();
+    const event = { type: "playback.ack", response_id: response.id, played_ms: playedMs };
+    if (response.itemId) event.item_id = response.itemId;
+    if (truncateHere) event.truncate = true;
+    send(conn, event);
+    stats.acksSent += 1;
+    stats.playedMs = [...conn.responses.values()].reduce((sum, r) => sum + r.ackedMs, 0);
+    renderStats();
+  }
+
+  function decodePcm16(b64) {
+    const binary = atob(b64);
+    const count = binary.length >> 1;
+    const samples = new Float32Array(count);
+    for (let i = 0; i < count; i += 1) {
+      let v = binary.charCodeAt(2 * i) | (binary.charCodeAt(2 * i + 1) << 8);
+      if (v >= 0x8000) v -= 0x10000;
+      samples[i] = v / 32768;
+    }
+    return samples;
+  }
+
+  function cell(laneId, kind, title) {
+    const lane = $(laneId);
+    const el = document.createElement("span");
+    el.className = `cell ${kind}`;
+    el.title = title;
+    lane.append(el);
+    while (lane.childElementCount > MAX_CELLS) lane.firstElementChild.remove();
+    const box = lane.closest(".timeline");
+    box.scrollLeft = box.scrollWidth;
+    $("timeline-summary").textContent = `${stats.units.listen} units listened, ${stats.units.speak} spoken; ` +
+      `${stats.speechChunks} of ${stats.appends} chunks had speech.`;
+  }
+
+  function responseEntry(conn, id) {
+    let r = conn.responses.get(id);
+    if (!r) {
+      const li = document.createElement("li");
+      li.dataset.response = id;
+      li.dataset.status = "in_progress";
+      const text = document.createElement("p");
+      text.className = "text";
+      const meta = document.createElement("p");
+      meta.className = "meta";
+      li.append(text, meta);
+      $("transcript").append(li);
+      $("transcript-empty").hidden = true;
+      r = { id, itemId: null, li, text, meta, transcript: "", metrics: {}, status: "in_progress", reason: null,
+        receivedMs: 0, playedMs: 0, ackedMs: 0, lastAckAt: 0, cut: false, drained: false };
+      conn.responses.set(id, r);
+      renderResponse(r);
+    }
+    return r;
+  }
+
+  function renderResponse(r) {
+    r.text.textContent = r.transcript || "…";
+    const m = r.metrics;
+    const parts = [];
+    parts.push(m.ttft_ms !== undefined ? `TTFT ${Math.round(m.ttft_ms)} ms` : "TTFT not observed yet");
+    parts.push(m.ttfp_ms !== undefined ? `TTFP ${Math.round(m.ttfp_ms)} ms` : "TTFP not observed yet");
+    if (m.source) parts.push(`source: ${m.source}`);
+    let state = r.status === "in_progress" ? "streaming" : r.status;
+    if (r.reason) state += ` (${r.reason})`;
+    parts.push(state);
+    r.meta.textContent = parts.join(" · ");
+    r.li.dataset.status = r.status;
+    if (m.ttft_ms !== undefined) r.li.dataset.ttftMs = String(m.ttft_ms);
+    if (m.ttfp_ms !== undefined) r.li.dataset.ttfpMs = String(m.ttfp_ms);
+    if (m.source) r.li.dataset.source = m.source;
+  }
+
+  // Server-anchored metrics ride several events; a later value never erases an earlier observed one.
+  function adoptMetrics(r, metrics) {
+    if (!metrics) return;
+    for (const [name, value] of Object.entries(metrics)) {
+      if (value !== null && value !== undefined) r.metrics[name] = value;
+    }
+  }
+
+  function handle(conn, event) {
+    const r = event.response_id ? responseEntry(conn, event.response_id) : null;
+    if (r) adoptMetrics(r, event.response_request_metrics);
+    switch (event.type) {
+      case "session.created":
+        conn.session = event.session;
+        $("stat-session").textContent = `${event.session.id} (${event.session.model})`;
+        $("apply").disabled = false;
+        startAudio(conn).catch((error) => fail("audio-failed", `Audio could not start: ${error.message}`));
+        break;
+      case "session.updated":
+        conn.session = { ...conn.session, ...event.session };
+        break;
+      case "response.created": {
+        const created = responseEntry(conn, event.response.id);
+        adoptMetrics(created, event.response_request_metrics);
+        renderResponse(created);
+        break;
+      }
+      case "response.output_item.added":
+        if (r && event.item) r.itemId = event.item.id;
+        break;
+      case "response.speak":
+        if (r && event.item_id) r.itemId = event.item_id;
+        break;
+      case "response.output_audio.delta": {
+        const samples = decodePcm16(event.delta);
+        const rate = event.sample_rate_hz || conn.session.capabilities.output_sample_rate_hz || 24000;
+        r.receivedMs += (1000 * samples.length) / rate;
+        stats.receivedMs += (1000 * samples.length) / rate;
+        if (!r.cut && conn.playback) {
+          conn.playback.port.postMessage({ type: "audio", id: r.id, samples, rate }, [samples.buffer]);
+        }
+        stats.units.speak += 1;
+        cell("lane-units", "speak", `spoke (${r.id})`);
+        renderStats();
+        break;
+      }
+      case "response.output_audio_transcript.delta":
+      case "response.output_text.delta":
+        r.transcript += event.delta || "";
+        renderResponse(r);
+        break;
+      case "response.output_audio_transcript.done":
+        r.transcript = event.transcript;
+        renderResponse(r);
+        break;
+      case "response.output_text.done":
+        r.transcript = event.text;
+        renderResponse(r);
+        break;
+      case "response.done": {
+        const done = responseEntry(conn, event.response.id);
+        adoptMetrics(done, event.response_request_metrics);
+        done.status = event.response.status;
+        done.reason = event.response.status_details && event.response.status_details.reason;
+        if (conn.playback && !done.cut) conn.playback.port.postMessage({ type: "end", id: done.id });
+        if (done.status === "cancelled" && !done.cut && conn.playback) {
+          done.cut = true;
+          conn.playback.port.postMessage({ type: "clear" });
+        }
+        const units = $("lane-units").querySelectorAll(".cell.speak");
+        if (done.status === "cancelled" && units.length) units[units.length - 1].classList.add("cancelled");
+        renderResponse(done);
+        break;
+      }
+      case "response.listen":
+        stats.units.listen += 1;
+        cell("lane-units", "listen", `listened (${(event.response.metadata || {}).reason || "model_listen"})`);
+        break;
+      case "input_audio_buffer.speech_started":
+        cell("lane-units", "speech", `server VAD: speech started at ${event.audio_start_ms} ms`);
+        break;
+      case "input_audio_buffer.speech_stopped":
+        cell("lane-units", "quiet", `server VAD: speech stopped at ${event.audio_end_ms} ms`);
+        break;
+      case "playback.acknowledged":
+        stats.acksAcknowledged += 1;
+        stats.acknowledgedMs[event.response_id] = event.played_ms;
+        renderStats();
+        break;
+      case "session.closed":
+        conn.closedReason = event.reason;
+        break;
+      case "error":
+        serverError(conn, event.error || {});
+        break;
+      default:
+        break;
+    }
+  }
+
+  function serverError(conn, error) {
+    if (error.code === "playback_ack_too_late") {
+      stats.acksTooLate += 1;
+      renderStats();
+      return;
+    }
+    stats.errors.push(error.code);
+    if (error.code === "session_capacity_exhausted") {
+      conn.refused = error;
+      fail("capacity", `The server is full (${error.message}).` +
+        (error.retryable ? " This is temporary: retry in a moment." : ""), Boolean(error.retryable));
+      return;
+    }
+    const where = error.param ? ` (${error.param})` : "";
+    fail(error.code || "server-error", `The server refused something: ${error.code}${where}: ${error.message}`,
+      Boolean(error.retryable) && !conn.opened);
+  }
+
+  function closed(conn, close) {
+    stop(conn);
+    stats.closed = { code: close.code, reason: close.reason, session: conn.closedReason };
+    setStatus("closed", "Not connected.");
+    if (conn.refused) return; // the capacity refusal already says what happened
+    if (!conn.opened) {
+      if (authRequired) {
+        fail("auth-refused", "The server refused the connection: the API key was not accepted " +
+          "(or the server is unreachable).");
+        $("api-key").focus();
+      } else {
+        fail("unreachable", "The server could not be reached.", true);
+      }
+      return;
+    }
+    if (conn.userClosed && close.code === 1000) return;
+    const why = conn.closedReason ? `session closed: ${conn.closedReason}` : "no session.closed was received";
+    fail("closed", `The connection closed (code ${close.code}${close.reason ? `, ${close.reason}` : ""}; ${why}).`,
+      true);
+  }
+
+  function stop(conn) {
+    if (live === conn) live = null;
+    for (const track of conn.stream.getTracks()) track.stop();
+    if (conn.capture) conn.capture.port.postMessage({ type: "stop" });
+    conn.ctx.close();
+    $("connect").disabled = false;
+    $("disconnect").disabled = true;
+    $("interrupt").disabled = true;
+    $("apply").disabled = true;
+  }
+
+  $("connect-form").addEventListener("submit", (event) => {
+    event.preventDefault();
+    if (!live) connect().then(() => { if (live) $("disconnect").disabled = false; });
+  });
+  $("retry").addEventListener("click", () => {
+    if (!live) connect().then(() => { if (live) $("disconnect").disabled = false; });
+  });
+  $("disconnect").addEventListener("click", () => {
+    if (!live) return;
+    live.userClosed = true;
+    send(live, { type: "session.close", reason: "client_close" });
+  });
+  $("interrupt").addEventListener("click", () => {
+    const conn = live;
+    if (!conn || !audible(conn).length) return;
+    queue(conn, async () => {
+      await truncate(conn);
+      send(conn, { type: "output_audio_buffer.clear" });
+    });
+  });
+  $("settings-form").addEventListener("submit", (event) => {
+    event.preventDefault();
+    const session = checkSettings();
+    if (session && live && live.opened) {
+      clearAlert();
+      send(live, { type: "session.update", session });
+    }
+  });
+  renderStats();
+})();

@@ -1,0 +1,829 @@
+"""Chaos scenarios, each a function of its counts: the test suite runs them small, `benchmarks/chaos.py` full.
+
+Every scenario runs a real server (`EmbeddedServer`, scripted model) over real sockets, and returns a report
+of counts and measurements; the callers assert on it (tests) or publish it (the benchmark).
+"""
+
+from __future__ import annotations
+
+import asyncio
+import json
+import random
+from collections.abc import AsyncIterator, Iterator, Mapping
+from contextlib import contextmanager
+from dataclasses import asdict, dataclass, field
+from typing import Any
+from urllib.parse import urlsplit
+
+import numpy as np
+import numpy.typing as npt
+
+from duplexkit.client import DuplexClient, SessionBounds, converse
+from duplexkit.client.collector import AUDIO_DELTAS
+from duplexkit.client.reconnect import ResumePolicy
+from duplexkit.engine import Decision, Speak, Unit
+from duplexkit.engine.journal import ReplayJournal, ResumeConfig
+from duplexkit.models import ModelPlugin, SamplingParams, load_model
+from duplexkit.models.scripted import ScriptedModel, ScriptedSession
+from duplexkit.server import EmbeddedServer, RunnerLimits, ServerConfig
+from duplexkit.server.resume import ResumeRegistry
+from duplexkit.server.runner import SessionRunner
+from tests.chaos.proxy import Fault, FaultProxy
+
+RATE = 16_000
+AUDIO_DELTA = b'"response.audio.delta"'
+"""A reply audio frame on the wire: `DuplexClient` connects with `duplex=1`, so the vLLM-Omni dialect's
+(beta) name; only the quoted name, since a frame the dialect reshapes is serialised with other spacing."""
+
+
+def scripted(**args: str) -> ModelPlugin:
+    """The scripted double with quarter-second units and a reply spread over several of them."""
+    base = {
+        "first_output_ms": "30",
+        "token_ms": "5",
+        "chunk_period_ms": "250",
+        "reply": "Hello there, friend.",
+    }
+    return load_model("scripted", base | args)
+
+
+def speech(seconds: float, seed: int = 0) -> npt.NDArray[np.float32]:
+    rng = np.random.default_rng(seed)
+    t = np.arange(round(seconds * RATE)) / RATE
+    return (0.2 * np.sin(2 * np.pi * (200 + 50 * rng.random()) * t)).astype(np.float32)
+
+
+FAST_BOUNDS = SessionBounds(settle_s=0.4, drain_timeout_s=15.0, close_timeout_s=3.0)
+
+
+@dataclass
+class ServerRecord:
+    """What the server journaled and read for each session (captured in-process, by session id)."""
+
+    journals: dict[int, list[tuple[int, str]]] = field(default_factory=dict)
+    sessions: dict[str, tuple[int, int]] = field(default_factory=dict)
+    """session id → (journal key, client frames the session read)."""
+    close_reasons: dict[str, str | None] = field(default_factory=dict)
+
+    def events(self, session_id: str) -> list[dict[str, Any]]:
+        key, _ = self.sessions[session_id]
+        return [json.loads(text) for _, text in self.journals.get(key, [])]
+
+
+@contextmanager
+def record_server() -> Iterator[ServerRecord]:
+    """Spy on every journal write and every session's end, for comparing with what a client received."""
+    record = ServerRecord()
+    original_record, original_retire = ReplayJournal.record, ResumeRegistry.retire
+
+    def spy_record(self: ReplayJournal, seq: int, text: str, now: float) -> None:
+        record.journals.setdefault(id(self), []).append((seq, text))
+        original_record(self, seq, text, now)
+
+    def spy_retire(self: ResumeRegistry, runner: SessionRunner) -> None:
+        journal = runner.journal
+        key = id(journal) if journal is not None else 0
+        record.sessions[runner.engine.session_id] = (key, runner.client_events_received)
+        record.close_reasons[runner.engine.session_id] = runner.close_reason
+        original_retire(self, runner)
+
+    ReplayJournal.record = spy_record  # type: ignore[method-assign]
+    ResumeRegistry.retire = spy_retire  # type: ignore[method-assign]
+    try:
+        yield record
+    finally:
+        ReplayJournal.record = original_record  # type: ignore[method-assign]
+        ResumeRegistry.retire = original_retire  # type: ignore[method-assign]
+
+
+@dataclass
+class DisconnectReport:
+    runs: int = 0
+    faults_fired: int = 0
+    resumed_sessions: int = 0
+    resumes: int = 0
+    lost_events: int = 0
+    duplicated_events: int = 0
+    mismatched_events: int = 0
+    """Events present on both sides whose bytes differ (a replay must be the original)."""
+    replayed_duplicates_dropped: int = 0
+    input_mismatches: int = 0
+    """Sessions whose server-side media clock at the commit or frame count differs from the client's."""
+    failed_sessions: int = 0
+    kinds: dict[str, int] = field(default_factory=dict)
+
+    def to_json(self) -> dict[str, Any]:
+        return asdict(self)
+
+
+def random_fault(rng: random.Random) -> Fault:
+    """A drop mid-response (at an audio delta, either as a reset or a half-close) or mid-input (a reset
+    after a random number of bytes of the client's appends)."""
+    choice = rng.random()
+    if choice < 0.4:
+        return Fault("reset", "down", marker=AUDIO_DELTA, occurrence=rng.randint(1, 3))
+    if choice < 0.6:
+        return Fault("half_close", "down", marker=AUDIO_DELTA, occurrence=rng.randint(1, 3))
+    return Fault("reset", "up", after_bytes=rng.randint(2_000, 40_000))
+
+
+async def disconnect_mid_response(runs: int, *, seed: int = 0) -> DisconnectReport:
+    """Drop each session's first connection at a random point, resume, and compare both sides' logs."""
+    rng = random.Random(seed)
+    report = DisconnectReport()
+    config = ServerConfig(max_sessions=8, resume=ResumeConfig(disconnect_grace_s=10.0))
+    with record_server() as record:
+        async with EmbeddedServer(scripted(), config) as server:
+            target = urlsplit(server.url)
+            assert target.hostname is not None and target.port is not None
+            async with FaultProxy(target.hostname, target.port) as proxy:
+                for run in range(runs):
+                    fault = random_fault(rng)
+                    key = f"{fault.kind}/{fault.direction}"
+                    report.kinds[key] = report.kinds.get(key, 0) + 1
+                    fired_before = proxy.triggered
+                    proxy.plan(fault)
+                    await _one_disconnect(proxy, record, report, seed=run)
+                    report.faults_fired += proxy.triggered - fired_before
+                    report.runs += 1
+    return report
+
+
+async def _one_disconnect(
+    proxy: FaultProxy, record: ServerRecord, report: DisconnectReport, seed: int
+) -> None:
+    policy = ResumePolicy(backoff_s=0.05, backoff_max_s=0.5)
+    async with DuplexClient(proxy.url(), resume=policy, rng=random.Random(seed)) as client:
+        conversation = await converse(client, speech(1.0, seed), sample_rate_hz=RATE, bounds=FAST_BOUNDS)
+    session_id = client.session_id
+    if conversation.interrupted is not None or conversation.close is None or not conversation.close.clean:
+        report.failed_sessions += 1
+    report.resumes += client.resumed
+    report.resumed_sessions += client.resumed > 0
+    report.replayed_duplicates_dropped += client.duplicates_dropped
+    await asyncio.sleep(0.05)  # the server's handler retires the session after the socket closes
+    if session_id is None or session_id not in record.sessions:
+        report.failed_sessions += 1
+        return
+    server_events = {e["server_event_seq"]: e for e in record.events(session_id)}
+    client_seqs = [e.data["server_event_seq"] for e in client.events]
+    report.duplicated_events += len(client_seqs) - len(set(client_seqs))
+    report.lost_events += len(set(server_events) - set(client_seqs))
+    report.mismatched_events += sum(
+        1 for e in client.events if server_events.get(e.data["server_event_seq"]) != e.data
+    )
+    committed = next((e for e in client.events if e.type == "input_audio_buffer.committed"), None)
+    stream = conversation.stream
+    _, frames_read = record.sessions[session_id]
+    if (
+        committed is None
+        or stream is None
+        or abs(committed.data["audio_end_ms"] - stream.audio_end_ms) > 1e-6
+        or frames_read != client.frames_written
+    ):
+        report.input_mismatches += 1
+
+
+# --- fuzzed client events ------------------------------------------------------------------------------
+
+_VALID_TEMPLATES: list[dict[str, Any]] = [
+    {"type": "session.update", "session": {"instructions": "hi", "temperature": 0.5, "turn_detection": None}},
+    {"type": "input_audio_buffer.append", "audio": "AAAAAAAAAAA=", "duration_ms": 0.1, "audio_end_ms": 1.0},
+    {"type": "input_audio_buffer.commit", "final": True},
+    {"type": "input_audio_buffer.clear"},
+    {"type": "response.cancel", "response_id": "resp_x"},
+    {"type": "playback.ack", "response_id": "resp_x", "played_ms": 10.0},
+    {"type": "conversation.item.truncate", "item_id": "item_x", "audio_end_ms": 5},
+    {"type": "conversation.item.retrieve", "item_id": "item_x"},
+    {"type": "session.event_ack", "server_event_seq": 1},
+    {"type": "session.resume", "session_id": "s", "resume_token": "t", "last_received_server_event_seq": 0},
+]
+_ODD_VALUES: list[Any] = [None, True, -1, 0, 2**64, 1e308, -1e308, "", "x" * 1000, [], {}, [[[]]], {"a": {}}]
+FUZZ_KINDS = ("mutation", "random_bytes", "deep_nesting", "huge_string", "non_finite", "truncated")
+INVALID_BY_CONSTRUCTION = frozenset({"random_bytes", "deep_nesting", "non_finite", "truncated"})
+"""Kinds that can never be a valid event: each must be answered by a coded error."""
+
+
+def fuzz_frame(rng: random.Random, kind: str) -> str | bytes:
+    """One fuzzed client frame of `kind`."""
+    if kind == "random_bytes":
+        return bytes(rng.getrandbits(8) for _ in range(rng.randint(1, 200)))
+    if kind == "deep_nesting":
+        depth = rng.choice([1_000, 10_000, 100_000])
+        return '{"type": "session.update", "session": ' + "[" * depth + "]" * depth + "}"
+    if kind == "non_finite":
+        base = dict(rng.choice(_VALID_TEMPLATES))
+        field_name = rng.choice([k for k in base if k != "type"] or ["x"])
+        return json.dumps(base | {field_name: rng.choice([float("nan"), float("inf"), -float("inf")])})
+    if kind == "truncated":
+        text = json.dumps(rng.choice(_VALID_TEMPLATES))
+        return text[: rng.randint(1, len(text) - 1)]
+    event = json.loads(json.dumps(rng.choice(_VALID_TEMPLATES)))
+    if kind == "huge_string":
+        key = rng.choice(list(event))
+        event[key] = "y" * rng.choice([10_000, 100_000, 1_000_000])
+        return json.dumps(event)
+    for _ in range(rng.randint(1, 3)):  # mutation
+        op = rng.random()
+        keys = list(event)
+        if op < 0.3 and keys:
+            event.pop(rng.choice(keys))
+        elif op < 0.7 and keys:
+            event[rng.choice(keys)] = rng.choice(_ODD_VALUES)
+        elif op < 0.85:
+            event["type"] = rng.choice(["", "session.updat", "input_audio_buffer", "x" * 50, 5, None])
+        else:
+            event[f"junk_{rng.randint(0, 9)}"] = rng.choice(_ODD_VALUES)
+    return json.dumps(event)
+
+
+@dataclass
+class FuzzReport:
+    frames: int = 0
+    by_kind: dict[str, int] = field(default_factory=dict)
+    accepted: int = 0
+    """Frames answered without an error (a mutation can still be a valid event)."""
+    errors: dict[str, int] = field(default_factory=dict)
+    """Error events by code."""
+    unanswered_invalid: int = 0
+    """Invalid-by-construction frames not answered by a coded error (must be 0)."""
+    uncoded_errors: int = 0
+    internal_errors: int = 0
+    crashes: int = 0
+    """Connections lost without `session.closed`, or a server that stopped answering (must be 0)."""
+    sessions: int = 0
+    """Sessions used (a fuzzed `session.close` ends one; the fuzzer opens the next)."""
+    seconds: float = 0.0
+
+    def to_json(self) -> dict[str, Any]:
+        return asdict(self)
+
+
+async def fuzz_events(count: int, *, seed: int = 0, batch: int = 50) -> FuzzReport:
+    """Send `count` fuzzed frames, each followed by a heartbeat (pipelined `batch` at a time); the events
+    before a frame's heartbeat ack are its answer (the server answers in order)."""
+    import websockets
+
+    from duplexkit.protocol.errors import ErrorCode
+
+    codes = {code.value for code in ErrorCode}
+    rng = random.Random(seed)
+    report = FuzzReport()
+    loop = asyncio.get_running_loop()
+    started = loop.time()
+    async with EmbeddedServer(scripted(), ServerConfig(max_sessions=4)) as server:
+        ws = None
+        try:
+            while report.frames < count:
+                if ws is None:
+                    ws = await websockets.connect(server.url, max_size=None)
+                    report.sessions += 1
+                    await _until(ws, "session.created")
+                kinds = [
+                    FUZZ_KINDS[(report.frames + k) % len(FUZZ_KINDS)] if rng.random() < 0.5 else "mutation"
+                    for k in range(min(batch, count - report.frames))
+                ]
+                frames = [fuzz_frame(rng, kind) for kind in kinds]
+
+                async def send(ws: Any, frames: list[str | bytes]) -> None:
+                    for frame in frames:
+                        await ws.send(frame)
+                        await ws.send('{"type": "session.heartbeat"}')
+
+                sender = asyncio.create_task(send(ws, frames))  # read while sending: no flow-control deadlock
+                try:
+                    answers = [await _answers(ws) for _ in kinds]
+                except (websockets.ConnectionClosed, TimeoutError):
+                    sender.cancel()
+                    report.crashes += 1
+                    ws = None
+                    continue
+                try:
+                    await sender
+                except websockets.ConnectionClosed:  # only once a fuzzed session.close ended the session
+                    if not any(answer is _CLOSED for answer in answers):
+                        report.crashes += 1
+                for kind, answer in zip(kinds, answers, strict=True):
+                    if answer is _CLOSED:  # a valid session.close ended the session: the rest went nowhere
+                        report.frames += 1
+                        report.by_kind[kind] = report.by_kind.get(kind, 0) + 1
+                        report.accepted += 1
+                        break
+                    report.frames += 1
+                    report.by_kind[kind] = report.by_kind.get(kind, 0) + 1
+                    errors = [e for e in answer if e.get("type") == "error"]
+                    for error in errors:
+                        code = str(error.get("error", {}).get("code"))
+                        report.errors[code] = report.errors.get(code, 0) + 1
+                        report.uncoded_errors += code not in codes
+                        report.internal_errors += code == "internal_error"
+                    if not errors:
+                        report.accepted += 1
+                        report.unanswered_invalid += kind in INVALID_BY_CONSTRUCTION
+                if any(answer is _CLOSED for answer in answers):
+                    await ws.close()
+                    ws = None
+        finally:
+            if ws is not None:  # abort: a graceful close can wait 10 s here (see docs/reliability.md)
+                ws.transport.abort()
+    report.seconds = round(loop.time() - started, 3)
+    return report
+
+
+_CLOSED: list[dict[str, Any]] = []
+"""The answer of a frame after which the session closed (every later answer is this too)."""
+
+
+async def _until(ws: Any, event_type: str) -> dict[str, Any]:
+    while True:
+        event: dict[str, Any] = json.loads(await asyncio.wait_for(ws.recv(), 10))
+        if event.get("type") == event_type:
+            return event
+
+
+async def _answers(ws: Any) -> list[dict[str, Any]]:
+    """Events up to the next heartbeat ack; `_CLOSED` once the session has closed."""
+    seen = []
+    while True:
+        try:
+            event: dict[str, Any] = json.loads(await asyncio.wait_for(ws.recv(), 10))
+        except Exception as exc:
+            if getattr(ws, "close_code", None) == 1000:  # closed after session.closed: not a crash
+                return _CLOSED
+            raise exc
+        if event.get("type") == "session.heartbeat_ack":
+            return seen
+        if event.get("type") == "session.closed":
+            return _CLOSED
+        seen.append(event)
+
+
+# --- resources: open/close cycles and cancellation ------------------------------------------------------
+
+
+RSS_TOLERANCE_MIB = 16.0
+"""Growth of the process's RSS over the suite's short cycles run, after its warm-up (interpreter and
+allocator caches still fill then; the long run's bound, on its second half, is in docs/reliability.md).
+Tasks and file descriptors must return exactly."""
+
+
+@dataclass(frozen=True)
+class Resources:
+    rss_mib: float
+    tasks: int
+    fds: int
+
+    @classmethod
+    def now(cls) -> Resources:
+        import os
+
+        with open("/proc/self/statm") as statm:
+            pages = int(statm.read().split()[1])
+        return cls(
+            rss_mib=round(pages * os.sysconf("SC_PAGE_SIZE") / 2**20, 1),
+            tasks=len(asyncio.all_tasks()),
+            fds=len(os.listdir("/proc/self/fd")),
+        )
+
+
+async def _settled(server: EmbeddedServer, timeout_s: float) -> None:
+    """Wait until every slot is back (detached sessions reaped), then let closing sockets finish."""
+    deadline = asyncio.get_running_loop().time() + timeout_s
+    while server.duplex.manager.active and asyncio.get_running_loop().time() < deadline:  # noqa: ASYNC110
+        await asyncio.sleep(0.05)
+    await asyncio.sleep(0.3)
+    import gc
+
+    gc.collect()
+
+
+async def _session(url: str, *, close_mid_response: bool, seed: int) -> None:
+    """Open, speak a little, commit; close at the first reply audio (mid-response) or once it is done."""
+    async with DuplexClient(url) as client:
+        await client.configure(timeout_s=5)
+        await client.append_audio(speech(0.3, seed))
+        await client.commit(timeout_s=5)
+        wanted = AUDIO_DELTAS if close_mid_response else {"response.done"}
+        await client._wait_for(lambda: next((e for e in client.events if e.type in wanted), None))
+        await client.close(3.0)
+
+
+RESOURCE_SERVER = ServerConfig(
+    max_sessions=64, resume=ResumeConfig(disconnect_grace_s=0.5, reap_interval_s=0.1)
+)
+"""Short grace: a cancelled client's detached session is reaped quickly, so slots can be checked."""
+
+
+@dataclass
+class CyclesReport:
+    cycles: int = 0
+    kinds: dict[str, int] = field(default_factory=dict)
+    completed: int = 0
+    cancelled: int = 0
+    failed: int = 0
+    slots_in_use_after: int = -1
+    start: dict[str, Any] = field(default_factory=dict)
+    end: dict[str, Any] = field(default_factory=dict)
+    curve: list[dict[str, Any]] = field(default_factory=list)
+    """Resources every tenth of the run (after the warm-up), for the figures."""
+    seconds: float = 0.0
+
+    def to_json(self) -> dict[str, Any]:
+        return asdict(self)
+
+
+async def open_close_cycles(
+    cycles: int, *, seed: int = 0, concurrency: int = 4, warmup: int = 20
+) -> CyclesReport:
+    """`cycles` sessions: clean ones, opens cancelled at a random moment, and closes mid-response."""
+    rng = random.Random(seed)
+    report = CyclesReport()
+    loop = asyncio.get_running_loop()
+    async with EmbeddedServer(scripted(), RESOURCE_SERVER) as server:
+        gate = asyncio.Semaphore(concurrency)
+
+        async def one(index: int) -> None:
+            kind = ("clean", "cancelled_open", "close_mid_response")[index % 3]
+            report.kinds[kind] = report.kinds.get(kind, 0) + 1
+            async with gate:
+                task = asyncio.create_task(
+                    _session(server.url, close_mid_response=kind == "close_mid_response", seed=index)
+                )
+                if kind == "cancelled_open":
+                    await asyncio.sleep(rng.uniform(0, 0.05))
+                    task.cancel()
+                try:
+                    await task
+                    report.completed += 1
+                except asyncio.CancelledError:
+                    report.cancelled += 1
+                except Exception:
+                    report.failed += 1
+
+        await asyncio.gather(*(one(i) for i in range(warmup)))
+        await _settled(server, 5)
+        started = loop.time()
+        report.start = asdict(Resources.now())
+        step = max(1, cycles // 10)
+        for lo in range(0, cycles, step):
+            await asyncio.gather(*(one(warmup + i) for i in range(lo, min(cycles, lo + step))))
+            report.curve.append({"cycles": min(cycles, lo + step), **asdict(Resources.now())})
+        await _settled(server, 5)
+        report.end = asdict(Resources.now())
+        report.slots_in_use_after = server.duplex.manager.active
+        report.cycles = cycles
+        report.seconds = round(loop.time() - started, 3)
+    return report
+
+
+@dataclass
+class CancellationReport:
+    points: int = 0
+    cancelled: int = 0
+    completed: int = 0
+    failed: int = 0
+    lifecycle_s: float = 0.0
+    slots_in_use_after: int = -1
+    orphaned_responses: int = 0
+    """Responses the server created that never got `response.done` before their session ended (must be 0)."""
+    unended_sessions: int = 0
+    leaked_tasks: int = 0
+
+    def to_json(self) -> dict[str, Any]:
+        return asdict(self)
+
+
+async def cancellation_walk(points: int, *, loop_steps: int = 30) -> CancellationReport:
+    """Cancel the open → append → commit → close lifecycle at every point: after 0..`loop_steps` event-loop
+    steps (the handshake's awaits), then at `points` evenly spaced moments over a whole lifecycle."""
+    report = CancellationReport()
+    loop = asyncio.get_running_loop()
+    with record_server() as record:
+        async with EmbeddedServer(scripted(), RESOURCE_SERVER) as server:
+            baseline_tasks = len(asyncio.all_tasks())
+            started = loop.time()
+            await _session(server.url, close_mid_response=False, seed=0)
+            report.lifecycle_s = round(loop.time() - started, 3)
+            moments: list[tuple[str, float]] = [("steps", k) for k in range(loop_steps)]
+            moments += [("time", report.lifecycle_s * i / points) for i in range(points)]
+            for index, (how, at) in enumerate(moments):
+                task = asyncio.create_task(_session(server.url, close_mid_response=False, seed=index))
+                if how == "steps":
+                    for _ in range(int(at)):
+                        await asyncio.sleep(0)
+                else:
+                    await asyncio.sleep(at)
+                task.cancel()
+                try:
+                    await task
+                    report.completed += 1
+                except asyncio.CancelledError:
+                    report.cancelled += 1
+                except Exception:
+                    report.failed += 1
+                report.points += 1
+            await _settled(server, 10)
+            report.slots_in_use_after = server.duplex.manager.active
+            report.leaked_tasks = max(0, len(asyncio.all_tasks()) - baseline_tasks)
+    for key, _ in record.sessions.values():
+        events = [json.loads(text) for _, text in record.journals.get(key, [])]
+        created = {e["response"]["id"] for e in events if e["type"] == "response.created"}
+        done = {e["response"]["id"] for e in events if e["type"] == "response.done"}
+        report.orphaned_responses += len(created - done)
+        report.unended_sessions += not any(e["type"] == "session.closed" for e in events)
+    return report
+
+
+# --- model faults, slow readers, capacity ----------------------------------------------------------------
+
+
+class BudgetExceeded(RuntimeError):
+    """A model session outgrew its (context) budget."""
+
+
+class FaultySession(ScriptedSession):
+    """The scripted session, plus the fault `extra_body.fault` names: `raise` on the first spoken step,
+    `hang` there (no decision, ever), or `budget` (every step raises once more than `budget_units` were
+    stepped: the session's context outgrew what the model can hold)."""
+
+    fault: str | None = None
+    stepped = 0
+    budget_units = 2
+
+    def configure(self, sampling: SamplingParams, extra_body: Mapping[str, Any]) -> None:
+        super().configure(sampling, extra_body)
+        self.fault = extra_body.get("fault")
+
+    async def step(self, unit: Unit, request_started_at: float) -> AsyncIterator[Decision]:
+        self.stepped += 1
+        if self.fault == "budget" and self.stepped > self.budget_units:
+            raise BudgetExceeded(f"{self.stepped} units exceed the budget of {self.budget_units}")
+        async for decision in super().step(unit, request_started_at):
+            if isinstance(decision, Speak) and self.fault == "raise":
+                raise RuntimeError("injected model fault")
+            if isinstance(decision, Speak) and self.fault == "hang":
+                await asyncio.Event().wait()
+            yield decision
+
+
+class FaultyModel(ScriptedModel):
+    def new_session(self) -> FaultySession:
+        return FaultySession(self)
+
+
+@dataclass
+class ModelFaultReport:
+    sessions: dict[str, dict[str, Any]] = field(default_factory=dict)
+    """Per fault kind (and `healthy`): error codes seen, response statuses, whether it closed cleanly."""
+    step_deadline_s: float = 0.0
+
+    def to_json(self) -> dict[str, Any]:
+        return asdict(self)
+
+
+async def model_faults(rounds: int = 1, *, step_deadline_s: float = 0.2) -> ModelFaultReport:
+    """One session per fault kind beside a healthy one, all at once, `rounds` times. The step deadline is
+    shorter than the drain's quiet window (`FAST_BOUNDS.settle_s`), so a hung step is failed while the
+    client still waits for the committed unit's reply rather than after its drain settled on a listen."""
+    plugin = scripted()
+    assert isinstance(plugin, ScriptedModel)
+    model = FaultyModel(plugin.params, plugin.capabilities)
+    config = ServerConfig(max_sessions=8, limits=RunnerLimits(step_deadline_s=step_deadline_s))
+    report = ModelFaultReport(step_deadline_s=step_deadline_s)
+    async with EmbeddedServer(model, config) as server:
+
+        async def one(kind: str) -> dict[str, Any]:
+            async with DuplexClient(server.url) as client:
+                extra = {} if kind == "healthy" else {"fault": kind}
+                conversation = await converse(
+                    client, speech(1.0), sample_rate_hz=RATE, bounds=FAST_BOUNDS, extra_body=extra
+                )
+            return {
+                "errors": sorted({str(f.get("error", {}).get("code")) for f in client.collector.failures()}),
+                "responses": sorted({r.status or "open" for r in client.collector.responses()}),
+                "closed_cleanly": conversation.close is not None and conversation.close.clean,
+            }
+
+        for _ in range(rounds):
+            kinds = ["healthy", "raise", "hang", "budget"]
+            results = await asyncio.gather(*(one(kind) for kind in kinds))
+            for kind, result in zip(kinds, results, strict=True):
+                seen = report.sessions.setdefault(kind, {"errors": [], "responses": [], "closed_cleanly": 0})
+                seen["errors"] = sorted(set(seen["errors"]) | set(result["errors"]))
+                seen["responses"] = sorted(set(seen["responses"]) | set(result["responses"]))
+                seen["closed_cleanly"] += result["closed_cleanly"]
+    return report
+
+
+@dataclass
+class OverloadReport:
+    capacity: int = 0
+    refusals: int = 0
+    retryable_refusals: int = 0
+    admitted_extra: int = 0
+    """Extra clients admitted: only possible once an admitted session had ended and freed its slot."""
+    baseline: dict[str, Any] = field(default_factory=dict)
+    overload: dict[str, Any] = field(default_factory=dict)
+    """Admitted sessions' append schedule error p99 (client clock, ms) and reply TTFT p50 (server clock)."""
+    p99_ratio: float | None = None
+
+    def to_json(self) -> dict[str, Any]:
+        return asdict(self)
+
+
+async def _paced_session(url: str, seconds: float, seed: int) -> tuple[list[float], list[float]]:
+    async with DuplexClient(url) as client:
+        conversation = await converse(client, speech(seconds, seed), sample_rate_hz=RATE, bounds=FAST_BOUNDS)
+    stream = conversation.stream
+    errors = list(stream.pacing.errors_ms) if stream is not None and stream.pacing is not None else []
+    ttft = [r.ttft_ms for r in client.collector.responses() if r.ttft_ms is not None]
+    return errors, ttft
+
+
+def _summary(errors: list[float], ttft: list[float]) -> dict[str, Any]:
+    return {
+        "appends": len(errors),
+        "schedule_error_p99_ms": round(float(np.percentile(errors, 99)), 3) if errors else None,
+        "ttft_p50_ms": round(float(np.percentile(ttft, 50)), 3) if ttft else None,
+    }
+
+
+async def overload(capacity: int = 4, seconds: float = 2.0, *, rounds: int = 1) -> OverloadReport:
+    """`capacity` paced sessions alone (the baseline), then the same beside as many clients again
+    hammering for a slot; refusals must be retryable and the admitted sessions' pacing unharmed."""
+    import websockets
+
+    report = OverloadReport(capacity=capacity)
+    async with EmbeddedServer(scripted(), ServerConfig(max_sessions=capacity)) as server:
+
+        async def admitted() -> tuple[list[float], list[float]]:
+            results = await asyncio.gather(*(_paced_session(server.url, seconds, i) for i in range(capacity)))
+            return [e for r in results for e in r[0]], [t for r in results for t in r[1]]
+
+        base_errors: list[float] = []
+        base_ttft: list[float] = []
+        over_errors: list[float] = []
+        over_ttft: list[float] = []
+        for _ in range(rounds):
+            errors, ttft = await admitted()
+            base_errors += errors
+            base_ttft += ttft
+            running = asyncio.create_task(admitted())
+            while server.duplex.manager.active < capacity:  # noqa: ASYNC110 - the admitted ones are in
+                await asyncio.sleep(0.01)
+
+            async def hammer(running: asyncio.Task[tuple[list[float], list[float]]]) -> None:
+                while not running.done():
+                    async with websockets.connect(server.url) as ws:
+                        first = json.loads(await ws.recv())
+                        if first.get("type") != "error":  # admitted (a slot had freed): close it properly
+                            await ws.send('{"type": "session.close"}')
+                            await _until(ws, "session.closed")
+                    if first.get("type") == "error":
+                        report.refusals += 1
+                        error = first.get("error", {})
+                        report.retryable_refusals += error.get("retryable") is True and (
+                            error.get("type") == "rate_limit_error"
+                        )
+                    else:
+                        report.admitted_extra += 1
+                    await asyncio.sleep(0.05)
+
+            await asyncio.gather(*(hammer(running) for _ in range(capacity)))
+            errors, ttft = await running
+            over_errors += errors
+            over_ttft += ttft
+    report.baseline = _summary(base_errors, base_ttft)
+    report.overload = _summary(over_errors, over_ttft)
+    b, o = report.baseline["schedule_error_p99_ms"], report.overload["schedule_error_p99_ms"]
+    report.p99_ratio = round(o / b, 3) if b and o else None
+    return report
+
+
+@dataclass
+class SlowReaderReport:
+    dropped_reason: str | None = None
+    dropped_after_s: float | None = None
+    healthy_alone: dict[str, Any] = field(default_factory=dict)
+    """The healthy session run alone first, in the same run: the baseline."""
+    healthy: dict[str, Any] = field(default_factory=dict)
+    """The healthy session beside the stalled one (whose client, in this process, floods input)."""
+
+    def to_json(self) -> dict[str, Any]:
+        return asdict(self)
+
+
+async def slow_reader(*, max_outbound_bytes: int = 256_000) -> SlowReaderReport:
+    """A client that stops reading mid-reply (the proxy stalls its downstream) beside a healthy one: the
+    server drops only the stalled one (`client_too_slow`), and the healthy one is served as usual."""
+    flood = {"script": [{"speak": "x" * 17}] * 400, "first_output_ms": 0, "token_ms": 0}
+    config = ServerConfig(limits=RunnerLimits(max_outbound_bytes=max_outbound_bytes))
+    report = SlowReaderReport()
+    loop = asyncio.get_running_loop()
+    stalled_id: list[str] = []
+    with record_server() as record:
+        async with EmbeddedServer(scripted(), config) as server:
+            target = urlsplit(server.url)
+            assert target.hostname is not None and target.port is not None
+            async with FaultProxy(target.hostname, target.port, upstream_rcvbuf=4096) as proxy:
+                proxy.plan(Fault("stall", "down", marker=AUDIO_DELTA))
+
+                async def stalled() -> None:  # every unit answered with a second of audio, never read
+                    async with asyncio.timeout(40), DuplexClient(proxy.url()) as client:
+                        await client.configure(extra_body=flood)
+                        stalled_id.append(str(client.session_id))
+                        await client.stream(speech(300.0), sample_rate_hz=RATE, pace="as-fast-as-possible")
+
+                report.healthy_alone = _summary(*await _paced_session(server.url, 2.0, 1))
+                started = loop.time()
+                # The flooding client runs on its own event loop in a thread, so the healthy client's loop
+                # measures the server, not the flooder's encoding work.
+                stalling = asyncio.create_task(asyncio.to_thread(asyncio.run, stalled()))
+                healthy = await _paced_session(server.url, 2.0, 1)
+                while loop.time() - started < 30 and not (  # noqa: ASYNC110
+                    stalled_id and stalled_id[0] in record.close_reasons
+                ):
+                    await asyncio.sleep(0.05)
+                if stalled_id and stalled_id[0] in record.close_reasons:
+                    report.dropped_reason = record.close_reasons[stalled_id[0]]
+                    report.dropped_after_s = round(loop.time() - started, 3)
+                await asyncio.gather(stalling, return_exceptions=True)  # it ends when the server drops it
+            report.healthy = _summary(*healthy)
+    return report
+
+
+# --- SIGKILL of a running benchmark ------------------------------------------------------------------
+
+
+@dataclass
+class KillReport:
+    samples: int = 0
+    kills: int = 0
+    kills_landed_mid_run: int = 0
+    published_before_final_run: int = 0
+    published: int = 0
+    duplicated: int = 0
+    """Samples with more than one sentences/meta file, or a leftover temporary file (must be 0)."""
+    lost: int = 0
+    """Samples not published after the final run (must be 0)."""
+    final_exit_code: int | None = None
+
+    def to_json(self) -> dict[str, Any]:
+        return asdict(self)
+
+
+def sigkill_bench(kills: int, samples: int, root: Any, *, seed: int = 0) -> KillReport:
+    """Run `duplexkit bench` (scripted model) and SIGKILL it at a random moment, `kills` times, each
+    rerun resuming the last; then one run to the end. Every sample must be published exactly once."""
+    import os
+    import signal
+    import subprocess
+    import sys
+    import time
+    from pathlib import Path
+
+    from tests.bench.conftest import write_jsonl_dataset
+
+    rng = random.Random(seed)
+    root = Path(root)
+    manifest = write_jsonl_dataset(root / "data", samples, seconds=1.0)
+    out = root / "run"
+    command = [
+        sys.executable, "-m", "duplexkit", "bench", "--dataset", str(manifest), "--out", str(out),
+        "--pace", "as-fast-as-possible", "--concurrency", "2", "--settle", "0.3", "--model", "scripted",
+        "--model-arg", "first_output_ms=30", "--model-arg", "token_ms=2", "--model-arg", "ms_per_char=10",
+    ]  # fmt: skip
+    env = {**os.environ, "COLUMNS": "200"}
+    report = KillReport(samples=samples)
+
+    def published() -> int:
+        return sum(1 for p in out.glob("*/*.json") if not p.name.endswith(".meta.json"))
+
+    for _ in range(kills):
+        if published() >= samples:
+            break
+        before = published()
+        process = subprocess.Popen(command, stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL, env=env)
+        deadline = time.monotonic() + 60
+        while published() == before and process.poll() is None and time.monotonic() < deadline:
+            time.sleep(0.02)  # the run is under way once it publishes
+        time.sleep(rng.uniform(0.0, 1.5))  # then kill it at a random moment
+        landed = process.poll() is None
+        process.send_signal(signal.SIGKILL)
+        process.wait(10)
+        report.kills += 1
+        report.kills_landed_mid_run += landed and before < published() < samples
+    report.published_before_final_run = published()
+    final = subprocess.run(command, capture_output=True, text=True, env=env, timeout=600)
+    report.final_exit_code = final.returncode
+    report.published = published()
+    for split_dir in out.iterdir():
+        if not split_dir.is_dir():
+            continue
+        ids = {p.name.split(".")[0] for p in split_dir.iterdir()}
+        for sample_id in ids:
+            names = sorted(p.name for p in split_dir.glob(f"{sample_id}.*"))
+            report.duplicated += names != [f"{sample_id}.json", f"{sample_id}.meta.json"]
+    report.duplicated += len(list(out.glob("**/.*.tmp")))
+    report.lost = samples - report.published
+    return report

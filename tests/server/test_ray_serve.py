@@ -1,0 +1,190 @@
+"""duplexkit on Ray Serve: a local cluster on loopback, two replicas of the same app behind the Serve proxy.
+
+One cluster for the module (about 12 s to start on 2 cores, shut down at the end): 2 replicas of the
+scripted model, 2 sessions each. Which replica holds a session is read from the cluster's `/healthz`
+(`per_replica` sessions), never from our own router's state. Routing keys are sent the way a client
+carries them: Ray Serve's `x-session-id` header (raw `websockets` client, as any peer would), or the
+`session_id` query parameter (`DuplexClient`, as a browser would: browsers cannot set WebSocket headers).
+"""
+
+from __future__ import annotations
+
+import asyncio
+import contextlib
+import json
+import socket
+import time
+import urllib.request
+from collections.abc import Callable, Iterator
+from typing import Any
+
+import numpy as np
+import pytest
+import websockets
+from prometheus_client.parser import text_string_to_metric_families
+
+pytest.importorskip("ray.serve", reason="the `ray` extra is not installed (pip install 'duplexkit[ray]')")
+
+from websockets.asyncio.client import ClientConnection, connect
+
+from duplexkit.client import DuplexClient, SessionBounds, converse
+from duplexkit.server.cluster import REPORT_INTERVAL_S, SESSION_HEADER
+from duplexkit.server.ray_serve import RayServeOptions, ray_serve
+from tests.bench.conftest import speech_like
+
+MAX_SESSIONS = 2
+FAST = {"first_output_ms": "30", "token_ms": "2", "ms_per_char": "10"}
+
+
+def free_port() -> int:
+    with socket.socket() as sock:
+        sock.bind(("127.0.0.1", 0))
+        return int(sock.getsockname()[1])
+
+
+@pytest.fixture(scope="module")
+def cluster() -> Iterator[str]:
+    options = RayServeOptions(
+        model="scripted", model_args=FAST, replicas=2, max_sessions=MAX_SESSIONS, replica_cpus=0.5
+    )
+    with ray_serve(options, port=free_port()) as url:
+        yield url
+
+
+def healthz(url: str) -> dict[str, Any]:
+    http = url.replace("ws://", "http://").removesuffix("/v1/realtime")
+    try:
+        with urllib.request.urlopen(f"{http}/healthz", timeout=5) as response:
+            return dict(json.load(response))
+    except urllib.error.HTTPError as exc:
+        return dict(json.load(exc))
+
+
+def metric_samples(url: str) -> dict[str, float]:
+    """The cluster's /metrics, unlabelled samples by name."""
+    http = url.replace("ws://", "http://").removesuffix("/v1/realtime")
+    with urllib.request.urlopen(f"{http}/metrics", timeout=5) as response:
+        text = response.read().decode()
+    return {
+        s.name: s.value
+        for family in text_string_to_metric_families(text)
+        for s in family.samples
+        if not s.labels
+    }
+
+
+async def until(url: str, holds: Callable[[list[int]], bool], timeout_s: float = 8.0) -> list[int]:
+    """Poll the cluster's /healthz until the replicas' session counts (in replica order) satisfy `holds`."""
+    deadline = time.monotonic() + timeout_s
+    while True:
+        body = await asyncio.to_thread(healthz, url)
+        counts = [r["sessions"] for r in body["per_replica"]]
+        if len(counts) == 2 and holds(counts):
+            return counts
+        assert time.monotonic() < deadline, f"replica sessions stayed at {counts}"
+        await asyncio.sleep(0.2)
+
+
+async def open_session(url: str, *, key: str | None = None) -> tuple[ClientConnection, dict[str, Any]]:
+    """A raw connection (the server autostarts it); returns it with its first event."""
+    headers = {SESSION_HEADER: key} if key else None
+    ws = await connect(url, additional_headers=headers, open_timeout=10)
+    first = json.loads(await asyncio.wait_for(ws.recv(), 10))
+    return ws, first
+
+
+async def open_admitted(url: str, *, key: str | None = None, tries: int = 5) -> tuple[ClientConnection, str]:
+    """Open a session, reconnecting after a retryable refusal as a benchmark client does."""
+    for _ in range(tries):
+        ws, first = await open_session(url, key=key)
+        if first["type"] == "session.created":
+            return ws, first["session"]["id"]
+        assert first["error"]["code"] == "session_capacity_exhausted", first
+        await ws.close()
+        await asyncio.sleep(0.3)
+    raise AssertionError(f"no replica admitted a session in {tries} tries")
+
+
+async def end(ws: ClientConnection) -> None:
+    """End a session, not just its socket: a socket closed without `session.close` leaves the session
+    detached (resumable) through its disconnect grace, still holding its replica's slot."""
+    with contextlib.suppress(websockets.ConnectionClosed):
+        await ws.send(json.dumps({"type": "session.close"}))
+    await ws.close()
+
+
+async def test_a_spoken_turn_through_the_serve_proxy(cluster: str) -> None:
+    async with DuplexClient(cluster) as client:
+        conversation = await converse(
+            client,
+            speech_like(1.5),
+            sample_rate_hz=16_000,
+            pace="as-fast-as-possible",
+            bounds=SessionBounds(settle_s=0.3, drain_timeout_s=10.0),
+        )
+        responses = client.collector.responses()
+        audio = client.collector.output_audio()
+    assert conversation.interrupted is None
+    assert responses and all(r.status == "completed" for r in responses)
+    assert client.collector.sentences(), "the reply's transcript did not come back through the proxy"
+    assert audio is not None and np.abs(audio).max() > 0
+
+
+async def test_a_full_replica_spills_over_to_the_other_and_a_full_cluster_refuses_retryably(
+    cluster: str,
+) -> None:
+    await until(cluster, lambda c: sum(c) == 0)
+    held = [await open_admitted(cluster) for _ in range(2 * MAX_SESSIONS)]
+    try:
+        assert await until(cluster, lambda c: sum(c) == 4) == [MAX_SESSIONS, MAX_SESSIONS]
+        body = await asyncio.to_thread(healthz, cluster)
+        assert (body["sessions"], body["max_sessions"], body["replicas"]) == (4, 4, 2)
+        metrics = await asyncio.to_thread(metric_samples, cluster)
+        assert metrics["duplexkit_replicas"] == 2 and metrics["duplexkit_sessions_active"] == 4
+        ws, first = await open_session(cluster)
+        await ws.close()
+        assert first["type"] == "error"
+        assert first["error"]["code"] == "session_capacity_exhausted"
+        assert first["error"]["type"] == "rate_limit_error"  # retryable: come back later
+    finally:
+        for ws, _ in held:
+            await end(ws)
+
+
+async def test_a_reconnection_carrying_its_session_id_reaches_the_replica_holding_that_session(
+    cluster: str,
+) -> None:
+    """The key is the id the server announced; the replica reports it (routing stats), so the second
+    connection joins it although the other replica is emptier, for each replica in turn."""
+    await until(cluster, lambda c: sum(c) == 0)
+    first_ws, first_id = await open_admitted(cluster)
+    opened = [first_ws]
+    try:
+        await until(cluster, lambda c: sorted(c) == [0, 1])
+        await asyncio.sleep(2.5 * REPORT_INTERVAL_S)  # the holder's routing stats name the session
+        again, _ = await open_admitted(cluster, key=first_id, tries=1)
+        opened.append(again)
+        await until(cluster, lambda c: sorted(c) == [0, 2])  # joined the holder, not the empty one
+        second_ws, second_id = await open_admitted(cluster, tries=1)  # least loaded: the other replica
+        opened.append(second_ws)
+        await until(cluster, lambda c: sorted(c) == [1, 2])
+        await asyncio.sleep(2.5 * REPORT_INTERVAL_S)
+        back, _ = await open_admitted(cluster, key=second_id, tries=1)
+        opened.append(back)
+        assert await until(cluster, lambda c: sum(c) == 4) == [2, 2]
+    finally:
+        for ws in opened:
+            await end(ws)
+
+
+async def test_a_key_the_client_chose_in_the_query_sticks_without_waiting_for_a_report(cluster: str) -> None:
+    await until(cluster, lambda c: sum(c) == 0)
+    url = f"{cluster}?session_id=client-chosen-key-1"
+    async with DuplexClient(url) as one:
+        await one.configure()
+        before = await until(cluster, lambda c: sorted(c) == [0, 1])
+        async with DuplexClient(url) as two:  # at once: the router remembers where it placed the key
+            await two.configure()
+            after = await until(cluster, lambda c: sum(c) == 2)
+    holder = before.index(1)
+    assert after[holder] == 2 and after[1 - holder] == 0
