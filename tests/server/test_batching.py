@@ -17,9 +17,10 @@ from hypothesis import strategies as st
 
 from duplexkit.engine import Decision
 from duplexkit.models import BatchItem, BatchPolicy, load_model
-from duplexkit.models.scripted import ScriptedModel
+from duplexkit.models.scripted import ScriptedModel, ScriptedParams
 from duplexkit.server import EmbeddedServer, ServerConfig
 from duplexkit.server.batching import BatchGatherer
+from duplexkit.server.runner import RunnerLimits
 from duplexkit.server.ticker import SessionTicker
 from tests.server.conftest import append, connect, spoken_turn, tone_pcm16
 
@@ -207,3 +208,57 @@ async def test_one_shared_ticker_calls_every_session_and_stops_with_the_last() -
         ticker.discard(callback)
     await asyncio.sleep(0.05)
     assert ticker._task is None and len(ticker) == 0
+
+
+class _StallsOnLoud(ScriptedModel):
+    """The first `step_batch` call holding a loud unit takes `stall_s` (longer than the step deadline) to
+    return; records any call that would hold a session already inside another call."""
+
+    def __init__(self, stall_s: float) -> None:
+        fast = ScriptedParams(first_output_ms=30, token_ms=5)
+        super().__init__(fast, batching=BatchPolicy(max_size=8, max_wait_ms=10))
+        self.stall_s = stall_s
+        self.in_flight: set[int] = set()
+        self.overlaps = 0
+        self.stalled = 0
+
+    async def step_batch(self, items: Sequence[BatchItem]) -> Sequence[Decision | Exception]:
+        sessions = {id(item.session) for item in items}
+        self.overlaps += len(sessions & self.in_flight) + (len(items) - len(sessions))
+        self.in_flight |= sessions
+        try:
+            loud = any(float(abs(item.unit.samples).max(initial=0.0)) > 0.5 for item in items)
+            if loud and not self.stalled:
+                self.stalled += 1
+                await asyncio.sleep(self.stall_s)
+            return await super().step_batch(items)
+        finally:
+            self.in_flight -= sessions
+
+
+async def test_a_batch_past_the_step_deadline_fails_its_session_with_model_step_timeout_only() -> None:
+    plugin = _StallsOnLoud(stall_s=2.0)
+    config = ServerConfig(max_sessions=8, limits=RunnerLimits(step_deadline_s=0.2))
+    async with EmbeddedServer(plugin, config) as server:
+        stalled = await connect(server.url)
+        await stalled.until("session.created")
+        await stalled.send(append(tone_pcm16(1.0, amplitude=0.9)))
+        failed = await stalled.until("error", timeout=10)
+        assert failed["error"]["code"] == "model_step_timeout"
+        # Its next unit must not join a batch while the abandoned one is still inside the model.
+        await stalled.send(append(tone_pcm16(1.0)))
+        # The stalled call does not hold up the scheduler: a session arriving now is served in full.
+        healthy = await connect(server.url)
+        await healthy.until("session.created")
+        done = await spoken_turn(healthy)
+        assert done["response"]["status"] == "completed"
+        assert not healthy.of_type("error")
+        await asyncio.sleep(2.0)  # the stalled call has returned
+        assert plugin.stalled == 1 and plugin.overlaps == 0
+        await stalled.send({"type": "session.heartbeat"})
+        await stalled.until("session.heartbeat_ack", timeout=10)  # the session lives on
+        assert not stalled.of_type("session.closed")
+        codes = {e["error"]["code"] for e in stalled.of_type("error")}
+        assert codes == {"model_step_timeout"}
+        metrics = server.duplex.metrics.registry
+        assert metrics.get_sample_value("duplexkit_errors_total", {"code": "model_step_timeout"}) >= 1

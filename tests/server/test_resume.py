@@ -18,11 +18,20 @@ from tests.server.conftest import RawClient, append, connect, tone_pcm16
 RESUME_QUERY = "?duplex=1&autostart=0"
 
 
+PLUGIN_ARGS = {"first_output_ms": "50", "token_ms": "5", "chunk_period_ms": "250", "reply": "Hello there."}
+
+
 @pytest.fixture
 def plugin() -> ModelPlugin:
     """Quarter-second units and a reply spread over three of them, so a reply is in flight for a while."""
-    args = {"first_output_ms": "50", "token_ms": "5", "chunk_period_ms": "250", "reply": "Hello there."}
-    return load_model("scripted", args)
+    return load_model("scripted", PLUGIN_ARGS)
+
+
+@pytest.fixture(params=["per_session", "batched"])
+def either_plugin(request: pytest.FixtureRequest) -> ModelPlugin:
+    """The same model stepped per session or through `step_batch` (resume must not care which)."""
+    batching = {"batch_size": "4", "batch_wait_ms": "5"} if request.param == "batched" else {}
+    return load_model("scripted", PLUGIN_ARGS | batching)
 
 
 async def open_session(server: EmbeddedServer) -> tuple[RawClient, dict[str, Any]]:
@@ -50,9 +59,9 @@ def resume_server(plugin: ModelPlugin, **resume: Any) -> EmbeddedServer:
 
 
 async def test_a_session_dropped_mid_response_resumes_and_replays_what_was_missed_in_order(
-    plugin: ModelPlugin,
+    either_plugin: ModelPlugin,
 ) -> None:
-    async with resume_server(plugin) as server:
+    async with resume_server(either_plugin) as server:
         client, created = await open_session(server)
         assert created["session"]["capabilities"]["supports_session_resume"] is True
         assert created["attachment_generation"] == 1 and created["resume_token"]
