@@ -13,17 +13,13 @@ from pathlib import Path
 from typing import Any
 
 from duplexkit.bench.judge.base import JudgeInfo
+from duplexkit.bench.judge.prompting import PromptSet
 from duplexkit.bench.media import PreparedMedia, prepare_media
 from duplexkit.bench.omni_duplex_eval import runner, scoring
 from duplexkit.bench.omni_duplex_eval.builtin_judge import BuiltinJudge
 from duplexkit.bench.omni_duplex_eval.dataset import Dataset, Sample, Selection, load_dataset
 from duplexkit.bench.omni_duplex_eval.judge import LLMJudge
-from duplexkit.bench.omni_duplex_eval.prompts import (
-    BUILTIN_PROMPTS,
-    PROMPT_VERSION,
-    PromptSet,
-    load_protocol_dir,
-)
+from duplexkit.bench.omni_duplex_eval.prompts import BUILTIN_PROMPTS, PROMPT_VERSION, load_protocol_dir
 from duplexkit.bench.omni_duplex_eval.report import REPORT
 from duplexkit.bench.omni_duplex_eval.request import ScoreRequest
 from duplexkit.bench.omni_duplex_eval.scoring import Summary

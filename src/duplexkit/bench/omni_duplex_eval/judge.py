@@ -26,7 +26,8 @@ from duplexkit.bench.judge.calls import JudgeCalls
 from duplexkit.bench.judge.client import ChatClient, ContextOverflow, JudgeRequestError
 from duplexkit.bench.judge.frames import VideoError, extract_jpegs
 from duplexkit.bench.judge.parsing import Field, Verdict
-from duplexkit.bench.omni_duplex_eval.prompts import BUILTIN_PROMPTS, PromptSet
+from duplexkit.bench.judge.prompting import PromptSet
+from duplexkit.bench.omni_duplex_eval.prompts import BUILTIN_PROMPTS
 from duplexkit.bench.omni_duplex_eval.request import ScoreRequest
 from duplexkit.bench.omni_duplex_eval.windows import (
     REMINDER_WINDOW_S,

@@ -10,12 +10,10 @@ other brace (JSON examples) is left as written.
 
 from __future__ import annotations
 
-import hashlib
 from collections.abc import Mapping
-from dataclasses import dataclass
 from pathlib import Path
 
-from duplexkit.bench.judge.prompting import excerpt, fill
+from duplexkit.bench.judge.prompting import PromptRules, PromptSet
 
 PROMPT_VERSION = "duplexkit-judge-1"
 
@@ -142,35 +140,11 @@ Answer with one JSON object and nothing else:
 }
 
 
-@dataclass(frozen=True)
-class PromptSet:
-    """The prompt texts in use, their version (part of every score's cache key) and where they came from."""
+RULES = PromptRules(PLACEHOLDERS, REPLY_FORMATS, FOLLOW_UP, FOLLOW_UP_QUOTE_CHARS)
+prompt_digest = RULES.digest
+"""sha256 over prompt texts, their reply formats and the follow-up (see `PromptRules.digest`)."""
 
-    version: str
-    source: str
-    texts: Mapping[str, str]
-
-    def render(self, name: str, **values: str) -> str:
-        """The prompt `name` with its placeholders filled from `values` (a missing value fills as empty)."""
-        return fill(self.texts[name], PLACEHOLDERS[name], values)
-
-    def follow_up(self, name: str, error: str, reply: str) -> str:
-        """The follow-up after an unparseable reply to prompt `name`: what failed, why, and the format."""
-        quoted = excerpt(reply, FOLLOW_UP_QUOTE_CHARS)
-        values = {"error": error, "reply": quoted, "format": REPLY_FORMATS[name]}
-        return fill(FOLLOW_UP, tuple(values), values)
-
-
-def prompt_digest(texts: Mapping[str, str]) -> str:
-    """sha256 over the judge prompts `texts`, the follow-up and the reply formats."""
-    digest = hashlib.sha256()
-    for name in sorted(texts):
-        digest.update(f"{name}\0{texts[name]}\0{REPLY_FORMATS[name]}\0".encode())
-    digest.update(FOLLOW_UP.encode())
-    return digest.hexdigest()
-
-
-BUILTIN_PROMPTS = PromptSet(version=PROMPT_VERSION, source="duplexkit", texts=_TEXTS)
+BUILTIN_PROMPTS = PromptSet(version=PROMPT_VERSION, source="duplexkit", texts=_TEXTS, rules=RULES)
 
 
 def load_protocol_dir(directory: Path) -> PromptSet:
@@ -192,4 +166,5 @@ def load_protocol_dir(directory: Path) -> PromptSet:
         version=f"protocol-dir-{prompt_digest(texts)[:16]}",
         source=f"protocol-dir {directory.resolve()}",
         texts=texts,
+        rules=RULES,
     )

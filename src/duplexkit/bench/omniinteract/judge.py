@@ -12,8 +12,9 @@ from typing import Literal
 from duplexkit.bench.judge.base import JudgeInfo, SampleScore, ScoringError
 from duplexkit.bench.judge.calls import JudgeCalls
 from duplexkit.bench.judge.client import ChatClient, JudgeRequestError
+from duplexkit.bench.judge.prompting import PromptSet
 from duplexkit.bench.omniinteract import metrics as m
-from duplexkit.bench.omniinteract.prompts import FIELDS, PROMPTS, TEXT_FIELDS, PromptSet
+from duplexkit.bench.omniinteract.prompts import FIELDS, PROMPTS, TEXT_FIELDS
 from duplexkit.bench.omniinteract.scoring import CaseRequest, score_case
 from duplexkit.bench.omniinteract.slots import Slot
 

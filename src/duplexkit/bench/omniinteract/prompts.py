@@ -10,12 +10,10 @@ prompt version.
 
 from __future__ import annotations
 
-import hashlib
 from collections.abc import Mapping
-from dataclasses import dataclass
 
 from duplexkit.bench.judge.parsing import Field
-from duplexkit.bench.judge.prompting import excerpt, fill
+from duplexkit.bench.judge.prompting import PromptRules, PromptSet
 
 PROMPT_VERSION = "duplexkit-omniinteract-judge-1"
 
@@ -103,33 +101,8 @@ Answer with one JSON object and nothing else:
 }
 
 
-@dataclass(frozen=True)
-class PromptSet:
-    """The OmniInteract prompt texts, their version (part of every score's cache key) and source."""
+RULES = PromptRules(PLACEHOLDERS, REPLY_FORMATS, FOLLOW_UP, FOLLOW_UP_QUOTE_CHARS)
+prompt_digest = RULES.digest
+"""sha256 over prompt texts, their reply formats and the follow-up (see `PromptRules.digest`)."""
 
-    version: str
-    source: str
-    texts: Mapping[str, str]
-
-    def render(self, name: str, **values: str) -> str:
-        return fill(self.texts[name], PLACEHOLDERS[name], values)
-
-    def follow_up(self, name: str, error: str, reply: str) -> str:
-        values = {
-            "error": error,
-            "reply": excerpt(reply, FOLLOW_UP_QUOTE_CHARS),
-            "format": REPLY_FORMATS[name],
-        }
-        return fill(FOLLOW_UP, tuple(values), values)
-
-
-def prompt_digest(texts: Mapping[str, str]) -> str:
-    """sha256 over the prompts, their reply formats and the follow-up."""
-    digest = hashlib.sha256()
-    for name in sorted(texts):
-        digest.update(f"{name}\0{texts[name]}\0{REPLY_FORMATS[name]}\0".encode())
-    digest.update(FOLLOW_UP.encode())
-    return digest.hexdigest()
-
-
-PROMPTS = PromptSet(version=PROMPT_VERSION, source="duplexkit", texts=_TEXTS)
+PROMPTS = PromptSet(version=PROMPT_VERSION, source="duplexkit", texts=_TEXTS, rules=RULES)
