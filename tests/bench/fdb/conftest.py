@@ -5,19 +5,17 @@ from __future__ import annotations
 
 import email.parser
 import email.policy
-import socket
-import threading
-import time
 from collections.abc import Callable, Iterator
 from dataclasses import dataclass, field
 from typing import Any
 
 import pytest
-import uvicorn
 from starlette.applications import Starlette
 from starlette.requests import Request
 from starlette.responses import JSONResponse
 from starlette.routing import Route
+
+from tests.loopback import serve_in_thread
 
 ChatScript = Callable[[dict[str, Any]], str]
 """Request body → the assistant's reply text."""
@@ -83,17 +81,6 @@ def fake_openai() -> Iterator[FakeOpenAI]:
             Route("/v1/audio/transcriptions", fake.handle_transcription, methods=["POST"]),
         ]
     )
-    server = uvicorn.Server(uvicorn.Config(app, log_level="warning", lifespan="off"))
-    sock = socket.socket(socket.AF_INET, socket.SOCK_STREAM)
-    sock.bind(("127.0.0.1", 0))
-    fake.url = f"http://127.0.0.1:{sock.getsockname()[1]}/v1"
-    thread = threading.Thread(target=server.run, kwargs={"sockets": [sock]}, daemon=True)
-    thread.start()
-    deadline = time.monotonic() + 10
-    while not server.started:
-        assert time.monotonic() < deadline, "fake server did not start"
-        time.sleep(0.01)
-    yield fake
-    server.should_exit = True
-    thread.join(timeout=10)
-    sock.close()
+    with serve_in_thread(app) as base:
+        fake.url = f"{base}/v1"
+        yield fake

@@ -5,9 +5,6 @@ from __future__ import annotations
 import asyncio
 import io
 import json
-import socket
-import threading
-import time
 from collections.abc import Callable, Iterator
 from dataclasses import dataclass, field
 from pathlib import Path
@@ -16,7 +13,6 @@ from typing import Any
 import av
 import numpy as np
 import pytest
-import uvicorn
 from starlette.applications import Starlette
 from starlette.requests import Request
 from starlette.responses import JSONResponse
@@ -24,6 +20,7 @@ from starlette.routing import Route
 
 from duplexkit.bench.judge import ChatClient
 from duplexkit.bench.omni_duplex_eval import BUILTIN_PROMPTS, LLMJudge, PromptSet
+from tests.loopback import serve_in_thread
 
 Reply = tuple[int, dict[str, Any]]
 Script = Callable[[dict[str, Any]], Reply]
@@ -127,20 +124,9 @@ class FakeJudge:
 def _judge_server() -> Iterator[FakeJudge]:
     fake = FakeJudge()
     app = Starlette(routes=[Route("/v1/chat/completions", fake.handle, methods=["POST"])])
-    server = uvicorn.Server(uvicorn.Config(app, log_level="warning", lifespan="off"))
-    sock = socket.socket(socket.AF_INET, socket.SOCK_STREAM)
-    sock.bind(("127.0.0.1", 0))
-    fake.url = f"http://127.0.0.1:{sock.getsockname()[1]}/v1"
-    thread = threading.Thread(target=server.run, kwargs={"sockets": [sock]}, daemon=True)
-    thread.start()
-    deadline = time.monotonic() + 10
-    while not server.started:
-        assert time.monotonic() < deadline, "fake judge did not start"
-        time.sleep(0.01)
-    yield fake
-    server.should_exit = True
-    thread.join(timeout=10)
-    sock.close()
+    with serve_in_thread(app) as base:
+        fake.url = f"{base}/v1"
+        yield fake
 
 
 @pytest.fixture
