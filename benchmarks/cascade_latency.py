@@ -11,8 +11,8 @@ to `CascadeSession.step` in 100 ms units on a real-time schedule: a unit is step
 has "arrived" (start + its end on the media clock), and a session steps its units one at a time, so a slow
 step delays the next ones exactly as in the server's runner.
 
-Also per stack: word error rate of the transcripts against the spoken questions; TTFT (responder's first
-text after the reply started) and TPOT (median inter-token latency of the responder's stream; `None` when
+Also per stack: word error rate of the transcripts against the spoken questions; TTFT (responder asked →
+its first text) and TPOT (median inter-token latency of the responder's stream; `None` when
 it streams no tokens, as echo); false cut-offs: phrases with a 700 ms mid-sentence pause, counted when the
 turn ended inside the pause.
 
@@ -20,9 +20,9 @@ Latency: from the ground-truth end of speech (last 10 ms frame within 40 dB of t
 generated audio) to the step yielding the first reply audio. Split along the critical path: VAD hangover
 (end of speech → the VAD establishing it: its own lag plus the 500 ms silence window, or the semantic
 pause and Smart Turn), unit wait (→ the end of the unit that carries it), hear (that unit's VAD + turn
-model + ASR + transcript), reply wait (reply started → the step releasing its first audio: responder + first
-TTS piece, unless the reply was prepared during the pause, plus up to a unit when the step had to return
-before the audio was ready), and the rest (scheduling, thread hops). Also shown: the responder's time to
+model + feeding the recogniser), reply wait (reply started → the step releasing its first audio: the rest
+of the transcript's decode, responder + first TTS piece, unless the reply was prepared during the pause,
+plus up to a unit since audio is released on unit steps), and the rest (scheduling, thread hops). Also shown: the responder's time to
 first text and the first TTS piece's synthesis time, wherever they happened, and whether the reply had
 been prepared.
 
@@ -153,23 +153,25 @@ async def drive(
             turn = session.last_turn
             if first_audio_at is None or stop_unit_end is None or turn is None:
                 continue
+            heard = turn.utterance
+            if heard is None:
+                continue
             reply = turn.reply
+            asked = reply.asked_at or reply.started_at
             stats.samples.append(
                 Sample(
                     question=clip.question,
                     latency_ms=1000.0 * (first_audio_at - t0) - end_ms,
-                    hangover_ms=turn.utterance.stopped_at_ms - end_ms,
-                    unit_wait_ms=stop_unit_end - turn.utterance.stopped_at_ms,
+                    hangover_ms=heard.stopped_at_ms - end_ms,
+                    unit_wait_ms=stop_unit_end - heard.stopped_at_ms,
                     hear_ms=turn.hear_ms,
                     reply_wait_ms=1000.0 * (first_audio_at - turn.answered_at),
-                    asr_final_ms=turn.utterance.asr_final_ms,
-                    responder_ms=1000.0 * ((reply.first_text_at or reply.started_at) - reply.started_at),
+                    asr_final_ms=heard.asr_final_ms,
+                    responder_ms=1000.0 * ((reply.first_text_at or asked) - asked),
                     tts_first_ms=reply.first_synthesis_ms or 0.0,
                     prepared=turn.prepared,
-                    transcript=turn.utterance.text,
-                    ttft_ms=None
-                    if reply.first_text_at is None
-                    else 1000.0 * (reply.first_text_at - reply.started_at),
+                    transcript=heard.text,
+                    ttft_ms=None if reply.first_text_at is None else 1000.0 * (reply.first_text_at - asked),
                     itl_ms=itls,
                 )
             )

@@ -276,6 +276,17 @@ def test_every_audio_delta_is_paired_with_one_transcript_delta_even_without_text
     assert [e.delta for e in deltas if e.type == AUDIO_PAIR[1]] == ["", "Hi"]
 
 
+def test_an_empty_segment_opens_the_response_and_its_output_follows_with_real_timing() -> None:
+    h = Harness()
+    opened = h.step(h.unit(0.0), Speak(), at=1.0, started=1.0)
+    assert types(opened) == RESPONSE_HEAD  # response.created etc., then nothing until there is output
+    assert only(opened, "response.created").response_request_metrics.ttfp_ms is None  # not observed yet
+    later = h.step(h.unit(1.0), speak("Hello.", 500, end_of_turn=True), at=1.4)
+    assert types(later) == AUDIO_PAIR + AUDIO_TAIL and "response.speak" not in types(later)
+    audio = only(later, "response.output_audio.delta")
+    assert audio.response_request_metrics.ttfp_ms == pytest.approx(400.0)  # from the request at 1.0 s
+
+
 def test_audio_deltas_carry_the_audio_and_cumulative_audio_text_marks() -> None:
     h = Harness()
     events = h.step(h.unit(), speak("Hello ", 1000), speak("world.", 500, end_of_turn=True), at=1.0)

@@ -24,6 +24,8 @@ class Speak:
 
     `itl_ms` are the inter-token latencies the model measured while generating this segment, when it has
     them; otherwise `tpot_ms` is the segment's mean time per output token. `end_of_turn` closes the response.
+    An empty segment (no tokens, no audio, not the end) opens the response and sends no output: the model
+    decided to answer at this unit, and what it says follows on later ones.
     """
 
     tokens: tuple[str, ...] = ()

@@ -550,6 +550,8 @@ class EngineSession:
             if response.timing.request_start is not None:
                 created.response_request_metrics = self._metrics(response.timing)
             step.events.append(se.ResponseSpeak(response_id=response.id, item_id=response.item_id))
+        if not text and not len(audio) and not segment.end_of_turn:
+            return step  # nothing to say yet: the response is open, its output follows
         ids = {"response_id": response.id, "item_id": response.item_id}
         audio_ms = samples_to_ms(len(audio), self.config.output_sample_rate_hz) if speaks_audio else 0.0
         text_chars, audio_end_ms = self._playback.generated(response.id, text, audio_ms)

@@ -28,8 +28,8 @@ def test_a_grammar_makes_recognition_exact_even_after_digital_silence(
     recognizer.feed(np.zeros(8000, dtype=np.float32))  # exact zeros reach the decoder dithered
     recognizer.feed(speech("Turn off the bedroom lights."))
     recognizer.feed(np.zeros(4000, dtype=np.float32))
-    assert recognizer.finish() == "turn off the bedroom lights"
-    assert not recognizer.active and recognizer.finish() == ""
+    assert recognizer.finish().result().text == "turn off the bedroom lights"
+    assert not recognizer.active and recognizer.finish().result().text == ""
 
 
 def test_dither_keeps_silence_off_exact_zero(pool: DecoderPool) -> None:

@@ -2,15 +2,18 @@
 
 from __future__ import annotations
 
+from concurrent.futures import Future
+
 import numpy as np
 
+from duplexkit.models.cascade.asr import Transcript, Word, finished
 from duplexkit.models.cascade.listener import (
     CATCH_UP_RATE,
     HISTORY_MS,
     AudioHistory,
     Heard,
     Listener,
-    Utterance,
+    SpeechEnded,
 )
 from duplexkit.vad import VoiceActivityDetector
 from tests.models.cascade.test_vad import ScriptedScorer
@@ -50,7 +53,6 @@ class RecordingRecognizer:
         self.active = False
         self.fed = 0
         self.search = None
-        self.words = ()
         self.tail_ms = ASR_TAIL_MS
 
     def begin(self) -> None:
@@ -62,9 +64,9 @@ class RecordingRecognizer:
     def partial(self) -> str:
         return str(self.fed)
 
-    def finish(self) -> str:
+    def finish(self) -> Future[Transcript]:
         self.active = False
-        return str(self.fed)
+        return finished(Transcript(str(self.fed)))
 
     def settle(self) -> None:
         pass
@@ -88,7 +90,9 @@ def test_the_recognizer_hears_the_prefix_the_speech_and_only_the_start_of_the_pa
     # 10 frames of silence, 20 of speech (32 ms each), then silence; 96 ms chunks are 3 frames.
     ears, _ = listener([0.0] * 10 + [0.9] * 20 + [0.0] * 30)
     heard = feed(ears, 20)
-    (utterance,) = [e for h in heard for e in h.events if isinstance(e, Utterance)]
+    (ended,) = [e for h in heard for e in h.events if isinstance(e, SpeechEnded)]
+    utterance = ended.utterance()
+    assert utterance is not None
     prefix, speech = 300.0, 20 * 32.0
     assert utterance.text == str(int((prefix + speech + ASR_TAIL_MS) * 16))  # not the rest of the pause
     assert utterance.speech_start_ms == 320.0 and utterance.speech_end_ms == 960.0
@@ -114,3 +118,15 @@ def test_the_transcript_so_far_is_reported_once_a_pause_reaches_preempt_ms_and_c
     assert len({h.partial for h in paused}) == 1  # nothing more is fed during the pause: it is final
     first = heard.index(paused[0])
     assert heard[first].end_ms - (3 + 10) * 32 >= 200.0
+
+
+def test_the_end_of_speech_is_reported_before_its_transcript_is_decoded() -> None:
+    ears, recognizer = listener([0.0] * 10 + [0.9] * 20 + [0.0] * 30)
+    decoding: Future[Transcript] = Future()
+    recognizer.finish = lambda: decoding  # type: ignore[method-assign]
+    (ended,) = [e for h in feed(ears, 20) for e in h.events if isinstance(e, SpeechEnded)]
+    assert ended.utterance() is None and ended.stopped_at_ms == 960.0 + 512.0
+    decoding.set_result(Transcript("hello there", (Word("hello", 10.0, 200.0, 0.9),)))
+    utterance = ended.utterance()
+    assert utterance is not None and utterance.text == "hello there"
+    assert utterance.words[0].start_ms == ended.audio_start_ms + 10.0  # on the media clock

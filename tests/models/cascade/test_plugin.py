@@ -10,6 +10,7 @@ import numpy.typing as npt
 import pytest
 
 from duplexkit.engine import Decision, Interrupt, Listen, Speak, Transcribed, Unit
+from duplexkit.engine.fence import Fence
 from duplexkit.models.base import SamplingParams
 from duplexkit.models.cascade.asr import DecoderPool
 from duplexkit.models.cascade.drive import silence, speech_end_ms, units
@@ -182,7 +183,23 @@ async def test_a_commit_ends_the_turn_without_waiting_for_the_silence_window(
     stepper = Stepper(session)
     assert not speaks(await stepper.run(head))
     log = await stepper.run([dataclasses.replace(last, final=True)])
-    assert speaks(log) and speaks(log)[0][1].text == "You said: "
+    (opened,) = speaks(log)  # the turn ends at the commit: the response opens there, audio to follow
+    assert not opened[1].text and len(opened[1].audio) == 0 and not opened[1].end_of_turn
+    more = await stepper.run([continuation(last.end_ms, 0)])  # the engine steps silence for the reply
+    assert speaks(more)[0][1].text == "You said: " and len(speaks(more)[0][1].audio) > 0
+
+
+def continuation(at_ms: float, k: int) -> Unit:
+    """The engine's silence unit `k` past the input, which ended at `at_ms`."""
+    return Unit(
+        index=1000 + k,
+        fence=Fence("synthetic", 0, 0),
+        samples=silence(PERIOD),
+        sample_rate_hz=16_000,
+        start_ms=at_ms,
+        end_ms=at_ms,
+        continuation=True,
+    )
 
 
 async def test_silence_continuation_units_keep_the_reply_playing_to_its_end(
@@ -193,18 +210,7 @@ async def test_silence_continuation_units_keep_the_reply_playing_to_its_end(
     log = await stepper.run(units(speech.clip(LEAD_IN_MS, QUESTION, 700.0), PERIOD))
     assert speaks(log)
     end = log[-1][0].end_ms
-    paused = [
-        Unit(
-            index=1000 + k,
-            fence=log[-1][0].fence,
-            samples=silence(PERIOD),
-            sample_rate_hz=16_000,
-            start_ms=end,
-            end_ms=end,
-            continuation=True,
-        )
-        for k in range(40)
-    ]
+    paused = [continuation(end, k) for k in range(40)]
     more = await stepper.run(paused)
     assert speaks(more)[-1][1].end_of_turn
     assert isinstance(more[-1][1], Listen)  # listening again once the reply has played

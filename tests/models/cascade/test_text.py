@@ -2,6 +2,8 @@
 
 from __future__ import annotations
 
+import re
+
 import pytest
 
 from duplexkit.models.cascade.text import MAX_PIECE_CHARS, PhraseSplitter, word_tokens
@@ -20,6 +22,18 @@ def test_sentences_and_clauses_after_colons_come_out_as_soon_as_they_end() -> No
     assert splitter.feed(" turn on") == ["You said: "]
     assert splitter.feed(" the lights. And") == ["turn on the lights. "]
     assert splitter.flush() == ["And"]
+
+
+def test_the_first_piece_ends_after_a_few_words_or_its_first_comma() -> None:
+    sentence = "The moon is about three hundred thousand kilometres away, give or take a few. Yes."
+    assert split(re.findall(r"\S+\s*", sentence)) == split([sentence])  # whatever the deltas
+    assert split([sentence]) == [
+        "The moon is about ",
+        "three hundred thousand kilometres away, ",  # later clauses keep their length rule
+        "give or take a few. ",
+        "Yes.",
+    ]
+    assert split(["Well, I think so. Sure."]) == ["Well, ", "I think so. ", "Sure."]
 
 
 @pytest.mark.parametrize(

@@ -46,13 +46,14 @@ def test_the_pause_decode_is_taken_when_no_audio_followed_it(whisper: WhisperAsr
     assert recognizer.partial() is None  # the decode has only started
     while (guess := recognizer.partial()) is None:
         pass
-    assert recognizer.finish() == guess and recognizer.speculated
-    assert "relaxing music" in guess.lower() and recognizer.words
+    decode = recognizer.finish()
+    assert decode.done() and recognizer.speculated  # the pause's decode, not a new one
+    assert decode.result().text == guess and "relaxing music" in guess.lower() and decode.result().words
 
     recognizer.begin()
     recognizer.feed(audio)
     assert recognizer.partial() is None
     recognizer.feed(speech.clip("Turn on the kitchen lights."))  # the user went on: the guess is stale
-    text = recognizer.finish()
+    text = recognizer.finish().result().text  # a new decode, which finish does not wait for
     assert not recognizer.speculated and "kitchen lights" in text.lower()
-    assert not recognizer.active and recognizer.finish() == ""
+    assert not recognizer.active and recognizer.finish().result().text == ""

@@ -19,8 +19,10 @@ import os
 import re
 import tempfile
 import threading
+import time
 from collections import OrderedDict
-from dataclasses import dataclass
+from concurrent.futures import Future
+from dataclasses import dataclass, field
 from typing import Any, Literal
 
 import numpy as np
@@ -41,6 +43,23 @@ class Word:
     start_ms: float
     end_ms: float
     probability: float
+
+
+@dataclass(frozen=True, slots=True)
+class Transcript:
+    """What a recogniser heard in one utterance; `words` in ms from the start of the audio it was given."""
+
+    text: str
+    words: tuple[Word, ...] = ()
+    ready_at: float = field(default_factory=time.perf_counter)
+    """`time.perf_counter()` when the transcript was complete (to tell how long the end of a turn waited)."""
+
+
+def finished(transcript: Transcript) -> Future[Transcript]:
+    """A transcript known at once, for recognisers that decode as the audio comes (pocketsphinx)."""
+    future: Future[Transcript] = Future()
+    future.set_result(transcript)
+    return future
 
 
 @dataclass(frozen=True, slots=True)
@@ -176,8 +195,6 @@ class Recognizer:
         self._decoder: PooledDecoder | None = None
         self._ending: PooledDecoder | None = None
         self.search: SearchSpec | None = None
-        self.words: tuple[Word, ...] = ()
-        """Word timestamps of the latest utterance: pocketsphinx's first pass gives none."""
         self.tail_ms = 200.0
         """Silence fed past the last voiced frame: the search needs a little to settle on the last word."""
 
@@ -213,14 +230,15 @@ class Recognizer:
         hyp = self._decoder.decoder.hyp()
         return " ".join(hyp.hypstr.split()) if hyp is not None else ""
 
-    def finish(self) -> str:
-        """End the utterance and return its transcript (lower case words; empty if nothing was found).
+    def finish(self) -> Future[Transcript]:
+        """End the utterance: its transcript, known at once (lower case words, empty if nothing was found;
+        pocketsphinx's first pass gives no word timestamps).
 
         The decoder's own end of utterance is left to `settle` (or the next `begin`)."""
         text = self.partial()
         self.settle()
         self._ending, self._decoder = self._decoder, None
-        return text
+        return finished(Transcript(text))
 
     def settle(self) -> None:
         """Complete the end of the utterance `finish` returned, and give its decoder back."""

@@ -4,8 +4,9 @@ Blocking (both models hold the GIL): the plugin calls `Listener.hear` in a worke
 time per session. The recognizer gets the audio from `SpeechStarted.audio_start_ms` (prefix padding
 included, taken from a short history of recent audio) up to its `tail_ms` past the latest voiced frame:
 the rest of a pause is held back, and fed only if the speech goes on. Decoding the silence window would
-cost CPU and let the recognizer hallucinate words into the noise floor. The transcript is read on
-`SpeechStopped` or at a commit. Once the speech in progress has paused for `preempt_ms`, each chunk also
+cost CPU and let the recognizer hallucinate words into the noise floor. The end of speech (`SpeechStopped`
+or a commit) is reported at once as `SpeechEnded`, whose transcript may still be decoding: a turn's end
+never waits for the recogniser. Once the speech in progress has paused for `preempt_ms`, each chunk also
 reports the transcript so far (final unless the user goes on: with `preempt_ms >= tail_ms`, the
 default, the recognizer has already heard all of the pause it will), so the plugin can prepare the reply
 before the end of the turn is confirmed.
@@ -13,15 +14,18 @@ before the end of the turn is confirmed.
 
 from __future__ import annotations
 
+import threading
 import time
 from collections import deque
+from collections.abc import Sequence
+from concurrent.futures import Future
 from dataclasses import dataclass
 from typing import Protocol
 
 import numpy as np
 import numpy.typing as npt
 
-from duplexkit.models.cascade.asr import SearchSpec, Word
+from duplexkit.models.cascade.asr import SearchSpec, Transcript, Word
 from duplexkit.vad import SAMPLE_RATE_HZ, SpeechStarted, VoiceActivityDetector
 
 HISTORY_MS = 2000.0
@@ -35,7 +39,6 @@ class SpeechRecognizer(Protocol):
     """What the listener needs of a recogniser (pocketsphinx's `Recognizer`, `WhisperRecognizer`)."""
 
     search: SearchSpec | None
-    words: tuple[Word, ...]
     tail_ms: float
     """Audio past the latest voiced frame that the recogniser is given."""
 
@@ -50,7 +53,9 @@ class SpeechRecognizer(Protocol):
         """The transcript so far, or `None` when it is not known yet (a decode under way)."""
         ...
 
-    def finish(self) -> str: ...
+    def finish(self) -> Future[Transcript]:
+        """End the utterance; its transcript, possibly still being decoded."""
+        ...
 
     def settle(self) -> None: ...
 
@@ -67,7 +72,8 @@ class Utterance:
     stopped_at_ms: float
     """When the end of speech was established (the VAD's silence window, or a commit)."""
     asr_final_ms: float
-    """Wall time spent finalising the transcript."""
+    """Wall time from the end of speech being established to its transcript being complete (0 when the
+    decode started during the pause was already done)."""
     words: tuple[Word, ...] = ()
     """Word timestamps, on the media clock, when the recogniser gives them."""
     turn_probabilities: tuple[float, ...] = ()
@@ -79,10 +85,86 @@ class Utterance:
 
 
 @dataclass(frozen=True, slots=True)
+class SpeechEnded:
+    """The end of one stretch of user speech, reported the moment it is established; its transcript
+    (`transcript`, a future completed by the recogniser, words in ms from `audio_start_ms`) may follow."""
+
+    speech_start_ms: float
+    speech_end_ms: float
+    stopped_at_ms: float
+    audio_start_ms: float
+    """Media time of the first sample the recogniser was given."""
+    transcript: Future[Transcript]
+    ended_at: float
+    """`time.perf_counter()` when the end was established."""
+    turn_probabilities: tuple[float, ...] = ()
+
+    @property
+    def duration_ms(self) -> float:
+        return self.speech_end_ms - self.speech_start_ms
+
+    def utterance(self) -> Utterance | None:
+        """The utterance once its transcript is complete (`None` before); re-raises a failed decode."""
+        if not self.transcript.done():
+            return None
+        heard = self.transcript.result()
+        return Utterance(
+            text=heard.text,
+            speech_start_ms=self.speech_start_ms,
+            speech_end_ms=self.speech_end_ms,
+            stopped_at_ms=self.stopped_at_ms,
+            asr_final_ms=max(0.0, 1000.0 * (heard.ready_at - self.ended_at)),
+            words=tuple(
+                Word(w.text, w.start_ms + self.audio_start_ms, w.end_ms + self.audio_start_ms, w.probability)
+                for w in heard.words
+            ),
+            turn_probabilities=self.turn_probabilities,
+        )
+
+    @staticmethod
+    def merged(ends: Sequence[SpeechEnded]) -> SpeechEnded:
+        """Several stretches that ended in one unit, as one (texts joined, words on the media clock)."""
+        if len(ends) == 1:
+            return ends[0]
+        joined: Future[Transcript] = Future()
+        lock = threading.Lock()
+
+        def join(_: Future[Transcript]) -> None:
+            with lock:
+                if joined.done() or not all(end.transcript.done() for end in ends):
+                    return
+                try:
+                    parts = [end.utterance() for end in ends]
+                except BaseException as exc:
+                    joined.set_exception(exc)
+                    return
+                heard = [p for p in parts if p is not None]
+                joined.set_result(
+                    Transcript(
+                        " ".join(p.text for p in heard if p.text),
+                        tuple(w for p in heard for w in p.words),
+                        max(end.transcript.result().ready_at for end in ends),
+                    )
+                )
+
+        for end in ends:
+            end.transcript.add_done_callback(join)
+        first, last = ends[0], ends[-1]
+        return SpeechEnded(
+            speech_start_ms=first.speech_start_ms,
+            speech_end_ms=last.speech_end_ms,
+            stopped_at_ms=last.stopped_at_ms,
+            audio_start_ms=0.0,  # the joined words are on the media clock already
+            transcript=joined,
+            ended_at=last.ended_at,
+        )
+
+
+@dataclass(frozen=True, slots=True)
 class Heard:
     """What one chunk of audio told the listener, in order, and the state at its end."""
 
-    events: tuple[SpeechStarted | Utterance, ...]
+    events: tuple[SpeechStarted | SpeechEnded, ...]
     end_ms: float
     speech_start_ms: float | None
     """Start of the speech still in progress at `end_ms`, if any."""
@@ -139,7 +221,7 @@ class Listener:
         transitions = self.vad.feed(samples, start_ms)
         if final:
             transitions += self.vad.flush()
-        events: list[SpeechStarted | Utterance] = []
+        events: list[SpeechStarted | SpeechEnded] = []
         for event in transitions:
             if isinstance(event, SpeechStarted):
                 self._speech_start_ms = event.speech_start_ms
@@ -148,26 +230,16 @@ class Listener:
                 events.append(event)
                 continue
             self._feed_until(min(event.speech_end_ms + self.recognizer.tail_ms, end_ms))
-            began = time.perf_counter()
-            text = self.recognizer.finish()
             speech_start_ms = self._speech_start_ms if self._speech_start_ms is not None else 0.0
             self._speech_start_ms = None
             events.append(
-                Utterance(
-                    text=text,
+                SpeechEnded(
                     speech_start_ms=speech_start_ms,
                     speech_end_ms=event.speech_end_ms,
                     stopped_at_ms=min(event.audio_end_ms, end_ms),
-                    asr_final_ms=1000.0 * (time.perf_counter() - began),
-                    words=tuple(
-                        Word(
-                            w.text,
-                            w.start_ms + self._audio_start_ms,
-                            w.end_ms + self._audio_start_ms,
-                            w.probability,
-                        )
-                        for w in self.recognizer.words
-                    ),
+                    audio_start_ms=self._audio_start_ms,
+                    transcript=self.recognizer.finish(),
+                    ended_at=time.perf_counter(),
                     turn_probabilities=tuple(self.vad.turn_probabilities),
                 )
             )
@@ -202,7 +274,3 @@ class Listener:
 
 def _duration_ms(samples: npt.NDArray[np.float32]) -> float:
     return 1000.0 * len(samples) / SAMPLE_RATE_HZ
-
-
-def _on_media_clock(word: Word, audio_start_ms: float) -> Word:
-    return Word(word.text, word.start_ms + audio_start_ms, word.end_ms + audio_start_ms, word.probability)

@@ -3,11 +3,14 @@
 Per unit (`chunk_period_ms`, 100 ms by default) a session hears the audio off the event loop (VAD, and
 ASR while the user speaks), judges turn-taking, and decides:
 - `Listen` while the user speaks or nobody does;
-- `Speak` segments once the user's speech has ended (the VAD's silence window, or a commit): the reply is
-  produced in the background piece by piece and released at the pace of playback, `lead_ms` ahead. A
-  unit for which a starved reply has no audio yet gets no decision at all (a `Listen` would end the
-  response). With the `echo` responder the reply is prepared as soon as the user pauses (`preempt_ms`),
-  and adopted if the silence window then confirms the turn with the same transcript;
+- `Speak` once the user's turn has ended (Smart Turn at a pause, the VAD's silence window, or a commit):
+  the unit that ends the turn opens the response at once (an empty segment), and the reply follows as it
+  is produced in the background (transcript, responder, synthesis, piece by piece), released at the pace
+  of playback, `lead_ms` ahead. No step waits for any of it: a unit for which a starved reply has no
+  audio yet gets no decision at all (a `Listen` would end the response), so the session keeps hearing
+  in real time while its reply is made. The reply is also prepared as soon as the user pauses
+  (`preempt_ms`) and the pause's transcript is known, and adopted if the turn then ends with the same
+  transcript;
 - `Interrupt` when the user talks over the reply for `min_barge_in_ms`: the reply is cut, the
   conversation keeps what was played, and the speech becomes the next user turn. Shorter overlapping
   speech (a backchannel) is ignored.
@@ -33,15 +36,21 @@ import functools
 import threading
 import time
 from collections.abc import AsyncIterator, Callable, Mapping
-from concurrent.futures import ThreadPoolExecutor
+from concurrent.futures import CancelledError, ThreadPoolExecutor
 from dataclasses import dataclass
 from typing import Any, TypeVar
 
-from duplexkit.engine import Decision, Interrupt, Listen, Transcribed, Unit
+from duplexkit.engine import Decision, Interrupt, Listen, Speak, Transcribed, Unit
 from duplexkit.models.base import ModelCapabilities, ModelPlugin, ModelSession, SamplingParams
 from duplexkit.models.cascade.asr import DecoderPool, Recognizer
 from duplexkit.models.cascade.eyes import EYES_INSTALL, Eyes, Sight
-from duplexkit.models.cascade.listener import Heard, Listener, SpeechRecognizer, Utterance
+from duplexkit.models.cascade.listener import (
+    Heard,
+    Listener,
+    SpeechEnded,
+    SpeechRecognizer,
+    Utterance,
+)
 from duplexkit.models.cascade.params import CascadeConfig, SessionParams
 from duplexkit.models.cascade.reply import Reply, ReplyTiming
 from duplexkit.models.cascade.responders import (
@@ -71,7 +80,7 @@ _T = TypeVar("_T")
 class TurnTrace:
     """The last answered user turn and how its reply was produced (for latency breakdowns)."""
 
-    utterance: Utterance
+    turn: SpeechEnded
     reply: ReplyTiming
     prepared: bool
     """The reply was prepared during the pause, before the end of the turn was confirmed."""
@@ -79,6 +88,11 @@ class TurnTrace:
     """Wall time of hearing the unit that ended the turn (VAD, ASR, transcript)."""
     answered_at: float
     """Monotonic time the reply was started (or adopted) for this turn."""
+
+    @property
+    def utterance(self) -> Utterance | None:
+        """The turn with its transcript, once decoded."""
+        return self.turn.utterance()
 
 
 @dataclass(frozen=True, slots=True)
@@ -187,9 +201,12 @@ class CascadeSession(ModelSession):
         """The conversation as the user experienced it: transcripts, and replies as far as they played."""
         self.last_turn: TurnTrace | None = None
         self._reply: Reply | None = None
-        self._reply_answers_user = False
         self._prepared: _Prepared | None = None
-        self._pending_turn: Utterance | None = None
+        self._pending_turn: SpeechEnded | None = None
+        self._unreported: list[SpeechEnded] = []
+        """Ended speech whose final transcript has not been reported yet, in order."""
+        self._unsaid: list[SpeechEnded] = []
+        """Answered turns whose words are not in `history` yet (their transcript is still decoding)."""
 
     def configure(self, sampling: SamplingParams, extra_body: Mapping[str, Any]) -> None:
         params = self.params.updated(extra_body)
@@ -246,9 +263,10 @@ class CascadeSession(ModelSession):
         outcome = TurnOutcome()
         if heard is not None:
             outcome = self._turns.observe(heard, model_audible=self._reply is not None)
+            self._unreported.extend(e for e in heard.events if isinstance(e, SpeechEnded))
             self._prepare(heard)
-            for transcribed in self._transcriptions(heard):
-                yield transcribed
+        for transcribed in self._transcriptions(heard):
+            yield transcribed
         if outcome.interrupt:
             self._cut_reply()
             self._pending_turn = outcome.turn
@@ -256,7 +274,7 @@ class CascadeSession(ModelSession):
             return
         turn, self._pending_turn = outcome.turn or self._pending_turn, None
         if turn is not None:
-            await self._start_reply(turn, hear_ms)
+            self._start_reply(turn, hear_ms)
         reply = self._reply
         if reply is not None and not reply.emitted:
             try:
@@ -264,9 +282,11 @@ class CascadeSession(ModelSession):
             except Exception:
                 self._drop_reply()
                 raise
-            if segment is not None:  # else the reply is starved: nothing to send for this unit
+            if segment is not None:
                 yield segment
-            return
+            elif turn is not None:  # the answer starts at this unit, its audio follows
+                yield Speak()
+            return  # else the reply is starved: nothing to send for this unit
         speaking = heard is not None and heard.speech_start_ms is not None
         yield Listen("model_listen" if speaking else "silence_or_noise")
 
@@ -311,17 +331,26 @@ class CascadeSession(ModelSession):
         seen = f'The camera shows this text: "{sight.text}".'
         return self.sampling.with_overrides(instructions=f"{base} {seen}".strip())
 
-    def _transcriptions(self, heard: Heard) -> list[Transcribed]:
-        """What the recogniser heard, for the server's input-transcription events: the guess at a pause
-        as a delta (when it extends what was reported), each finished utterance as completed."""
-        out = []
-        for event in heard.events:
-            if isinstance(event, Utterance):
-                reported, self._transcribed = self._transcribed, ""
-                if event.text.startswith(reported) and event.text != reported:
-                    out.append(Transcribed(event.text[len(reported) :], final=False))
-                out.append(Transcribed(event.text, final=True, audio_seconds=event.duration_ms / 1000.0))
-        partial = heard.partial
+    def _transcriptions(self, heard: Heard | None) -> list[Transcribed]:
+        """What the recogniser heard, for the server's input-transcription events, in order: each ended
+        utterance as completed once decoded (with the rest of its text as a delta first), then the guess
+        at a pause of the speech in progress as a delta (when it extends what was reported)."""
+        out: list[Transcribed] = []
+        while self._unreported:
+            ended = self._unreported[0]
+            try:
+                utterance = ended.utterance()
+            except (Exception, CancelledError):  # a failed decode fails its reply; nothing to report
+                utterance = Utterance("", ended.speech_start_ms, ended.speech_end_ms, 0.0, 0.0)
+            if utterance is None:
+                return out  # still decoding: later ones wait for it
+            self._unreported.pop(0)
+            self._user_said(ended, utterance.text)
+            reported, self._transcribed = self._transcribed, ""
+            if utterance.text.startswith(reported) and utterance.text != reported:
+                out.append(Transcribed(utterance.text[len(reported) :], final=False))
+            out.append(Transcribed(utterance.text, final=True, audio_seconds=utterance.duration_ms / 1000.0))
+        partial = heard.partial if heard is not None else None
         if partial and partial.startswith(self._transcribed) and partial != self._transcribed:
             out.append(Transcribed(partial[len(self._transcribed) :], final=False))
             self._transcribed = partial
@@ -350,46 +379,68 @@ class CascadeSession(ModelSession):
         if heard.partial and self._reply is None:
             if self._prepared is None or self._prepared.text != heard.partial:
                 self._drop_prepared()
-                self._prepared = _Prepared(heard.partial, self._new_reply(heard.partial))
+                timing = ReplyTiming(started_at=time.monotonic())
+                text = self._respond(heard.partial, self.history, timing)
+                self._prepared = _Prepared(heard.partial, self._new_reply(text, timing))
         elif heard.speech_start_ms is not None:
             self._drop_prepared()
 
-    def _new_reply(self, heard: str) -> Reply:
+    def _new_reply(self, text: AsyncIterator[str], timing: ReplyTiming | None = None) -> Reply:
         model = self._model
-        if heard:
-            text = model.responder.reply([*self.history, Message("user", heard)], self._sampling_now())
-        else:
-            text = _say(model.config.no_speech_reply)
         return Reply(
             text,
             model.synthesizer,
             model.capabilities.output_sample_rate_hz,
             lead_ms=model.config.lead_ms,
             executor=model.synthesis_pool,
+            timing=timing,
         )
 
-    async def _start_reply(self, turn: Utterance, hear_ms: float) -> None:
-        """Start (or adopt) the reply to `turn` and wait for its first audio. The wait is not bounded: the
-        engine steps no continuation units before a response exists, so a client that stops sending after
-        its question would otherwise never get the reply released."""
+    def _respond(self, heard: str, history: list[Message], timing: ReplyTiming) -> AsyncIterator[str]:
+        """The responder's answer to `heard` after `history`, or the no-speech line when nothing was heard."""
+        timing.asked_at = time.monotonic()
+        if not heard:
+            return _say(self._model.config.no_speech_reply)
+        return self._model.responder.reply([*history, Message("user", heard)], self._sampling_now())
+
+    async def _answer(self, turn: SpeechEnded, timing: ReplyTiming) -> AsyncIterator[str]:
+        """The reply to `turn`: its transcript (awaited, the decode may still run), then the answer."""
+        await asyncio.shield(asyncio.wrap_future(turn.transcript))
+        utterance = turn.utterance()
+        assert utterance is not None
+        history = list(self.history)
+        self._user_said(turn, utterance.text)
+        async for delta in self._respond(utterance.text, history, timing):
+            yield delta
+
+    def _start_reply(self, turn: SpeechEnded, hear_ms: float) -> None:
+        """Start the reply to `turn`, or adopt the one prepared during the pause when the turn's transcript
+        is already known and the same. Nothing here waits: the step opens the response and moves on."""
         prepared, self._prepared = self._prepared, None
-        adopted = prepared is not None and prepared.text == turn.text
-        if prepared is not None and adopted:
+        try:
+            known = turn.utterance()
+        except (Exception, CancelledError):  # the reply below re-raises it in its own production
+            known = None
+        adopted = prepared is not None and known is not None and prepared.text == known.text
+        self._unsaid.append(turn)
+        if prepared is not None and known is not None and adopted:
             reply = prepared.reply
+            self._user_said(turn, known.text)
         else:
             if prepared is not None:
                 prepared.reply.cancel()
-            reply = self._new_reply(turn.text)
-        if turn.text:
-            self.history.append(Message("user", turn.text))
-        self._reply, self._reply_answers_user = reply, bool(turn.text)
+            timing = ReplyTiming(started_at=time.monotonic())
+            reply = self._new_reply(self._answer(turn, timing), timing)
+        self._reply = reply
         self._heard_by_ledger = None
         self.last_turn = TurnTrace(turn, reply.timing, adopted, hear_ms, time.monotonic())
-        try:
-            await reply.wait_for_audio()
-        except Exception:
-            self._drop_reply()
-            raise
+
+    def _user_said(self, turn: SpeechEnded, text: str) -> None:
+        """An answered turn's words join the history once, when first known (backchannels never do)."""
+        if turn in self._unsaid:
+            self._unsaid.remove(turn)
+            if text:
+                self.history.append(Message("user", text))
 
     def _cut_reply(self) -> None:
         reply = self._reply
@@ -412,7 +463,7 @@ class CascadeSession(ModelSession):
         model's own playback estimate."""
         heard, self._heard_by_ledger = self._heard_by_ledger, None
         text = heard if heard is not None else text
-        if self._reply_answers_user and text.strip():
+        if text.strip() and self.history and self.history[-1].role == "user":  # it answered the user
             self.history.append(Message("assistant", text.strip()))
 
 

@@ -42,6 +42,8 @@ class ReplyTiming:
     """When the reply's production reached its milestones (monotonic seconds), for latency breakdowns."""
 
     started_at: float
+    asked_at: float | None = None
+    """When the responder was asked (after the turn's transcript was known)."""
     first_text_at: float | None = None
     """When the responder's first text arrived."""
     first_synthesis_ms: float | None = None
@@ -59,9 +61,11 @@ class Reply:
         *,
         lead_ms: float,
         executor: Executor | None = None,
+        timing: ReplyTiming | None = None,
     ) -> None:
-        """Start producing at once; synthesis runs on `executor` (the loop's default one if `None`)."""
-        self.timing = ReplyTiming(started_at=time.monotonic())
+        """Start producing at once; synthesis runs on `executor` (the loop's default one if `None`);
+        `timing` records the milestones (a new one from now if `None`)."""
+        self.timing = timing or ReplyTiming(started_at=time.monotonic())
         self._synthesizer = synthesizer
         self._executor = executor
         self._rate = output_rate_hz

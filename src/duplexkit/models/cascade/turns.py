@@ -13,16 +13,16 @@ from __future__ import annotations
 
 from dataclasses import dataclass
 
-from duplexkit.models.cascade.listener import Heard, Utterance
+from duplexkit.models.cascade.listener import Heard, SpeechEnded
 
 
 @dataclass(frozen=True, slots=True)
 class TurnOutcome:
     interrupt: bool = False
     """Cut the audible reply now."""
-    turn: Utterance | None = None
+    turn: SpeechEnded | None = None
     """A user turn that ended and wants an answer (several in one unit are merged)."""
-    dropped: tuple[Utterance, ...] = ()
+    dropped: tuple[SpeechEnded, ...] = ()
     """Backchannels, heard and ignored."""
 
 
@@ -40,11 +40,11 @@ class TurnPolicy:
 
     def observe(self, heard: Heard, *, model_audible: bool) -> TurnOutcome:
         """Judge one unit's events; `model_audible` says whether a reply is playing during it."""
-        turns: list[Utterance] = []
-        dropped: list[Utterance] = []
+        turns: list[SpeechEnded] = []
+        dropped: list[SpeechEnded] = []
         interrupt = False
         for event in heard.events:
-            if not isinstance(event, Utterance):
+            if not isinstance(event, SpeechEnded):
                 self._segment = _Segment(start_ms=event.speech_start_ms, overlapped=model_audible)
                 continue
             segment, self._segment = self._segment, None
@@ -65,23 +65,11 @@ class TurnPolicy:
         ):
             segment.barged_in = True
             interrupt = True
-        return TurnOutcome(interrupt=interrupt, turn=_merge(turns), dropped=tuple(dropped))
+        turn = SpeechEnded.merged(turns) if turns else None
+        return TurnOutcome(interrupt=interrupt, turn=turn, dropped=tuple(dropped))
 
     def reply_cut(self) -> None:
         """The reply was cut from outside (the engine's barge-in, a cancel): speech in progress no longer
         overlaps anything, so it is an ordinary turn even if short."""
         if self._segment is not None:
             self._segment.overlapped = False
-
-
-def _merge(turns: list[Utterance]) -> Utterance | None:
-    if len(turns) <= 1:
-        return turns[0] if turns else None
-    last = turns[-1]
-    return Utterance(
-        text=" ".join(t.text for t in turns if t.text),
-        speech_start_ms=turns[0].speech_start_ms,
-        speech_end_ms=last.speech_end_ms,
-        stopped_at_ms=last.stopped_at_ms,
-        asr_final_ms=sum(t.asr_final_ms for t in turns),
-    )

