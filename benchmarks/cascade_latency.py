@@ -22,9 +22,9 @@ generated audio) to the step yielding the first reply audio. Split along the cri
 pause and Smart Turn), unit wait (→ the end of the unit that carries it), hear (that unit's VAD + turn
 model + feeding the recogniser), reply wait (reply started → the step releasing its first audio: the rest
 of the transcript's decode, responder + first TTS piece, unless the reply was prepared during the pause,
-plus up to a unit since audio is released on unit steps), and the rest (scheduling, thread hops). Also shown: the responder's time to
-first text and the first TTS piece's synthesis time, wherever they happened, and whether the reply had
-been prepared.
+plus up to a unit since audio is released on unit steps), and the rest (scheduling, thread hops). Also
+shown: the responder's time to first text and the first TTS piece's synthesis time, wherever they
+happened, and whether the reply had been prepared.
 
 Capacity: N sessions in one process and event loop (as in the server), each looping question → reply
 with staggered starts. A session stays real-time when every unit is stepped within one unit period of its
@@ -135,6 +135,7 @@ async def drive(
             stop_unit_end: float | None = None
             itls: list[float] = []
             earlier = session.last_turn  # audio of its reply, still playing, is not this clip's answer
+            turn_unit_end: float | None = None  # the unit at which this clip's turn ended
             for unit in units(clip.audio, period_ms, start_ms=clip_start_ms, first_index=index):
                 index += 1
                 due = t0 + unit.end_ms / 1000.0
@@ -144,9 +145,12 @@ async def drive(
                 async for decision in session.step(unit, time.monotonic()):
                     if not isinstance(decision, Speak) or session.last_turn is earlier:
                         continue
+                    if turn_unit_end is None:
+                        turn_unit_end = unit.end_ms
                     itls.extend(decision.itl_ms)
                     if first_audio_at is None and len(decision.audio):
-                        first_audio_at, stop_unit_end = time.monotonic(), unit.end_ms
+                        first_audio_at = time.monotonic()
+                        stop_unit_end = turn_unit_end
                 stats.lags_ms.append(1000.0 * (time.monotonic() - due))
             end_ms = clip_start_ms + clip.end_of_speech_ms
             clip_start_ms += 1000.0 * len(clip.audio) / 16_000

@@ -14,15 +14,19 @@ Semantics (those of OpenAI's `server_vad`):
   have been seen. `SpeechStopped.audio_end_ms` is the media time at which that was established, and
   `speech_end_ms` the end of the last speech frame.
 - semantic end of turn (optional, `TurnModel`): once the speech in progress has paused for
-  `SEMANTIC_PAUSE_MS`, the turn model is asked once per pause whether the utterance so far is finished; if
-  its probability is at least `semantic_threshold` speech stops there, otherwise the (longer) silence window
-  still ends it. Speech resuming re-arms the question for the next pause.
+  `SEMANTIC_ASK_MS`, the turn model is asked once per pause whether the utterance so far is finished, in
+  the background (`TurnModel.ask` returns a future); its answer is taken at the frame that reaches a
+  `SEMANTIC_PAUSE_MS` pause (waiting for it only if it is not in yet: audio fed faster than real time). If
+  its probability is at least `semantic_threshold` speech stops there, otherwise the (longer) silence
+  window still ends it. Speech resuming drops the question and re-arms it for the next pause. Where the
+  turn ends depends on the media clock only, never on how fast the model answered.
 """
 
 from __future__ import annotations
 
 import functools
 import importlib.util
+from concurrent.futures import Future, ThreadPoolExecutor
 from dataclasses import dataclass, replace
 from pathlib import Path
 from typing import Protocol
@@ -34,8 +38,11 @@ from duplexkit.protocol import client_events as ce
 
 SAMPLE_RATE_HZ = 16_000
 SEMANTIC_PAUSE_MS = 200.0
-"""Pause after which the turn model is asked: ~6 Silero frames, past the VAD's own lag, and past the point
-at which the cascade's Whisper recogniser has heard all of the pause it will (its `tail_ms`)."""
+"""Pause at which the turn model's answer ends the turn: ~6 Silero frames, past the VAD's own lag."""
+SEMANTIC_ASK_MS = 100.0
+"""Pause at which the turn model is asked (where the cascade's Whisper recogniser has heard all of the
+pause it will, its `tail_ms`): Smart Turn takes ~50 ms alone, ~100 ms beside other work, so in real time
+its answer is in by `SEMANTIC_PAUSE_MS` and no unit stalls waiting for it."""
 _TURN_WINDOW_S = 8
 SEMANTIC_EAGERNESS: dict[str, tuple[float, float]] = {
     "low": (0.8, 3000.0),
@@ -113,9 +120,10 @@ class FrameScorer(Protocol):
 
 
 class TurnModel(Protocol):
-    """Probability that an utterance (16 kHz, its start to now) is a finished turn."""
+    """Probability that an utterance (16 kHz, its start to now) is a finished turn, computed in the
+    background."""
 
-    def __call__(self, utterance: npt.NDArray[np.float32]) -> float: ...
+    def ask(self, utterance: npt.NDArray[np.float32]) -> Future[float]: ...
 
 
 PIPECAT = "pipecat-ai==1.14.0"
@@ -194,6 +202,11 @@ class SmartTurn:
         module = importlib.util.module_from_spec(spec)
         spec.loader.exec_module(module)
         self._features = module.compute_whisper_log_mel_features
+        self._executor = ThreadPoolExecutor(1, thread_name_prefix="smart-turn")
+
+    def ask(self, utterance: npt.NDArray[np.float32]) -> Future[float]:
+        """`self(utterance)` on the model's own thread (questions of all sessions queue there)."""
+        return self._executor.submit(self, utterance)
 
     @staticmethod
     @functools.cache
@@ -256,6 +269,8 @@ class VoiceActivityDetector:
         self.turn_probabilities: list[float] = []
         """The turn model's answers for the speech in progress (for traces and benchmarks)."""
         self._frame_ms = 1000.0 * scorer.frame_samples / SAMPLE_RATE_HZ
+        self._question: Future[float] | None = None
+        """The turn model's answer for the pause in progress, while it is being computed."""
         self.reset()
 
     def reset(self) -> None:
@@ -268,6 +283,7 @@ class VoiceActivityDetector:
         self._run_start_ms: float | None = None  # first frame of the current run of speech frames
         self._last_speech_end_ms = 0.0
         self._speech_audio: list[npt.NDArray[np.float32]] = []
+        self._drop_question()
         self._asked = False
 
     @property
@@ -334,19 +350,29 @@ class VoiceActivityDetector:
         self._in_speech = False
         self._run_start_ms = None
         self._speech_audio = []
+        self._drop_question()
         self._asked = False
 
+    def _drop_question(self) -> None:
+        question, self._question = self._question, None
+        if question is not None:
+            question.cancel()
+
     def _ask_turn_model(self, now_ms: float) -> SpeechStopped | None:
-        """At the first frame of a pause of `SEMANTIC_PAUSE_MS`, ask the turn model whether it is over."""
-        if (
-            not self.semantic
-            or self._asked
-            or now_ms - self._last_speech_end_ms + _CLOCK_SLACK_MS < (SEMANTIC_PAUSE_MS)
-        ):
+        """At the first frame of a `SEMANTIC_ASK_MS` pause, ask the turn model whether the turn is over;
+        at the first frame of a `SEMANTIC_PAUSE_MS` pause, stop if it said so. Re-raises a failed answer."""
+        if not self.semantic:
             return None
         assert self.turn_model is not None and self.params.semantic_threshold is not None
-        self._asked = True
-        probability = self.turn_model(np.concatenate(self._speech_audio))
+        paused_ms = now_ms - self._last_speech_end_ms + _CLOCK_SLACK_MS
+        if not self._asked and paused_ms >= SEMANTIC_ASK_MS:
+            self._asked = True
+            self._question = self.turn_model.ask(np.concatenate(self._speech_audio))
+        question = self._question
+        if question is None or paused_ms < SEMANTIC_PAUSE_MS:
+            return None
+        self._question = None
+        probability = question.result()  # in by now in real time; faster input waits for it here
         self.turn_probabilities.append(probability)
         if probability < self.params.semantic_threshold:
             return None
@@ -372,6 +398,7 @@ class VoiceActivityDetector:
             return SpeechStarted(audio_start_ms=audio_start, speech_start_ms=self._run_start_ms)
         if probability >= p.silence_threshold:
             self._last_speech_end_ms = end_ms
+            self._drop_question()
             self._asked = False
             return None
         if end_ms - self._last_speech_end_ms + _CLOCK_SLACK_MS < p.silence_duration_ms:

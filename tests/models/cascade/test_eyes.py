@@ -1,7 +1,8 @@
-"""The optional eyes: text read from changed video frames, told to the responder."""
+"""The optional eyes: text read from changed video frames, told to the responder and spoken up."""
 
 from __future__ import annotations
 
+import asyncio
 import dataclasses
 import io
 import time
@@ -9,9 +10,10 @@ from collections.abc import AsyncIterator, Sequence
 
 import pytest
 
+from duplexkit.engine import Speak
 from duplexkit.models.base import SamplingParams
 from duplexkit.models.cascade.asr import DecoderPool
-from duplexkit.models.cascade.drive import units
+from duplexkit.models.cascade.drive import silence, units
 from duplexkit.models.cascade.eyes import Eyes, Sight
 from duplexkit.models.cascade.plugin import CascadeModel
 from duplexkit.models.cascade.responders import EchoResponder, Message
@@ -85,6 +87,26 @@ async def test_a_session_that_asks_for_eyes_tells_the_responder_what_the_camera_
     await stepper.run(stepped[1:])
     assert responder.instructions_seen
     assert responder.instructions_seen[-1] == 'The camera shows this text: "PLATFORM 9".'
+
+
+async def test_the_model_speaks_up_when_the_text_it_sees_changes_while_nobody_speaks(
+    eyes: Eyes, piper: PiperSynthesizer, vad_available: None
+) -> None:
+    model = CascadeModel(synthesizer=piper, responder=EchoResponder(), pool=DecoderPool(prewarm=0), eyes=eyes)
+    session = model.new_session()
+    session.configure(model.default_sampling, {"eyes": True})
+    quiet = list(units(silence(6000.0), 100))
+    quiet[0] = dataclasses.replace(quiet[0], frames=(frame("GATE B7"),))
+    stepper = Stepper(session)
+    said: list[str] = []
+    for unit in quiet:
+        for _, decision in await stepper.run([unit]):
+            if isinstance(decision, Speak):
+                said.append(decision.text)
+        if not said:
+            await asyncio.sleep(0.05)  # the read runs on the eyes' thread, in real time
+    assert "".join(said) == "I can see: GATE B7."
+    assert not session.history  # nobody asked: nothing for the conversation to answer
 
 
 def test_a_cascade_without_eyes_refuses_a_session_asking_for_them(piper: PiperSynthesizer) -> None:

@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 from collections.abc import Sequence
+from concurrent.futures import Future
 
 import numpy as np
 import numpy.typing as npt
@@ -10,6 +11,7 @@ import pytest
 
 from duplexkit.models.cascade.drive import silence
 from duplexkit.vad import (
+    SEMANTIC_ASK_MS,
     SEMANTIC_PAUSE_MS,
     OnnxSileroScorer,
     SileroScorer,
@@ -131,9 +133,22 @@ class ScriptedTurnModel:
         self.answers = list(answers)
         self.shown: list[int] = []
 
-    def __call__(self, utterance: npt.NDArray[np.float32]) -> float:
+    def ask(self, utterance: npt.NDArray[np.float32]) -> Future[float]:
         self.shown.append(len(utterance))
-        return self.answers.pop(0)
+        answer: Future[float] = Future()
+        answer.set_result(self.answers.pop(0))
+        return answer
+
+
+class SlowTurnModel:
+    """Answers only when the test says so."""
+
+    def __init__(self) -> None:
+        self.questions: list[Future[float]] = []
+
+    def ask(self, utterance: npt.NDArray[np.float32]) -> Future[float]:
+        self.questions.append(Future())
+        return self.questions[-1]
 
 
 SEMANTIC = VadParams(silence_duration_ms=1500.0, semantic_threshold=0.5)
@@ -149,7 +164,8 @@ def test_a_finished_turn_ends_at_the_semantic_pause_instead_of_the_silence_windo
     events = run_semantic([0.9] * 30 + [0.0] * 60, turn)
     pause_frames = int(np.ceil(SEMANTIC_PAUSE_MS / 32))
     assert events[1] == SpeechStopped(audio_end_ms=(30 + pause_frames) * 32, speech_end_ms=30 * 32)
-    assert turn.shown == [(30 + pause_frames) * FRAME]  # the utterance from its first speech frame to now
+    ask_frames = int(np.ceil((SEMANTIC_ASK_MS - 1) / 32))
+    assert turn.shown == [(30 + ask_frames) * FRAME]  # the utterance from its first speech frame to then
 
 
 def test_an_unfinished_turn_waits_for_the_longer_silence_window_and_is_asked_once_per_pause() -> None:
@@ -159,6 +175,29 @@ def test_an_unfinished_turn_waits_for_the_longer_silence_window_and_is_asked_onc
     assert len(turn.answers) == 0  # asked at each of the two pauses, once
     assert events[1] == SpeechStopped(audio_end_ms=60 * 32 + 1504, speech_end_ms=60 * 32)
     assert len(events) == 2  # the first pause did not end the turn
+
+
+def test_the_question_is_asked_early_and_its_answer_taken_at_the_pause() -> None:
+    turn = SlowTurnModel()
+    vad = VoiceActivityDetector(ScriptedScorer([0.9] * 30 + [0.0] * 60), SEMANTIC, turn)
+    ask_frames = int(np.ceil((SEMANTIC_ASK_MS - 1) / 32))
+    events = vad.feed(np.zeros((30 + ask_frames) * FRAME, dtype=np.float32), 0.0)
+    assert len(events) == 1 and len(turn.questions) == 1  # asked in the background: the feed went on
+    turn.questions[0].set_result(0.9)  # in long before the pause reaches SEMANTIC_PAUSE_MS
+    events = vad.feed(np.zeros(20 * FRAME, dtype=np.float32), (30 + ask_frames) * 32.0)
+    pause_frames = int(np.ceil(SEMANTIC_PAUSE_MS / 32))
+    assert events == [SpeechStopped(audio_end_ms=(30 + pause_frames) * 32, speech_end_ms=30 * 32)]
+
+
+def test_speech_resuming_drops_the_unanswered_question() -> None:
+    turn = SlowTurnModel()
+    vad = VoiceActivityDetector(
+        ScriptedScorer([0.9] * 30 + [0.0] * 5 + [0.9] * 10 + [0.0] * 5), SEMANTIC, turn
+    )
+    vad.feed(np.zeros(40 * FRAME, dtype=np.float32), 0.0)  # asked during the first pause, speech resumed
+    assert len(turn.questions) == 1 and turn.questions[0].cancelled()
+    vad.feed(np.zeros(10 * FRAME, dtype=np.float32), 40 * 32.0)
+    assert len(turn.questions) == 2  # the next pause asks again
 
 
 def test_without_a_threshold_the_turn_model_is_never_asked() -> None:

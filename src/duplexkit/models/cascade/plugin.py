@@ -11,6 +11,7 @@ ASR while the user speaks), judges turn-taking, and decides:
   in real time while its reply is made. The reply is also prepared as soon as the user pauses
   (`preempt_ms`) and the pause's transcript is known, and adopted if the turn then ends with the same
   transcript;
+- with eyes (a session's `eyes`), `Speak` up when the text the camera shows changes while nobody speaks;
 - `Interrupt` when the user talks over the reply for `min_barge_in_ms`: the reply is cut, the
   conversation keeps what was played, and the speech becomes the next user turn. Shorter overlapping
   speech (a backchannel) is ignored.
@@ -74,6 +75,8 @@ from duplexkit.vad import (
 )
 
 _T = TypeVar("_T")
+FIRST_AUDIO_WAIT = 0.8
+"""Share of a unit's period a step may wait for its reply's first audio (see `_first_audio`)."""
 
 
 @dataclass(frozen=True, slots=True)
@@ -257,8 +260,7 @@ class CascadeSession(ModelSession):
             else await loop.run_in_executor(self._model.listen_pool, self._hear, unit)
         )
         hear_ms = 1000.0 * (time.monotonic() - began)
-        if self.sight is not None and not unit.continuation:
-            self.sight.look(unit.frames)
+        saw = self.sight is not None and not unit.continuation and self.sight.look(unit.frames)
         self._advance_playback(unit.duration_ms)
         outcome = TurnOutcome()
         if heard is not None:
@@ -273,22 +275,40 @@ class CascadeSession(ModelSession):
             yield Interrupt()
             return
         turn, self._pending_turn = outcome.turn or self._pending_turn, None
+        opens = turn is not None
         if turn is not None:
             self._start_reply(turn, hear_ms)
+        elif saw and self._reply is None and heard is not None and heard.speech_start_ms is None:
+            opens = self._speak_up()
         reply = self._reply
         if reply is not None and not reply.emitted:
             try:
                 segment = reply.release()
+                if segment is None and reply.released_ms == 0:
+                    segment = await self._first_audio(reply, began)
             except Exception:
                 self._drop_reply()
                 raise
             if segment is not None:
                 yield segment
-            elif turn is not None:  # the answer starts at this unit, its audio follows
+            elif opens:  # the answer starts at this unit, its audio follows
                 yield Speak()
             return  # else the reply is starved: nothing to send for this unit
         speaking = heard is not None and heard.speech_start_ms is not None
         yield Listen("model_listen" if speaking else "silence_or_noise")
+
+    async def _first_audio(self, reply: Reply, began: float) -> Speak | None:
+        """The reply's first segment if its audio is ready within `FIRST_AUDIO_WAIT` of this unit's period
+        (counted from the step's start): audio that would otherwise wait for the next unit leaves now,
+        and the step still ends in time for the next unit."""
+        budget = began + FIRST_AUDIO_WAIT * self._model.config.chunk_period_ms / 1000.0 - time.monotonic()
+        if budget <= 0:
+            return None
+        try:
+            await asyncio.wait_for(reply.wait_for_audio(), budget)
+        except TimeoutError:
+            return None
+        return reply.release()
 
     async def reply_produced(self) -> None:
         """Wait until the reply in progress and the one prepared during a pause, if any, are fully
@@ -434,6 +454,16 @@ class CascadeSession(ModelSession):
         self._reply = reply
         self._heard_by_ledger = None
         self.last_turn = TurnTrace(turn, reply.timing, adopted, hear_ms, time.monotonic())
+
+    def _speak_up(self) -> bool:
+        """The camera shows new text while nobody speaks: say what it reads (in every responder's words
+        alike, so a sign read aloud never depends on an LLM). `False` when it shows no text any more."""
+        assert self.sight is not None
+        if not self.sight.text:
+            return False
+        self._drop_prepared()
+        self._reply = self._new_reply(_say(f"I can see: {self.sight.text.rstrip('.')}."))
+        return True
 
     def _user_said(self, turn: SpeechEnded, text: str) -> None:
         """An answered turn's words join the history once, when first known (backchannels never do)."""

@@ -10,7 +10,7 @@ FIRST_PIECE_WORDS = 4
 """The first piece of a reply ends after this many words at most (or at its first comma)."""
 _BOUNDARY = re.compile(r"[.!?;:]+[\"')\]]*\s+")
 _CLAUSE = re.compile(r",\s+")
-_FIRST_WORDS = re.compile(r"\s*(?:\S+\s+){%d}" % FIRST_PIECE_WORDS)
+_FIRST_WORDS = re.compile(rf"\s*(?:\S+\s+){{{FIRST_PIECE_WORDS}}}")
 
 
 class PhraseSplitter:
