@@ -15,11 +15,12 @@ from starlette.testclient import TestClient
 
 from duplexkit.models import load_model
 from duplexkit.server import DuplexServer, ServerConfig
+from duplexkit.server.asgi import asgi_app
 from duplexkit.server.playground import playground_url
 
 
 def _client(api_keys: frozenset[str] = frozenset()) -> TestClient:
-    return TestClient(DuplexServer(load_model("scripted", {}), ServerConfig(api_keys=api_keys)).app)
+    return TestClient(asgi_app(DuplexServer(load_model("scripted", {}), ServerConfig(api_keys=api_keys))))
 
 
 def _sha256(text: str) -> str:

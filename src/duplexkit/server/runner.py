@@ -21,11 +21,9 @@ import json
 import logging
 import secrets
 import time
-from collections.abc import Callable, MutableMapping
+from collections.abc import Callable
 from dataclasses import dataclass, field
-from typing import Any, Protocol
-
-from starlette.websockets import WebSocketDisconnect
+from typing import Protocol
 
 from duplexkit import vad
 from duplexkit.engine import EngineSession, Step, Unit
@@ -37,6 +35,7 @@ from duplexkit.protocol.dialects import Dialect, follow_ups, render
 from duplexkit.protocol.errors import ErrorCode, ProtocolError
 from duplexkit.protocol.wire import MAX_EVENT_BYTES, ServerEventStamper, parse_client_event
 from duplexkit.server.batching import BatchScheduler
+from duplexkit.server.edge import SocketClosed
 from duplexkit.server.metrics import ServerMetrics
 from duplexkit.server.ticker import SessionTicker
 
@@ -44,10 +43,11 @@ log = logging.getLogger("duplexkit.server")
 
 
 class SessionSocket(Protocol):
-    """What the runner needs of its connection: a Starlette `WebSocket`, or a protocol edge standing in
-    front of one (`server.moshi.MoshiSocket`)."""
+    """What the runner needs of its connection: an edge's `Connection`, or a protocol edge standing in
+    front of one (`server.moshi.MoshiSocket`). `receive` returns `None` once the peer is gone; a send to a
+    peer that is gone raises `SocketClosed`."""
 
-    async def receive(self) -> Any: ...
+    async def receive(self) -> str | bytes | None: ...
 
     async def send_text(self, data: str) -> None: ...
 
@@ -66,14 +66,11 @@ class RunnerLimits:
     """The longest a model may take to yield its next decision for a unit before the step is abandoned."""
 
 
-Message = MutableMapping[str, Any]
-
-
 @dataclass(frozen=True, slots=True)
 class FirstMessage:
     """A connection's first message, read before admission (`None`: none came within the config timeout)."""
 
-    message: Message | None
+    message: str | bytes | None
 
 
 @dataclass(eq=False)
@@ -341,32 +338,32 @@ class SessionRunner:
         ws = attachment.ws
         awaiting_first = attachment.generation == 1  # a resumed attachment's first message was the resume
         try:
-            while not self._done.is_set():
-                message: Message
-                if first is not None:
-                    given, first, awaiting_first = first.message, None, False
-                    if given is None:
-                        self._config_timed_out()
-                        return
-                    message = given
-                elif awaiting_first:
-                    try:
-                        message = await asyncio.wait_for(ws.receive(), self.limits.config_timeout_s)
-                    except TimeoutError:
-                        self._config_timed_out()
-                        return
-                    awaiting_first = False
-                else:
-                    message = await ws.receive()
-                if message["type"] == "websocket.disconnect":
+            if first is not None:
+                awaiting_first = False
+                if first.message is None:
+                    self._config_timed_out()
+                    return
+                self.client_events_received += 1
+                self._handle_frame(first.message)
+            if awaiting_first and not self._done.is_set():
+                try:
+                    message = await asyncio.wait_for(ws.receive(), self.limits.config_timeout_s)
+                except TimeoutError:
+                    self._config_timed_out()
+                    return
+                if message is None:
                     self._lost(attachment)
                     return
-                data = message.get("text") if message.get("text") is not None else message.get("bytes")
-                if data is None:
-                    continue
                 self.client_events_received += 1
-                self._handle_frame(data)
-        except (WebSocketDisconnect, RuntimeError, OSError):
+                self._handle_frame(message)
+            while not self._done.is_set():
+                message = await ws.receive()
+                if message is None:
+                    self._lost(attachment)
+                    return
+                self.client_events_received += 1
+                self._handle_frame(message)
+        except (SocketClosed, RuntimeError, OSError):
             self._lost(attachment)
 
     def _config_timed_out(self) -> None:
