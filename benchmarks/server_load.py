@@ -9,13 +9,20 @@ apart from the load generator's:
   part of our job and nothing else. Like duplexkit under uvicorn, it runs on uvloop when installed.
 - `echo`: a bare `websockets` server sending every frame back (five times the protocol's outbound bytes),
   compression off; the floor this benchmark used to quote.
-- `duplexkit`: compression off on both sides (what `DuplexClient` and `--no-ws-compression` do), and
-  `duplexkit+deflate`: permessage-deflate negotiated by both sides (`--ws-compression`, a default client).
+- `duplexkit`: `duplexkit serve` on its default edge (the native `websockets` server), compression off on
+  both sides (what `DuplexClient` and the server's default do);
+- `duplexkit-asgi`: the same on the ASGI edge (`--edge asgi`: Starlette under uvicorn), the edge every
+  server ran before the native one: the "before" of the edge work;
+- `duplexkit+deflate`: the default edge with permessage-deflate negotiated by both sides
+  (`--ws-compression`, a client offering it).
 
 Latency of a unit is (append that closes the unit sent → its answer received: `response.listen` or the
 floor's event); for the echo, (append sent → its echo received). Clock: the load generator's monotonic.
 
-    .venv/bin/python benchmarks/server_load.py --sessions 1000 --seconds 20
+    .venv/bin/python benchmarks/server_load.py --sessions 1000 --seconds 10
+
+It prints /proc/loadavg before each server's turn: the machine may be shared, and a server that does not
+get the CPU it asks for falls behind realtime (its p99 says so).
 """
 
 from __future__ import annotations
@@ -28,6 +35,7 @@ import statistics
 import sys
 import time
 from dataclasses import dataclass, field
+from pathlib import Path
 
 import numpy as np
 import websockets
@@ -169,8 +177,9 @@ async def main() -> None:
 
     parser.add_argument(
         "--servers",
-        default="floor,echo,duplexkit,duplexkit+deflate",
-        help="which servers to run, in order (default: %(default)s)",
+        default="floor,duplexkit,duplexkit-asgi",
+        help="which servers to run, in order, of floor, echo, duplexkit, duplexkit-asgi, duplexkit+deflate "
+        "(default: %(default)s)",
     )
     args = parser.parse_args()
 
@@ -180,12 +189,15 @@ async def main() -> None:
         if name in ("floor", "echo"):
             argv = [sys.executable, "-c", BARE_SERVER, str(port), name, str(UNIT_MS // APPEND_MS)]
             url = f"ws://127.0.0.1:{port}"
-        elif name in ("duplexkit", "duplexkit+deflate"):
+        elif name in ("duplexkit", "duplexkit-asgi", "duplexkit+deflate"):
             compression = "--ws-compression" if name.endswith("+deflate") else "--no-ws-compression"
-            argv = [*duplexkit_serve(port, args.sessions), compression]
+            edge = "asgi" if name.endswith("-asgi") else "websockets"
+            argv = [*duplexkit_serve(port, args.sessions), compression, "--edge", edge]
             url = f"ws://127.0.0.1:{port}/v1/realtime"
         else:
             parser.error(f"unknown server {name!r}")
+        load = Path("/proc/loadavg").read_text().split()[:3]  # noqa: ASYNC240  # a tiny procfs read
+        print(f"{name}: load average before its turn {' '.join(load)}", flush=True)
         results[name] = await _run(name, argv, url, port, args.sessions, args.seconds)
         r = results[name]
         print(

@@ -29,6 +29,7 @@ from duplexkit.cli import main
 from duplexkit.client import DuplexClient, SessionBounds
 from duplexkit.models import load_model
 from duplexkit.server import EmbeddedServer, ServerConfig
+from duplexkit.server.websockets import WebSocketsEdge
 from tests.bench.conftest import clip_sample
 
 FAST = {"first_output_ms": "30", "token_ms": "2", "ms_per_char": "10"}
@@ -133,14 +134,12 @@ async def servers(*max_sessions: int, **scripted: str) -> AsyncIterator[list[Emb
 
 def kill(server: EmbeddedServer) -> None:
     """Die like a killed process: stop listening and reset every connection, with no goodbye."""
-    uv = server._server
-    assert uv is not None
-    for listener in uv.servers:
-        listener.close()
-    for connection in list(uv.server_state.connections):
-        connection.transport.abort()  # type: ignore[union-attr]
-    uv.should_exit = True
-    uv.force_exit = True
+    edge = server._running
+    assert isinstance(edge, WebSocketsEdge)  # the default edge
+    ws_server = edge._server
+    ws_server.server.close()
+    for connection in list(ws_server.connections):
+        connection.transport.abort()
 
 
 def pool_config(url: str, *, pace: str = "as-fast-as-possible", concurrency: int = 4) -> RunConfig:

@@ -13,7 +13,8 @@ import pytest
 import websockets
 
 from duplexkit.models import ModelPlugin, load_model
-from duplexkit.server import EmbeddedServer, RunnerLimits, ServerConfig
+from duplexkit.server import EDGES, EmbeddedServer, RunnerLimits, ServerConfig
+from duplexkit.server.serve import Edge
 
 RATE = 16_000
 
@@ -71,6 +72,14 @@ async def spoken_turn(client: RawClient, seconds: float = 1.5) -> dict[str, Any]
 @pytest.fixture
 def plugin() -> ModelPlugin:
     return load_model("scripted", {"first_output_ms": "50", "token_ms": "5"})
+
+
+@pytest.fixture(params=EDGES)
+def edge(request: pytest.FixtureRequest) -> Edge:
+    """Each I/O edge in turn, for the few tests that hold both to the same behaviour (the rest run on the
+    default edge)."""
+    edge: Edge = request.param
+    return edge
 
 
 @pytest.fixture

@@ -149,14 +149,14 @@ async def test_moshi_sessions_share_admission_with_realtime(plugin: ModelPlugin)
 
 
 class _FakeWebSocket:
-    """Just enough of Starlette's WebSocket for `MoshiSocket`: queued binary input, recorded output."""
+    """Just enough of an edge's `Connection` for `MoshiSocket`: queued binary input, recorded output."""
 
     def __init__(self, frames: list[bytes]) -> None:
-        self.incoming = [{"type": "websocket.receive", "bytes": f} for f in frames]
+        self.incoming = list(frames)
         self.sent: list[bytes] = []
 
-    async def receive(self) -> dict[str, object]:
-        return self.incoming.pop(0) if self.incoming else {"type": "websocket.disconnect"}
+    async def receive(self) -> bytes | None:
+        return self.incoming.pop(0) if self.incoming else None
 
     async def send_bytes(self, data: bytes) -> None:
         self.sent.append(data)
@@ -168,13 +168,13 @@ async def test_a_cancelled_reply_stops_at_once_and_the_stream_goes_on_in_silence
     ws = _FakeWebSocket(frames)
     socket = MoshiSocket(ws, session_from_query({}))  # type: ignore[arg-type]
     update = await socket.receive()
-    assert json.loads(update["text"])["type"] == "session.update"
+    assert update is not None and json.loads(update)["type"] == "session.update"
     await socket.send_text(json.dumps({"type": "session.created", "session": {}}))
     reply = encode_base64_audio(_clip(2.0, 0.0), "pcm16")  # 2 s of reply tone
     await socket.send_text(json.dumps({"type": "response.output_audio.delta", "delta": reply}))
     await socket.send_text(json.dumps({"type": "response.output_audio_transcript.delta", "delta": "Hi"}))
     for _ in range(3):  # three input frames: three reply frames, the text piece before the first
-        assert json.loads((await socket.receive())["text"])["type"] == "input_audio_buffer.append"
+        assert json.loads(await socket.receive() or "")["type"] == "input_audio_buffer.append"
     done = {"type": "response.done", "response": {"id": "r", "status": "cancelled"}}
     await socket.send_text(json.dumps(done))
     for _ in range(3):

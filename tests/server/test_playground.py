@@ -14,12 +14,14 @@ import httpx
 from starlette.testclient import TestClient
 
 from duplexkit.models import load_model
-from duplexkit.server import DuplexServer, ServerConfig
+from duplexkit.server import DuplexServer, EmbeddedServer, ServerConfig
+from duplexkit.server.asgi import asgi_app
 from duplexkit.server.playground import playground_url
+from duplexkit.server.serve import Edge
 
 
 def _client(api_keys: frozenset[str] = frozenset()) -> TestClient:
-    return TestClient(DuplexServer(load_model("scripted", {}), ServerConfig(api_keys=api_keys)).app)
+    return TestClient(asgi_app(DuplexServer(load_model("scripted", {}), ServerConfig(api_keys=api_keys))))
 
 
 def _sha256(text: str) -> str:
@@ -54,6 +56,20 @@ def test_a_server_with_api_keys_serves_a_page_that_asks_for_one_without_revealin
     assert 'data-auth="required"' in page and "s3cret" not in page
 
 
+async def test_every_edge_serves_the_same_pages_over_a_real_socket_and_404s_unknown_paths(edge: Edge) -> None:
+    expected = _client()
+    async with (
+        EmbeddedServer(load_model("scripted", {}), edge=edge) as server,
+        httpx.AsyncClient(base_url=server.http_url) as http,
+    ):
+        for path in ("/", "/playground", "/playground/worklet.js"):
+            got, want = await http.get(path), expected.get(path)
+            assert got.status_code == 200 and got.content == want.content, path
+            for header in ("content-type", "content-security-policy", "x-content-type-options"):
+                assert got.headers[header] == want.headers[header], (path, header)
+        assert (await http.get("/no-such-page")).status_code == 404
+
+
 def test_a_wildcard_bind_is_opened_on_loopback() -> None:
     assert playground_url("0.0.0.0", 8000) == "http://127.0.0.1:8000/"
     assert playground_url("::", 8000) == "http://[::1]:8000/"
@@ -61,12 +77,13 @@ def test_a_wildcard_bind_is_opened_on_loopback() -> None:
 
 
 async def test_duplexkit_serve_prints_the_playground_url_and_serves_the_page_there() -> None:
+    """On the ASGI edge (`--edge asgi`): the SIGTERM test in test_interop_and_lifecycle runs the default."""
     with socket.socket() as sock:
         sock.bind(("127.0.0.1", 0))
         port = int(sock.getsockname()[1])
     proc = await asyncio.create_subprocess_exec(
         *(sys.executable, "-m", "duplexkit", "serve", "--model", "scripted", "--port", str(port)),
-        *("--log-level", "warning"),
+        *("--log-level", "warning", "--edge", "asgi"),
         stdout=asyncio.subprocess.PIPE,
     )
     try:

@@ -1,4 +1,5 @@
-"""The server over a real socket: uvicorn on an ephemeral port, driven by a raw `websockets` client."""
+"""The server over a real socket on an ephemeral port (the default edge; a few tests on each edge), driven
+by a raw `websockets` client."""
 
 from __future__ import annotations
 
@@ -17,6 +18,7 @@ from duplexkit.engine.journal import ResumeConfig
 from duplexkit.models import ModelPlugin, load_model
 from duplexkit.models.scripted import ScriptedModel, ScriptedParams, ScriptedSession
 from duplexkit.server import EmbeddedServer, ServerConfig
+from duplexkit.server.serve import Edge
 from tests.server.conftest import append, connect, small_limits, spoken_turn, tone_pcm16
 
 RESPONSE_ORDER = [
@@ -139,8 +141,8 @@ async def test_an_oversized_frame_is_refused_with_event_too_large() -> None:
         await client.until("session.heartbeat_ack")
 
 
-async def test_capacity_refusal_is_retryable_and_a_slot_frees_after_close() -> None:
-    async with EmbeddedServer(load_model("scripted", {}), ServerConfig(max_sessions=1)) as server:
+async def test_capacity_refusal_is_retryable_and_a_slot_frees_after_close(edge: Edge) -> None:
+    async with EmbeddedServer(load_model("scripted", {}), ServerConfig(max_sessions=1), edge=edge) as server:
         first = await connect(server.url)
         await first.until("session.created")
         second = await connect(server.url)
@@ -205,9 +207,9 @@ async def test_a_refused_session_update_leaves_the_model_settings_as_they_were(
     assert transcript == "This is a scripted reply."
 
 
-async def test_api_keys_are_checked_before_admission() -> None:
+async def test_api_keys_are_checked_before_admission(edge: Edge) -> None:
     config = ServerConfig(api_keys=frozenset({"sekret"}))
-    async with EmbeddedServer(load_model("scripted", {}), config) as server:
+    async with EmbeddedServer(load_model("scripted", {}), config, edge=edge) as server:
         with pytest.raises(websockets.InvalidStatus) as refused:
             await connect(server.url)
         assert refused.value.response.status_code == 403
@@ -250,11 +252,11 @@ async def test_an_abrupt_disconnect_mid_response_leaves_the_server_and_other_ses
         assert asyncio.get_running_loop().time() - lost_at >= grace_s
 
 
-async def test_a_client_that_stops_reading_is_dropped_instead_of_buffered_without_bound() -> None:
+async def test_a_client_that_stops_reading_is_dropped_instead_of_buffered_without_bound(edge: Edge) -> None:
     script = json.dumps([{"speak": "x" * 17}] * 500)  # every unit answers with a second of audio (~64 KB)
     plugin = load_model("scripted", {"first_output_ms": "0", "token_ms": "0", "script": script})
     config = ServerConfig(limits=small_limits(max_outbound_bytes=256_000))
-    async with EmbeddedServer(plugin, config) as server:
+    async with EmbeddedServer(plugin, config, edge=edge) as server:
         # A reader that never reads: websockets stops draining the socket once its small queue is full, and
         # a small fixed receive buffer keeps the kernel from absorbing megabytes on the server's behalf.
         sock = socket.socket()
@@ -338,20 +340,23 @@ async def test_fifty_concurrent_sessions_have_correct_isolated_metrics(server: E
     assert all(r[2] == f"Reply number {i}." for i, r in enumerate(results))
 
 
-async def test_http_endpoints_report_health_models_and_prometheus_metrics(server: EmbeddedServer) -> None:
-    client = await connect(server.url)
-    await client.until("session.created")
-    await spoken_turn(client)
-    async with httpx.AsyncClient(base_url=server.http_url) as http:
-        health = (await http.get("/healthz")).json()
-        assert health["status"] == "ok" and health["sessions"] == 1 and health["model"] == "scripted"
-        models = (await http.get("/v1/models")).json()
-        assert models["data"][0]["id"] == "scripted"
-        metrics = (await http.get("/metrics")).text
-    assert "duplexkit_sessions_active 1.0" in metrics
-    assert "duplexkit_sessions_admitted_total 1.0" in metrics
-    assert "duplexkit_response_ttfp_seconds_count 1.0" in metrics
-    assert "duplexkit_unit_step_seconds_count" in metrics
+async def test_http_endpoints_report_health_models_and_prometheus_metrics(
+    plugin: ModelPlugin, edge: Edge
+) -> None:
+    async with EmbeddedServer(plugin, edge=edge) as server:
+        client = await connect(server.url)
+        await client.until("session.created")
+        await spoken_turn(client)
+        async with httpx.AsyncClient(base_url=server.http_url) as http:
+            health = (await http.get("/healthz")).json()
+            assert health["status"] == "ok" and health["sessions"] == 1 and health["model"] == "scripted"
+            models = (await http.get("/v1/models")).json()
+            assert models["data"][0]["id"] == "scripted"
+            metrics = (await http.get("/metrics")).text
+        assert "duplexkit_sessions_active 1.0" in metrics
+        assert "duplexkit_sessions_admitted_total 1.0" in metrics
+        assert "duplexkit_response_ttfp_seconds_count 1.0" in metrics
+        assert "duplexkit_unit_step_seconds_count" in metrics
 
 
 async def test_the_alias_path_v1_duplex_serves_the_same_protocol(server: EmbeddedServer) -> None:
@@ -444,9 +449,11 @@ async def test_a_session_idle_past_its_idle_timeout_is_closed() -> None:
 
 
 @pytest.mark.parametrize("enabled", [False, True])
-async def test_permessage_deflate_is_negotiated_only_when_the_server_is_told_to(enabled: bool) -> None:
+async def test_permessage_deflate_is_negotiated_only_when_the_server_is_told_to(
+    enabled: bool, edge: Edge
+) -> None:
     plugin = load_model("scripted", {})
-    async with EmbeddedServer(plugin, ServerConfig(ws_compression=enabled)) as server:
+    async with EmbeddedServer(plugin, ServerConfig(ws_compression=enabled), edge=edge) as server:
         ws = await websockets.connect(server.url, compression="deflate")  # a client offering it
         extensions = ws.response.headers.get("Sec-WebSocket-Extensions") or ""
         assert ("permessage-deflate" in extensions) is enabled

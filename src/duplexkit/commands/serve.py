@@ -40,6 +40,14 @@ def register(commands: argparse._SubParsersAction[argparse.ArgumentParser]) -> N
         "base64 audio it costs more server CPU than it saves bytes (default: off)",
     )
     parser.add_argument(
+        "--edge",
+        choices=["websockets", "asgi"],
+        default="websockets",
+        help="the I/O edge: the native websockets server, or the Starlette ASGI app under uvicorn (the "
+        "app Ray Serve and embedding use; costs more CPU per frame, docs/performance.md) "
+        "(default: %(default)s)",
+    )
+    parser.add_argument(
         "--disconnect-grace",
         type=float,
         default=30.0,
@@ -100,7 +108,8 @@ def run(args: argparse.Namespace) -> int:
         ws_compression=args.ws_compression,
     )
     print(f"duplexkit serve: playground at {playground_url(args.host, args.port)}", flush=True)
-    run_server(DuplexServer(plugin, config), host=args.host, port=args.port, log_level=args.log_level)
+    duplex = DuplexServer(plugin, config)
+    run_server(duplex, host=args.host, port=args.port, log_level=args.log_level, edge=args.edge)
     return 0
 
 

@@ -1,7 +1,7 @@
-"""The duplex server: ASGI app, session manager and per-session runners around the engine."""
+"""The duplex server: the framework-neutral core, its I/O edges, the session manager and the runners."""
 
-from duplexkit.server.app import DuplexServer, ServerConfig
 from duplexkit.server.runner import RunnerLimits
-from duplexkit.server.serve import EmbeddedServer, run_server
+from duplexkit.server.serve import EDGES, EmbeddedServer, run_server
+from duplexkit.server.service import DuplexServer, ServerConfig
 
-__all__ = ["DuplexServer", "EmbeddedServer", "RunnerLimits", "ServerConfig", "run_server"]
+__all__ = ["EDGES", "DuplexServer", "EmbeddedServer", "RunnerLimits", "ServerConfig", "run_server"]

@@ -1,6 +1,6 @@
 """`/api/chat`: the Moshi protocol in front of any duplexkit model.
 
-`MoshiSocket` stands between the Starlette WebSocket and an unchanged `SessionRunner`: the runner reads
+`MoshiSocket` stands between the edge's `Connection` and an unchanged `SessionRunner`: the runner reads
 canonical JSON events and writes canonical JSON events, and this edge translates both ways.
 
 * In: Ogg-Opus audio (kind 1) becomes `input_audio_buffer.append` at 24 kHz on the input's media clock;
@@ -23,15 +23,14 @@ import asyncio
 import json
 import logging
 from collections import deque
-from collections.abc import Mapping
 from typing import Any
 
 import numpy as np
-from starlette.websockets import WebSocket
 
 from duplexkit.protocol import moshi
 from duplexkit.protocol.audio import decode_base64_audio, encode_base64_audio, resample
 from duplexkit.protocol.units import samples_to_ms
+from duplexkit.server.edge import Connection
 
 log = logging.getLogger("duplexkit.server")
 
@@ -39,7 +38,7 @@ log = logging.getLogger("duplexkit.server")
 class MoshiSocket:
     """The WebSocket as the runner sees it (`receive`, `send_text`, `close`), speaking Moshi on the wire."""
 
-    def __init__(self, websocket: WebSocket, session: dict[str, Any]) -> None:
+    def __init__(self, websocket: Connection, session: dict[str, Any]) -> None:
         self.ws = websocket
         self._first: str | None = json.dumps({"type": "session.update", "session": session})
         self._decoder = moshi.OpusDecoder()
@@ -51,22 +50,21 @@ class MoshiSocket:
         self._reply: deque[tuple[np.ndarray[Any, np.dtype[np.float32]], str]] = deque()
         self._reply_offset = 0
 
-    async def receive(self) -> Mapping[str, Any]:
-        """The next canonical event for the runner, as an ASGI receive message."""
+    async def receive(self) -> str | None:
+        """The next canonical event for the runner, as JSON text (`None`: the client is gone)."""
         if self._first is not None:
             text, self._first = self._first, None
-            return {"type": "websocket.receive", "text": text}
+            return text
         while True:
             message = await self.ws.receive()
-            if message["type"] == "websocket.disconnect":
-                return message
-            data = message.get("bytes")
-            if data is None:
+            if message is None:
+                return None
+            if isinstance(message, str):
                 await self._error("text messages are not part of the Moshi protocol; send binary frames")
                 continue
-            event = await self._on_frame(data)
+            event = await self._on_frame(message)
             if event is not None:
-                return {"type": "websocket.receive", "text": json.dumps(event)}
+                return json.dumps(event)
 
     async def send_text(self, text: str) -> None:
         """One canonical event from the runner, rendered as Moshi frames (or kept for the output clock)."""

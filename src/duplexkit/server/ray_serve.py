@@ -46,7 +46,7 @@ from starlette.types import Receive, Scope, Send
 from duplexkit import __version__
 from duplexkit.engine.journal import ResumeConfig
 from duplexkit.models import load_model
-from duplexkit.server.app import DuplexServer, ServerConfig
+from duplexkit.server.asgi import asgi_app
 from duplexkit.server.cluster import (
     REPORT_INTERVAL_S,
     ReplicaLoad,
@@ -57,6 +57,8 @@ from duplexkit.server.cluster import (
     render_summed_metrics,
     routing_key,
 )
+from duplexkit.server.serve import RunningEdge, bind, start_edge
+from duplexkit.server.service import DuplexServer, ServerConfig
 
 log = logging.getLogger("duplexkit.server.ray")
 
@@ -150,14 +152,14 @@ class DuplexReplica:
             resume=ResumeConfig(disconnect_grace_s=options.disconnect_grace_s),
         )
         self.duplex = DuplexServer(plugin, config)
+        self.asgi = asgi_app(self.duplex)
         self.replica = serve.get_replica_context().replica_id.unique_id
         self.keys = _Keys()
         self.registry = _registry()
         self.direct_url: str | None = None
-        self._direct: tuple[Any, asyncio.Task[None]] | None = None
+        self._direct: RunningEdge | None = None
         if options.direct_host is not None:
-            server, task, self.direct_url = await _serve_direct(self.duplex, options.direct_host)
-            self._direct = (server, task)
+            self._direct, self.direct_url = await _serve_direct(self.duplex, options.direct_host)
         await self._report()
         self._reporter = asyncio.create_task(self._report_forever())
 
@@ -168,7 +170,7 @@ class DuplexReplica:
         if scope["type"] == "websocket":
             key = routing_key(scope.get("headers", ()), scope.get("query_string", b""))
             with self.keys.holding(key):
-                await self.duplex.app(scope, receive, send)
+                await self.asgi(scope, receive, send)
             return
         path = scope.get("path", "")
         if scope["type"] == "http" and path in ("/healthz", "/metrics"):
@@ -177,7 +179,7 @@ class DuplexReplica:
             return
         if scope["type"] == "http" and path in ("/replica/healthz", "/replica/metrics"):
             scope = {**scope, "path": path.removeprefix("/replica"), "raw_path": None}
-        await self.duplex.app(scope, receive, send)
+        await self.asgi(scope, receive, send)
 
     def record_routing_stats(self) -> dict[str, Any]:
         """What the router reads to find a session's replica (session ids and routing keys held here)."""
@@ -226,30 +228,18 @@ class DuplexReplica:
         self._reporter.cancel()
         await self.duplex.manager.shutdown()
         if self._direct is not None:
-            self._direct[0].should_exit = True
+            await self._direct.stop()
         with contextlib.suppress(Exception):
             await self.registry.forget.remote(self.replica)
 
 
-async def _serve_direct(duplex: DuplexServer, host: str) -> tuple[Any, asyncio.Task[None], str]:
-    """Serve `duplex.app` with uvicorn on an ephemeral port of `host`, in the replica's event loop (the
+async def _serve_direct(duplex: DuplexServer, host: str) -> tuple[RunningEdge, str]:
+    """Serve the ASGI app with uvicorn on an ephemeral port of `host`, in the replica's event loop (the
     replica's signals stay Serve's)."""
-    import socket
-
-    from duplexkit.server.serve import _DrainingServer, uvicorn_config
-
-    sock = socket.socket(socket.AF_INET, socket.SOCK_STREAM)
-    sock.setsockopt(socket.SOL_SOCKET, socket.SO_REUSEADDR, 1)
-    sock.bind((host, 0))
-    server = _DrainingServer(uvicorn_config(duplex, log_level="warning"), duplex, own_signals=False)
-    task = asyncio.create_task(server.serve(sockets=[sock]))
-    while not server.started:
-        if task.done():
-            await task
-            raise RuntimeError("the replica's direct server failed to start")
-        await asyncio.sleep(0.01)
+    sock = bind(host, 0)
+    edge = await start_edge("asgi", duplex, sock, log_level="warning")
     bound_host, port = sock.getsockname()[:2]
-    return server, task, f"ws://{bound_host}:{port}/v1/realtime"
+    return edge, f"ws://{bound_host}:{port}/v1/realtime"
 
 
 class _ReplicaApp:

@@ -12,35 +12,31 @@ import asyncio
 import json
 from collections import OrderedDict
 
-from starlette.websockets import WebSocket, WebSocketDisconnect
-
 from duplexkit.engine.journal import ExpiryReason
 from duplexkit.protocol import client_events as ce
 from duplexkit.protocol import server_events as se
 from duplexkit.protocol.dialects import Dialect
 from duplexkit.protocol.errors import ErrorCode, ProtocolError
 from duplexkit.protocol.wire import ServerEventStamper, parse_client_event
+from duplexkit.server.edge import Connection, SocketClosed
 from duplexkit.server.runner import FirstMessage, SessionRunner, refuse
 
 MAX_TOMBSTONES = 10_000
 """Ended sessions remembered for late resumes; the oldest are forgotten first."""
 
 
-async def read_first(websocket: WebSocket, timeout_s: float) -> FirstMessage | None:
+async def read_first(connection: Connection, timeout_s: float) -> FirstMessage | None:
     """The first message within `timeout_s` (`FirstMessage(None)`: none came); `None`: the client left."""
     try:
-        message = await asyncio.wait_for(websocket.receive(), timeout_s)
+        message = await asyncio.wait_for(connection.receive(), timeout_s)
     except TimeoutError:
         return FirstMessage(None)
-    except (WebSocketDisconnect, RuntimeError, OSError):
-        return None
-    return None if message["type"] == "websocket.disconnect" else FirstMessage(message)
+    return None if message is None else FirstMessage(message)
 
 
 def is_resume(first: FirstMessage) -> bool:
     """Whether the frame names `session.resume` (whether or not it is valid)."""
-    message = first.message
-    data = None if message is None else message.get("text") or message.get("bytes")
+    data = first.message
     if data is None or len(data) > 64 * 1024:
         return False
     try:
@@ -74,12 +70,11 @@ class ResumeRegistry:
             self._ended.popitem(last=False)
 
     async def serve(
-        self, websocket: WebSocket, first: FirstMessage, dialect: Dialect, *, enabled: bool
+        self, websocket: Connection, first: FirstMessage, dialect: Dialect, *, enabled: bool
     ) -> None:
         """Answer a connection (in `dialect`) whose first message is `session.resume`."""
-        message = first.message
-        assert message is not None
-        data = message.get("text") or message.get("bytes") or ""
+        data = first.message
+        assert data is not None
         try:
             event = parse_client_event(data, dialect=dialect)
         except ProtocolError as exc:
@@ -94,7 +89,9 @@ class ResumeRegistry:
             )
             return
         runner = self._live.get(event.session_id)
-        if runner is not None:
+        if runner is not None and runner.close_reason is not None:
+            self.retire(runner)  # it has ended (its close was sent); only its socket is still closing
+        elif runner is not None:
             await runner.resume(websocket, event, dialect)
             return
         ended = self._ended.get(event.session_id)
@@ -106,7 +103,7 @@ class ResumeRegistry:
             expired = se.SessionExpired(session_id=event.session_id, reason=ended[1])
             try:
                 await websocket.send_text(ServerEventStamper(dialect).encode(expired))
-            except (WebSocketDisconnect, RuntimeError, OSError):
+            except (SocketClosed, RuntimeError, OSError):
                 return
             error = ProtocolError(ErrorCode.SESSION_RESUME_EXPIRED, f"the session expired ({ended[1]})")
         else:

@@ -21,11 +21,9 @@ import json
 import logging
 import secrets
 import time
-from collections.abc import Callable, MutableMapping
+from collections.abc import Callable
 from dataclasses import dataclass, field
-from typing import Any, Protocol
-
-from starlette.websockets import WebSocketDisconnect
+from typing import Protocol
 
 from duplexkit import vad
 from duplexkit.engine import EngineSession, Step, Unit
@@ -37,6 +35,7 @@ from duplexkit.protocol.dialects import Dialect, follow_ups, render
 from duplexkit.protocol.errors import ErrorCode, ProtocolError
 from duplexkit.protocol.wire import MAX_EVENT_BYTES, ServerEventStamper, parse_client_event
 from duplexkit.server.batching import BatchScheduler
+from duplexkit.server.edge import SocketClosed
 from duplexkit.server.metrics import ServerMetrics
 from duplexkit.server.ticker import SessionTicker
 
@@ -44,10 +43,11 @@ log = logging.getLogger("duplexkit.server")
 
 
 class SessionSocket(Protocol):
-    """What the runner needs of its connection: a Starlette `WebSocket`, or a protocol edge standing in
-    front of one (`server.moshi.MoshiSocket`)."""
+    """What the runner needs of its connection: an edge's `Connection`, or a protocol edge standing in
+    front of one (`server.moshi.MoshiSocket`). `receive` returns `None` once the peer is gone; a send to a
+    peer that is gone raises `SocketClosed`."""
 
-    async def receive(self) -> Any: ...
+    async def receive(self) -> str | bytes | None: ...
 
     async def send_text(self, data: str) -> None: ...
 
@@ -66,14 +66,11 @@ class RunnerLimits:
     """The longest a model may take to yield its next decision for a unit before the step is abandoned."""
 
 
-Message = MutableMapping[str, Any]
-
-
 @dataclass(frozen=True, slots=True)
 class FirstMessage:
     """A connection's first message, read before admission (`None`: none came within the config timeout)."""
 
-    message: Message | None
+    message: str | bytes | None
 
 
 @dataclass(eq=False)
@@ -142,6 +139,10 @@ class SessionRunner:
         self._vad_config: ce.TurnDetection | None = None
         self._done = asyncio.Event()
         self.close_reason: str | None = None
+        self._stepper: asyncio.Task[None] | None = None
+        self._decision_due: float | None = None
+        """When the decision the stepper awaits is overdue (`None`: it awaits none)."""
+        self._step_overdue = False
 
     @property
     def attached(self) -> bool:
@@ -159,10 +160,8 @@ class SessionRunner:
             self._apply(self.engine.start(self.clock()))
         assert self._attachment is not None
         self._start_attachment(self._attachment, first)
-        tasks = [
-            asyncio.create_task(self._step_units(), name="stepper"),
-            asyncio.create_task(self._tick(), name="ticker"),
-        ]
+        self._stepper = asyncio.create_task(self._step_units(), name="stepper")
+        tasks = [self._stepper, asyncio.create_task(self._tick(), name="ticker")]
         try:
             await self._done.wait()
         finally:
@@ -341,32 +340,32 @@ class SessionRunner:
         ws = attachment.ws
         awaiting_first = attachment.generation == 1  # a resumed attachment's first message was the resume
         try:
-            while not self._done.is_set():
-                message: Message
-                if first is not None:
-                    given, first, awaiting_first = first.message, None, False
-                    if given is None:
-                        self._config_timed_out()
-                        return
-                    message = given
-                elif awaiting_first:
-                    try:
-                        message = await asyncio.wait_for(ws.receive(), self.limits.config_timeout_s)
-                    except TimeoutError:
-                        self._config_timed_out()
-                        return
-                    awaiting_first = False
-                else:
-                    message = await ws.receive()
-                if message["type"] == "websocket.disconnect":
+            if first is not None:
+                awaiting_first = False
+                if first.message is None:
+                    self._config_timed_out()
+                    return
+                self.client_events_received += 1
+                self._handle_frame(first.message)
+            if awaiting_first and not self._done.is_set():
+                try:
+                    message = await asyncio.wait_for(ws.receive(), self.limits.config_timeout_s)
+                except TimeoutError:
+                    self._config_timed_out()
+                    return
+                if message is None:
                     self._lost(attachment)
                     return
-                data = message.get("text") if message.get("text") is not None else message.get("bytes")
-                if data is None:
-                    continue
                 self.client_events_received += 1
-                self._handle_frame(data)
-        except (WebSocketDisconnect, RuntimeError, OSError):
+                self._handle_frame(message)
+            while not self._done.is_set():
+                message = await ws.receive()
+                if message is None:
+                    self._lost(attachment)
+                    return
+                self.client_events_received += 1
+                self._handle_frame(message)
+        except (SocketClosed, RuntimeError, OSError):
             self._lost(attachment)
 
     def _config_timed_out(self) -> None:
@@ -475,7 +474,12 @@ class SessionRunner:
 
     async def _step_one(self, unit: Unit, started: float) -> None:
         """Step the model on `unit` (alone, or in a batch with other sessions' units); each decision must
-        come within `step_deadline_s` of the last, a unit's wait for its batch included."""
+        come within `step_deadline_s` of the last, a unit's wait for its batch included.
+
+        The deadline is watched by the shared tick (`_on_tick` cancels the awaited decision once it is
+        overdue), not by a timer per decision: at a thousand sessions, arming and cancelling two timers per
+        unit cost a quarter of the stepping. So an overdue step is abandoned within `tick_s` of its deadline.
+        """
         decisions = aiter(
             self.model.step(unit, started)
             if self.batches is None
@@ -483,18 +487,26 @@ class SessionRunner:
         )
         try:
             while True:
+                self._decision_due = self.clock() + self.limits.step_deadline_s
                 try:
-                    async with asyncio.timeout(self.limits.step_deadline_s):
-                        decision = await anext(decisions)
+                    decision = await anext(decisions)
                 except StopAsyncIteration:
                     return
+                finally:
+                    self._decision_due = None
                 now = self.clock()
                 if self._lease is not None:
                     self._lease.renew(now)
                 self._apply(self.engine.on_decision(unit, decision, now))
                 if not self.engine.fence.admits(unit.fence):
                     return
-        except TimeoutError:
+        except asyncio.CancelledError:
+            if not self._step_overdue:
+                raise
+            self._step_overdue = False
+            task = asyncio.current_task()
+            if task is not None and task.uncancel() > 0:
+                raise  # the session is ending too: that cancellation stands
             log.error(
                 "session %s: model step on unit %d missed its deadline", self.engine.session_id, unit.index
             )
@@ -540,6 +552,10 @@ class SessionRunner:
         if self._done.is_set():
             return
         now = self.clock()
+        due = self._decision_due
+        if due is not None and now >= due and not self._step_overdue and self._stepper is not None:
+            self._step_overdue = True  # `_step_one` turns this cancellation into model_step_timeout
+            self._stepper.cancel()
         self._apply(self.engine.tick(now))
         if self.resume_config is not None and now >= self._next_reap and not self._done.is_set():
             self._next_reap = now + self.resume_config.reap_interval_s

@@ -1,109 +1,109 @@
-"""Running the server: in the foreground with a SIGTERM drain, or embedded in a running event loop.
+"""Running the server on an edge: in the foreground with a SIGTERM drain, or embedded in a running loop.
 
-SIGTERM (or Ctrl-C) first stops admission and closes every live session with
-`session.closed{reason: server_shutdown}`, then stops uvicorn; the process exits 0.
+`EDGES` names the I/O edges: `websockets` (the native `websockets` server, the default) and `asgi` (the
+Starlette app under uvicorn). SIGTERM (or Ctrl-C) first stops admission and closes every live session with
+`session.closed{reason: server_shutdown}`, then stops the edge; the process exits 0.
 """
 
 from __future__ import annotations
 
 import asyncio
 import contextlib
+import signal
 import socket
-from collections.abc import Iterator
-from types import FrameType
-
-import uvicorn
+from collections.abc import Awaitable, Callable
+from typing import Literal, Protocol
 
 from duplexkit.models import ModelPlugin
-from duplexkit.server.app import DuplexServer, ServerConfig
-from duplexkit.server.runner import RunnerLimits
+from duplexkit.server.service import DuplexServer, ServerConfig
 
-_WS_MAX_SIZE = 2 * RunnerLimits().max_event_bytes
-"""uvicorn's frame cap sits above ours: an oversized event gets `event_too_large`, not a dropped socket."""
-
-
-class _DrainingServer(uvicorn.Server):
-    def __init__(self, config: uvicorn.Config, duplex: DuplexServer, *, own_signals: bool) -> None:
-        super().__init__(config)
-        self.duplex = duplex
-        self._own_signals = own_signals
-        self._draining: asyncio.Task[None] | None = None
-
-    @contextlib.contextmanager
-    def capture_signals(self) -> Iterator[None]:
-        """Only the foreground server takes over the process's signals; an embedded one leaves them be."""
-        if self._own_signals:
-            with super().capture_signals():
-                yield
-        else:
-            yield
-
-    def handle_exit(self, sig: int, frame: FrameType | None) -> None:
-        if self._draining is not None or not self.started:
-            self.should_exit = True
-            return
-        loop = asyncio.get_event_loop()
-        self._draining = loop.create_task(self.drain())
-
-    async def drain(self) -> None:
-        await self.duplex.manager.shutdown()
-        self.should_exit = True
+Edge = Literal["websockets", "asgi"]
+EDGES: tuple[Edge, ...] = ("websockets", "asgi")
 
 
-def uvicorn_config(duplex: DuplexServer, *, log_level: str) -> uvicorn.Config:
-    """How every duplexkit server runs under uvicorn (sans-I/O websockets, our frame cap, no pings)."""
-    return uvicorn.Config(
-        duplex.app,
-        log_level=log_level,
-        ws="websockets-sansio",
-        ws_max_size=_WS_MAX_SIZE,
-        ws_ping_interval=None,
-        ws_per_message_deflate=duplex.config.ws_compression,
-        lifespan="off",
-    )
+class RunningEdge(Protocol):
+    async def stop(self) -> None: ...
 
 
-def run_server(duplex: DuplexServer, *, host: str, port: int, log_level: str = "info") -> None:
-    """Serve until SIGTERM/SIGINT, then drain."""
-    config = uvicorn_config(duplex, log_level=log_level)
-    config.host, config.port = host, port
-    _DrainingServer(config, duplex, own_signals=True).run()
+async def start_edge(edge: Edge, duplex: DuplexServer, sock: socket.socket, *, log_level: str) -> RunningEdge:
+    """Serve `duplex` on the bound `sock` with `edge` (its framework is imported only when chosen)."""
+    start: Callable[..., Awaitable[RunningEdge]]
+    if edge == "asgi":
+        from duplexkit.server.asgi.serve import AsgiEdge
+
+        start = AsgiEdge.start
+    else:
+        from duplexkit.server.websockets import WebSocketsEdge
+
+        start = WebSocketsEdge.start
+    return await start(duplex, sock, log_level=log_level)
+
+
+def bind(host: str, port: int) -> socket.socket:
+    """A listening-ready TCP socket on `host`:`port` (IPv6 when `host` is an IPv6 address)."""
+    family = socket.AF_INET6 if ":" in host else socket.AF_INET
+    sock = socket.socket(family, socket.SOCK_STREAM)
+    sock.setsockopt(socket.SOL_SOCKET, socket.SO_REUSEADDR, 1)
+    sock.bind((host.strip("[]"), port))
+    return sock
+
+
+def run_server(
+    duplex: DuplexServer, *, host: str, port: int, log_level: str = "info", edge: Edge = "websockets"
+) -> None:
+    """Serve until SIGTERM/SIGINT, then drain; on uvloop when it is installed (as uvicorn would)."""
+    try:
+        import uvloop
+    except ImportError:
+        asyncio.run(_serve_until_signalled(duplex, bind(host, port), log_level, edge))
+    else:
+        uvloop.run(_serve_until_signalled(duplex, bind(host, port), log_level, edge))
+
+
+async def _serve_until_signalled(
+    duplex: DuplexServer, sock: socket.socket, log_level: str, edge: Edge
+) -> None:
+    running = await start_edge(edge, duplex, sock, log_level=log_level)
+    loop = asyncio.get_running_loop()
+    stop = asyncio.Event()
+    for signum in (signal.SIGTERM, signal.SIGINT):
+        loop.add_signal_handler(signum, stop.set)
+    await stop.wait()
+    for signum in (signal.SIGTERM, signal.SIGINT):  # a second signal ends the process without a drain
+        loop.remove_signal_handler(signum)
+    await duplex.manager.shutdown()
+    await running.stop()
 
 
 class EmbeddedServer:
     """A server on an ephemeral loopback port inside the current event loop (tests, `talk`, `bench`)."""
 
     def __init__(
-        self, plugin: ModelPlugin, config: ServerConfig | None = None, *, log_level: str = "warning"
+        self,
+        plugin: ModelPlugin,
+        config: ServerConfig | None = None,
+        *,
+        log_level: str = "warning",
+        edge: Edge = "websockets",
     ):
         self.duplex = DuplexServer(plugin, config)
+        self.edge = edge
         self._log_level = log_level
-        self._server: _DrainingServer | None = None
-        self._task: asyncio.Task[None] | None = None
+        self._running: RunningEdge | None = None
         self.url = ""
 
     async def __aenter__(self) -> EmbeddedServer:
-        sock = socket.socket(socket.AF_INET, socket.SOCK_STREAM)
-        sock.setsockopt(socket.SOL_SOCKET, socket.SO_REUSEADDR, 1)
-        sock.bind(("127.0.0.1", 0))
+        sock = bind("127.0.0.1", 0)
         host, port = sock.getsockname()
         self.url = f"ws://{host}:{port}/v1/realtime"
-        self._server = _DrainingServer(
-            uvicorn_config(self.duplex, log_level=self._log_level), self.duplex, own_signals=False
-        )
-        self._task = asyncio.create_task(self._server.serve(sockets=[sock]))
-        while not self._server.started:
-            if self._task.done():
-                await self._task
-                raise RuntimeError("embedded server failed to start")
-            await asyncio.sleep(0.01)
+        self._running = await start_edge(self.edge, self.duplex, sock, log_level=self._log_level)
         return self
 
     async def __aexit__(self, *exc: object) -> None:
-        assert self._server is not None and self._task is not None
-        await self._server.drain()
+        assert self._running is not None
+        await self.duplex.manager.shutdown()
         with contextlib.suppress(asyncio.CancelledError):
-            await asyncio.wait_for(self._task, 10)
+            await self._running.stop()
 
     @property
     def moshi_url(self) -> str:

