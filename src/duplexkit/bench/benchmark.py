@@ -14,8 +14,9 @@ render a report. What differs between benchmarks is behind one object per packag
   extras of a published sample), `artifacts` (their names, withdrawn when a redo fails) and
   `write_failure` (a failed sample's own record in its folder, if the benchmark keeps one);
 - **run checks**: `options` (the `duplexkit bench` options only this benchmark takes, so `bench` refuses
-  them for another one), `check_config(keep_audio=, score=, scoring=)` (refuse a run configuration before
-  the dataset loads) and `check_out(out, dataset)` (refuse a run folder that would clash with the loaded
+  them for another one), `check_config(keep_audio=, score=, scoring=)` (refuse a run configuration:
+  whether audio is kept, whether the run is scored, the raw values of the scoring options; before the
+  dataset loads) and `check_out(out, dataset)` (refuse a run folder that would clash with the loaded
   dataset); both raise `ConfigError`;
 - **scoring**: `judge(settings)` (the `Judge` a `judge.settings.JudgeSettings` names, its kind resolved by
   `judge.settings.make_judge`), `score_request(meta, response, sample)` (what a judge is asked about one

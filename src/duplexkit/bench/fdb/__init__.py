@@ -34,7 +34,7 @@ class ScoredElsewhere(RuntimeError):
 _ELSEWHERE = "FDB runs are scored by `duplexkit score --benchmark fdb RUN_DIR`"
 
 
-class FolderScorer:
+class FdbScorer:
     """`scoring.score_folder` with the terminal table, for `duplexkit score` and `bench --score`."""
 
     async def score(
@@ -70,7 +70,7 @@ class FullDuplexBench:
     artifacts = runner.ARTIFACTS
     report = REPORT
     options = ("--task", "--icc-distribution", "--words", "--transcription-url")
-    folder_scorer = FolderScorer()
+    folder_scorer = FdbScorer()
 
     def load_dataset(self, spec: str, selection: Selection, *, cache_dir: Path | None = None) -> Dataset:
         return load_dataset(spec, selection, cache_dir=cache_dir)
