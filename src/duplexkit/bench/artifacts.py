@@ -13,9 +13,11 @@ from __future__ import annotations
 import json
 import os
 import tempfile
-from collections.abc import Iterable, Iterator, Mapping
+from collections.abc import Iterable, Iterator, Mapping, Sequence
 from pathlib import Path
 from typing import Any
+
+from duplexkit.bench.benchmark import DEFAULT_BENCHMARK
 
 
 def write_bytes_atomic(path: Path, data: bytes) -> None:
@@ -91,3 +93,52 @@ class RunDir:
         for path in stale:
             path.unlink(missing_ok=True)
         return len(stale)
+
+
+def resume_mismatch(
+    root: Path,
+    *,
+    benchmark: str,
+    fingerprint: str,
+    pace: str,
+    urls: Sequence[str],
+    shard: Mapping[str, Any] | None,
+) -> str | None:
+    """What differs between the run `root/run.json` records and this one (`None`: same run, or none yet):
+    `urls` empty means the embedded server, `shard` is the shard's JSON (`None`: no shard).
+
+    A run folder holds one run: resuming it with another selection, pace or server (pool) would mix
+    samples that were not measured alike; `duplexkit merge` joins runs made apart.
+    """
+    run = _recorded_run(root)
+    if run is None:
+        return None
+    if (run.get("benchmark") or DEFAULT_BENCHMARK) != benchmark:
+        return "another benchmark"
+    dataset = run.get("dataset") or {}
+    if dataset.get("fingerprint") != fingerprint:
+        return "another dataset selection"
+    if (run.get("config") or {}).get("pace") != pace:
+        return "another pace"
+    if dataset.get("shard") != shard:
+        return "another shard"
+    server = run.get("server") or {}
+    recorded = server.get("urls") or [server.get("url")]
+    if (urls and set(recorded) != set(urls)) or (not urls and not server.get("embedded")):
+        return "another server"
+    return None
+
+
+def previous_start(root: Path) -> str | None:
+    """When the run `root/run.json` records started (a resumed run keeps its start)."""
+    run = _recorded_run(root)
+    started = run.get("started_at") if run else None
+    return started if isinstance(started, str) else None
+
+
+def _recorded_run(root: Path) -> dict[str, Any] | None:
+    try:
+        data = json.loads((root / "run.json").read_text(encoding="utf-8"))
+    except (OSError, ValueError):
+        return None
+    return data if isinstance(data, dict) else None

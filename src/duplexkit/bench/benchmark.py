@@ -13,8 +13,17 @@ render a report. What differs between benchmarks is behind one object per packag
   `sample_meta` (the dataset fields recorded in each `<id>.meta.json`), `write_artifacts` (per-sample
   extras of a published sample), `artifacts` (their names, withdrawn when a redo fails) and
   `write_failure` (a failed sample's own record in its folder, if the benchmark keeps one);
-- **scoring**: `score_request(meta, response, sample)` (what a judge is asked about one published sample)
-  and `summarise(judge, metas, outcomes)` (the benchmark's summary of every sample's outcome);
+- **run checks**: `options` (the `duplexkit bench` options only this benchmark takes, so `bench` refuses
+  them for another one), `check_config(keep_audio=, score=, scoring=)` (refuse a run configuration:
+  whether audio is kept, whether the run is scored, the raw values of the scoring options; before the
+  dataset loads) and `check_out(out, dataset)` (refuse a run folder that would clash with the loaded
+  dataset); both raise `ConfigError`;
+- **scoring**: `judge(settings)` (the `Judge` a `judge.settings.JudgeSettings` names, its kind resolved by
+  `judge.settings.make_judge`), `score_request(meta, response, sample)` (what a judge is asked about one
+  published sample), `summarise(judge, metas, outcomes)` (the benchmark's summary of every sample's
+  outcome) and `summary_lines(recorded)` (the headline numbers of that summary's JSON, for the terminal);
+  or, for a benchmark that scores by its own rules instead of `score_run`, `folder_scorer` (a
+  `FolderScorer`; `None` for the others);
 - **report**: `report`, a `ReportSpec` (the score sections of the HTML page, read from the benchmark's
   `scores/summary.json`, and how its means and per-sample scores are labelled).
 
@@ -26,20 +35,22 @@ from __future__ import annotations
 
 import importlib
 import json
-from collections.abc import Mapping, Sequence
+from collections.abc import Callable, Mapping, Sequence
+from dataclasses import dataclass
 from pathlib import Path
 from typing import TYPE_CHECKING, Any, Protocol
 
 if TYPE_CHECKING:
-    from duplexkit.bench.judge.base import JudgeInfo
+    from duplexkit.bench.judge.base import Judge, JudgeInfo
+    from duplexkit.bench.judge.settings import JudgeSettings
     from duplexkit.bench.report.data import ReportSpec
     from duplexkit.bench.runner import Attempt, RunConfig
     from duplexkit.client import SessionProgress
 
 BENCHMARKS: Mapping[str, str] = {
     "omni-duplex-eval": "duplexkit.bench.omni_duplex_eval",
-    "fdb": "duplexkit.bench.fdb",
     "omniinteract": "duplexkit.bench.omniinteract",
+    "fdb": "duplexkit.bench.fdb",
 }
 """Benchmark name (as `--benchmark` and `run.json` `benchmark` spell it) → the package holding `BENCHMARK`."""
 
@@ -74,6 +85,40 @@ class PreparedInput(Protocol):
     def duration_ms(self) -> float: ...
 
 
+class ConfigError(ValueError):
+    """A run, judge or scoring configuration a benchmark refuses; the message names the option to change."""
+
+
+@dataclass(frozen=True)
+class FolderScores:
+    """What a `FolderScorer` did: its summary for the terminal, the file it wrote, whether every sample
+    scored."""
+
+    text: str
+    written: Path
+    complete: bool
+
+
+class FolderScorer(Protocol):
+    """Scoring by a benchmark's own rules instead of `score_run`: any folder of its sample folders, a run
+    folder or not."""
+
+    async def score(
+        self,
+        root: Path,
+        judge: JudgeSettings,
+        options: Mapping[str, Any],
+        *,
+        allow_invalid_clock: bool,
+        warn: Callable[[str], None],
+    ) -> FolderScores:
+        """Score the samples under `root` with the benchmark's scoring `options` (the raw values of its
+        scoring options) and the judge `judge` names, telling `warn` about each sample it could not prepare;
+        raises `ConfigError` for settings it refuses, `sources.DatasetError` for a folder holding no
+        samples and `judge.JudgeUnreachable` when the judge cannot be reached."""
+        ...
+
+
 class Benchmark(Protocol):
     """One benchmark's hooks (see the module docstring for when the harness calls each)."""
 
@@ -81,12 +126,18 @@ class Benchmark(Protocol):
     title: str
     artifacts: tuple[str, ...]
     report: ReportSpec
+    options: tuple[str, ...]
+    folder_scorer: FolderScorer | None
 
     def load_dataset(self, spec: str, selection: Any, *, cache_dir: Path | None = None) -> BenchDataset: ...
 
     def selection_from_json(self, raw: Mapping[str, Any]) -> Any: ...
 
     def selection_to_json(self, selection: Any) -> dict[str, Any]: ...
+
+    def check_config(self, *, keep_audio: bool, score: bool, scoring: Mapping[str, Any]) -> None: ...
+
+    def check_out(self, out: Path, dataset: Any) -> None: ...
 
     def prepare_media(self, sample: Any, config: RunConfig) -> PreparedInput: ...
 
@@ -100,6 +151,8 @@ class Benchmark(Protocol):
 
     def write_failure(self, folder: Path, meta: Mapping[str, Any]) -> None: ...
 
+    def judge(self, settings: JudgeSettings) -> Judge: ...
+
     def score_request(self, meta: Mapping[str, Any], response: bytes, sample: Any | None) -> Any: ...
 
     def summarise(
@@ -108,6 +161,8 @@ class Benchmark(Protocol):
         metas: Sequence[Mapping[str, Any]],
         outcomes: Mapping[tuple[str, str], tuple[str, dict[str, float]]],
     ) -> Any: ...
+
+    def summary_lines(self, recorded: Mapping[str, Any]) -> list[str]: ...
 
 
 class UnknownBenchmark(ValueError):

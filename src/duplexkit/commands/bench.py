@@ -7,13 +7,12 @@ import argparse
 import asyncio
 import contextlib
 import datetime as dt
-import json
 import sys
 from collections.abc import AsyncIterator
 from pathlib import Path
 from typing import Any
 
-from duplexkit.bench.benchmark import BENCHMARKS, DEFAULT_BENCHMARK
+from duplexkit.bench.benchmark import BENCHMARKS, DEFAULT_BENCHMARK, Benchmark
 from duplexkit.commands.options import (
     add_bound_options,
     add_model_options,
@@ -26,9 +25,9 @@ from duplexkit.commands.options import (
 from duplexkit.commands.score import (
     add_fdb_options,
     add_judge_options,
-    fdb_scores,
-    format_summary,
     judge_from_args,
+    score_folder,
+    scoring_options,
 )
 
 EXIT_OK, EXIT_FAILED, EXIT_USAGE = 0, 1, 2
@@ -167,11 +166,14 @@ def register(commands: argparse._SubParsersAction[argparse.ArgumentParser]) -> N
     add_bound_options(parser)
     add_judge_options(parser)
     add_fdb_options(parser)
-    parser.set_defaults(handler=run_command)
+    parser.set_defaults(handler=lambda args: run_command(args, parser))
 
 
-def run_command(args: argparse.Namespace) -> int:
-    from duplexkit.bench.benchmark import get_benchmark
+def run_command(args: argparse.Namespace, parser: argparse.ArgumentParser) -> int:
+    """Run `duplexkit bench` as `args` say (`parser`, the bench parser, tells an option given from its
+    default)."""
+    from duplexkit.bench.artifacts import resume_mismatch
+    from duplexkit.bench.benchmark import ConfigError, get_benchmark
     from duplexkit.bench.shard import Shard, ShardError
     from duplexkit.bench.sources import DatasetError
 
@@ -184,7 +186,7 @@ def run_command(args: argparse.Namespace) -> int:
         return _usage("each --url may be given once")
     if args.ids and args.exclude_ids:
         return _usage("--ids and --exclude-ids cannot be combined")
-    wrong = _options_of_another_benchmark(args)
+    wrong = _options_of_another_benchmark(args, parser)
     if wrong:
         return _usage(f"{wrong} do not apply to --benchmark {args.benchmark}")
     benchmark = get_benchmark(args.benchmark)
@@ -207,25 +209,26 @@ def run_command(args: argparse.Namespace) -> int:
             "limit": args.limit,
         }
     )
-    if benchmark.name == "fdb" and args.no_audio:
-        return _usage("fdb needs output.wav in every sample folder; drop --no-audio")
-    if benchmark.name == "fdb" and args.words != "keep" and not args.score:
-        return _usage("--words asr|transcription re-times the words when scoring; add --score")
     try:
+        benchmark.check_config(keep_audio=not args.no_audio, score=args.score, scoring=scoring_options(args))
         dataset = benchmark.load_dataset(args.dataset, selection)
-    except DatasetError as exc:
+        benchmark.check_out(args.out, dataset)
+    except (ConfigError, DatasetError) as exc:
         return _usage(str(exc))
-    if benchmark.name == "fdb" and _overlaps_dataset(args.out, dataset.samples):
-        return _usage(f"--out {args.out} overlaps the dataset folder; write the run elsewhere")
     if args.score and args.pace != "realtime" and not args.allow_invalid_clock:
         return _usage("--score refuses an as-fast-as-possible run (clock=invalid); add --allow-invalid-clock")
-    mismatch = _resume_mismatch(
-        args.out / "run.json", dataset.fingerprint, args.pace, args.url, shard, args.benchmark
+    mismatch = resume_mismatch(
+        args.out,
+        benchmark=args.benchmark,
+        fingerprint=dataset.fingerprint,
+        pace=args.pace,
+        urls=args.url,
+        shard=None if shard is None else shard.to_json(),
     )
     if mismatch and not args.overwrite:
         return _usage(f"{args.out} holds a run of {mismatch}; use a new --out, or --overwrite to redo it")
     judge = None
-    if args.score and benchmark.name != "fdb":  # FDB scores by its own rules (`fdb_scores`) after the run
+    if args.score and benchmark.folder_scorer is None:  # else it scores by its own rules after the run
         judge = judge_from_args(args, dataset.source, args.concurrency, args.benchmark)
         if judge is None:
             return EXIT_USAGE
@@ -243,7 +246,7 @@ def run_command(args: argparse.Namespace) -> int:
 
 async def _bench(
     args: argparse.Namespace,
-    benchmark: Any,
+    benchmark: Benchmark,
     dataset: Any,
     selection: Any,
     shard: Any,
@@ -252,13 +255,13 @@ async def _bench(
 ) -> int:
     from duplexkit import __version__
     from duplexkit.bench.aggregate import run_counts, run_eligibility, run_metrics
-    from duplexkit.bench.artifacts import RunDir, write_json_atomic
+    from duplexkit.bench.artifacts import RunDir, previous_start, write_json_atomic
     from duplexkit.bench.pool import ServerPool
     from duplexkit.bench.runner import BenchmarkRunner, RunConfig
 
     run_dir = RunDir(args.out)
     samples = list(dataset.samples) if shard is None else shard.select(dataset.samples)
-    started_at = _previous_start(run_dir.root / "run.json") or _now()
+    started_at = previous_start(run_dir.root) or _now()
     async with _servers(args, plugin) as urls:
         config = RunConfig(
             url=urls[0],
@@ -314,10 +317,10 @@ async def _bench(
         )
         print(f"not eligible for official scoring: {cases}")
     scored_ok = True
-    if benchmark.name == "fdb" and args.score:
-        scored_ok = await fdb_scores(args, run_dir.root) == 0
+    if benchmark.folder_scorer is not None and args.score:
+        scored_ok = await score_folder(args, run_dir.root, benchmark.folder_scorer, args.concurrency) == 0
     if judge is not None:
-        from duplexkit.bench.judge import JudgeUnreachable, RunError, score_run
+        from duplexkit.bench.judge import JudgeUnreachable, RunError, format_summary, score_run
 
         try:
             summary = await score_run(
@@ -328,7 +331,7 @@ async def _bench(
                 allow_invalid_clock=args.allow_invalid_clock,
                 benchmark=benchmark,
             )
-            print(format_summary(summary))
+            print(format_summary(summary, benchmark))
             scored_ok = summary.complete
             if not scored_ok:
                 print(
@@ -464,80 +467,23 @@ def _redacted(argv: list[str]) -> list[str]:
     return out
 
 
-def _overlaps_dataset(out: Path, samples: Any) -> bool:
-    """Whether the run folder `out` would lie in, or hold, an FDB dataset's sample or task folders (its
-    sample folders are written in the dataset's own layout, so they must not land in the dataset)."""
-    root = out.resolve()
-    folders = {s.folder.parent.parent.resolve() for s in samples} | {
-        s.folder.parent.resolve() for s in samples
-    }
-    return any(root == f or f in root.parents or root in f.parents for f in folders)
+def _options_of_another_benchmark(args: argparse.Namespace, parser: argparse.ArgumentParser) -> str | None:
+    """The options given (not at their default) that only another benchmark than `--benchmark` takes (its
+    `Benchmark.options`), as text."""
+    from duplexkit.bench.benchmark import get_benchmark
 
-
-def _recorded_run(path: Path) -> dict[str, Any] | None:
-    try:
-        data = json.loads(path.read_text(encoding="utf-8"))
-    except (OSError, ValueError):
-        return None
-    return data if isinstance(data, dict) else None
-
-
-def _options_of_another_benchmark(args: argparse.Namespace) -> str | None:
-    """The options given that belong to another benchmark than `--benchmark`, as text."""
-    own = {
-        "omni-duplex-eval": [
-            ("--split", bool(args.split)),
-            ("--family", args.family != "all"),
-            ("--exclude-ids", bool(args.exclude_ids)),
-        ],
-        "omniinteract": [("--subset", bool(args.subset)), ("--scenario", bool(args.scenario))],
-        "fdb": [
-            ("--task", bool(args.task)),
-            ("--icc-distribution", args.icc_distribution is not None),
-            ("--words", args.words != "keep"),
-            ("--transcription-url", args.transcription_url is not None),
-        ],
-    }
-    given = [flag for name, flags in own.items() if name != args.benchmark for flag, used in flags if used]
+    given = [
+        flag
+        for name in BENCHMARKS
+        if name != args.benchmark
+        for flag in get_benchmark(name).options
+        if getattr(args, _dest(flag)) != parser.get_default(_dest(flag))
+    ]
     return ", ".join(given) if given else None
 
 
-def _resume_mismatch(
-    path: Path,
-    fingerprint: str,
-    pace: str,
-    urls: list[str],
-    shard: Any,
-    benchmark: str = DEFAULT_BENCHMARK,
-) -> str | None:
-    """What differs between the run recorded at `path` and this one (`None`: same run, or none yet).
-
-    A run folder holds one run: resuming it with another selection, pace or server (pool) would mix
-    samples that were not measured alike; `duplexkit merge` joins runs made apart.
-    """
-    run = _recorded_run(path)
-    if run is None:
-        return None
-    if (run.get("benchmark") or DEFAULT_BENCHMARK) != benchmark:
-        return "another benchmark"
-    dataset = run.get("dataset") or {}
-    if dataset.get("fingerprint") != fingerprint:
-        return "another dataset selection"
-    if (run.get("config") or {}).get("pace") != pace:
-        return "another pace"
-    if dataset.get("shard") != (None if shard is None else shard.to_json()):
-        return "another shard"
-    server = run.get("server") or {}
-    recorded = server.get("urls") or [server.get("url")]
-    if (urls and set(recorded) != set(urls)) or (not urls and not server.get("embedded")):
-        return "another server"
-    return None
-
-
-def _previous_start(path: Path) -> str | None:
-    run = _recorded_run(path)
-    started = run.get("started_at") if run else None
-    return started if isinstance(started, str) else None
+def _dest(flag: str) -> str:
+    return flag.lstrip("-").replace("-", "_")
 
 
 def _usage(message: str) -> int:

@@ -11,7 +11,6 @@ from __future__ import annotations
 import argparse
 from pathlib import Path
 
-from duplexkit.commands import bench
 from duplexkit.commands.options import DEFAULT_MODEL, MODEL_CHOICES
 
 
@@ -49,7 +48,8 @@ def run(args: argparse.Namespace) -> int:
     if args.limit is not None:
         argv += ["--limit", str(args.limit)]
     print("duplexkit demo: duplexkit " + " ".join(argv))
-    code = bench.run_command(build_parser().parse_args(argv))
+    bench_args = build_parser().parse_args(argv)
+    code: int = bench_args.handler(bench_args)
     print(
         f"duplexkit demo: talk to {args.model} live: run `duplexkit serve --model {args.model}`, "
         f"then open {playground_url('127.0.0.1', 8000)} in a browser"

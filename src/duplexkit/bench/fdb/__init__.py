@@ -5,20 +5,22 @@ The package owns the FDB folder layout (`dataset`), the built-in synthetic datas
 hooks (`runner`: full duplex, no commit, `output.wav` on the input's timeline), word timing (`words`), the
 metrics (`metrics`, pure; `segments`, Silero speech segments), the relevance judge (`judge`), scoring of any
 FDB folders (`scoring`) and the report section (`report`). `BENCHMARK` is what the shared harness drives.
-FDB runs are scored by `scoring.score_dir` (`duplexkit score --benchmark fdb`), not by the judge runner
-`score_run`: most of its metrics need no judge.
+FDB runs are scored by its `folder_scorer` (`scoring.score_folder`, `duplexkit score --benchmark fdb`), not
+by the judge runner `score_run`: most of its metrics need no judge.
 """
 
 from __future__ import annotations
 
-from collections.abc import Mapping, Sequence
+from collections.abc import Callable, Mapping, Sequence
 from pathlib import Path
 from typing import Any
 
+from duplexkit.bench.benchmark import ConfigError, FolderScores
 from duplexkit.bench.fdb import runner
-from duplexkit.bench.fdb.dataset import Dataset, Sample, Selection, load_dataset
+from duplexkit.bench.fdb.dataset import Dataset, Sample, Selection, load_dataset, overlaps
 from duplexkit.bench.fdb.report import REPORT
-from duplexkit.bench.judge.base import JudgeInfo
+from duplexkit.bench.judge.base import Judge, JudgeInfo
+from duplexkit.bench.judge.settings import JudgeSettings
 from duplexkit.bench.runner import Attempt, RunConfig
 from duplexkit.client import SessionProgress
 
@@ -26,7 +28,38 @@ __all__ = ["BENCHMARK"]
 
 
 class ScoredElsewhere(RuntimeError):
-    """FDB's scores come from `scoring.score_dir`, not from the judge runner."""
+    """FDB's scores come from its `folder_scorer`, not from the judge runner."""
+
+
+_ELSEWHERE = "FDB runs are scored by `duplexkit score --benchmark fdb RUN_DIR`"
+
+
+class FdbScorer:
+    """`scoring.score_folder` with the terminal table, for `duplexkit score` and `bench --score`."""
+
+    async def score(
+        self,
+        root: Path,
+        judge: JudgeSettings,
+        options: Mapping[str, Any],
+        *,
+        allow_invalid_clock: bool,
+        warn: Callable[[str], None],
+    ) -> FolderScores:
+        from duplexkit.bench.fdb import scoring
+
+        scores = await scoring.score_folder(
+            root,
+            judge,
+            scoring.ScoreOptions.from_json(options),
+            allow_invalid_clock=allow_invalid_clock,
+            warn=warn,
+        )
+        return FolderScores(
+            text=scoring.format_table(scores),
+            written=root / scoring.SCORES_FILE,
+            complete=not any(t["errors"] for t in scores["tasks"].values()),
+        )
 
 
 class FullDuplexBench:
@@ -36,6 +69,8 @@ class FullDuplexBench:
     title = "Full-Duplex-Bench"
     artifacts = runner.ARTIFACTS
     report = REPORT
+    options = ("--task", "--icc-distribution", "--words", "--transcription-url")
+    folder_scorer = FdbScorer()
 
     def load_dataset(self, spec: str, selection: Selection, *, cache_dir: Path | None = None) -> Dataset:
         return load_dataset(spec, selection, cache_dir=cache_dir)
@@ -47,6 +82,18 @@ class FullDuplexBench:
 
     def selection_to_json(self, selection: Selection) -> dict[str, Any]:
         return {"tasks": list(selection.tasks), "ids": list(selection.ids), "limit": selection.limit}
+
+    def check_config(self, *, keep_audio: bool, score: bool, scoring: Mapping[str, Any]) -> None:
+        """Scoring reads `output.wav`; re-timing the words happens only when scoring."""
+        if not keep_audio:
+            raise ConfigError("fdb needs output.wav in every sample folder; drop --no-audio")
+        if (scoring.get("words") or "keep") != "keep" and not score:
+            raise ConfigError("--words asr|transcription re-times the words when scoring; add --score")
+
+    def check_out(self, out: Path, dataset: Dataset) -> None:
+        """A run writes FDB sample folders in the dataset's layout, so `out` must stay out of the dataset."""
+        if overlaps(out, dataset.samples):
+            raise ConfigError(f"--out {out} overlaps the dataset folder; write the run elsewhere")
 
     def prepare_media(self, sample: Sample, config: RunConfig) -> runner.FdbInput:
         return runner.prepare_media(sample)
@@ -65,8 +112,11 @@ class FullDuplexBench:
     def write_failure(self, folder: Path, meta: Mapping[str, Any]) -> None:
         """FDB keeps no record of its own for a failed sample: the harness's `.meta.json` says why."""
 
+    def judge(self, settings: JudgeSettings) -> Judge:
+        raise ScoredElsewhere(_ELSEWHERE)
+
     def score_request(self, meta: Mapping[str, Any], response: bytes, sample: Sample | None) -> Any:
-        raise ScoredElsewhere("FDB runs are scored by `duplexkit score --benchmark fdb RUN_DIR`")
+        raise ScoredElsewhere(_ELSEWHERE)
 
     def summarise(
         self,
@@ -74,7 +124,10 @@ class FullDuplexBench:
         metas: Sequence[Mapping[str, Any]],
         outcomes: Mapping[tuple[str, str], tuple[str, dict[str, float]]],
     ) -> Any:
-        raise ScoredElsewhere("FDB runs are scored by `duplexkit score --benchmark fdb RUN_DIR`")
+        raise ScoredElsewhere(_ELSEWHERE)
+
+    def summary_lines(self, recorded: Mapping[str, Any]) -> list[str]:
+        raise ScoredElsewhere(_ELSEWHERE)
 
 
 BENCHMARK = FullDuplexBench()

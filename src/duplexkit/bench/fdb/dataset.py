@@ -208,6 +208,16 @@ def find_samples(root: Path) -> list[Sample]:
     return samples
 
 
+def overlaps(out: Path, samples: Sequence[Sample]) -> bool:
+    """Whether the run folder `out` would lie in, or hold, the sample or task folders of `samples` (a run
+    writes its sample folders in the dataset's own layout, so they must not land in the dataset)."""
+    root = out.resolve()
+    folders = {s.folder.parent.parent.resolve() for s in samples} | {
+        s.folder.parent.resolve() for s in samples
+    }
+    return any(root == f or f in root.parents or root in f.parents for f in folders)
+
+
 def load_dataset(spec: str, selection: Selection, *, cache_dir: Path | None = None) -> Dataset:
     """The FDB samples of the folder `spec` (or `builtin`, generated under `cache_dir`), filtered."""
     if spec == "builtin":

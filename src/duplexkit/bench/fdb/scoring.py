@@ -6,6 +6,9 @@ summary written as `fdb_scores.json`: per split (a task folder) its task, `tor` 
 interruption `relevance`; v1.5 `stop_latency_s`, `response_latency_s`) and every sample's values. A sample
 that cannot be scored (no `output.json`, a malformed one, no `output.wav` where the task needs audio) is
 listed with an error code and left out of the means.
+
+`score_folder` is `duplexkit score --benchmark fdb`: it checks the scoring options, re-times the words when
+asked, then scores with `score_dir` (which also writes `scores/` when the folder is a run).
 """
 
 from __future__ import annotations
@@ -13,14 +16,21 @@ from __future__ import annotations
 import asyncio
 import json
 from collections.abc import Callable, Mapping, Sequence
+from dataclasses import dataclass
 from pathlib import Path
-from typing import Any
+from typing import TYPE_CHECKING, Any, Literal
 
+from duplexkit.bench.benchmark import ConfigError
 from duplexkit.bench.fdb import metrics as m
-from duplexkit.bench.fdb.dataset import Sample
+from duplexkit.bench.fdb.dataset import Sample, find_samples
 from duplexkit.bench.fdb.judge import RelevanceJudge
+from duplexkit.bench.fdb.words import TranscriptionEndpoint, retime_samples
 from duplexkit.bench.judge.base import ScoringError
+from duplexkit.bench.judge.client import ChatClient
 from duplexkit.client.wavfile import read_wav
+
+if TYPE_CHECKING:
+    from duplexkit.bench.judge.settings import JudgeSettings
 
 SCORES_FILE = "fdb_scores.json"
 Segmenter = Callable[[Path], tuple[list[m.Segment], float]]
@@ -257,7 +267,6 @@ async def score_dir(
 ) -> dict[str, Any]:
     """Score every FDB sample folder under `root` and write `root/fdb_scores.json` (atomically)."""
     from duplexkit.bench.artifacts import write_json_atomic
-    from duplexkit.bench.fdb.dataset import find_samples
 
     scores = await score_samples(find_samples(root), segmenter=segmenter, human=human, judge=judge)
     write_json_atomic(root / SCORES_FILE, scores)
@@ -306,3 +315,95 @@ def write_run_scores(root: Path, scores: Mapping[str, Any]) -> None:
         "fdb": {"samples": total - errors, "errors": errors, "by_task": by_task},
     }
     write_json_atomic(root / "scores" / "summary.json", summary)
+
+
+@dataclass(frozen=True)
+class ScoreOptions:
+    """FDB's scoring options: where `output.json`'s word times come from (`keep` the folders' own; `asr`
+    re-times every `output.wav` offline; `transcription` through an OpenAI-compatible endpoint) and the
+    human backchannel distributions JSD is measured against (none: JSD unavailable)."""
+
+    words: Literal["keep", "asr", "transcription"] = "keep"
+    icc_distribution: Path | None = None
+    transcription_url: str | None = None
+    transcription_model: str | None = None
+
+    @classmethod
+    def from_json(cls, raw: Mapping[str, Any]) -> ScoreOptions:
+        """The options of a raw mapping of them (the CLI's values by option name; absent: the default)."""
+        return cls(
+            words=raw.get("words") or "keep",
+            icc_distribution=raw.get("icc_distribution"),
+            transcription_url=raw.get("transcription_url"),
+            transcription_model=raw.get("transcription_model"),
+        )
+
+
+async def score_folder(
+    root: Path,
+    judge: JudgeSettings,
+    options: ScoreOptions,
+    *,
+    allow_invalid_clock: bool,
+    warn: Callable[[str], None],
+) -> dict[str, Any]:
+    """Full-Duplex-Bench scores of the sample folders under `root` → `root/fdb_scores.json` (returned),
+    after re-timing the words when `options.words` asks for another source (`warn` hears of each sample
+    that could not be re-timed; its `output.json` stays as it was).
+
+    The relevance judge runs when `judge` names a URL and a model; otherwise relevance is null. Raises
+    `ConfigError` for refused settings or a run made as fast as possible (unless `allow_invalid_clock`),
+    `FdbDatasetError` for a folder with no samples and `JudgeUnreachable` when the judge cannot be reached.
+    """
+    if judge.kind == "builtin" or judge.protocol_dir is not None:
+        raise ConfigError(
+            "fdb's only judge is the relevance LLM (--judge-url, --judge-model); no --judge builtin "
+            "or --protocol-dir"
+        )
+    if _recorded_pace(root) not in (None, "realtime") and not allow_invalid_clock:
+        raise ConfigError(f"{root} was run as fast as possible (clock=invalid); add --allow-invalid-clock")
+    human = None
+    if options.icc_distribution is not None:
+        try:
+            human = read_distribution(options.icc_distribution)
+        except ValueError as exc:
+            raise ConfigError(str(exc)) from exc
+    endpoint = None
+    if options.words == "transcription":
+        if not (options.transcription_url and options.transcription_model):
+            raise ConfigError("--words transcription needs --transcription-url and --transcription-model")
+        endpoint = TranscriptionEndpoint(
+            options.transcription_url, options.transcription_model, api_key=judge.api_key
+        )
+    relevance = None
+    if judge.url or judge.model:
+        if not (judge.url and judge.model) or judge.timeout_s <= 0:
+            raise ConfigError(
+                "the relevance judge needs --judge-url, --judge-model and a positive --judge-timeout"
+            )
+        relevance = RelevanceJudge(
+            ChatClient(
+                base_url=judge.url,
+                model=judge.model,
+                api_key=judge.api_key,
+                concurrency=judge.concurrency,
+                timeout_s=judge.timeout_s,
+            )
+        )
+    try:
+        if options.words != "keep":
+            for where, error in await retime_samples(find_samples(root), options.words, endpoint):
+                warn(f"{where}: {error}")
+        return await score_dir(root, human=human, judge=relevance)
+    finally:
+        if relevance is not None:
+            await relevance.aclose()
+
+
+def _recorded_pace(root: Path) -> str | None:
+    """The pace `root/run.json` records; `None` for a folder that is not a run (anyone's FDB outputs)."""
+    try:
+        pace = json.loads((root / "run.json").read_text(encoding="utf-8"))["config"]["pace"]
+    except (OSError, ValueError, KeyError, TypeError):
+        return None
+    return pace if isinstance(pace, str) else None

@@ -60,6 +60,21 @@ class Summary(Protocol):
     def to_json(self) -> dict[str, Any]: ...
 
 
+def format_summary(summary: Summary, benchmark: Benchmark) -> str:
+    """A few lines for the terminal: coverage, then `benchmark`'s headline numbers (its `summary_lines`),
+    then a note when a builtin judge scored (its numbers are not comparable to published ones)."""
+    info, cov = summary.judge, summary.coverage
+    judge = info.model if info.kind == "builtin" else f"{info.model} at {info.url}, prompts"
+    lines = [
+        f"judge {judge} {info.prompt_version}: scored {cov['scored']}/{cov['total']} samples "
+        f"({cov['cached']} cached), skipped {cov['skipped']} failed, {cov['errors']} errors",
+        *benchmark.summary_lines(summary.to_json()),
+    ]
+    if info.kind == "builtin":
+        lines.append(f"note: builtin judge scores are not comparable to published {benchmark.title} numbers")
+    return "\n".join(lines)
+
+
 async def score_run(
     run_dir: Path,
     judge: Judge,

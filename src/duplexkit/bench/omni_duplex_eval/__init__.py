@@ -12,8 +12,10 @@ from collections.abc import Mapping, Sequence
 from pathlib import Path
 from typing import Any
 
-from duplexkit.bench.judge.base import JudgeInfo
+from duplexkit.bench.benchmark import ConfigError
+from duplexkit.bench.judge.base import Judge, JudgeInfo
 from duplexkit.bench.judge.prompting import PromptSet
+from duplexkit.bench.judge.settings import JudgeSettings
 from duplexkit.bench.media import PreparedMedia, prepare_media
 from duplexkit.bench.omni_duplex_eval import runner, scoring
 from duplexkit.bench.omni_duplex_eval.builtin_judge import BuiltinJudge
@@ -23,6 +25,7 @@ from duplexkit.bench.omni_duplex_eval.prompts import BUILTIN_PROMPTS, PROMPT_VER
 from duplexkit.bench.omni_duplex_eval.report import REPORT
 from duplexkit.bench.omni_duplex_eval.request import ScoreRequest
 from duplexkit.bench.omni_duplex_eval.scoring import Summary
+from duplexkit.bench.omni_duplex_eval.windows import REMINDER_WINDOW_S
 from duplexkit.bench.runner import Attempt, RunConfig
 from duplexkit.client import SessionProgress
 
@@ -46,6 +49,8 @@ class OmniDuplexEval:
     title = "Omni-DuplexEval"
     artifacts = runner.ARTIFACTS
     report = REPORT
+    options = ("--split", "--family", "--exclude-ids")
+    folder_scorer = None
 
     def load_dataset(self, spec: str, selection: Selection, *, cache_dir: Path | None = None) -> Dataset:
         return load_dataset(spec, selection, cache_dir=cache_dir)
@@ -68,6 +73,12 @@ class OmniDuplexEval:
             "limit": selection.limit,
         }
 
+    def check_config(self, *, keep_audio: bool, score: bool, scoring: Mapping[str, Any]) -> None:
+        return None  # every run configuration applies
+
+    def check_out(self, out: Path, dataset: Dataset) -> None:
+        return None  # the run folder never holds dataset files
+
     def prepare_media(self, sample: Sample, config: RunConfig) -> PreparedMedia:
         return prepare_media(sample, fps=config.fps)
 
@@ -85,6 +96,21 @@ class OmniDuplexEval:
     def write_failure(self, folder: Path, meta: Mapping[str, Any]) -> None:
         return None  # a failed sample is its meta.json alone
 
+    def judge(self, settings: JudgeSettings) -> Judge:
+        """The builtin judge, or the LLM rubric with duplexkit's prompts or those of `protocol_dir`."""
+        window = REMINDER_WINDOW_S if settings.reminder_window_s is None else settings.reminder_window_s
+        if settings.kind == "builtin":
+            settings.refuse_builtin_extras()
+            return BuiltinJudge(reminder_window_s=window)
+        settings.check_llm()
+        prompts = BUILTIN_PROMPTS
+        if settings.protocol_dir is not None:
+            try:
+                prompts = load_protocol_dir(settings.protocol_dir)
+            except ValueError as exc:
+                raise ConfigError(str(exc)) from exc
+        return LLMJudge(settings.chat_client(), prompts, reminder_window_s=window)
+
     def score_request(self, meta: Mapping[str, Any], response: bytes, sample: Sample | None) -> ScoreRequest:
         return scoring.score_request(meta, response, sample)
 
@@ -95,6 +121,9 @@ class OmniDuplexEval:
         outcomes: Mapping[tuple[str, str], tuple[str, dict[str, float]]],
     ) -> Summary:
         return scoring.summarise(judge, metas, outcomes)
+
+    def summary_lines(self, recorded: Mapping[str, Any]) -> list[str]:
+        return scoring.summary_lines(recorded)
 
 
 BENCHMARK = OmniDuplexEval()

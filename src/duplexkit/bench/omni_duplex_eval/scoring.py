@@ -155,3 +155,21 @@ def summarise(
         for family in families
     }
     return Summary(judge=info, coverage=counts, rtd=sections["rtd"], pr=sections["pr"])
+
+
+def summary_lines(recorded: Mapping[str, Any]) -> list[str]:
+    """The terminal lines of a summary's JSON: RTD and PR means, overall and per task (families run)."""
+    lines = []
+    for name, section, means in (
+        ("RTD", recorded["rtd"], ("mean_content_score", "mean_avg_temporal_score")),
+        ("PR", recorded["pr"], ("mean_all_success",)),
+    ):
+        if section["samples"]:
+            lines.append(_row(name, section, means))
+            lines += [_row(f"  {task}", group, means) for task, group in section["by_task"].items()]
+    return lines
+
+
+def _row(label: str, group: Mapping[str, Any], means: tuple[str, ...]) -> str:
+    values = "  ".join(f"{m}={'-' if group[m] is None else format(group[m], '.3f')}" for m in means)
+    return f"{label}: {values}  (n={group['samples']})"

@@ -13,7 +13,9 @@ from collections.abc import Mapping, Sequence
 from pathlib import Path
 from typing import Any
 
-from duplexkit.bench.judge.base import JudgeInfo
+from duplexkit.bench.benchmark import ConfigError
+from duplexkit.bench.judge.base import Judge, JudgeInfo
+from duplexkit.bench.judge.settings import JudgeSettings
 from duplexkit.bench.omniinteract import runner, scoring
 from duplexkit.bench.omniinteract.case import Case
 from duplexkit.bench.omniinteract.dataset import Dataset, Selection, load_dataset
@@ -31,6 +33,8 @@ class OmniInteract:
     title = "OmniInteract"
     artifacts = runner.ARTIFACTS
     report = REPORT
+    options = ("--subset", "--scenario")
+    folder_scorer = None
 
     def load_dataset(self, spec: str, selection: Selection, *, cache_dir: Path | None = None) -> Dataset:
         return load_dataset(spec, selection, cache_dir=cache_dir)
@@ -51,6 +55,12 @@ class OmniInteract:
             "limit": selection.limit,
         }
 
+    def check_config(self, *, keep_audio: bool, score: bool, scoring: Mapping[str, Any]) -> None:
+        return None  # every run configuration applies
+
+    def check_out(self, out: Path, dataset: Dataset) -> None:
+        return None  # the run folder never holds dataset files
+
     def prepare_media(self, sample: Case, config: RunConfig) -> runner.CaseMedia:
         return runner.prepare_case(sample, fps=config.fps)
 
@@ -68,6 +78,20 @@ class OmniInteract:
     def write_failure(self, folder: Path, meta: Mapping[str, Any]) -> None:
         runner.write_failure(folder, meta)
 
+    def judge(self, settings: JudgeSettings) -> Judge:
+        """The offline keyword judge, or an LLM at the reference judge's temperature and reply length."""
+        if settings.protocol_dir is not None:
+            raise ConfigError("--protocol-dir holds Omni-DuplexEval prompts; OmniInteract uses its own")
+        if settings.kind == "builtin":
+            settings.refuse_builtin_extras()
+            from duplexkit.bench.omniinteract.builtin_judge import BuiltinJudge
+
+            return BuiltinJudge()
+        settings.check_llm()
+        from duplexkit.bench.omniinteract import judge as llm
+
+        return llm.LLMJudge(settings.chat_client(temperature=llm.TEMPERATURE, max_tokens=llm.MAX_TOKENS))
+
     def score_request(
         self, meta: Mapping[str, Any], response: bytes, sample: Case | None
     ) -> scoring.CaseRequest:
@@ -80,6 +104,9 @@ class OmniInteract:
         outcomes: Mapping[tuple[str, str], tuple[str, dict[str, float]]],
     ) -> scoring.Summary:
         return scoring.summarise(judge, metas, outcomes)
+
+    def summary_lines(self, recorded: Mapping[str, Any]) -> list[str]:
+        return scoring.summary_lines(recorded)
 
 
 BENCHMARK = OmniInteract()

@@ -221,3 +221,31 @@ def summarise(
         word_timing=timing,
         counts=counts,
     )
+
+
+def summary_lines(recorded: Mapping[str, Any]) -> list[str]:
+    """The terminal lines of a summary's JSON: IA-QTF1 overall, per scenario and subset, the interruption
+    rates, and the cases that make the run ineligible for official scoring."""
+
+    def f1(group: Mapping[str, Any]) -> str:
+        value = group.get("ia_qtf1")
+        return "-" if value is None else f"{value:.3f}"
+
+    scores = recorded["ia_qtf1"]
+    lines = [f"IA-QTF1 All Global={f1(scores)}  1Q1A Global={f1(scores.get('1q1a_global') or {})}"]
+    lines += [
+        f"  {name}: {f1(group)}  (n={group.get('samples')})"
+        for name, group in scores["by_scenario"].items()
+        if name != "1Q1A Global"
+    ]
+    lines += [
+        f"  subset {name}: {f1(group)}  (n={group.get('samples')})"
+        for name, group in recorded["subsets"]["by_subset"].items()
+    ]
+    shown = {k: "-" if v is None else f"{v:.3f}" for k, v in recorded["interruption"].items()}
+    lines.append("  " + "  ".join(f"{k.upper()}={v}" for k, v in shown.items()))
+    eligibility = recorded["eligibility"]
+    if not eligibility["eligible"]:
+        cases = ", ".join(c["case"] for c in eligibility["ineligible_cases"])
+        lines.append(f"not eligible for official scoring (clipped, cancelled or cleared responses): {cases}")
+    return lines
