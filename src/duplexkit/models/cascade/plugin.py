@@ -284,7 +284,7 @@ class CascadeSession(ModelSession):
         if reply is not None and not reply.emitted:
             try:
                 segment = reply.release()
-                if segment is None and reply.released_ms == 0:
+                if segment is None and reply.released_ms == 0 and (opens or reply.synthesising):
                     segment = await self._first_audio(reply, began)
             except Exception:
                 self._drop_reply()
@@ -300,7 +300,8 @@ class CascadeSession(ModelSession):
     async def _first_audio(self, reply: Reply, began: float) -> Speak | None:
         """The reply's first segment if its audio is ready within `FIRST_AUDIO_WAIT` of this unit's period
         (counted from the step's start): audio that would otherwise wait for the next unit leaves now,
-        and the step still ends in time for the next unit."""
+        and the step still ends in time for the next unit. Asked only at the unit that starts the reply
+        and once its text is being synthesised, not of every unit a queued reply waits through."""
         budget = began + FIRST_AUDIO_WAIT * self._model.config.chunk_period_ms / 1000.0 - time.monotonic()
         if budget <= 0:
             return None

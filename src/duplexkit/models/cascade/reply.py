@@ -88,6 +88,11 @@ class Reply:
         return self._emitted
 
     @property
+    def synthesising(self) -> bool:
+        """Its first text has arrived (the responder answered): audio is on its way."""
+        return self.timing.first_text_at is not None
+
+    @property
     def released_ms(self) -> float:
         return 1000.0 * self._released / self._rate
 
