@@ -247,3 +247,44 @@ async def test_a_resume_in_another_dialect_is_refused_and_the_detached_session_s
         again = await resume(server, created, last_seq)
         resumed = await again.recv()
         assert resumed["type"] == "session.resumed" and resumed["session"]["id"] == session_id
+
+
+async def test_a_detached_session_holds_no_request_open_and_a_drain_still_closes_it(
+    plugin: ModelPlugin,
+) -> None:
+    """Driven through the ASGI interface as a server (uvicorn, Ray Serve's proxy) calls it: the call for a
+    connection returns once its socket is gone, though the session lives on for resume; a drain then
+    closes that detached session too."""
+    from duplexkit.server import DuplexServer
+    from duplexkit.server.asgi import asgi_app
+
+    duplex = DuplexServer(plugin, ServerConfig(max_sessions=4))
+    app = asgi_app(duplex)
+    received: asyncio.Queue[dict[str, Any]] = asyncio.Queue()
+    created = asyncio.Event()
+
+    async def send(message: dict[str, Any]) -> None:
+        if message.get("type") == "websocket.send" and "session.created" in message.get("text", ""):
+            created.set()
+
+    scope = {
+        "type": "websocket",
+        "asgi": {"version": "3.0"},
+        "scheme": "ws",
+        "path": "/v1/realtime",
+        "raw_path": b"/v1/realtime",
+        "root_path": "",
+        "query_string": b"duplex=1",
+        "headers": [(b"host", b"127.0.0.1")],
+        "subprotocols": [],
+        "client": ("127.0.0.1", 50000),
+        "server": ("127.0.0.1", 8000),
+    }
+    await received.put({"type": "websocket.connect"})
+    call = asyncio.create_task(app(scope, received.get, send))
+    await asyncio.wait_for(created.wait(), 5)
+    await received.put({"type": "websocket.disconnect", "code": 1006})
+    await asyncio.wait_for(call, 5)  # the connection's request is over ...
+    assert duplex.manager.active == 1  # ... and the session lives on, detached, resumable
+    await asyncio.wait_for(duplex.drain(), 10)
+    assert duplex.manager.active == 0

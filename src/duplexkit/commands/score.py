@@ -177,7 +177,11 @@ def judge_from_args(
 
 
 def run(args: argparse.Namespace) -> int:
-    scorer = get_benchmark(args.benchmark or benchmark_name_of_run(args.run_dir)).folder_scorer
+    recorded = benchmark_name_of_run(args.run_dir)
+    if args.benchmark and args.benchmark != recorded and (args.run_dir / "run.json").is_file():
+        _usage(args, f"RUN_DIR is a {recorded} run; it cannot be scored by {args.benchmark}'s rules")
+        return 2
+    scorer = get_benchmark(args.benchmark or recorded).folder_scorer
     if scorer is not None:
         return asyncio.run(score_folder(args, args.run_dir, scorer, args.workers or 1))
     if args.icc_distribution or args.words != "keep" or args.transcription_url or args.transcription_model:
@@ -186,7 +190,7 @@ def run(args: argparse.Namespace) -> int:
     if args.workers < 1:
         _usage(args, "--workers must be at least 1")
         return 2
-    benchmark = get_benchmark(benchmark_name_of_run(args.run_dir))
+    benchmark = get_benchmark(recorded)
     judge = judge_from_args(args, _dataset_source(args.run_dir), args.workers, benchmark.name)
     if judge is None:
         return 2

@@ -226,7 +226,7 @@ class DuplexReplica:
         if not hasattr(self, "_reporter"):
             return  # __init__ did not finish: nothing was served
         self._reporter.cancel()
-        await self.duplex.manager.shutdown()
+        await self.duplex.drain()
         if self._direct is not None:
             await self._direct.stop()
         with contextlib.suppress(Exception):

@@ -117,6 +117,8 @@ class SessionRunner:
         self.resume_config = resume if resume is not None and resume.enabled else None
         self._stamper = ServerEventStamper(dialect)
         self._attachment: _Attachment | None = _Attachment(websocket, generation=1)
+        self._opening = self._attachment
+        """The attachment the session opened on (see `opening_closed`)."""
         self._journal: ReplayJournal | None = None
         self._lease: Lease | None = None
         self.ticket: ResumeTicket | None = None
@@ -175,6 +177,13 @@ class SessionRunner:
                 await self.model.aclose()
             except Exception:
                 log.exception("session %s: model cleanup failed", self.engine.session_id)
+
+    async def opening_closed(self) -> None:
+        """Wait until the socket the session opened on is closed: the session ended, or it lost that
+        socket and lives on detached (resumable on another connection). The opening connection's handler
+        returns then, so a detached session holds no request open (a proxy draining its requests, like
+        Ray Serve's, is not kept waiting by sessions nobody is connected to)."""
+        await self._opening.ended.wait()
 
     async def shutdown(self, reason: str) -> None:
         """Close from the server side (e.g. SIGTERM): `session.closed{reason}` then the socket."""

@@ -71,7 +71,7 @@ async def _serve_until_signalled(
     await stop.wait()
     for signum in (signal.SIGTERM, signal.SIGINT):  # a second signal ends the process without a drain
         loop.remove_signal_handler(signum)
-    await duplex.manager.shutdown()
+    await duplex.drain()
     await running.stop()
 
 
@@ -101,7 +101,7 @@ class EmbeddedServer:
 
     async def __aexit__(self, *exc: object) -> None:
         assert self._running is not None
-        await self.duplex.manager.shutdown()
+        await self.duplex.drain()
         with contextlib.suppress(asyncio.CancelledError):
             await self._running.stop()
 

@@ -11,6 +11,7 @@ engine session, a model session and a runner.
 
 from __future__ import annotations
 
+import asyncio
 import dataclasses
 import importlib.util
 import json
@@ -31,7 +32,7 @@ from duplexkit.protocol.wire import ServerEventStamper
 from duplexkit.server.auth import is_authorized, presented_keys
 from duplexkit.server.batching import BatchScheduler
 from duplexkit.server.edge import Connection, HttpResponse, WebSocketRoute
-from duplexkit.server.manager import SessionManager
+from duplexkit.server.manager import SessionManager, Slot
 from duplexkit.server.metrics import ServerMetrics
 from duplexkit.server.moshi import MoshiSocket, session_from_query
 from duplexkit.server.playground import playground_pages
@@ -81,6 +82,8 @@ class DuplexServer:
             None if plugin.batching is None else BatchScheduler(plugin, plugin.batching, self.metrics)
         )
         self.resumable = ResumeRegistry()
+        self._lives: set[asyncio.Task[None]] = set()
+        """Each admitted session's lifetime, which may outlast its opening connection (detached)."""
         pages = playground_pages(model=self.plugin.name, auth_required=bool(self.config.api_keys))
         self.http_routes: Mapping[str, Callable[[], HttpResponse]] = {
             "/healthz": self._healthz,
@@ -187,7 +190,8 @@ class DuplexServer:
         resume: ResumeConfig | None = None,
         first: FirstMessage | None = None,
     ) -> None:
-        """Admission (or the retryable capacity refusal, close 1013), then one runner until the end.
+        """Admission (or the retryable capacity refusal, close 1013), then one runner, served until its
+        opening connection closes; the session's lifetime (and its slot) may go on, detached.
 
         `first`: this was the connection's first message (read to tell a resume from a new session);
         `resume`: the session may be resumed (`/v1/realtime` only)."""
@@ -196,7 +200,6 @@ class DuplexServer:
             await refuse(f"all {self.manager.max_sessions} session slots are in use; retry later")
             await connection.close(1013, "try again later")
             return
-        runner: SessionRunner | None = None
         try:
             config = self.plugin.capabilities.engine_config(
                 self.plugin.name, max_sessions=self.config.max_sessions, server_vad=SERVER_VAD_AVAILABLE
@@ -220,10 +223,38 @@ class DuplexServer:
             )
             slot.shutdown = runner.shutdown
             self.resumable.register(runner)
+        except Exception:
+            log.exception("session %s failed to start", slot.session_id)
+            self.manager.release(slot)
+            return
+        life = asyncio.create_task(self._live(runner, slot, autostart, first), name=slot.session_id)
+        self._lives.add(life)
+        life.add_done_callback(self._lives.discard)
+        opening = asyncio.ensure_future(runner.opening_closed())
+        try:
+            await asyncio.wait({life, opening}, return_when=asyncio.FIRST_COMPLETED)
+        except asyncio.CancelledError:  # the edge is going away with the connection still attached
+            if not opening.done():
+                life.cancel()
+            raise
+        finally:
+            opening.cancel()
+
+    async def _live(
+        self, runner: SessionRunner, slot: Slot, autostart: bool, first: FirstMessage | None
+    ) -> None:
+        """One session from start to end, whatever connections it is attached to meanwhile."""
+        try:
             await runner.run(autostart=autostart, first=first)
         except Exception:
             log.exception("session %s failed", slot.session_id)
         finally:
-            if runner is not None:
-                self.resumable.retire(runner)
+            self.resumable.retire(runner)
             self.manager.release(slot)
+
+    async def drain(self, timeout_s: float = 5.0) -> None:
+        """Stop admitting, close every session with `session.closed{reason: server_shutdown}` (detached
+        ones too) and wait, bounded, for their lifetimes to end."""
+        await self.manager.shutdown(timeout_s)
+        if self._lives:
+            await asyncio.wait(set(self._lives), timeout=timeout_s)

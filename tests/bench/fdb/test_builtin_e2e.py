@@ -122,6 +122,17 @@ def test_score_refuses_an_as_fast_as_possible_run(tmp_path: Path, capsys: pytest
     assert json.loads((root / "scores" / "summary.json").read_text())["fdb"]["by_task"]["pause"]["tor"] == 0.0
 
 
+def test_a_run_is_scored_only_by_its_own_benchmark(
+    tmp_path: Path, capsys: pytest.CaptureFixture[str]
+) -> None:
+    root = tmp_path / "run"
+    root.mkdir()
+    (root / "run.json").write_text(json.dumps({"benchmark": "fdb"}))
+    assert main(["score", str(root), "--benchmark", "omni-duplex-eval"]) == 2
+    assert "RUN_DIR is a fdb run; it cannot be scored by omni-duplex-eval's rules" in capsys.readouterr().err
+    assert not (root / "scores").exists()
+
+
 def test_fdb_options_are_refused_for_omni_duplex_eval(
     tmp_path: Path, capsys: pytest.CaptureFixture[str]
 ) -> None:
