@@ -592,7 +592,10 @@ class SessionRunner:
             if text is None:
                 return
             attachment.outbound_bytes -= len(text)
-            await attachment.ws.send_text(text)
+            try:
+                await attachment.ws.send_text(text)
+            except SocketClosed:  # the peer is gone: its reader sees the loss (detach or end), the rest
+                return  # of the queue is in the journal, or was never going to arrive
 
     # --- plumbing -------------------------------------------------------------------------------------
 
