@@ -9,12 +9,26 @@ from duplexkit.models.base import (
     ModelPlugin,
     ModelSession,
     SamplingParams,
+    SlotStats,
 )
 from duplexkit.models.cascade import CascadeModel
 from duplexkit.models.scripted import ScriptedModel
 
+
+def _moshi(args: Mapping[str, str]) -> ModelPlugin:
+    """Imported when asked for: it needs torch and `moshi` (the `moshi` extra), slow to import."""
+    try:
+        from duplexkit.models.moshi import MoshiModel
+    except ImportError as exc:
+        raise ValueError(
+            f"--model moshi needs the moshi extra (pip install 'duplexkit[moshi]'): {exc}"
+        ) from None
+    return MoshiModel.from_args(args)
+
+
 MODELS: dict[str, Callable[[Mapping[str, str]], ModelPlugin]] = {
     "cascade": CascadeModel.from_args,
+    "moshi": _moshi,
     "scripted": ScriptedModel.from_args,
 }
 """Built-in models by name; each factory takes the `--model-arg key=value` pairs."""
@@ -37,5 +51,6 @@ __all__ = [
     "ModelPlugin",
     "ModelSession",
     "SamplingParams",
+    "SlotStats",
     "load_model",
 ]

@@ -60,6 +60,7 @@ class SamplingParams:
     temperature: float = 0.7
     max_tokens: int = 512
     instructions: str | None = None
+    voice: str | None = None
 
     def with_overrides(
         self,
@@ -67,12 +68,14 @@ class SamplingParams:
         temperature: float | None = None,
         max_tokens: int | None = None,
         instructions: str | None = None,
+        voice: str | None = None,
     ) -> SamplingParams:
         return replace(
             self,
             temperature=self.temperature if temperature is None else temperature,
             max_tokens=self.max_tokens if max_tokens is None else max_tokens,
             instructions=self.instructions if instructions is None else instructions,
+            voice=self.voice if voice is None else voice,
         )
 
 
@@ -90,6 +93,11 @@ class ModelSession(ABC):
     def step(self, unit: Unit, request_started_at: float) -> AsyncIterator[Decision]:
         """Decide for one unit: yield `Listen`, or one or more `Speak` segments (the last may end the turn).
         `request_started_at` is the server's monotonic time when this unit's request was accepted."""
+
+    async def prepare(self) -> None:  # noqa: B027 - optional hook, nothing to do by default
+        """Bring the model's state in line with the settings `configure` accepted (e.g. prefill a persona
+        prompt) before the server announces them: awaited before `session.created` / `session.updated`
+        (and so before the Moshi handshake) and before the session's next unit is stepped."""
 
     def interrupt(self) -> None:  # noqa: B027 - optional hook, nothing to do by default
         """The reply in progress was cut off (barge-in, cancel): drop what remains of it."""
@@ -127,12 +135,34 @@ class BatchItem:
     request_started_at: float
 
 
+@dataclass(frozen=True, slots=True)
+class SlotStats:
+    """A slotted plugin's occupancy and work so far, read by the server's `/metrics` at scrape time.
+
+    `frames_frozen` counts, per batched call, the occupied slots that had no frame in it (held still by
+    the exec mask while the others stepped)."""
+
+    slots: int
+    in_use: int
+    ticks: int
+    tick_seconds: float
+    frames_stepped: int
+    frames_frozen: int
+
+
 class ModelPlugin(ABC):
     name: str
     capabilities: ModelCapabilities
     default_sampling: SamplingParams
     batching: BatchPolicy | None = None
     """Set (with `step_batch`) by plugins that step many sessions at once; `None`: per-session stepping."""
+    max_sessions: int | None = None
+    """Sessions the plugin can hold at once (its slots); the server admits no more than this, refusing
+    the rest with the retryable capacity error. `None`: no limit of the plugin's own."""
+
+    def slot_stats(self) -> SlotStats | None:
+        """Occupancy and tick figures of a slotted plugin; `None` for plugins without slots."""
+        return None
 
     @abstractmethod
     def new_session(self) -> ModelSession:

@@ -2,14 +2,50 @@
 
 from __future__ import annotations
 
+from collections.abc import Callable, Iterator
+
 from prometheus_client import CollectorRegistry, Counter, Gauge, Histogram, generate_latest
+from prometheus_client.core import CounterMetricFamily, GaugeMetricFamily, Metric
+from prometheus_client.registry import Collector
+
+from duplexkit.models import SlotStats
 
 _LATENCY_BUCKETS_S = (0.01, 0.025, 0.05, 0.1, 0.2, 0.3, 0.5, 0.75, 1.0, 1.5, 2.5, 5.0, 10.0)
 
 
+class _SlotCollector(Collector):
+    """A slotted model's occupancy and ticks, read from the plugin when scraped."""
+
+    def __init__(self, read: Callable[[], SlotStats | None]) -> None:
+        self.read = read
+
+    def collect(self) -> Iterator[Metric]:
+        stats = self.read()
+        if stats is None:
+            return
+        yield GaugeMetricFamily("duplexkit_model_slots", "Streaming slots the model holds", value=stats.slots)
+        yield GaugeMetricFamily("duplexkit_model_slots_in_use", "Slots held by a session", value=stats.in_use)
+        yield CounterMetricFamily("duplexkit_model_ticks", "Batched model calls (ticks)", value=stats.ticks)
+        yield CounterMetricFamily(
+            "duplexkit_model_tick_seconds",
+            "Time spent in ticks (divide by ticks: mean tick time)",
+            value=stats.tick_seconds,
+        )
+        yield CounterMetricFamily(
+            "duplexkit_model_frames_stepped", "Slot frames stepped", value=stats.frames_stepped
+        )
+        yield CounterMetricFamily(
+            "duplexkit_model_frames_frozen",
+            "Occupied slots left out of a tick (frozen by the exec mask)",
+            value=stats.frames_frozen,
+        )
+
+
 class ServerMetrics:
-    def __init__(self) -> None:
+    def __init__(self, slot_stats: Callable[[], SlotStats | None] | None = None) -> None:
         self.registry = CollectorRegistry()
+        if slot_stats is not None:
+            self.registry.register(_SlotCollector(slot_stats))
         self.sessions_active = Gauge(
             "duplexkit_sessions_active", "Sessions holding a slot", registry=self.registry
         )

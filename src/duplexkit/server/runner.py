@@ -159,6 +159,7 @@ class SessionRunner:
         (without resume, a lost socket ends it too). `first` is the first message when it was read already.
         """
         if autostart:
+            await self._prepare_model(None)
             self._apply(self.engine.start(self.clock()))
         assert self._attachment is not None
         self._start_attachment(self._attachment, first)
@@ -355,7 +356,7 @@ class SessionRunner:
                     self._config_timed_out()
                     return
                 self.client_events_received += 1
-                self._handle_frame(first.message)
+                await self._handle_frame(first.message)
             if awaiting_first and not self._done.is_set():
                 try:
                     message = await asyncio.wait_for(ws.receive(), self.limits.config_timeout_s)
@@ -366,14 +367,14 @@ class SessionRunner:
                     self._lost(attachment)
                     return
                 self.client_events_received += 1
-                self._handle_frame(message)
+                await self._handle_frame(message)
             while not self._done.is_set():
                 message = await ws.receive()
                 if message is None:
                     self._lost(attachment)
                     return
                 self.client_events_received += 1
-                self._handle_frame(message)
+                await self._handle_frame(message)
         except (SocketClosed, RuntimeError, OSError):
             self._lost(attachment)
 
@@ -382,7 +383,7 @@ class SessionRunner:
         self._apply(self.engine.protocol_error(_config_timeout(self.limits.config_timeout_s)))
         self._apply(self.engine.close("config_timeout", now))
 
-    def _handle_frame(self, data: str | bytes) -> None:
+    async def _handle_frame(self, data: str | bytes) -> None:
         now = self.clock()
         if self._lease is not None:
             self._lease.renew(now)
@@ -405,7 +406,7 @@ class SessionRunner:
             self._apply(self.engine.handle(event, now))
             return
         previous = (self.model.sampling, dict(self.engine.settings.extra_body))
-        if not self._configure_model(event):
+        if not self._configure_model(event) or not await self._prepare_model(event.event_id):
             return
         step = self.engine.handle(event, now)
         if any(isinstance(e, se.Error) for e in step.events):  # the engine refused it: undo the model's part
@@ -458,6 +459,20 @@ class SessionRunner:
                     )
                 )
             )
+            return False
+        return True
+
+    async def _prepare_model(self, event_id: str | None) -> bool:
+        """Let the model prime its state for the settings it accepted (a persona prefill) before the
+        session is announced; a failure is the update's coded error, and the session goes on."""
+        try:
+            await self.model.prepare()
+        except Exception as exc:
+            log.exception("session %s: model prepare failed", self.engine.session_id)
+            error = ProtocolError(
+                ErrorCode.MODEL_STEP_FAILED, f"{type(exc).__name__}: {exc}", event_id=event_id
+            )
+            self._apply(self.engine.protocol_error(error))
             return False
         return True
 

@@ -75,8 +75,11 @@ class DuplexServer:
     def __init__(self, plugin: ModelPlugin, config: ServerConfig | None = None) -> None:
         self.plugin = plugin
         self.config = config or ServerConfig()
-        self.metrics = ServerMetrics()
-        self.manager = SessionManager(self.config.max_sessions, self.metrics)
+        self.metrics = ServerMetrics(plugin.slot_stats)
+        capacity = self.config.max_sessions
+        if plugin.max_sessions is not None:  # a slotted model holds no more sessions than its slots
+            capacity = min(capacity, plugin.max_sessions)
+        self.manager = SessionManager(capacity, self.metrics)
         self.ticker = SessionTicker(self.config.limits.tick_s)
         self.batches = (
             None if plugin.batching is None else BatchScheduler(plugin, plugin.batching, self.metrics)
@@ -202,7 +205,7 @@ class DuplexServer:
             return
         try:
             config = self.plugin.capabilities.engine_config(
-                self.plugin.name, max_sessions=self.config.max_sessions, server_vad=SERVER_VAD_AVAILABLE
+                self.plugin.name, max_sessions=self.manager.max_sessions, server_vad=SERVER_VAD_AVAILABLE
             )
             resumable = resume is not None and resume.enabled
             config = dataclasses.replace(config, supports_session_resume=resumable)

@@ -1,0 +1,440 @@
+"""`--model moshi`: Moshi-family models (Moshi, PersonaPlex) served on batched slots.
+
+One model instance holds `slots` streaming slots. The server's batch scheduler (`BatchPolicy`: at most
+`slots` units, leaving `batch_wait_ms` after the oldest is due) hands `step_batch` the sessions whose
+80 ms frame is due; they go through one batched encode, LM step and decode, and every other slot is
+frozen for that call. A session takes a free slot when it is created (reset alone) and gives it back when
+it ends; the server admits no more sessions than there are slots. All torch work runs on one thread owned
+by the model (one torch thread, off the event loop), so calls never overlap.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import base64
+import io
+import math
+import os
+import re
+import wave
+from collections.abc import AsyncIterator, Mapping, Sequence
+from concurrent.futures import ThreadPoolExecutor
+from dataclasses import dataclass, fields, replace
+from pathlib import Path
+from typing import Any
+
+import numpy as np
+import numpy.typing as npt
+
+from duplexkit.engine import Decision, Unit
+from duplexkit.models.base import (
+    BatchItem,
+    BatchPolicy,
+    ModelCapabilities,
+    ModelPlugin,
+    ModelSession,
+    SamplingParams,
+    SlotStats,
+)
+from duplexkit.models.moshi.checkpoint import Checkpoint, resolve
+from duplexkit.models.moshi.decide import FrameOutput, SpeechTracker
+from duplexkit.models.moshi.slots import FRAME_SAMPLES, ForcedFrame, Sampling, SlotBatch, SlotFrame
+from duplexkit.protocol.audio import resample
+
+FRAME_MS = 80
+SAMPLE_RATE_HZ = 24_000
+PROMPT_SILENCE_FRAMES = 6
+"""Silence around each part of a persona prompt: 0.5 s, rounded up to whole 80 ms frames."""
+PREFILL_CHUNK_FRAMES = 8
+"""Prompt frames stepped per turn on the model thread, so other sessions' ticks interleave."""
+_VOICE_NAME = re.compile(r"^[A-Za-z0-9][A-Za-z0-9_.-]{0,63}$")
+
+
+@dataclass(frozen=True, slots=True)
+class MoshiArgs:
+    """`--model-arg` keys of `--model moshi` (each field's metadata says what it does)."""
+
+    checkpoint: str = ""
+    device: str = "cpu"
+    dtype: str = ""
+    slots: int = 4
+    batch_wait_ms: float = 40.0
+    temp: float | None = None
+    temp_text: float | None = None
+    top_k: int | None = None
+    top_k_text: int | None = None
+    speech_rms: float = 0.01
+    end_silence_ms: float = 480.0
+    max_response_ms: float = 60_000.0
+    text_prompt: str = ""
+    voice_prompt: str = ""
+    voices: str = ""
+
+    @classmethod
+    def parse(cls, args: Mapping[str, str]) -> MoshiArgs:
+        known = {f.name: f for f in fields(cls)}
+        unknown = sorted(set(args) - set(known))
+        if unknown:
+            raise ValueError(f"unknown moshi model argument(s) {unknown}; known: {', '.join(sorted(known))}")
+        values: dict[str, Any] = {}
+        for name, raw in args.items():
+            default = known[name].default
+            try:
+                if name in {"slots", "top_k", "top_k_text"}:
+                    values[name] = int(raw)
+                elif isinstance(default, float) or name in {"temp", "temp_text"}:
+                    values[name] = float(raw)
+                else:
+                    values[name] = raw
+            except ValueError:
+                raise ValueError(f"{name}: not a number: {raw!r}") from None
+        parsed = cls(**values)
+        parsed.check()
+        return parsed
+
+    def check(self) -> None:
+        if not self.checkpoint:
+            raise ValueError("moshi needs --model-arg checkpoint=DIR|REPO_ID")
+        if self.device not in ("cpu", "cuda") and not self.device.startswith("cuda:"):
+            raise ValueError(f"device: cpu or cuda[:N], got {self.device!r}")
+        if self.dtype not in ("", "float32", "bfloat16", "float16"):
+            raise ValueError(f"dtype: float32, bfloat16 or float16, got {self.dtype!r}")
+        if not 1 <= self.slots <= 1024:
+            raise ValueError(f"slots: 1 to 1024, got {self.slots}")
+        for name in ("batch_wait_ms", "speech_rms"):
+            value = getattr(self, name)
+            if not (math.isfinite(value) and value >= 0):
+                raise ValueError(f"{name}: a finite number >= 0, got {value}")
+        for name in ("end_silence_ms", "max_response_ms"):
+            value = getattr(self, name)
+            if not (math.isfinite(value) and value >= FRAME_MS):
+                raise ValueError(f"{name}: at least one frame ({FRAME_MS} ms), got {value}")
+
+
+@dataclass(frozen=True, slots=True, eq=False)
+class Persona:
+    """A PersonaPlex-style system prompt: the voice the agent "said" first, then its text prompt."""
+
+    text: str = ""
+    voice: npt.NDArray[np.float32] | None = None
+    voice_name: str = ""
+
+    @property
+    def empty(self) -> bool:
+        return not self.text and self.voice is None
+
+    @property
+    def key(self) -> tuple[str, str]:
+        """What tells two personas apart (the voice by the name or URI it was given as)."""
+        return (self.text, self.voice_name)
+
+
+class MoshiSession(ModelSession):
+    """One session's slot, sampling and response state."""
+
+    def __init__(self, plugin: MoshiModel, slot: int) -> None:
+        self._plugin = plugin
+        self.slot = slot
+        self.sampling = plugin.default_sampling
+        self.gen = plugin.gen_defaults
+        self.persona = plugin.default_persona
+        self._prefilled: tuple[str, str] | None = None
+        """The persona in the slot (its `key`), `None` before `prepare`."""
+        self.frames = 0
+        """Frames stepped in this slot: the session's context use (its KV cache is a ring of the LM's
+        `context` frames, so a longer session goes on over a sliding window)."""
+        self.tracker = plugin.new_tracker(plugin.max_response_frames)
+        self._closed = False
+
+    def configure(self, sampling: SamplingParams, extra_body: Mapping[str, Any]) -> None:
+        plugin = self._plugin
+        gen = plugin.gen_defaults
+        changes: dict[str, Any] = {}
+        if sampling.temperature != plugin.default_sampling.temperature:
+            changes["temp"] = _number("temperature", sampling.temperature, 0.0, 2.0)
+        for key, (low, high) in {"temp": (0.0, 2.0), "temp_text": (0.0, 2.0)}.items():
+            if key in extra_body:
+                changes[key] = _number(key, extra_body[key], low, high)
+        for key in ("top_k", "top_k_text"):
+            if key in extra_body:
+                changes[key] = int(_number(key, extra_body[key], 1, 1_000_000, whole=True))
+        persona = self._persona(sampling, extra_body)
+        if persona.key != self.persona.key and self.frames > 0:
+            raise ValueError("text_prompt and voice_prompt can be set only before the session's first audio")
+        budget = plugin.max_response_frames
+        for key in ("max_tokens", "max_response_output_tokens"):
+            if key in extra_body:
+                budget = min(budget, int(_number(key, extra_body[key], 1, math.inf, whole=True)))
+        budget = min(budget, max(1, sampling.max_tokens))  # a client budget lowers the server's, never raises
+        self.gen = replace(gen, **changes)
+        self.sampling = sampling
+        self.persona = persona
+        self.tracker.max_frames = budget
+
+    def _persona(self, sampling: SamplingParams, extra_body: Mapping[str, Any]) -> Persona:
+        text = extra_body.get("text_prompt", sampling.instructions)
+        voice = extra_body.get("voice_prompt", sampling.voice)
+        persona = self._plugin.default_persona
+        if text is not None:
+            if not isinstance(text, str):
+                raise ValueError("text_prompt: must be a string")
+            persona = replace(persona, text=text)
+        if voice is not None and voice != persona.voice_name:
+            if not isinstance(voice, str):
+                raise ValueError("voice_prompt: must be a voice name or a data:audio/wav;base64 URI")
+            persona = replace(persona, voice=self._plugin.voice(voice), voice_name=voice)
+        return persona
+
+    async def prepare(self) -> None:
+        if self.persona.key != self._prefilled and self.frames == 0:
+            if self._prefilled is not None and self._prefilled != ("", ""):
+                self._plugin.reset_later(self.slot)  # another persona went in already: start clean
+            if not self.persona.empty:
+                await self._plugin.prefill(self.slot, self.persona)
+            self._prefilled = self.persona.key
+
+    async def step(self, unit: Unit, request_started_at: float) -> AsyncIterator[Decision]:
+        decision = (await self._plugin.step_batch([BatchItem(self, unit, request_started_at)]))[0]
+        if isinstance(decision, Exception):
+            raise decision
+        yield decision
+
+    def interrupt(self) -> None:
+        self.tracker.interrupt()
+
+    async def aclose(self) -> None:
+        if not self._closed:
+            self._closed = True
+            self._plugin.release(self.slot)
+
+
+class MoshiModel(ModelPlugin):
+    name = "moshi"
+
+    def __init__(self, args: MoshiArgs) -> None:
+        os.environ.setdefault("NO_TORCH_COMPILE", "1")  # torch.compile costs ~20 s per process on CPU
+        import torch
+        from moshi.models import loaders
+
+        torch.set_num_threads(1)  # one torch thread per process: two stalled steps for seconds on 2 cores
+        self.args = args
+        self.checkpoint: Checkpoint = resolve(args.checkpoint)
+        device = args.device
+        dtype = {"float32": torch.float32, "bfloat16": torch.bfloat16, "float16": torch.float16}[
+            args.dtype or ("bfloat16" if device.startswith("cuda") else "float32")
+        ]
+        lm_config = self.checkpoint.lm_config
+        mimi_q = max(lm_config["dep_q"], lm_config["n_q"] - lm_config["dep_q"])
+        if lm_config["dep_q"] >= lm_config["n_q"]:
+            mimi_q = lm_config["n_q"] // 2
+        mimi = loaders.get_mimi(
+            self.checkpoint.mimi_weights, self.checkpoint.mimi_config, device=device, num_codebooks=mimi_q
+        )
+        lm = loaders.get_moshi_lm(self.checkpoint.lm_weights, lm_kwargs=lm_config, device=device, dtype=dtype)
+        import sentencepiece
+
+        self.tokenizer = sentencepiece.SentencePieceProcessor(str(self.checkpoint.tokenizer))
+        gen_config = self.checkpoint.lm_gen_config
+        self.gen_defaults = Sampling(
+            temp=_pick(args.temp, gen_config.get("temp"), 0.8),
+            temp_text=_pick(args.temp_text, gen_config.get("temp_text"), 0.7),
+            top_k=int(_pick(args.top_k, gen_config.get("top_k"), 250)),
+            top_k_text=int(_pick(args.top_k_text, gen_config.get("top_k_text"), 25)),
+        )
+        self.pad_ids = frozenset({0, int(lm_config.get("existing_text_padding_id", 3))})
+        self.context_frames = int(lm_config.get("context", 3000))
+        self.max_response_frames = max(1, math.ceil(args.max_response_ms / FRAME_MS))
+        self.capabilities = ModelCapabilities(
+            chunk_period_ms=FRAME_MS,
+            input_sample_rate_hz=SAMPLE_RATE_HZ,
+            output_sample_rate_hz=SAMPLE_RATE_HZ,
+        )
+        self.default_sampling = SamplingParams(
+            temperature=self.gen_defaults.temp,
+            max_tokens=self.max_response_frames,
+            instructions=args.text_prompt or None,
+            voice=args.voice_prompt or None,
+        )
+        self.batching = BatchPolicy(max_size=args.slots, max_wait_ms=args.batch_wait_ms)
+        self.max_sessions = args.slots
+        self._executor = ThreadPoolExecutor(max_workers=1, thread_name_prefix="moshi")
+        self._batch = self._executor.submit(SlotBatch, mimi, lm, args.slots, self.gen_defaults).result()
+        self._free = list(range(args.slots))
+        self._needs_reset: set[int] = set()
+        self.default_persona = Persona(
+            text=args.text_prompt,
+            voice=self.voice(args.voice_prompt) if args.voice_prompt else None,
+            voice_name=args.voice_prompt,
+        )
+
+    @classmethod
+    def from_args(cls, args: Mapping[str, str]) -> MoshiModel:
+        return cls(MoshiArgs.parse(args))
+
+    # --- slots ----------------------------------------------------------------------------------------
+
+    def new_session(self) -> MoshiSession:
+        """A session on a free slot (reset before its first frame); `RuntimeError` when none is free (the
+        server admits no more than `max_sessions`, so it refuses those sessions before they get here)."""
+        if not self._free:
+            raise RuntimeError(f"all {self.args.slots} moshi slots are in use")
+        slot = self._free.pop(0)
+        self._needs_reset.add(slot)
+        return MoshiSession(self, slot)
+
+    def reset_later(self, slot: int) -> None:
+        """Reset `slot` before its next prefill or frame."""
+        self._needs_reset.add(slot)
+
+    def release(self, slot: int) -> None:
+        self._needs_reset.discard(slot)
+        self._free.append(slot)
+
+    def slot_stats(self) -> SlotStats:
+        b = self._batch
+        return SlotStats(
+            slots=self.args.slots,
+            in_use=self.args.slots - len(self._free),
+            ticks=b.ticks,
+            tick_seconds=b.tick_seconds,
+            frames_stepped=b.frames_stepped,
+            frames_frozen=b.frames_frozen,
+        )
+
+    def new_tracker(self, max_frames: int) -> SpeechTracker:
+        return SpeechTracker(
+            self.pad_ids,
+            speech_rms=self.args.speech_rms,
+            end_silence_frames=max(1, math.ceil(self.args.end_silence_ms / FRAME_MS)),
+            max_frames=max_frames,
+        )
+
+    # --- stepping -------------------------------------------------------------------------------------
+
+    async def step_batch(self, items: Sequence[BatchItem]) -> Sequence[Decision | Exception]:
+        """Every item's frame in one pass per distinct sampling setting (usually one)."""
+        sessions: list[MoshiSession] = []
+        for item in items:
+            if not isinstance(item.session, MoshiSession):
+                raise TypeError(f"not a moshi session: {type(item.session).__name__}")
+            sessions.append(item.session)
+        resets = [s.slot for s in sessions if s.slot in self._needs_reset]
+        self._needs_reset.difference_update(resets)
+        groups: dict[Sampling, dict[int, npt.NDArray[np.float32]]] = {}
+        for session, item in zip(sessions, items, strict=True):
+            groups.setdefault(session.gen, {})[session.slot] = _frame(item.unit)
+        occupied = self.args.slots - len(self._free)
+        loop = asyncio.get_running_loop()
+        outputs = await loop.run_in_executor(self._executor, self._step_groups, resets, groups, occupied)
+        results: list[Decision | Exception] = []
+        for session in sessions:
+            out = outputs[session.slot]
+            session.frames += 1
+            results.append(
+                session.tracker.decide(FrameOutput(out.text_id, self.piece(out.text_id), out.audio))
+            )
+        return results
+
+    def _step_groups(
+        self,
+        resets: list[int],
+        groups: dict[Sampling, dict[int, npt.NDArray[np.float32]]],
+        occupied: int,
+    ) -> dict[int, SlotFrame]:
+        for slot in resets:
+            self._batch.reset(slot)
+        outputs: dict[int, SlotFrame] = {}
+        for sampling, frames in groups.items():
+            outputs.update(self._batch.step(frames, sampling, occupied))
+        return outputs
+
+    def piece(self, text_id: int) -> str:
+        """The text a token id stands for (display only; decisions come from the id)."""
+        if text_id in self.pad_ids or text_id < 0 or text_id >= self.tokenizer.vocab_size():
+            return ""
+        return str(self.tokenizer.id_to_piece(text_id)).replace("\u2581", " ")
+
+    # --- personas -------------------------------------------------------------------------------------
+
+    def voice(self, spec: str) -> npt.NDArray[np.float32]:
+        """A voice prompt's audio at 24 kHz: a name in the server's `voices` folder (`NAME.wav`), or a
+        `data:audio/wav;base64,...` URI. `ValueError` names what is wrong."""
+        if spec.startswith("data:"):
+            header, _, payload = spec.partition(",")
+            if header != "data:audio/wav;base64":
+                raise ValueError("voice_prompt: a data URI must be data:audio/wav;base64,...")
+            try:
+                return _read_wav(base64.b64decode(payload, validate=True))
+            except (ValueError, wave.Error, EOFError) as exc:
+                raise ValueError(f"voice_prompt: not a PCM16 WAV: {exc}") from None
+        if not self.args.voices:
+            raise ValueError("voice_prompt: this server has no voices folder (--model-arg voices=DIR)")
+        if not _VOICE_NAME.match(spec):
+            raise ValueError(f"voice_prompt: {spec!r} is not a voice name")
+        path = Path(self.args.voices) / (spec if spec.endswith(".wav") else f"{spec}.wav")
+        try:
+            return _read_wav(path.read_bytes())
+        except FileNotFoundError:
+            raise ValueError(f"voice_prompt: no voice {spec!r} in the server's voices folder") from None
+        except (wave.Error, EOFError) as exc:
+            raise ValueError(f"voice_prompt: {path.name} is not a PCM16 WAV: {exc}") from None
+
+    async def prefill(self, slot: int, persona: Persona) -> None:
+        """Step the persona into `slot` alone, as PersonaPlex does before its handshake: the voice
+        prompt's frames as the agent's audio, 0.5 s of silence, the text prompt one token per frame
+        (wrapped in `<system>` tags), 0.5 s of silence. Chunked, so other slots keep their ticks."""
+        frames = self._prompt_frames(persona)
+        loop = asyncio.get_running_loop()
+        if slot in self._needs_reset:
+            self._needs_reset.discard(slot)
+            await loop.run_in_executor(self._executor, self._batch.reset, slot)
+        for start in range(0, len(frames), PREFILL_CHUNK_FRAMES):
+            chunk = frames[start : start + PREFILL_CHUNK_FRAMES]
+            await loop.run_in_executor(self._executor, self._batch.force, slot, chunk)
+
+    def _prompt_frames(self, persona: Persona) -> list[ForcedFrame]:
+        pad = min(self.pad_ids - {0}, default=3)
+        silence = [ForcedFrame(None, None, pad)] * PROMPT_SILENCE_FRAMES
+        frames: list[ForcedFrame] = []
+        if persona.voice is not None:
+            voice = persona.voice
+            for start in range(0, len(voice), FRAME_SAMPLES):
+                frames.append(ForcedFrame(None, voice[start : start + FRAME_SAMPLES], pad))
+            frames += silence
+        if persona.text:
+            ids = self.tokenizer.encode(f"<system> {persona.text} <system>")
+            frames += [ForcedFrame(None, None, int(i)) for i in ids]
+            frames += silence
+        return frames
+
+
+def _frame(unit: Unit) -> npt.NDArray[np.float32]:
+    """The unit's samples as one frame (a commit's shorter residual is padded with silence)."""
+    if unit.sample_rate_hz != SAMPLE_RATE_HZ:
+        return resample(unit.samples, unit.sample_rate_hz, SAMPLE_RATE_HZ)[:FRAME_SAMPLES]
+    return unit.samples[:FRAME_SAMPLES]
+
+
+def _read_wav(data: bytes) -> npt.NDArray[np.float32]:
+    with wave.open(io.BytesIO(data)) as wav:
+        if wav.getsampwidth() != 2:
+            raise wave.Error("only 16-bit PCM is read")
+        pcm = np.frombuffer(wav.readframes(wav.getnframes()), dtype="<i2").astype(np.float32) / 32768.0
+        channels, rate = wav.getnchannels(), wav.getframerate()
+    mono = pcm.reshape(-1, channels).mean(axis=1).astype(np.float32)
+    return mono if rate == SAMPLE_RATE_HZ else resample(mono, rate, SAMPLE_RATE_HZ)
+
+
+def _number(name: str, raw: Any, low: float, high: float, *, whole: bool = False) -> float:
+    if isinstance(raw, bool) or not isinstance(raw, int | float):
+        raise ValueError(f"{name}: must be a number")
+    value = float(raw)
+    if not (low <= value <= high) or (whole and value != int(value)):
+        raise ValueError(f"{name}: must be {'a whole number ' if whole else ''}from {low:g} to {high:g}")
+    return value
+
+
+def _pick(arg: float | None, config: Any, default: float) -> float:
+    if arg is not None:
+        return arg
+    return float(config) if config is not None else default

@@ -1,0 +1,214 @@
+"""The torch edge: one Mimi and one `LMGen` streaming over a fixed batch of slots.
+
+Slots join and leave at any frame. A joining slot is reset alone (`reset_streaming` with a mask of that
+slot); every call steps only the slots it was given and freezes the others (`set_exec_mask`), so a slot
+whose frame is late keeps its state and never holds the others back. Everything here runs on the one
+thread that owns the model (see `plugin.MoshiModel`): these calls are not thread-safe and never awaited.
+
+PersonaPlex's layout (`dep_q=16`, the depformer also predicting the user's 8 codebooks) takes the user's
+codes through the same cache the upstream `LMGen` keeps for generated tokens: the user's codebooks are
+written over the predicted ones, at their delays, before and after each step (`_feed_user`).
+"""
+
+from __future__ import annotations
+
+import time
+from collections.abc import Sequence
+from dataclasses import dataclass
+
+import numpy as np
+import numpy.typing as npt
+import torch
+from moshi.models.compression import MimiModel
+from moshi.models.lm import LMGen, LMModel
+
+FRAME_SAMPLES = 1920
+"""One 80 ms frame at 24 kHz."""
+
+
+@dataclass(frozen=True, slots=True)
+class Sampling:
+    """`LMGen`'s sampling knobs; slots with different values are stepped in separate masked passes."""
+
+    temp: float
+    temp_text: float
+    top_k: int
+    top_k_text: int
+
+
+@dataclass(frozen=True, slots=True)
+class ForcedFrame:
+    """A prompt frame stepped with its outputs forced (persona prefill): the user's input, the agent's
+    audio codes (`None`: the codec's silence) and the text token."""
+
+    user_pcm: npt.NDArray[np.float32] | None
+    agent_pcm: npt.NDArray[np.float32] | None
+    text_id: int
+
+
+@dataclass(frozen=True, slots=True)
+class SlotFrame:
+    """What one step produced for one slot: the text token id (`-2`: still warming up) and the agent's
+    decoded audio (empty while warming up)."""
+
+    text_id: int
+    audio: npt.NDArray[np.float32]
+
+
+class SlotBatch:
+    """The streaming state of `slots` sessions over one Mimi and one LM."""
+
+    def __init__(self, mimi: MimiModel, lm: LMModel, slots: int, gen_defaults: Sampling) -> None:
+        self.mimi = mimi
+        self.lm = lm
+        self.slots = slots
+        self.device = lm.device
+        self.agent_q = lm.dep_q if lm.dep_q < lm.n_q else lm.n_q // 2
+        """Agent codebooks to decode: all of `dep_q`, or the first half where the depformer also
+        predicts the user's (PersonaPlex)."""
+        self.user_fed = lm.dep_q >= lm.n_q
+        self.gen = LMGen(
+            lm,
+            temp=gen_defaults.temp,
+            temp_text=gen_defaults.temp_text,
+            top_k=gen_defaults.top_k,
+            top_k_text=gen_defaults.top_k_text,
+            support_out_of_sync=True,
+        )
+        self._silence_codes = self._codes_of_silence()
+        self.mimi.streaming_forever(slots)
+        self.gen.streaming_forever(slots)
+        self.ticks = 0
+        self.tick_seconds = 0.0
+        self.frames_stepped = 0
+        self.frames_frozen = 0
+
+    def _codes_of_silence(self) -> torch.Tensor:
+        """The codec's codes for a frame of silence in steady state ([K], K = Mimi's codebooks)."""
+        with torch.no_grad():
+            codes = self.mimi.encode(torch.zeros(1, 1, 4 * FRAME_SAMPLES, device=self.device))
+        return codes[0, :, -1]
+
+    def reset(self, slot: int) -> None:
+        """Start `slot` afresh (a session joins it); the other slots are untouched."""
+        mask = torch.zeros(self.slots, dtype=torch.bool, device=self.device)
+        mask[slot] = True
+        self.mimi.reset_streaming(mask)
+        self.gen.reset_streaming(mask)
+
+    def step(
+        self, frames: dict[int, npt.NDArray[np.float32]], sampling: Sampling, occupied: int
+    ) -> dict[int, SlotFrame]:
+        """One frame for each slot in `frames` (one batched encode, LM step and decode); the other slots
+        are frozen. `occupied`: slots in use, for the frozen-frame count."""
+        started = time.perf_counter()
+        active = self._mask(frames)
+        pcm = torch.zeros(self.slots, 1, FRAME_SAMPLES, device=self.device)
+        for slot, samples in frames.items():
+            n = min(len(samples), FRAME_SAMPLES)
+            pcm[slot, 0, :n] = torch.from_numpy(samples[:n])
+        self._set_gen(sampling)
+        with torch.no_grad():
+            self._set_mask(active)
+            codes = self.mimi.encode(pcm)
+            tokens = self._lm_step(codes, active)
+            texts = tokens[:, 0, 0].tolist()
+            decodable = active & (tokens[:, 1 : 1 + self.agent_q, 0] >= 0).all(dim=1)
+            audio = np.zeros((self.slots, FRAME_SAMPLES), dtype=np.float32)
+            if bool(decodable.any()):
+                self.mimi.set_exec_mask(decodable)
+                out = self.mimi.decode(tokens[:, 1 : 1 + self.agent_q].clamp(min=0))
+                audio = out[:, 0].float().cpu().numpy()
+        valid = decodable.tolist()
+        self.ticks += 1
+        self.tick_seconds += time.perf_counter() - started
+        self.frames_stepped += len(frames)
+        self.frames_frozen += max(0, occupied - len(frames))
+        return {
+            slot: SlotFrame(
+                int(texts[slot]), audio[slot].copy() if valid[slot] else np.zeros(0, dtype=np.float32)
+            )
+            for slot in frames
+        }
+
+    def force(self, slot: int, frames: Sequence[ForcedFrame]) -> None:
+        """Step `slot` alone through prompt frames with the agent's audio and text forced (the persona
+        prefill: the model has "said" its prompt when the session starts)."""
+        active = self._mask({slot: np.zeros(0, dtype=np.float32)})
+        forced_text = 0
+
+        def force_text(text: torch.Tensor) -> None:
+            text[slot] = forced_text
+
+        self.gen.on_text_hook = force_text
+        try:
+            with torch.no_grad():
+                for frame in frames:
+                    forced_text = frame.text_id
+                    self._set_mask(active)
+                    user = self._encode_or_silence(frame.user_pcm, slot)
+                    agent = self._encode_or_silence(frame.agent_pcm, slot)
+                    replace = torch.zeros(self.slots, self.lm.dep_q, 1, dtype=torch.long, device=self.device)
+                    replace[:, : self.agent_q, 0] = agent[:, : self.agent_q, 0]
+                    if self.lm.dep_q > self.agent_q:  # PersonaPlex: the user's predicted codebooks too
+                        replace[:, self.agent_q :, 0] = user[:, : self.lm.dep_q - self.agent_q, 0]
+                    self._lm_step(user, active, replace)
+        finally:
+            self.gen.on_text_hook = None
+        mask = torch.zeros(self.slots, dtype=torch.bool, device=self.device)
+        mask[slot] = True
+        self.mimi.reset_streaming(mask)  # the codec starts clean on the user's first real frame
+
+    def _encode_or_silence(self, pcm: npt.NDArray[np.float32] | None, slot: int) -> torch.Tensor:
+        codes = self._silence_codes[None, :, None].expand(self.slots, -1, 1).clone()
+        if pcm is not None:
+            batch = torch.zeros(self.slots, 1, FRAME_SAMPLES, device=self.device)
+            batch[slot, 0, : len(pcm)] = torch.from_numpy(pcm[:FRAME_SAMPLES])
+            codes[slot] = self.mimi.encode(batch)[slot]
+        return codes
+
+    def _lm_step(
+        self, codes: torch.Tensor, active: torch.Tensor, replace: torch.Tensor | None = None
+    ) -> torch.Tensor:
+        if self.user_fed:
+            self._feed_user(codes, before=True)
+        tokens = self.gen.step(codes, depformer_replace_tokens=replace)
+        assert tokens is not None  # support_out_of_sync: never None
+        if self.user_fed:
+            self._feed_user(codes, before=False)
+        return tokens
+
+    def _feed_user(self, codes: torch.Tensor, *, before: bool) -> None:
+        """Write the user's codes over the depformer's predictions of them, at their delays.
+
+        Before the step the cache is at offset o: codebook k (delay d) of this frame belongs at o + d,
+        and those with d = 0 are read by this step. The step then writes its predictions at o + 1, so
+        afterwards the codebooks with d >= 1 are written again (at o + d, from the new offset o + 1)."""
+        state = self.gen._streaming_state
+        assert state is not None
+        first = 1 + self.agent_q
+        user_q = self.lm.num_codebooks - first
+        delays = self.gen.delays_cuda[first:]
+        offsets = state.offsets - (0 if before else 1)
+        cache = state.cache
+        ct = cache.shape[2]
+        for k in range(user_q):
+            d = int(delays[k])
+            if not before and d == 0:
+                continue
+            positions = (offsets + d) % ct
+            rows = torch.nonzero(state.exec_mask).flatten()
+            cache[rows, first + k, positions[rows]] = codes[rows, k, 0]
+
+    def _mask(self, frames: dict[int, npt.NDArray[np.float32]]) -> torch.Tensor:
+        mask = torch.zeros(self.slots, dtype=torch.bool, device=self.device)
+        mask[list(frames)] = True
+        return mask
+
+    def _set_mask(self, mask: torch.Tensor) -> None:
+        self.mimi.set_exec_mask(mask)
+        self.gen.set_exec_mask(mask)
+
+    def _set_gen(self, sampling: Sampling) -> None:
+        self.gen.temp, self.gen.temp_text = sampling.temp, sampling.temp_text
+        self.gen.top_k, self.gen.top_k_text = sampling.top_k, sampling.top_k_text

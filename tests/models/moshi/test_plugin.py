@@ -1,0 +1,227 @@
+"""The `moshi` plugin on tiny random-weight checkpoints: slots that join, freeze and leave, per-session
+sampling and budgets, persona prefill into one slot, PersonaPlex's `dep_q=16` layout, and checkpoint
+errors. Greedy sampling (temp 0) makes a slot's outputs a pure function of its inputs, so "frozen" and
+"only this slot" are checked by comparing outputs with a run that never had the other sessions."""
+
+from __future__ import annotations
+
+import shutil
+import time
+from pathlib import Path
+
+import numpy as np
+import pytest
+import torch
+
+from duplexkit.engine import Fence, Listen, Speak, Unit
+from duplexkit.models import BatchItem, SamplingParams, load_model
+from duplexkit.models.moshi import MoshiModel, MoshiSession
+from duplexkit.models.moshi.checkpoint import CheckpointError, resolve
+
+RNG = np.random.default_rng(7)
+FRAMES = [(0.1 * RNG.standard_normal(1920)).astype(np.float32) for _ in range(12)]
+
+
+def model(checkpoint: Path, **args: str) -> MoshiModel:
+    plugin = load_model("moshi", {"checkpoint": str(checkpoint), "temp": "0", "temp_text": "0", **args})
+    assert isinstance(plugin, MoshiModel)
+    return plugin
+
+
+def unit(index: int) -> Unit:
+    return Unit(index, Fence("s"), FRAMES[index % len(FRAMES)], 24_000, index * 80.0, (index + 1) * 80.0)
+
+
+async def step(plugin: MoshiModel, frames: dict[MoshiSession, int]) -> dict[MoshiSession, Listen | Speak]:
+    items = [BatchItem(s, unit(i), time.monotonic()) for s, i in frames.items()]
+    results = await plugin.step_batch(items)
+    out = {}
+    for s, r in zip(frames, results, strict=True):
+        assert isinstance(r, Listen | Speak), r
+        out[s] = r
+    return out
+
+
+def signature(d: Listen | Speak) -> tuple[object, ...]:
+    return ("listen",) if isinstance(d, Listen) else ("speak", d.tokens, d.audio.round(5).tobytes())
+
+
+async def alone(checkpoint: Path, count: int) -> list[tuple[object, ...]]:
+    plugin = model(checkpoint, slots="4")
+    s = plugin.new_session()
+    return [signature((await step(plugin, {s: i}))[s]) for i in range(count)]
+
+
+async def test_slots_join_and_leave_at_any_frame_and_a_fifth_waits_for_a_free_one(
+    tiny_checkpoint: Path,
+) -> None:
+    plugin = model(tiny_checkpoint, slots="4")
+    assert plugin.max_sessions == 4
+    warm = plugin._batch.gen.max_delay + 1  # frames before a fresh slot's first output
+    sessions: list[MoshiSession] = []
+    heard: dict[MoshiSession, list[bool]] = {}
+    frame_of: dict[MoshiSession, int] = {}
+    joins = {0: 1, 2: 1, 3: 1, 5: 1}  # frame → sessions joining then
+    for tick in range(9):
+        for _ in range(joins.get(tick, 0)):
+            s = plugin.new_session()
+            sessions.append(s)
+            heard[s], frame_of[s] = [], 0
+        live = [s for s in sessions if not s._closed]
+        out = await step(plugin, {s: frame_of[s] for s in live})
+        for s, d in out.items():
+            heard[s].append(
+                (isinstance(d, Speak) and len(d.audio) == 1920)
+                or (isinstance(d, Listen) and frame_of[s] >= warm)
+            )
+            frame_of[s] += 1
+    with pytest.raises(RuntimeError, match="slots are in use"):
+        plugin.new_session()
+    # Every session had output on every frame after its own warm-up, joins of others included.
+    for s in sessions:
+        assert all(heard[s][warm:]), heard[s]
+    # They leave in another order than they came; a newcomer gets a freed slot, reset for it.
+    await sessions[2].aclose()
+    await sessions[0].aclose()
+    fifth = plugin.new_session()
+    assert fifth.slot == sessions[2].slot
+    assert plugin.slot_stats().in_use == 3
+    # Its slot starts from scratch: its first frames are the warm-up of a fresh slot.
+    first = (await step(plugin, {fifth: 0, sessions[1]: frame_of[sessions[1]]}))[fifth]
+    assert isinstance(first, Listen) and first.reason == "buffering"
+
+
+async def test_a_frozen_slot_keeps_its_state(tiny_checkpoint: Path) -> None:
+    reference = await alone(tiny_checkpoint, 6)
+    plugin = model(tiny_checkpoint, slots="2")
+    a, b = plugin.new_session(), plugin.new_session()
+    got = [signature((await step(plugin, {a: i, b: i}))[a]) for i in range(2)]
+    for i in range(4):  # `a` misses four ticks: frozen while `b` steps
+        await step(plugin, {b: 2 + i})
+    got += [signature((await step(plugin, {a: i}))[a]) for i in range(2, 6)]
+    assert got == reference
+    stats = plugin.slot_stats()
+    assert stats.frames_frozen == 8 and stats.frames_stepped == 2 * 2 + 4 + 4 and stats.ticks == 10
+
+
+async def test_per_session_sampling_overrides_leave_the_defaults_alone(tiny_checkpoint: Path) -> None:
+    plugin = model(tiny_checkpoint, slots="2", top_k="50")
+    defaults = plugin.gen_defaults
+    a, b = plugin.new_session(), plugin.new_session()
+    a.configure(a.sampling.with_overrides(temperature=0.4), {"temp_text": 0.3, "top_k": 5})
+    assert (a.gen.temp, a.gen.temp_text, a.gen.top_k) == (0.4, 0.3, 5)
+    assert plugin.gen_defaults == defaults and b.gen == defaults
+    with pytest.raises(ValueError, match="top_k"):
+        a.configure(a.sampling, {"top_k": "many"})
+    assert a.gen.top_k == 5  # a refused update leaves the previous settings
+    await step(plugin, {a: 0, b: 0})  # two sampling settings: two masked passes in one call
+    assert plugin.gen_defaults == defaults
+
+
+def test_client_budgets_lower_the_servers_limit_but_never_raise_it(tiny_checkpoint: Path) -> None:
+    plugin = model(tiny_checkpoint, slots="1", max_response_ms="8000")
+    assert plugin.max_response_frames == 100
+    s = plugin.new_session()
+    s.configure(SamplingParams(max_tokens=10_000), {"max_response_output_tokens": 50_000})
+    assert s.tracker.max_frames == 100
+    s.configure(SamplingParams(max_tokens=40), {})
+    assert s.tracker.max_frames == 40
+    s.configure(SamplingParams(max_tokens=10_000), {"max_tokens": 7})
+    assert s.tracker.max_frames == 7
+
+
+async def test_a_session_past_the_context_goes_on_over_the_sliding_window(tiny_checkpoint: Path) -> None:
+    """The tiny LM's context is 50 frames; 60 frames later the session (and its neighbour) still step."""
+    plugin = model(tiny_checkpoint, slots="2")
+    a, b = plugin.new_session(), plugin.new_session()
+    for i in range(plugin.context_frames + 10):
+        out = await step(plugin, {a: i, b: i})
+    assert a.frames == plugin.context_frames + 10
+    assert all(isinstance(d, Listen | Speak) for d in out.values())
+
+
+async def test_a_persona_is_prefilled_into_its_own_slot_only(tiny_checkpoint: Path, tmp_path: Path) -> None:
+    reference = await alone(tiny_checkpoint, 4)
+    voices = tmp_path / "voices"
+    voices.mkdir()
+    _write_wav(voices / "NATF0.wav", (0.1 * np.sin(np.arange(16_000) / 7)).astype(np.float32), 16_000)
+    plugin = model(tiny_checkpoint, slots="2", voices=str(voices))
+    a, b = plugin.new_session(), plugin.new_session()
+    b.configure(SamplingParams(), {"text_prompt": "you are a pirate", "voice_prompt": "NATF0"})
+    await b.prepare()
+    offsets = plugin._batch.gen._streaming_state.offsets.tolist()
+    prompt = len(plugin._prompt_frames(b.persona))
+    assert offsets[b.slot] == prompt and offsets[a.slot] == 0
+    got = [signature((await step(plugin, {a: i, b: i}))[a]) for i in range(4)]
+    assert got == reference  # the neighbour's prefill changed nothing in this slot
+    with pytest.raises(ValueError, match="before the session's first audio"):
+        b.configure(SamplingParams(), {"text_prompt": "you are a parrot"})
+    with pytest.raises(ValueError, match="no voice"):
+        a.configure(SamplingParams(), {"voice_prompt": "NOPE"})
+    with pytest.raises(ValueError, match="not a voice name"):
+        a.configure(SamplingParams(), {"voice_prompt": "../etc/passwd"})
+
+
+async def test_a_personaplex_layout_checkpoint_loads_hears_the_user_and_decodes_the_agent(
+    tiny_checkpoint_dep16: Path,
+) -> None:
+    plugin = model(tiny_checkpoint_dep16, slots="2")
+    batch = plugin._batch
+    assert (batch.lm.dep_q, batch.agent_q, batch.user_fed) == (16, 8, True)
+    a = plugin.new_session()
+    out = [(await step(plugin, {a: i}))[a] for i in range(4)]
+    assert any(isinstance(d, Speak) and len(d.audio) == 1920 for d in out)
+    # The user's codes reach the LM: after each step the cache holds the codes the codec gave for the
+    # user's frame at their delays, where the depformer had written its own predictions of them.
+    encoded: list[torch.Tensor] = []
+    encode = batch.mimi.encode
+
+    def recording(pcm: torch.Tensor) -> torch.Tensor:
+        encoded.append(encode(pcm))
+        return encoded[-1]
+
+    batch.mimi.encode = recording  # type: ignore[method-assign]
+    state = batch.gen._streaming_state
+    first = 1 + batch.agent_q
+    delays = batch.lm.delays[first:]
+    for i in range(4, 8):
+        await step(plugin, {a: i})
+        offset = int(state.offsets[a.slot])
+        ct = state.cache.shape[2]
+        for k, d in enumerate(delays):
+            position = (offset - 1 + d) % ct
+            assert int(state.cache[a.slot, first + k, position]) == int(encoded[-1][a.slot, k, 0])
+
+
+def test_a_missing_checkpoint_file_is_named_with_how_to_fetch_it(
+    tiny_checkpoint: Path, tmp_path: Path
+) -> None:
+    broken = tmp_path / "broken"
+    shutil.copytree(tiny_checkpoint, broken)
+    (broken / "tokenizer.model").unlink()
+    with pytest.raises(
+        CheckpointError, match=r"tokenizer\.model \(the text tokenizer\).*huggingface-cli download"
+    ):
+        resolve(str(broken))
+    (broken / "config.json").unlink()
+    with pytest.raises(CheckpointError, match=r"config\.json"):
+        resolve(str(broken))
+
+
+def test_a_repo_id_resolves_from_the_local_cache_only(
+    monkeypatch: pytest.MonkeyPatch, tmp_path: Path
+) -> None:
+    monkeypatch.setenv("HF_HUB_CACHE", str(tmp_path / "empty-cache"))
+    monkeypatch.setattr("huggingface_hub.constants.HF_HUB_CACHE", str(tmp_path / "empty-cache"))
+    with pytest.raises(CheckpointError, match=r"not in the local Hugging Face cache.*never downloads"):
+        resolve("kyutai/moshiko-pytorch-bf16")
+
+
+def _write_wav(path: Path, samples: np.ndarray, rate: int) -> None:
+    import wave
+
+    with wave.open(str(path), "wb") as wav:
+        wav.setnchannels(1)
+        wav.setsampwidth(2)
+        wav.setframerate(rate)
+        wav.writeframes((samples * 32767).astype("<i2").tobytes())

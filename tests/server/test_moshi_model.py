@@ -1,0 +1,140 @@
+"""`duplexkit serve --model moshi` end to end on a tiny random-weight checkpoint: several sessions on one
+model behind every protocol (the openai SDK in GA and beta, a vLLM-Omni-style raw client, and Full-Duplex-
+Bench's Moshi client on `/api/chat`), the slots' capacity refusal, a persona prefilled before the Moshi
+handshake, and the slot metrics."""
+
+from __future__ import annotations
+
+import asyncio
+import base64
+import json
+from collections.abc import AsyncIterator
+from pathlib import Path
+
+import httpx
+import numpy as np
+import pytest
+import websockets
+from openai import AsyncOpenAI
+
+pytest.importorskip("moshi")
+
+from duplexkit.models import load_model
+from duplexkit.models.moshi import MoshiModel
+from duplexkit.models.moshi.tiny import write_tiny_checkpoint
+from duplexkit.server import EmbeddedServer, ServerConfig
+from tests.server.test_moshi_endpoint import FdbMoshiClient
+
+RATE = 24_000
+
+
+@pytest.fixture(scope="module")
+def checkpoint(tmp_path_factory: pytest.TempPathFactory) -> Path:
+    return write_tiny_checkpoint(tmp_path_factory.mktemp("moshi") / "tiny")
+
+
+@pytest.fixture
+async def server(checkpoint: Path) -> AsyncIterator[EmbeddedServer]:
+    plugin = load_model("moshi", {"checkpoint": str(checkpoint), "slots": "2", "max_response_ms": "800"})
+    async with EmbeddedServer(plugin, ServerConfig(max_sessions=8)) as srv:
+        yield srv
+
+
+def _speech(seconds: float) -> bytes:
+    t = np.arange(round(RATE * seconds)) / RATE
+    return (0.2 * np.sin(2 * np.pi * 300 * t) * 32767).astype("<i2").tobytes()
+
+
+def _sdk(server: EmbeddedServer) -> AsyncOpenAI:
+    return AsyncOpenAI(
+        api_key="unused", base_url=f"{server.http_url}/v1", websocket_base_url=server.url[: -len("/realtime")]
+    )
+
+
+async def test_the_openai_sdk_hears_moshi_and_two_sessions_share_the_model(server: EmbeddedServer) -> None:
+    async def ga() -> int:
+        heard = 0
+        async with _sdk(server).realtime.connect(model="moshi") as connection:
+            await connection.session.update(
+                session={"type": "realtime", "audio": {"input": {"format": {"type": "audio/pcm"}}}}
+            )
+            await connection.input_audio_buffer.append(audio=base64.b64encode(_speech(1.6)).decode())
+            async with asyncio.timeout(20):
+                async for event in connection:
+                    if event.type == "response.output_audio.delta":
+                        heard += len(base64.b64decode(event.delta)) // 2
+                    elif event.type == "response.done":
+                        break
+                    elif event.type == "error":
+                        raise AssertionError(event.error)
+        return heard
+
+    async def beta() -> int:
+        heard = 0
+        async with _sdk(server).beta.realtime.connect(model="moshi") as connection:
+            await connection.session.update(session={"input_audio_format": "pcm16"})
+            await connection.input_audio_buffer.append(audio=base64.b64encode(_speech(1.6)).decode())
+            async with asyncio.timeout(20):
+                async for event in connection:
+                    if event.type == "response.audio.delta":
+                        heard += len(base64.b64decode(event.delta)) // 2
+                    elif event.type == "response.done":
+                        break
+                    elif event.type == "error":
+                        raise AssertionError(event.error)
+        return heard
+
+    heard = await asyncio.gather(ga(), beta())
+    assert all(n >= 1920 for n in heard), heard  # each heard at least one 80 ms frame of the model
+    plugin = server.duplex.plugin
+    assert isinstance(plugin, MoshiModel)
+    assert plugin.slot_stats().frames_stepped > 0
+
+
+async def test_a_full_duplex_bench_moshi_client_hears_one_frame_per_frame(server: EmbeddedServer) -> None:
+    url = server.url.replace("/v1/realtime", "/api/chat") + "?text_prompt=you%20are%20a%20pirate"
+    plugin = server.duplex.plugin
+    assert isinstance(plugin, MoshiModel)
+    async with websockets.connect(url, max_size=None) as ws:
+        client = FdbMoshiClient(ws)
+        await client.handshake()
+        # The persona went into this session's slot before the handshake was sent.
+        offsets = plugin._batch.gen._streaming_state.offsets.tolist()
+        assert max(offsets) >= len(plugin.tokenizer.encode("<system> you are a pirate <system>"))
+        receiver = asyncio.create_task(client.receive())
+        clip = (np.frombuffer(_speech(1.2), dtype="<i2") / 32768).astype(np.float32)
+        await client.send_realtime(clip)
+        await asyncio.sleep(0.5)
+        await ws.close()
+        await receiver
+    assert client.errors == []
+    assert client.audio_frames >= 10  # 15 frames sent; Opus framing may hold the last back
+
+
+async def test_sessions_beyond_the_slots_are_refused_retryably_until_one_leaves(
+    server: EmbeddedServer,
+) -> None:
+    http = httpx.AsyncClient(base_url=server.http_url)
+    health = (await http.get("/healthz")).json()
+    assert health["max_sessions"] == 2  # the slots, not --max-sessions 8
+    first = await websockets.connect(server.url)
+    second = await websockets.connect(server.url)
+    for ws in (first, second):
+        assert json.loads(await ws.recv())["type"] == "session.created"
+    async with websockets.connect(server.url) as third:
+        refusal = json.loads(await third.recv())
+        assert refusal["type"] == "error" and refusal["error"]["code"] == "session_capacity_exhausted"
+        with pytest.raises(websockets.ConnectionClosed) as closed:
+            await third.recv()
+        assert closed.value.rcvd is not None and closed.value.rcvd.code == 1013
+    await first.send(json.dumps({"type": "session.close"}))
+    async with asyncio.timeout(5):
+        while (await http.get("/healthz")).json()["sessions"] > 1:  # noqa: ASYNC110 - polling a server
+            await asyncio.sleep(0.05)
+    async with websockets.connect(server.url) as fourth:
+        assert json.loads(await fourth.recv())["type"] == "session.created"
+    await second.close()
+    metrics = (await http.get("/metrics")).text
+    await http.aclose()
+    assert "duplexkit_model_slots 2.0" in metrics
+    assert "duplexkit_model_frames_frozen_total" in metrics
