@@ -443,7 +443,10 @@ class SessionRunner:
     def _configure_model(self, event: ce.SessionUpdate) -> bool:
         update = event.session
         sampling = self.model.sampling.with_overrides(
-            temperature=update.temperature, max_tokens=update.max_tokens, instructions=update.instructions
+            temperature=update.temperature,
+            max_tokens=update.max_tokens,
+            instructions=update.instructions,
+            voice=update.voice,
         )
         try:
             extra = self.engine.settings.extra_body if update.extra_body is None else update.extra_body

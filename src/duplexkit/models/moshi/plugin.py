@@ -58,7 +58,7 @@ class MoshiArgs:
     device: str = "cpu"
     dtype: str = ""
     slots: int = 4
-    batch_wait_ms: float = 40.0
+    batch_wait_ms: float = 20.0
     temp: float | None = None
     temp_text: float | None = None
     top_k: int | None = None

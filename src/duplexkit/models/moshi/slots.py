@@ -13,6 +13,7 @@ written over the predicted ones, at their delays, before and after each step (`_
 from __future__ import annotations
 
 import time
+from contextlib import ExitStack
 from collections.abc import Sequence
 from dataclasses import dataclass
 
@@ -76,12 +77,17 @@ class SlotBatch:
             support_out_of_sync=True,
         )
         self._silence_codes = self._codes_of_silence()
-        self.mimi.streaming_forever(slots)
-        self.gen.streaming_forever(slots)
+        self._streams = ExitStack()
+        self._streams.enter_context(self.mimi.streaming(slots))
+        self._streams.enter_context(self.gen.streaming(slots))
         self.ticks = 0
         self.tick_seconds = 0.0
         self.frames_stepped = 0
         self.frames_frozen = 0
+
+    def close(self) -> None:
+        """Leave streaming mode: the codec and LM can then be given to another `SlotBatch`."""
+        self._streams.close()
 
     def _codes_of_silence(self) -> torch.Tensor:
         """The codec's codes for a frame of silence in steady state ([K], K = Mimi's codebooks)."""
