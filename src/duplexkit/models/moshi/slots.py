@@ -13,8 +13,8 @@ written over the predicted ones, at their delays, before and after each step (`_
 from __future__ import annotations
 
 import time
-from contextlib import ExitStack
 from collections.abc import Sequence
+from contextlib import ExitStack
 from dataclasses import dataclass
 
 import numpy as np
