@@ -58,7 +58,7 @@ class MoshiArgs:
     device: str = "cpu"
     dtype: str = ""
     slots: int = 4
-    batch_wait_ms: float = 20.0
+    batch_wait_ms: float | None = None
     temp: float | None = None
     temp_text: float | None = None
     top_k: int | None = None
@@ -82,7 +82,7 @@ class MoshiArgs:
             try:
                 if name in {"slots", "top_k", "top_k_text"}:
                     values[name] = int(raw)
-                elif isinstance(default, float) or name in {"temp", "temp_text"}:
+                elif isinstance(default, float) or name in {"temp", "temp_text", "batch_wait_ms"}:
                     values[name] = float(raw)
                 else:
                     values[name] = raw
@@ -103,6 +103,8 @@ class MoshiArgs:
             raise ValueError(f"slots: 1 to 1024, got {self.slots}")
         for name in ("batch_wait_ms", "speech_rms"):
             value = getattr(self, name)
+            if value is None:
+                continue
             if not (math.isfinite(value) and value >= 0):
                 raise ValueError(f"{name}: a finite number >= 0, got {value}")
         for name in ("end_silence_ms", "max_response_ms"):
@@ -255,7 +257,7 @@ class MoshiModel(ModelPlugin):
             instructions=args.text_prompt or None,
             voice=args.voice_prompt or None,
         )
-        self.batching = BatchPolicy(max_size=args.slots, max_wait_ms=args.batch_wait_ms)
+        self.batching = BatchPolicy(max_size=args.slots, max_wait_ms=self._batch_wait_ms(args))
         self.max_sessions = args.slots
         self._executor = ThreadPoolExecutor(max_workers=1, thread_name_prefix="moshi")
         self._batch = self._executor.submit(SlotBatch, mimi, lm, args.slots, self.gen_defaults).result()
@@ -266,6 +268,16 @@ class MoshiModel(ModelPlugin):
             voice=self.voice(args.voice_prompt) if args.voice_prompt else None,
             voice_name=args.voice_prompt,
         )
+
+    @staticmethod
+    def _batch_wait_ms(args: MoshiArgs) -> float:
+        """How long a due frame waits for other sessions' frames to share its tick. On a GPU a tick costs
+        about the same for 1 or 32 slots, so frames at random phases should share one tick per period:
+        60 ms (three quarters of a frame) gives one tick per 80 ms in steady state. On a CPU the tick
+        grows with every slot in it, so a short wait (20 ms) costs little and keeps latency low."""
+        if args.batch_wait_ms is not None:
+            return args.batch_wait_ms
+        return 60.0 if args.device.startswith("cuda") else 20.0
 
     @classmethod
     def from_args(cls, args: Mapping[str, str]) -> MoshiModel:
