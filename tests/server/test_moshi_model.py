@@ -138,3 +138,38 @@ async def test_sessions_beyond_the_slots_are_refused_retryably_until_one_leaves(
     await http.aclose()
     assert "duplexkit_model_slots 2.0" in metrics
     assert "duplexkit_model_frames_frozen_total" in metrics
+
+
+async def test_a_vllm_omni_client_drops_and_resumes_on_the_same_slot(checkpoint: Path) -> None:
+    """vLLM-Omni's dialect with its resume contract: the slot is held while the session is detached (the
+    model keeps stepping what it has), the replay carries the model's output, and a close frees it."""
+    from duplexkit.engine.journal import ResumeConfig
+    from tests.server.test_resume import RESUME_QUERY, open_session, resume
+
+    plugin = load_model("moshi", {"checkpoint": str(checkpoint), "slots": "2"})
+    assert isinstance(plugin, MoshiModel)
+    config = ServerConfig(max_sessions=2, resume=ResumeConfig())
+    async with EmbeddedServer(plugin, config) as server:
+        client, created = await open_session(server)
+        assert RESUME_QUERY and created["session"]["capabilities"]["chunk_period_ms"] == 80
+        await client.send({"type": "session.update", "session": {"input_sample_rate_hz": RATE}})
+        await client.until("session.updated")
+        await client.send(
+            {"type": "input_audio_buffer.append", "audio": base64.b64encode(_speech(0.8)).decode()}
+        )
+        await client.until("response.listen", timeout=10)
+        last_seq = client.events[-1]["server_event_seq"]
+        client.ws.transport.abort()  # no close frame: the network went away
+        await asyncio.sleep(0.5)
+        assert plugin.slot_stats().in_use == 1  # detached, not gone: the slot is kept
+        again = await resume(server, created, last_seq)
+        resumed = await again.recv()
+        assert resumed["type"] == "session.resumed"
+        replay = [await again.recv() for _ in range(resumed["replayed_events"])]
+        decided = [e for e in replay if e["type"] in ("response.listen", "response.audio.delta")]
+        assert decided, "the frames sent before the drop were stepped while detached"
+        await again.send({"type": "session.close"})
+        await again.until("session.closed")
+        async with asyncio.timeout(5):
+            while plugin.slot_stats().in_use:  # noqa: ASYNC110 - the session's cleanup runs on the server
+                await asyncio.sleep(0.02)
