@@ -20,7 +20,7 @@ from openai import AsyncOpenAI
 pytest.importorskip("moshi")
 
 from duplexkit.models import load_model
-from duplexkit.models.moshi import MoshiModel
+from duplexkit.models.moshi.plugin import MoshiModel
 from duplexkit.models.moshi.tiny import write_tiny_checkpoint
 from duplexkit.server import EmbeddedServer, ServerConfig
 from tests.server.test_moshi_endpoint import FdbMoshiClient

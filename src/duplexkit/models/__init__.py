@@ -18,7 +18,7 @@ from duplexkit.models.scripted import ScriptedModel
 def _moshi(args: Mapping[str, str]) -> ModelPlugin:
     """Imported when asked for: it needs torch and `moshi` (the `moshi` extra), slow to import."""
     try:
-        from duplexkit.models.moshi import MoshiModel
+        from duplexkit.models.moshi.plugin import MoshiModel
     except ImportError as exc:
         raise ValueError(
             f"--model moshi needs the moshi extra (pip install 'duplexkit[moshi]'): {exc}"

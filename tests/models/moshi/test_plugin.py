@@ -15,8 +15,8 @@ import torch
 
 from duplexkit.engine import Fence, Listen, Speak, Unit
 from duplexkit.models import BatchItem, SamplingParams, load_model
-from duplexkit.models.moshi import MoshiModel, MoshiSession
 from duplexkit.models.moshi.checkpoint import CheckpointError, resolve
+from duplexkit.models.moshi.plugin import MoshiModel, MoshiSession
 
 RNG = np.random.default_rng(7)
 FRAMES = [(0.1 * RNG.standard_normal(1920)).astype(np.float32) for _ in range(12)]
