@@ -21,8 +21,9 @@ import pytest
 
 import duplexkit.bench.artifacts as artifacts
 from duplexkit.bench.artifacts import RunDir, write_json_atomic
+from duplexkit.bench.attempt import RunConfig
 from duplexkit.bench.omni_duplex_eval.dataset import Sample, Selection, load_dataset
-from duplexkit.bench.runner import BenchmarkRunner, RunConfig, SampleResult
+from duplexkit.bench.runner import BenchmarkRunner, SampleResult
 from duplexkit.client import SessionBounds
 from duplexkit.models import load_model
 from duplexkit.server import EmbeddedServer, ServerConfig

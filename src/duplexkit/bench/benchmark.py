@@ -17,7 +17,7 @@ render a report. What differs between benchmarks is behind one object per packag
   them for another one), `check_config(keep_audio=, score=, scoring=)` (refuse a run configuration:
   whether audio is kept, whether the run is scored, the raw values of the scoring options; before the
   dataset loads) and `check_out(out, dataset)` (refuse a run folder that would clash with the loaded
-  dataset); both raise `ConfigError`;
+  dataset); both raise `errors.ConfigError`;
 - **scoring**: `judge(settings)` (the `Judge` a `judge.settings.JudgeSettings` names, its kind resolved by
   `judge.settings.make_judge`), `score_request(meta, response, sample)` (what a judge is asked about one
   published sample), `summarise(judge, metas, outcomes)` (the benchmark's summary of every sample's
@@ -41,10 +41,10 @@ from pathlib import Path
 from typing import TYPE_CHECKING, Any, Protocol
 
 if TYPE_CHECKING:
+    from duplexkit.bench.attempt import Attempt, RunConfig
     from duplexkit.bench.judge.base import Judge, JudgeInfo
     from duplexkit.bench.judge.settings import JudgeSettings
     from duplexkit.bench.report.data import ReportSpec
-    from duplexkit.bench.runner import Attempt, RunConfig
     from duplexkit.client import SessionProgress
 
 BENCHMARKS: Mapping[str, str] = {
@@ -85,10 +85,6 @@ class PreparedInput(Protocol):
     def duration_ms(self) -> float: ...
 
 
-class ConfigError(ValueError):
-    """A run, judge or scoring configuration a benchmark refuses; the message names the option to change."""
-
-
 @dataclass(frozen=True)
 class FolderScores:
     """What a `FolderScorer` did: its summary for the terminal, the file it wrote, whether every sample
@@ -114,7 +110,7 @@ class FolderScorer(Protocol):
     ) -> FolderScores:
         """Score the samples under `root` with the benchmark's scoring `options` (the raw values of its
         scoring options) and the judge `judge` names, telling `warn` about each sample it could not prepare;
-        raises `ConfigError` for settings it refuses, `sources.DatasetError` for a folder holding no
+        raises `errors.ConfigError` for settings it refuses, `sources.DatasetError` for a folder holding no
         samples and `judge.JudgeUnreachable` when the judge cannot be reached."""
         ...
 

@@ -173,7 +173,8 @@ def run_command(args: argparse.Namespace, parser: argparse.ArgumentParser) -> in
     """Run `duplexkit bench` as `args` say (`parser`, the bench parser, tells an option given from its
     default)."""
     from duplexkit.bench.artifacts import resume_mismatch
-    from duplexkit.bench.benchmark import ConfigError, get_benchmark
+    from duplexkit.bench.benchmark import get_benchmark
+    from duplexkit.bench.errors import ConfigError
     from duplexkit.bench.shard import Shard, ShardError
     from duplexkit.bench.sources import DatasetError
 
@@ -256,8 +257,9 @@ async def _bench(
     from duplexkit import __version__
     from duplexkit.bench.aggregate import run_counts, run_eligibility, run_metrics
     from duplexkit.bench.artifacts import RunDir, previous_start, write_json_atomic
+    from duplexkit.bench.attempt import RunConfig
     from duplexkit.bench.pool import ServerPool
-    from duplexkit.bench.runner import BenchmarkRunner, RunConfig
+    from duplexkit.bench.runner import BenchmarkRunner
 
     run_dir = RunDir(args.out)
     samples = list(dataset.samples) if shard is None else shard.select(dataset.samples)

@@ -11,8 +11,8 @@ from duplexkit.bench.fdb import judge as j
 from duplexkit.bench.fdb.scoring import ScoreOptions, score_dir, score_folder
 from duplexkit.bench.judge import ChatClient
 from duplexkit.bench.judge.base import ScoringError
-from duplexkit.bench.judge.settings import JudgeSettings
 from duplexkit.bench.judge.parsing import ParseError
+from duplexkit.bench.judge.settings import JudgeSettings
 from tests.bench.fdb.conftest import FakeOpenAI
 from tests.bench.fdb.helpers import sample_folder
 

@@ -8,10 +8,11 @@ from pathlib import Path
 import numpy as np
 
 from duplexkit.bench.artifacts import RunDir
+from duplexkit.bench.attempt import RunConfig
 from duplexkit.bench.benchmark import get_benchmark
 from duplexkit.bench.fdb.dataset import Selection, find_samples, load_dataset
 from duplexkit.bench.fdb.scoring import score_dir
-from duplexkit.bench.runner import BenchmarkRunner, RunConfig
+from duplexkit.bench.runner import BenchmarkRunner
 from duplexkit.client import SessionBounds
 from duplexkit.client.wavfile import read_wav, write_wav
 from duplexkit.models import load_model

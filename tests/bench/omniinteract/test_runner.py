@@ -17,9 +17,10 @@ import pytest
 from websockets.asyncio.server import ServerConnection, serve
 
 from duplexkit.bench.artifacts import RunDir
+from duplexkit.bench.attempt import RunConfig
 from duplexkit.bench.benchmark import get_benchmark
 from duplexkit.bench.omniinteract.case import QA, Case
-from duplexkit.bench.runner import BenchmarkRunner, RunConfig
+from duplexkit.bench.runner import BenchmarkRunner
 from duplexkit.bench.sources import Media
 from duplexkit.bench.synth import buzz, write_mp4
 from duplexkit.client import SessionBounds

@@ -15,13 +15,14 @@ from collections.abc import Callable, Mapping, Sequence
 from pathlib import Path
 from typing import Any
 
-from duplexkit.bench.benchmark import ConfigError, FolderScores
+from duplexkit.bench.attempt import Attempt, RunConfig
+from duplexkit.bench.benchmark import FolderScores
+from duplexkit.bench.errors import ConfigError
 from duplexkit.bench.fdb import runner
 from duplexkit.bench.fdb.dataset import Dataset, Sample, Selection, load_dataset, overlaps
 from duplexkit.bench.fdb.report import REPORT
 from duplexkit.bench.judge.base import Judge, JudgeInfo
 from duplexkit.bench.judge.settings import JudgeSettings
-from duplexkit.bench.runner import Attempt, RunConfig
 from duplexkit.client import SessionProgress
 
 __all__ = ["BENCHMARK"]
@@ -73,7 +74,12 @@ class FullDuplexBench:
     folder_scorer = FdbScorer()
 
     def load_dataset(self, spec: str, selection: Selection, *, cache_dir: Path | None = None) -> Dataset:
-        return load_dataset(spec, selection, cache_dir=cache_dir)
+        """FDB sample folders under `spec`, or the built-in set (`builtin`, generated on first use)."""
+        if spec == "builtin":
+            from duplexkit.bench.fdb.builtin import builtin_root
+
+            return load_dataset(builtin_root(cache_dir), selection, source=spec)
+        return load_dataset(spec, selection)
 
     def selection_from_json(self, raw: Mapping[str, Any]) -> Selection:
         return Selection(

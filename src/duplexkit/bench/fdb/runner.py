@@ -29,14 +29,13 @@ import numpy as np
 import numpy.typing as npt
 
 from duplexkit.bench.artifacts import write_json_atomic
+from duplexkit.bench.attempt import Attempt, RunConfig
 from duplexkit.bench.fdb import metrics
 from duplexkit.bench.fdb.dataset import Sample
 from duplexkit.bench.fdb.words import server_words
 from duplexkit.bench.retry import AttemptOutcome
 from duplexkit.bench.runner import (
-    Attempt,
     CapacityRefused,
-    RunConfig,
     is_capacity_refusal,
     record_close,
     record_resumes,

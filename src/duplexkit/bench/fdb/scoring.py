@@ -20,7 +20,7 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import TYPE_CHECKING, Any, Literal
 
-from duplexkit.bench.benchmark import ConfigError
+from duplexkit.bench.errors import ConfigError
 from duplexkit.bench.fdb import metrics as m
 from duplexkit.bench.fdb.dataset import Sample, find_samples
 from duplexkit.bench.fdb.judge import RELEVANCE_SEED, RelevanceJudge

@@ -12,7 +12,8 @@ from collections.abc import Mapping, Sequence
 from pathlib import Path
 from typing import Any
 
-from duplexkit.bench.benchmark import ConfigError
+from duplexkit.bench.attempt import Attempt, RunConfig
+from duplexkit.bench.errors import ConfigError
 from duplexkit.bench.judge.base import Judge, JudgeInfo
 from duplexkit.bench.judge.prompting import PromptSet
 from duplexkit.bench.judge.settings import JudgeSettings
@@ -26,7 +27,6 @@ from duplexkit.bench.omni_duplex_eval.report import REPORT
 from duplexkit.bench.omni_duplex_eval.request import ScoreRequest
 from duplexkit.bench.omni_duplex_eval.scoring import Summary
 from duplexkit.bench.omni_duplex_eval.windows import REMINDER_WINDOW_S
-from duplexkit.bench.runner import Attempt, RunConfig
 from duplexkit.client import SessionProgress
 
 __all__ = [

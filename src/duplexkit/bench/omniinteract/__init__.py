@@ -13,14 +13,14 @@ from collections.abc import Mapping, Sequence
 from pathlib import Path
 from typing import Any
 
-from duplexkit.bench.benchmark import ConfigError
+from duplexkit.bench.attempt import Attempt, RunConfig
+from duplexkit.bench.errors import ConfigError
 from duplexkit.bench.judge.base import Judge, JudgeInfo
 from duplexkit.bench.judge.settings import JudgeSettings
 from duplexkit.bench.omniinteract import runner, scoring
 from duplexkit.bench.omniinteract.case import Case
 from duplexkit.bench.omniinteract.dataset import Dataset, Selection, load_dataset
 from duplexkit.bench.omniinteract.report import REPORT
-from duplexkit.bench.runner import Attempt, RunConfig
 from duplexkit.client import SessionProgress
 
 __all__ = ["BENCHMARK"]

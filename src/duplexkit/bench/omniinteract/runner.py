@@ -42,6 +42,7 @@ import av
 import numpy as np
 
 from duplexkit.bench.artifacts import write_bytes_atomic, write_json_atomic
+from duplexkit.bench.attempt import Attempt, RunConfig
 from duplexkit.bench.judge.frames import extract_jpegs
 from duplexkit.bench.media import TARGET_RATE_HZ, MediaError, decode_audio, video_duration_s
 from duplexkit.bench.omniinteract.case import Case
@@ -57,9 +58,7 @@ from duplexkit.bench.omniinteract.slots import build_slots
 from duplexkit.bench.omniinteract.timing import ResponseText, chunk_to_json, response_chunk
 from duplexkit.bench.retry import AttemptOutcome
 from duplexkit.bench.runner import (
-    Attempt,
     CapacityRefused,
-    RunConfig,
     is_capacity_refusal,
     record_close,
     record_resumes,
