@@ -172,7 +172,7 @@ def register(commands: argparse._SubParsersAction[argparse.ArgumentParser]) -> N
 def run_command(args: argparse.Namespace, parser: argparse.ArgumentParser) -> int:
     """Run `duplexkit bench` as `args` say (`parser`, the bench parser, tells an option given from its
     default)."""
-    from duplexkit.bench.artifacts import resume_mismatch
+    from duplexkit.bench.artifacts import check_splits, resume_mismatch
     from duplexkit.bench.benchmark import get_benchmark
     from duplexkit.bench.errors import ConfigError
     from duplexkit.bench.shard import Shard, ShardError
@@ -214,6 +214,7 @@ def run_command(args: argparse.Namespace, parser: argparse.ArgumentParser) -> in
         benchmark.check_config(keep_audio=not args.no_audio, score=args.score, scoring=scoring_options(args))
         dataset = benchmark.load_dataset(args.dataset, selection)
         benchmark.check_out(args.out, dataset)
+        check_splits(s.split for s in dataset.samples)
     except (ConfigError, DatasetError) as exc:
         return _usage(str(exc))
     if args.score and args.pace != "realtime" and not args.allow_invalid_clock:
