@@ -11,8 +11,9 @@ render a report. What differs between benchmarks is behind one object per packag
   config, progress)` (one session: what to send and what an attempt observed, as `runner.Attempt`,
   keeping `progress`, a `client.SessionProgress`, current so an outer deadline can say where it stopped),
   `sample_meta` (the dataset fields recorded in each `<id>.meta.json`), `write_artifacts` (per-sample
-  extras of a published sample), `artifacts` (their names, withdrawn when a redo fails) and
-  `write_failure` (a failed sample's own record in its folder, if the benchmark keeps one);
+  extras of a published sample), `artifacts` (their names, withdrawn when a redo fails),
+  `write_failure` (a failed sample's own record in its folder, if the benchmark keeps one) and
+  `write_run_files(root, metas)` (run-level files its official tools read, after a run or a merge);
 - **run checks**: `options` (the `duplexkit bench` options only this benchmark takes, so `bench` refuses
   them for another one), `check_config(keep_audio=, score=, scoring=)` (refuse a run configuration:
   whether audio is kept, whether the run is scored, the raw values of the scoring options; before the
@@ -45,7 +46,7 @@ if TYPE_CHECKING:
     from duplexkit.bench.judge.base import Judge, JudgeInfo
     from duplexkit.bench.judge.settings import JudgeSettings
     from duplexkit.bench.report.data import ReportSpec
-    from duplexkit.client import SessionProgress
+    from duplexkit.client import SessionBounds, SessionProgress
 
 BENCHMARKS: Mapping[str, str] = {
     "omni-duplex-eval": "duplexkit.bench.omni_duplex_eval",
@@ -123,6 +124,9 @@ class Benchmark(Protocol):
     artifacts: tuple[str, ...]
     report: ReportSpec
     options: tuple[str, ...]
+    bounds: SessionBounds
+    """The session bounds a run uses where `duplexkit bench`'s options leave them unset (today only the
+    drain / completion bound differs: OmniInteract's reference waits up to 900 s)."""
     folder_scorer: FolderScorer | None
 
     def load_dataset(self, spec: str, selection: Any, *, cache_dir: Path | None = None) -> BenchDataset: ...
@@ -146,6 +150,8 @@ class Benchmark(Protocol):
     def write_artifacts(self, folder: Path, sample: Any, attempt: Attempt) -> None: ...
 
     def write_failure(self, folder: Path, meta: Mapping[str, Any]) -> None: ...
+
+    def write_run_files(self, root: Path, metas: Sequence[Mapping[str, Any]]) -> None: ...
 
     def judge(self, settings: JudgeSettings) -> Judge: ...
 

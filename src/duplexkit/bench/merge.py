@@ -31,7 +31,7 @@ from typing import Any
 
 from duplexkit.bench.aggregate import run_counts, run_metrics
 from duplexkit.bench.artifacts import RunDir, write_json_atomic
-from duplexkit.bench.benchmark import DEFAULT_BENCHMARK
+from duplexkit.bench.benchmark import BENCHMARKS, DEFAULT_BENCHMARK, get_benchmark
 
 SCORES_DIR = "scores"
 
@@ -111,6 +111,8 @@ def merge_runs(run_dirs: Sequence[Path], out: Path) -> MergeResult:
         shards = _shards(inputs)
         run = _merged_run(inputs, chosen, metas, shards)
         write_json_atomic(staging / "metrics.json", run_metrics(metas))
+        if inputs[0].run["benchmark"] in BENCHMARKS:  # the run-level files its official tools read
+            get_benchmark(inputs[0].run["benchmark"]).write_run_files(staging, metas)
         write_json_atomic(staging / "run.json", run)
         if out.exists():
             out.rmdir()  # empty, checked above

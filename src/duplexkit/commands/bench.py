@@ -274,7 +274,7 @@ async def _bench(
             fps=args.fps,
             chunk_ms=args.chunk_ms,
             concurrency=args.concurrency,
-            bounds=bounds_from_args(args),
+            bounds=bounds_from_args(args, benchmark.bounds),
             keep_audio=not args.no_audio,
             resume=not args.no_resume,
             extra_body=args.extra_body,
@@ -312,6 +312,7 @@ async def _bench(
     if eligibility is not None:
         finished["eligibility"] = eligibility
     write_json_atomic(run_dir.root / "metrics.json", run_metrics(metas))
+    benchmark.write_run_files(run_dir.root, metas)
     write_json_atomic(run_dir.root / "run.json", {**run_info, **finished})
     _print_summary(run_dir, counts, run_metrics(metas), skipped=sum(r.status == "skipped" for r in results))
     if eligibility is not None and not eligibility["eligible"]:

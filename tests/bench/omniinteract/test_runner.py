@@ -164,8 +164,12 @@ async def test_a_case_streams_as_the_reference_runner_does_and_lands_its_files(
         "result.json",
         ".done",
     }
-    (chunk,) = json.loads((folder / "wav_transcript.json").read_text())
-    assert chunk["text"] == REPLY and len(chunk["aligned_words"]) == 4
+    # the official scorer's shape: an object with `chunks`, words as {text, start, end}
+    transcript = json.loads((folder / "wav_transcript.json").read_text())
+    (chunk,) = transcript["chunks"]
+    assert transcript["text"] == REPLY and chunk["text"] == REPLY and len(chunk["aligned_words"]) == 4
+    assert [w["text"] for w in chunk["aligned_words"]] == REPLY.split()
+    assert all(w["start"] <= w["end"] for w in chunk["aligned_words"])
     assert 1.0 <= chunk["timestamp"][0] < 2.0  # played on arrival, about when the 1000 ms append went out
     meta = json.loads((tmp_path / "run" / "records" / "1q1a" / "0001.meta.json").read_text())
     assert meta["completion"]["outcome"] == "complete" and meta["word_timing"] == "audio_text_marks"

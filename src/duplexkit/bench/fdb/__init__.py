@@ -23,7 +23,7 @@ from duplexkit.bench.fdb.dataset import Dataset, Sample, Selection, load_dataset
 from duplexkit.bench.fdb.report import REPORT
 from duplexkit.bench.judge.base import Judge, JudgeInfo
 from duplexkit.bench.judge.settings import JudgeSettings
-from duplexkit.client import SessionProgress
+from duplexkit.client import SessionBounds, SessionProgress
 
 __all__ = ["BENCHMARK"]
 
@@ -71,6 +71,7 @@ class FullDuplexBench:
     artifacts = runner.ARTIFACTS
     report = REPORT
     options = ("--task", "--icc-distribution", "--words", "--transcription-url")
+    bounds = SessionBounds()
     folder_scorer = FdbScorer()
 
     def load_dataset(self, spec: str, selection: Selection, *, cache_dir: Path | None = None) -> Dataset:
@@ -117,6 +118,9 @@ class FullDuplexBench:
 
     def write_failure(self, folder: Path, meta: Mapping[str, Any]) -> None:
         """FDB keeps no record of its own for a failed sample: the harness's `.meta.json` says why."""
+
+    def write_run_files(self, root: Path, metas: Sequence[Mapping[str, Any]]) -> None:
+        """FDB's scripts read the task folders themselves: no run-level file."""
 
     def judge(self, settings: JudgeSettings) -> Judge:
         raise ScoredElsewhere(_ELSEWHERE)

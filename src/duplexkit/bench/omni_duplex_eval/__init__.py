@@ -27,7 +27,7 @@ from duplexkit.bench.omni_duplex_eval.report import REPORT
 from duplexkit.bench.omni_duplex_eval.request import ScoreRequest
 from duplexkit.bench.omni_duplex_eval.scoring import Summary
 from duplexkit.bench.omni_duplex_eval.windows import REMINDER_WINDOW_S
-from duplexkit.client import SessionProgress
+from duplexkit.client import SessionBounds, SessionProgress
 
 __all__ = [
     "BENCHMARK",
@@ -50,6 +50,7 @@ class OmniDuplexEval:
     artifacts = runner.ARTIFACTS
     report = REPORT
     options = ("--split", "--family", "--exclude-ids")
+    bounds = SessionBounds()
     folder_scorer = None
 
     def load_dataset(self, spec: str, selection: Selection, *, cache_dir: Path | None = None) -> Dataset:
@@ -95,6 +96,9 @@ class OmniDuplexEval:
 
     def write_failure(self, folder: Path, meta: Mapping[str, Any]) -> None:
         return None  # a failed sample is its meta.json alone
+
+    def write_run_files(self, root: Path, metas: Sequence[Mapping[str, Any]]) -> None:
+        return None  # the reference scorer reads the sentences files themselves
 
     def judge(self, settings: JudgeSettings) -> Judge:
         """The builtin judge, or the LLM rubric with duplexkit's prompts or those of `protocol_dir`."""
