@@ -246,3 +246,18 @@ def test_two_shards_merge_into_the_whole_run_which_scores_and_reports(
     # resuming a shard's folder as another shard is refused
     assert main(["bench", "--dataset", "builtin", "--out", str(shards[0]), *FAST, "--shard", "2/2"]) == 2
     assert "another shard" in capsys.readouterr().err
+
+
+def test_a_merged_omniinteract_run_gets_its_official_run_files(tmp_path: Path) -> None:
+    a = make_run(tmp_path / "a", {("1q1a", "0001"): "published"}, shard=(1, 2))
+    b = make_run(tmp_path / "b", {("1q1a", "0002"): "published"}, shard=(2, 2))
+    for run in (a, b):
+        data = json.loads((run / "run.json").read_text())
+        (run / "run.json").write_text(json.dumps({**data, "benchmark": "omniinteract"}))
+    (RunDir(b).sample_dir("1q1a", "0002") / ".done").write_bytes(b"")
+    merged = merge_runs([a, b], tmp_path / "m").out
+    batch = json.loads((merged / "batch_summary.json").read_text())
+    assert (batch["total"], batch["success"], batch["incomplete"]) == (2, 1, 1)
+    assert [r["status"] for r in batch["results"]] == ["incomplete", "ok"]
+    (row,) = [json.loads(line) for line in (merged / "manifest.jsonl").read_text().splitlines()]
+    assert row["sample_id"] == "1q1a__0002" and row["model_json"].endswith("1q1a/0002/wav_transcript.json")

@@ -84,6 +84,20 @@ def test_bench_fdb_refuses(
     assert message in capsys.readouterr().err
 
 
+def test_a_split_named_like_the_run_folders_own_folders_is_refused(
+    tmp_path: Path, capsys: pytest.CaptureFixture[str]
+) -> None:
+    from duplexkit.client.wavfile import write_wav
+
+    folder = tmp_path / "data" / "records" / "1"  # a task folder named `records` would hold our records
+    folder.mkdir(parents=True)
+    write_wav(folder / "input.wav", np.zeros(1600, dtype=np.float32), 16_000)
+    (folder / "pause.json").write_text("[]")
+    argv = ["bench", "--benchmark", "fdb", "--dataset", str(tmp_path / "data"), "--out", str(tmp_path / "o")]
+    assert main(argv) == 2
+    assert "[reserved_split] split 'records'" in capsys.readouterr().err
+
+
 def test_bench_fdb_refuses_an_out_inside_the_dataset(
     tmp_path: Path, capsys: pytest.CaptureFixture[str]
 ) -> None:
