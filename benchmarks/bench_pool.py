@@ -26,9 +26,10 @@ from bench_throughput import write_dataset
 from serving import duplexkit_serve, free_port, start
 
 from duplexkit.bench.artifacts import RunDir
+from duplexkit.bench.attempt import RunConfig
 from duplexkit.bench.omni_duplex_eval.dataset import Selection, load_dataset
 from duplexkit.bench.pool import ServerPool
-from duplexkit.bench.runner import BenchmarkRunner, RunConfig
+from duplexkit.bench.runner import BenchmarkRunner
 from duplexkit.client import SessionBounds
 
 

@@ -34,8 +34,9 @@ import numpy as np
 from serving import cpu_seconds, duplexkit_serve, free_port, start
 
 from duplexkit.bench.artifacts import RunDir
+from duplexkit.bench.attempt import RunConfig
 from duplexkit.bench.omni_duplex_eval.dataset import Selection, load_dataset
-from duplexkit.bench.runner import BenchmarkRunner, RunConfig
+from duplexkit.bench.runner import BenchmarkRunner
 from duplexkit.client import SessionBounds
 
 RATE_HZ = 16_000

@@ -21,8 +21,9 @@ import pytest
 
 import duplexkit.bench.artifacts as artifacts
 from duplexkit.bench.artifacts import RunDir, write_json_atomic
+from duplexkit.bench.attempt import RunConfig
 from duplexkit.bench.omni_duplex_eval.dataset import Sample, Selection, load_dataset
-from duplexkit.bench.runner import BenchmarkRunner, RunConfig, SampleResult
+from duplexkit.bench.runner import BenchmarkRunner, SampleResult
 from duplexkit.client import SessionBounds
 from duplexkit.models import load_model
 from duplexkit.server import EmbeddedServer, ServerConfig
@@ -222,7 +223,7 @@ async def test_resume_skips_published_samples_redoes_the_rest_and_overwrite_redo
         meta_a = run_dir.meta_path(a.split, a.id).read_bytes()
         # A failed sample (metadata only) and a killed run's temp file are in the folder too.
         run_dir.record_failure(c.split, c.id, {**meta_for(c.split, c.id, "failed"), "error": "drain_timeout"})
-        stale = run_dir.root / c.split / ".c.json.killed.tmp"
+        stale = run_dir.records / c.split / ".c.json.killed.tmp"
         stale.write_text("[", encoding="utf-8")
 
         resumed = await run_all(server.url, run_dir, [a, b, c])
@@ -246,7 +247,11 @@ async def test_resume_skips_published_samples_redoes_the_rest_and_overwrite_redo
 
 
 def published_sentences(out: Path) -> dict[str, Path]:
-    return {f"{p.parent.name}/{p.stem}": p for p in out.glob("*/*.json") if not p.name.endswith(".meta.json")}
+    return {
+        f"{p.parent.name}/{p.stem}": p
+        for p in out.glob("records/*/*.json")
+        if not p.name.endswith(".meta.json")
+    }
 
 
 def test_a_run_killed_mid_way_resumes_to_every_sample_published_exactly_once(tmp_path: Path) -> None:
@@ -276,7 +281,7 @@ def test_a_run_killed_mid_way_resumes_to_every_sample_published_exactly_once(tmp
     killed_with = published_sentences(out)
     assert 0 < len(killed_with) < len(keys), "the kill did not land mid-way"
     before = {key: (inode(p), p.read_bytes()) for key, p in killed_with.items()}
-    metas_before = {key: out.joinpath(f"{key}.meta.json").read_bytes() for key in killed_with}
+    metas_before = {key: out.joinpath("records", f"{key}.meta.json").read_bytes() for key in killed_with}
 
     rerun = subprocess.run(command, capture_output=True, text=True, env=env, timeout=120)
 
@@ -285,17 +290,19 @@ def test_a_run_killed_mid_way_resumes_to_every_sample_published_exactly_once(tmp
     assert set(published_sentences(out)) == keys
     for key in keys:  # exactly once: one sentences file and one published meta per sample, nothing else
         split, sample_id = key.split("/")
-        assert sorted(p.name for p in (out / split).glob(f"{sample_id}.*")) == [
+        assert sorted(p.name for p in (out / "records" / split).glob(f"{sample_id}.*")) == [
             f"{sample_id}.json",
             f"{sample_id}.meta.json",
         ]
-        meta = json.loads((out / f"{key}.meta.json").read_text(encoding="utf-8"))
+        meta = json.loads((out / "records" / f"{key}.meta.json").read_text(encoding="utf-8"))
         assert (meta["split"], meta["id"], meta["status"]) == (split, sample_id, "published")
     # The rerun skipped what the first run had published: same files (same inodes), same bytes.
     assert {
         key: (inode(p), p.read_bytes()) for key, p in published_sentences(out).items() if key in before
     } == before
-    assert {key: out.joinpath(f"{key}.meta.json").read_bytes() for key in killed_with} == metas_before
+    assert {
+        key: out.joinpath("records", f"{key}.meta.json").read_bytes() for key in killed_with
+    } == metas_before
     assert temporaries(out) == []
     run_info = json.loads((out / "run.json").read_text(encoding="utf-8"))
     assert run_info["finished_at"] is not None

@@ -9,7 +9,8 @@ from pathlib import Path
 
 import pytest
 
-from duplexkit.bench.benchmark import BENCHMARKS, ConfigError, get_benchmark
+from duplexkit.bench.benchmark import BENCHMARKS, get_benchmark
+from duplexkit.bench.errors import ConfigError
 from duplexkit.bench.judge import JudgeSettings, make_judge
 from duplexkit.cli import build_parser
 from tests.bench.fdb.helpers import sample_folder

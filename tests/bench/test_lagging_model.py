@@ -11,9 +11,9 @@ import asyncio
 from collections.abc import AsyncIterator, Mapping
 from typing import Any
 
+from duplexkit.bench.attempt import RunConfig
 from duplexkit.bench.media import prepare_media
 from duplexkit.bench.omni_duplex_eval.runner import run_attempt
-from duplexkit.bench.runner import RunConfig
 from duplexkit.client import SessionBounds
 from duplexkit.engine import Decision, Unit
 from duplexkit.models.base import ModelPlugin, ModelSession, SamplingParams

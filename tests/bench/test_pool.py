@@ -23,8 +23,9 @@ from typing import Any
 import pytest
 
 from duplexkit.bench.artifacts import RunDir
+from duplexkit.bench.attempt import RunConfig
 from duplexkit.bench.pool import Health, NoServerUp, Release, ServerPool, healthz_url, probe_healthz
-from duplexkit.bench.runner import BenchmarkRunner, RunConfig, SampleResult
+from duplexkit.bench.runner import BenchmarkRunner, SampleResult
 from duplexkit.cli import main
 from duplexkit.client import DuplexClient, SessionBounds
 from duplexkit.models import load_model

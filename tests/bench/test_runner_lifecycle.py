@@ -45,12 +45,13 @@ from websockets.exceptions import ConnectionClosed
 
 import duplexkit.client.client as client_module
 from duplexkit.bench.artifacts import RunDir
+from duplexkit.bench.attempt import RunConfig
 from duplexkit.bench.benchmark import DEFAULT_BENCHMARK, get_benchmark
 from duplexkit.bench.media import prepare_media
 from duplexkit.bench.omni_duplex_eval.dataset import Sample
 from duplexkit.bench.omni_duplex_eval.runner import run_attempt
 from duplexkit.bench.retry import capacity_backoff_s
-from duplexkit.bench.runner import BenchmarkRunner, RunConfig, SampleResult
+from duplexkit.bench.runner import BenchmarkRunner, SampleResult
 from duplexkit.client import DuplexClient, SessionBounds
 from tests.bench.conftest import clip_sample
 

@@ -78,8 +78,12 @@ def make_run(
     protocol: str | None = None,
     shard: tuple[int, int] | None = None,
     url: str = "ws://a:8000/v1/realtime",
+    model: str | None = "m",
+    embedded: bool = False,
+    selected: int | None = None,
 ) -> Path:
-    """A run folder whose samples have the given status (`published` gets a sentences file)."""
+    """A run folder whose samples have the given status (`published` gets a sentences file); `selected`:
+    how many samples its selection (shard) held, default all of `samples`."""
     config: dict[str, Any] = {"url": url, "pace": pace, "fps": 1.0, "chunk_ms": 200}
     if protocol is not None:
         config["protocol"] = protocol
@@ -94,9 +98,9 @@ def make_run(
                 "fingerprint": fingerprint,
                 "selection": {},
                 "shard": None if shard is None else {"index": shard[0], "count": shard[1]},
-                "samples": len(samples),
+                "samples": len(samples) if selected is None else selected,
             },
-            "server": {"url": url, "urls": [url], "model": "m", "embedded": False},
+            "server": {"url": url, "urls": [url], "model": model, "embedded": embedded},
         },
     )
     run = RunDir(root)
@@ -124,6 +128,9 @@ def make_run(
         ({"fingerprint": "fp-2"}, MergeCode.DATASET_MISMATCH),
         ({"pace": "as-fast-as-possible"}, MergeCode.PACE_MISMATCH),
         ({"protocol": "openai-realtime"}, MergeCode.PROTOCOL_MISMATCH),
+        ({"model": "other-model"}, MergeCode.MODEL_MISMATCH),
+        ({"model": None}, MergeCode.MODEL_MISMATCH),
+        ({"embedded": True}, MergeCode.SERVER_MISMATCH),
     ],
 )
 def test_runs_not_measured_alike_are_refused_with_a_code_and_nothing_is_written(
@@ -181,11 +188,31 @@ def test_a_publication_replaces_a_failure_and_every_sample_lands_once(tmp_path: 
 def test_shards_record_which_parts_the_merge_holds(tmp_path: Path) -> None:
     one = make_run(tmp_path / "1", {("S", "a"): "published"}, shard=(1, 3))
     three = make_run(tmp_path / "3", {("S", "b"): "published"}, shard=(3, 3))
-    assert merge_runs([one, three], tmp_path / "m").shards == {"parts": ["1/3", "3/3"], "complete": False}
+    assert merge_runs([one, three], tmp_path / "m").shards == {
+        "parts": ["1/3", "3/3"],
+        "complete": False,
+        "unattempted": 0,
+    }
     two = make_run(tmp_path / "2", {("S", "c"): "published"}, shard=(2, 3))
     full = merge_runs([one, two, three], tmp_path / "full")
-    assert full.shards == {"parts": ["1/3", "2/3", "3/3"], "complete": True}
+    assert full.shards == {"parts": ["1/3", "2/3", "3/3"], "complete": True, "unattempted": 0}
     assert json.loads((full.out / "run.json").read_text())["dataset"]["samples"] == 3
+
+
+def test_a_shard_stopped_before_every_sample_was_attempted_is_not_complete(tmp_path: Path) -> None:
+    # Shard 2/2 selected three samples; the run was stopped after attempting two (one failed).
+    one = make_run(tmp_path / "1", {("S", "a"): "published"}, shard=(1, 2))
+    two = make_run(tmp_path / "2", {("S", "b"): "published", ("S", "c"): "failed"}, shard=(2, 2), selected=3)
+    merged = merge_runs([one, two], tmp_path / "m")
+    assert merged.shards == {"parts": ["1/2", "2/2"], "complete": False, "unattempted": 1}
+    assert json.loads((merged.out / "run.json").read_text())["dataset"]["shards"]["complete"] is False
+    # The missing sample attempted by a rerun of the same shard completes it.
+    rerun = make_run(tmp_path / "2b", {("S", "d"): "failed"}, shard=(2, 2), selected=3)
+    assert merge_runs([one, two, rerun], tmp_path / "m2").shards == {
+        "parts": ["1/2", "2/2"],
+        "complete": True,
+        "unattempted": 0,
+    }
 
 
 # --- end to end: shards → merge → score → report ---------------------------------------------------
@@ -219,3 +246,18 @@ def test_two_shards_merge_into_the_whole_run_which_scores_and_reports(
     # resuming a shard's folder as another shard is refused
     assert main(["bench", "--dataset", "builtin", "--out", str(shards[0]), *FAST, "--shard", "2/2"]) == 2
     assert "another shard" in capsys.readouterr().err
+
+
+def test_a_merged_omniinteract_run_gets_its_official_run_files(tmp_path: Path) -> None:
+    a = make_run(tmp_path / "a", {("1q1a", "0001"): "published"}, shard=(1, 2))
+    b = make_run(tmp_path / "b", {("1q1a", "0002"): "published"}, shard=(2, 2))
+    for run in (a, b):
+        data = json.loads((run / "run.json").read_text())
+        (run / "run.json").write_text(json.dumps({**data, "benchmark": "omniinteract"}))
+    (RunDir(b).sample_dir("1q1a", "0002") / ".done").write_bytes(b"")
+    merged = merge_runs([a, b], tmp_path / "m").out
+    batch = json.loads((merged / "batch_summary.json").read_text())
+    assert (batch["total"], batch["success"], batch["incomplete"]) == (2, 1, 1)
+    assert [r["status"] for r in batch["results"]] == ["incomplete", "ok"]
+    (row,) = [json.loads(line) for line in (merged / "manifest.jsonl").read_text().splitlines()]
+    assert row["sample_id"] == "1q1a__0002" and row["model_json"].endswith("1q1a/0002/wav_transcript.json")

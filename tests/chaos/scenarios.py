@@ -797,7 +797,7 @@ def sigkill_bench(kills: int, samples: int, root: Any, *, seed: int = 0) -> Kill
     report = KillReport(samples=samples)
 
     def published() -> int:
-        return sum(1 for p in out.glob("*/*.json") if not p.name.endswith(".meta.json"))
+        return sum(1 for p in out.glob("records/*/*.json") if not p.name.endswith(".meta.json"))
 
     for _ in range(kills):
         if published() >= samples:
@@ -817,7 +817,7 @@ def sigkill_bench(kills: int, samples: int, root: Any, *, seed: int = 0) -> Kill
     final = subprocess.run(command, capture_output=True, text=True, env=env, timeout=600)
     report.final_exit_code = final.returncode
     report.published = published()
-    for split_dir in out.iterdir():
+    for split_dir in (out / "records").iterdir():
         if not split_dir.is_dir():
             continue
         ids = {p.name.split(".")[0] for p in split_dir.iterdir()}

@@ -10,7 +10,8 @@ from urllib.parse import urlsplit
 import pytest
 
 from duplexkit.bench.artifacts import RunDir
-from duplexkit.bench.runner import BenchmarkRunner, RunConfig
+from duplexkit.bench.attempt import RunConfig
+from duplexkit.bench.runner import BenchmarkRunner
 from duplexkit.client import SessionBounds
 from duplexkit.engine.journal import ResumeConfig
 from duplexkit.server import EmbeddedServer, ServerConfig

@@ -122,15 +122,17 @@ def failed_meta(**changes: Any) -> dict[str, Any]:
 def write_sample(
     run_dir: Path, sample_meta: dict[str, Any], sentences: Any = None, *, audio: bool = False
 ) -> None:
-    """`<split>/<id>.meta.json`, then `<split>/<id>.json` when `sentences` is given (raw JSON-able value)."""
-    folder = run_dir / sample_meta["split"]
-    folder.mkdir(parents=True, exist_ok=True)
-    (folder / f"{sample_meta['id']}.meta.json").write_text(json.dumps(sample_meta), encoding="utf-8")
+    """`records/<split>/<id>.meta.json`, then `records/<split>/<id>.json` when `sentences` is given (raw
+    JSON-able value), and `<split>/<id>/output.wav` when `audio`."""
+    records = run_dir / "records" / sample_meta["split"]
+    records.mkdir(parents=True, exist_ok=True)
+    (records / f"{sample_meta['id']}.meta.json").write_text(json.dumps(sample_meta), encoding="utf-8")
     if sentences is not None:
-        (folder / f"{sample_meta['id']}.json").write_text(json.dumps(sentences), encoding="utf-8")
+        (records / f"{sample_meta['id']}.json").write_text(json.dumps(sentences), encoding="utf-8")
     if audio:
-        (folder / sample_meta["id"]).mkdir(exist_ok=True)
-        (folder / sample_meta["id"] / "output.wav").write_bytes(b"RIFF\x00\x00\x00\x00WAVE")
+        folder = run_dir / sample_meta["split"] / sample_meta["id"]
+        folder.mkdir(parents=True, exist_ok=True)
+        (folder / "output.wav").write_bytes(b"RIFF\x00\x00\x00\x00WAVE")
 
 
 def write_run_json(run_dir: Path, **changes: Any) -> dict[str, Any]:

@@ -132,7 +132,7 @@ def test_latency_covers_published_samples_per_source_like_metrics_json(tmp_path:
     assert ttft[CLIENT].values == (900.0,)
     assert ttft[CREATED].values == (40.0,)
     assert data.distribution("tpot_ms")[0].source == SERVER  # the client source has no TPOT
-    metas = [json.loads(p.read_text()) for p in sorted(run_dir.glob("*/*.meta.json"))]
+    metas = [json.loads(p.read_text()) for p in sorted(run_dir.glob("records/*/*.meta.json"))]
     expected = run_metrics(metas)
     for dist in data.latency:
         stats = expected[dist.metric][dist.source]
@@ -217,13 +217,15 @@ def test_values_of_the_wrong_type_become_none(tmp_path: Path) -> None:
     assert sample.server_errors == ("1", "bad")
     assert (sample.reminders, sample.video_duration) == ((), None)
     assert sample.sentences == (Sentence("ok", 1.0, 2.0),)
-    assert data.problems == ("PR_event_reminder/lights.json: 1 malformed sentence(s) left out",)
+    assert data.problems == ("records/PR_event_reminder/lights.json: 1 malformed sentence(s) left out",)
 
 
 def test_unreadable_files_are_reported_and_the_rest_still_loads(tmp_path: Path) -> None:
     run_dir = standard_run(tmp_path)
-    (run_dir / "RTD_OCR" / "sign.meta.json").write_text("{not json", encoding="utf-8")
-    (run_dir / "PR_event_reminder" / "lights.json").write_text('{"sentence": "not a list"}', encoding="utf-8")
+    (run_dir / "records" / "RTD_OCR" / "sign.meta.json").write_text("{not json", encoding="utf-8")
+    (run_dir / "records" / "PR_event_reminder" / "lights.json").write_text(
+        '{"sentence": "not a list"}', encoding="utf-8"
+    )
     (run_dir / "scores").mkdir()
     (run_dir / "scores" / "summary.json").write_text("[", encoding="utf-8")
 
@@ -233,8 +235,8 @@ def test_unreadable_files_are_reported_and_the_rest_still_loads(tmp_path: Path) 
     assert data.samples[0].sentences is None
     assert data.scores is None
     assert data.problems == (
-        "PR_event_reminder/lights.json: not a JSON list of sentences",
-        "RTD_OCR/sign.meta.json: unreadable (JSONDecodeError)",
+        "records/PR_event_reminder/lights.json: not a JSON list of sentences",
+        "records/RTD_OCR/sign.meta.json: unreadable (JSONDecodeError)",
         "scores/summary.json: unreadable (JSONDecodeError)",
     )
 
@@ -242,7 +244,7 @@ def test_unreadable_files_are_reported_and_the_rest_still_loads(tmp_path: Path) 
 def test_identity_comes_from_the_layout_not_the_file(tmp_path: Path) -> None:
     write_run_json(tmp_path)
     write_sample(tmp_path, meta(), [])
-    path = tmp_path / "PR_event_reminder" / "lights.meta.json"
+    path = tmp_path / "records" / "PR_event_reminder" / "lights.meta.json"
     path.write_text(json.dumps(meta(split="../../etc", id="passwd")), encoding="utf-8")
 
     sample = load_run(tmp_path).samples[0]

@@ -1,11 +1,14 @@
 """The run folder: atomic, resumable artifacts.
 
-Layout under RUN_DIR: `run.json` (config, dataset, versions, times), `metrics.json` (aggregates), and per
-sample `<split>/<id>.meta.json` then `<split>/<id>.json` (the timed sentences). Every file is written to a
+Layout under RUN_DIR: `run.json` (config, dataset, versions, times), `metrics.json` (aggregates), per sample
+`records/<split>/<id>.meta.json` then `records/<split>/<id>.json` (the timed sentences), and the sample's
+own folder `<split>/<id>/` (its benchmark's files: audio, events, FDB's sample folder). The records live
+apart so that a `<split>/` folder holds nothing but sample folders, as benchmarks' own scorers expect of a
+task folder (FDB's scripts treat every entry of one as a sample folder). Every file is written to a
 temporary name in the same directory and renamed into place, so a reader (a judge, a resumed run) sees a
 whole file or none. The sentences file is written last and is the mark of publication: a sample is
-published iff `<split>/<id>.json` exists. A run killed at any moment therefore leaves each sample either
-published (whole) or not (redone on resume), never half of one and never two copies.
+published iff `records/<split>/<id>.json` exists. A run killed at any moment therefore leaves each sample
+either published (whole) or not (redone on resume), never half of one and never two copies.
 """
 
 from __future__ import annotations
@@ -18,6 +21,7 @@ from pathlib import Path
 from typing import Any
 
 from duplexkit.bench.benchmark import DEFAULT_BENCHMARK
+from duplexkit.bench.errors import ConfigError
 
 
 def write_bytes_atomic(path: Path, data: bytes) -> None:
@@ -41,17 +45,32 @@ def write_json_atomic(path: Path, payload: Any) -> None:
     write_bytes_atomic(path, text.encode("utf-8"))
 
 
+RECORDS_DIR = "records"
+"""Where the harness's per-sample records live, apart from the sample folders."""
+RESERVED_SPLITS = frozenset({RECORDS_DIR, "scores"})
+"""Names a split may not have: they are the run folder's own."""
+META_SUFFIX = ".meta.json"
+
+
+class ReservedSplit(ConfigError):
+    """A split named like one of the run folder's own folders."""
+
+
 class RunDir:
     """Paths and publication state of one run folder."""
 
     def __init__(self, root: Path) -> None:
         self.root = root
 
+    @property
+    def records(self) -> Path:
+        return self.root / RECORDS_DIR
+
     def sentences_path(self, split: str, sample_id: str) -> Path:
-        return self.root / split / f"{sample_id}.json"
+        return self.records / split / f"{sample_id}.json"
 
     def meta_path(self, split: str, sample_id: str) -> Path:
-        return self.root / split / f"{sample_id}.meta.json"
+        return self.records / split / f"{sample_id}{META_SUFFIX}"
 
     def sample_dir(self, split: str, sample_id: str) -> Path:
         """Where optional per-sample extras (output.wav, events.json) live."""
@@ -81,9 +100,13 @@ class RunDir:
         for extra in extras:
             (self.sample_dir(split, sample_id) / extra).unlink(missing_ok=True)
 
+    def meta_paths(self) -> list[Path]:
+        """Every sample's metadata file, in a stable order (split, then id)."""
+        return sorted(self.records.glob(f"*/*{META_SUFFIX}"))
+
     def metas(self) -> Iterator[dict[str, Any]]:
         """Every sample's metadata in the run, in a stable order."""
-        for path in sorted(self.root.glob("*/*.meta.json")):
+        for path in self.meta_paths():
             with path.open(encoding="utf-8") as f:
                 yield json.load(f)
 
@@ -93,6 +116,16 @@ class RunDir:
         for path in stale:
             path.unlink(missing_ok=True)
         return len(stale)
+
+
+def check_splits(splits: Iterable[str]) -> None:
+    """`ReservedSplit` for a split that would land on the run folder's own folders."""
+    clash = sorted(set(splits) & RESERVED_SPLITS)
+    if clash:
+        raise ReservedSplit(
+            f"[reserved_split] split {clash[0]!r} is a name the run folder uses itself "
+            f"({', '.join(sorted(RESERVED_SPLITS))}); rename that task folder"
+        )
 
 
 def resume_mismatch(

@@ -11,13 +11,14 @@ render a report. What differs between benchmarks is behind one object per packag
   config, progress)` (one session: what to send and what an attempt observed, as `runner.Attempt`,
   keeping `progress`, a `client.SessionProgress`, current so an outer deadline can say where it stopped),
   `sample_meta` (the dataset fields recorded in each `<id>.meta.json`), `write_artifacts` (per-sample
-  extras of a published sample), `artifacts` (their names, withdrawn when a redo fails) and
-  `write_failure` (a failed sample's own record in its folder, if the benchmark keeps one);
+  extras of a published sample), `artifacts` (their names, withdrawn when a redo fails),
+  `write_failure` (a failed sample's own record in its folder, if the benchmark keeps one) and
+  `write_run_files(root, metas)` (run-level files its official tools read, after a run or a merge);
 - **run checks**: `options` (the `duplexkit bench` options only this benchmark takes, so `bench` refuses
   them for another one), `check_config(keep_audio=, score=, scoring=)` (refuse a run configuration:
   whether audio is kept, whether the run is scored, the raw values of the scoring options; before the
   dataset loads) and `check_out(out, dataset)` (refuse a run folder that would clash with the loaded
-  dataset); both raise `ConfigError`;
+  dataset); both raise `errors.ConfigError`;
 - **scoring**: `judge(settings)` (the `Judge` a `judge.settings.JudgeSettings` names, its kind resolved by
   `judge.settings.make_judge`), `score_request(meta, response, sample)` (what a judge is asked about one
   published sample), `summarise(judge, metas, outcomes)` (the benchmark's summary of every sample's
@@ -41,11 +42,11 @@ from pathlib import Path
 from typing import TYPE_CHECKING, Any, Protocol
 
 if TYPE_CHECKING:
+    from duplexkit.bench.attempt import Attempt, RunConfig
     from duplexkit.bench.judge.base import Judge, JudgeInfo
     from duplexkit.bench.judge.settings import JudgeSettings
     from duplexkit.bench.report.data import ReportSpec
-    from duplexkit.bench.runner import Attempt, RunConfig
-    from duplexkit.client import SessionProgress
+    from duplexkit.client import SessionBounds, SessionProgress
 
 BENCHMARKS: Mapping[str, str] = {
     "omni-duplex-eval": "duplexkit.bench.omni_duplex_eval",
@@ -85,10 +86,6 @@ class PreparedInput(Protocol):
     def duration_ms(self) -> float: ...
 
 
-class ConfigError(ValueError):
-    """A run, judge or scoring configuration a benchmark refuses; the message names the option to change."""
-
-
 @dataclass(frozen=True)
 class FolderScores:
     """What a `FolderScorer` did: its summary for the terminal, the file it wrote, whether every sample
@@ -114,7 +111,7 @@ class FolderScorer(Protocol):
     ) -> FolderScores:
         """Score the samples under `root` with the benchmark's scoring `options` (the raw values of its
         scoring options) and the judge `judge` names, telling `warn` about each sample it could not prepare;
-        raises `ConfigError` for settings it refuses, `sources.DatasetError` for a folder holding no
+        raises `errors.ConfigError` for settings it refuses, `sources.DatasetError` for a folder holding no
         samples and `judge.JudgeUnreachable` when the judge cannot be reached."""
         ...
 
@@ -127,6 +124,9 @@ class Benchmark(Protocol):
     artifacts: tuple[str, ...]
     report: ReportSpec
     options: tuple[str, ...]
+    bounds: SessionBounds
+    """The session bounds a run uses where `duplexkit bench`'s options leave them unset (today only the
+    drain / completion bound differs: OmniInteract's reference waits up to 900 s)."""
     folder_scorer: FolderScorer | None
 
     def load_dataset(self, spec: str, selection: Any, *, cache_dir: Path | None = None) -> BenchDataset: ...
@@ -150,6 +150,8 @@ class Benchmark(Protocol):
     def write_artifacts(self, folder: Path, sample: Any, attempt: Attempt) -> None: ...
 
     def write_failure(self, folder: Path, meta: Mapping[str, Any]) -> None: ...
+
+    def write_run_files(self, root: Path, metas: Sequence[Mapping[str, Any]]) -> None: ...
 
     def judge(self, settings: JudgeSettings) -> Judge: ...
 

@@ -3,16 +3,18 @@
 Contract:
 - The inputs must be one run measured alike: the same benchmark, the same dataset selection (its content
   fingerprint: the dataset may live at another path on each machine), the same pace and the same protocol,
-  fps and chunk size. Anything else is refused with a `MergeError` whose `code` names what differed, and
-  nothing is written.
+  fps and chunk size, the same model (`server.model`) and the same kind of server (embedded or not; the
+  URLs may differ: one model served on several machines). Anything else is refused with a `MergeError`
+  whose `code` names what differed, and nothing is written.
 - Every sample of every input lands in the merged folder exactly once. A sample that two inputs hold is
   taken from the one that published it (a failure elsewhere was redone); two failures keep the later one;
   two publications are refused (`duplicate_sample`): which copy counts is for the user to decide.
 - The merged folder is a run folder like any other (`run.json`, `metrics.json`, per-sample metadata,
   sentences, extras and any score files, which `duplexkit score` reuses while the response is the same),
   so `score` and `report` work on it. Its `run.json` says where each part came from (`merged_from`) and
-  which shards it holds. It is built under a temporary name beside `out` and renamed into place at the
-  end: an interrupted merge leaves no half-merged folder.
+  which shards it holds; `complete` only when every shard is there and every selected sample of every
+  shard was attempted (published or failed) in some input. It is built under a temporary name beside
+  `out` and renamed into place at the end: an interrupted merge leaves no half-merged folder.
 """
 
 from __future__ import annotations
@@ -29,7 +31,7 @@ from typing import Any
 
 from duplexkit.bench.aggregate import run_counts, run_metrics
 from duplexkit.bench.artifacts import RunDir, write_json_atomic
-from duplexkit.bench.benchmark import DEFAULT_BENCHMARK
+from duplexkit.bench.benchmark import BENCHMARKS, DEFAULT_BENCHMARK, get_benchmark
 
 SCORES_DIR = "scores"
 
@@ -41,6 +43,8 @@ class MergeCode(StrEnum):
     PACE_MISMATCH = "pace_mismatch"
     PROTOCOL_MISMATCH = "protocol_mismatch"
     STREAMING_MISMATCH = "streaming_mismatch"
+    MODEL_MISMATCH = "model_mismatch"
+    SERVER_MISMATCH = "server_mismatch"
     DUPLICATE_SAMPLE = "duplicate_sample"
     OUT_EXISTS = "out_exists"
 
@@ -82,6 +86,8 @@ _SAME: tuple[tuple[MergeCode, tuple[str, ...], str], ...] = (
     (MergeCode.PROTOCOL_MISMATCH, ("config", "protocol"), "protocol"),
     (MergeCode.STREAMING_MISMATCH, ("config", "fps"), "fps"),
     (MergeCode.STREAMING_MISMATCH, ("config", "chunk_ms"), "chunk_ms"),
+    (MergeCode.MODEL_MISMATCH, ("server", "model"), "model"),
+    (MergeCode.SERVER_MISMATCH, ("server", "embedded"), "embedded server"),
 )
 """What must be equal across the inputs, and the code that names a difference."""
 
@@ -105,6 +111,8 @@ def merge_runs(run_dirs: Sequence[Path], out: Path) -> MergeResult:
         shards = _shards(inputs)
         run = _merged_run(inputs, chosen, metas, shards)
         write_json_atomic(staging / "metrics.json", run_metrics(metas))
+        if inputs[0].run["benchmark"] in BENCHMARKS:  # the run-level files its official tools read
+            get_benchmark(inputs[0].run["benchmark"]).write_run_files(staging, metas)
         write_json_atomic(staging / "run.json", run)
         if out.exists():
             out.rmdir()  # empty, checked above
@@ -195,15 +203,29 @@ def _copy_sample(src: RunDir, dst: RunDir, split: str, sample_id: str, meta: Map
 
 
 def _shards(inputs: Sequence[_Input]) -> dict[str, Any] | None:
-    """`{"parts": ["1/4", ...], "complete": bool}` when every input is a shard; `None` when one is whole."""
+    """`{"parts": ["1/4", ...], "complete", "unattempted"}` when every input is a shard; `None` when one is
+    whole. `unattempted` counts the samples a shard selected (its `dataset.samples`) that no input of that
+    shard attempted; `complete` needs every part and no unattempted sample."""
     shards = [i.setting("dataset", "shard") for i in inputs]
     if any(not isinstance(s, dict) for s in shards):
         return None
     counts = {s["count"] for s in shards}
     indices = {s["index"] for s in shards}
-    complete = len(counts) == 1 and indices == set(range(1, next(iter(counts)) + 1))
-    parts = sorted({(s["count"], s["index"]) for s in shards})
-    return {"parts": [f"{index}/{count}" for count, index in parts], "complete": complete}
+    held: dict[tuple[int, int], set[tuple[str, str]]] = {}
+    selected: dict[tuple[int, int], int] = {}
+    for source, shard in zip(inputs, shards, strict=True):
+        part = (shard["count"], shard["index"])
+        held.setdefault(part, set()).update(source.metas)
+        samples = source.setting("dataset", "samples")
+        selected[part] = max(selected.get(part, 0), samples if isinstance(samples, int) else 0)
+    unattempted = sum(max(0, selected[part] - len(keys)) for part, keys in held.items())
+    every_part = len(counts) == 1 and indices == set(range(1, next(iter(counts)) + 1))
+    parts = sorted(held)
+    return {
+        "parts": [f"{index}/{count}" for count, index in parts],
+        "complete": every_part and unattempted == 0,
+        "unattempted": unattempted,
+    }
 
 
 def _merged_run(

@@ -21,13 +21,13 @@ import logging
 import random
 import time
 from collections.abc import Callable
-from dataclasses import asdict, dataclass, field
+from dataclasses import dataclass
 from typing import Any, Literal
 
-import numpy as np
 from websockets.exceptions import ConnectionClosed, InvalidStatus
 
 from duplexkit.bench.artifacts import RunDir
+from duplexkit.bench.attempt import Attempt, RunConfig
 from duplexkit.bench.benchmark import DEFAULT_BENCHMARK, Benchmark, BenchSample, PreparedInput, get_benchmark
 from duplexkit.bench.pool import Lease, NoServerUp, PoolServer, Release, ServerPool
 from duplexkit.bench.retry import (
@@ -42,12 +42,9 @@ from duplexkit.client import (
     CloseResult,
     ConnectionLost,
     DuplexClient,
-    SessionBounds,
     SessionError,
     SessionProgress,
 )
-from duplexkit.client.protocols import detect_protocol
-from duplexkit.client.reconnect import ResumePolicy
 from duplexkit.protocol.errors import ErrorCode
 
 log = logging.getLogger("duplexkit.bench")
@@ -56,8 +53,6 @@ CAPACITY_CODES = frozenset({ErrorCode.SESSION_CAPACITY_EXHAUSTED.value, "resourc
 """Refusals that mean "no slot now" (ours, and vLLM-Omni's), not a failed attempt."""
 CAPACITY_HTTP_STATUSES = frozenset({429, 503})
 """Handshake statuses that mean the same, from servers that refuse before accepting the socket."""
-DEADLINE_MARGIN_S = 5.0
-"""What the attempt's outer deadline adds to the sum of its inner bounds (scheduling, media conversion)."""
 
 
 def is_capacity_refusal(event: dict[str, Any]) -> bool:
@@ -70,51 +65,6 @@ def is_capacity_refusal(event: dict[str, Any]) -> bool:
     if str(error.get("code")) in CAPACITY_CODES:
         return True
     return error.get("type") == "rate_limit_error" and error.get("retryable") is True
-
-
-@dataclass(frozen=True)
-class RunConfig:
-    """Everything that decides how samples are run; recorded whole in `run.json`.
-
-    `url` is the server of one attempt (the runner sets it from its pool); `concurrency` is per server.
-    """
-
-    url: str
-    model: str | None = None
-    api_key: str | None = field(default=None, repr=False)
-    pace: Literal["realtime", "as-fast-as-possible"] = "realtime"
-    fps: float = 1.0
-    chunk_ms: int = 200
-    concurrency: int = 4
-    bounds: SessionBounds = field(default_factory=SessionBounds)
-    capacity_wait_max_s: float = 300.0
-    keep_audio: bool = True
-    resume: bool = True
-    """Resume a session whose connection drops (`ResumePolicy`); the sample records `resumed: N`."""
-    extra_body: dict[str, Any] = field(default_factory=dict)
-    protocol: str = "auto"
-    """The wire protocol (`client.protocols`); `auto` detects it from the URL."""
-
-    def resume_policy(self) -> ResumePolicy | None:
-        """The client's resume policy for this run's sessions (duplex protocol only; others cannot)."""
-        protocol = detect_protocol(self.url) if self.protocol == "auto" else self.protocol
-        return ResumePolicy() if self.resume and protocol == "duplex" else None
-
-    def to_json(self) -> dict[str, Any]:
-        """The config as recorded in `run.json`, with the bounds' fields inline."""
-        data: dict[str, Any] = {}
-        for key, value in asdict(self).items():
-            if key == "bounds":
-                data.update(value)
-            else:
-                data[key] = value
-        data["api_key"] = "***" if self.api_key else None
-        return data
-
-    def attempt_deadline_s(self, clip_s: float) -> float:
-        """The outer bound of one attempt: every inner bound added up (`SessionBounds.total_s`, from the
-        connect to the close's grace), plus `DEADLINE_MARGIN_S`."""
-        return self.bounds.total_s(clip_s) + DEADLINE_MARGIN_S
 
 
 def record_close(
@@ -133,19 +83,6 @@ def record_close(
 
 class CapacityRefused(Exception):
     """The server has no free session slot right now (retryable, not an attempt)."""
-
-
-@dataclass(slots=True)
-class Attempt:
-    outcome: AttemptOutcome
-    sentences: list[dict[str, Any]]
-    meta: dict[str, Any]
-    events: list[dict[str, Any]] = field(default_factory=list)
-    audio: np.ndarray | None = None
-    extras: dict[str, Any] = field(default_factory=dict)
-    """Benchmark payloads for its `write_artifacts` (e.g. FDB's `output.json`), not recorded in the meta."""
-    server_url: str | None = None
-    """The server this attempt ran on (`None`: it never got one)."""
 
 
 @dataclass(slots=True)

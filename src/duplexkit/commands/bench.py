@@ -172,8 +172,9 @@ def register(commands: argparse._SubParsersAction[argparse.ArgumentParser]) -> N
 def run_command(args: argparse.Namespace, parser: argparse.ArgumentParser) -> int:
     """Run `duplexkit bench` as `args` say (`parser`, the bench parser, tells an option given from its
     default)."""
-    from duplexkit.bench.artifacts import resume_mismatch
-    from duplexkit.bench.benchmark import ConfigError, get_benchmark
+    from duplexkit.bench.artifacts import check_splits, resume_mismatch
+    from duplexkit.bench.benchmark import get_benchmark
+    from duplexkit.bench.errors import ConfigError
     from duplexkit.bench.shard import Shard, ShardError
     from duplexkit.bench.sources import DatasetError
 
@@ -213,6 +214,7 @@ def run_command(args: argparse.Namespace, parser: argparse.ArgumentParser) -> in
         benchmark.check_config(keep_audio=not args.no_audio, score=args.score, scoring=scoring_options(args))
         dataset = benchmark.load_dataset(args.dataset, selection)
         benchmark.check_out(args.out, dataset)
+        check_splits(s.split for s in dataset.samples)
     except (ConfigError, DatasetError) as exc:
         return _usage(str(exc))
     if args.score and args.pace != "realtime" and not args.allow_invalid_clock:
@@ -256,8 +258,9 @@ async def _bench(
     from duplexkit import __version__
     from duplexkit.bench.aggregate import run_counts, run_eligibility, run_metrics
     from duplexkit.bench.artifacts import RunDir, previous_start, write_json_atomic
+    from duplexkit.bench.attempt import RunConfig
     from duplexkit.bench.pool import ServerPool
-    from duplexkit.bench.runner import BenchmarkRunner, RunConfig
+    from duplexkit.bench.runner import BenchmarkRunner
 
     run_dir = RunDir(args.out)
     samples = list(dataset.samples) if shard is None else shard.select(dataset.samples)
@@ -271,7 +274,7 @@ async def _bench(
             fps=args.fps,
             chunk_ms=args.chunk_ms,
             concurrency=args.concurrency,
-            bounds=bounds_from_args(args),
+            bounds=bounds_from_args(args, benchmark.bounds),
             keep_audio=not args.no_audio,
             resume=not args.no_resume,
             extra_body=args.extra_body,
@@ -309,6 +312,7 @@ async def _bench(
     if eligibility is not None:
         finished["eligibility"] = eligibility
     write_json_atomic(run_dir.root / "metrics.json", run_metrics(metas))
+    benchmark.write_run_files(run_dir.root, metas)
     write_json_atomic(run_dir.root / "run.json", {**run_info, **finished})
     _print_summary(run_dir, counts, run_metrics(metas), skipped=sum(r.status == "skipped" for r in results))
     if eligibility is not None and not eligibility["eligible"]:

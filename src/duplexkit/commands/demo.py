@@ -38,7 +38,7 @@ def register(commands: argparse._SubParsersAction[argparse.ArgumentParser]) -> N
 
 
 def run(args: argparse.Namespace) -> int:
-    from duplexkit.cli import build_parser
+    from duplexkit.commands import bench
     from duplexkit.server.playground import playground_url
 
     argv = ["bench", "--dataset", "builtin", "--out", str(args.out), "--model", args.model]
@@ -48,7 +48,9 @@ def run(args: argparse.Namespace) -> int:
     if args.limit is not None:
         argv += ["--limit", str(args.limit)]
     print("duplexkit demo: duplexkit " + " ".join(argv))
-    bench_args = build_parser().parse_args(argv)
+    parser = argparse.ArgumentParser(prog="duplexkit")
+    bench.register(parser.add_subparsers(dest="command", required=True))
+    bench_args = parser.parse_args(argv)
     code: int = bench_args.handler(bench_args)
     print(
         f"duplexkit demo: talk to {args.model} live: run `duplexkit serve --model {args.model}`, "

@@ -42,7 +42,14 @@ def run(args: argparse.Namespace) -> int:
     held = (
         ""
         if shards is None
-        else f" · shards {', '.join(shards['parts'])}" + ("" if shards["complete"] else " (incomplete)")
+        else f" · shards {', '.join(shards['parts'])}"
+        + (
+            ""
+            if shards["complete"]
+            else f" (incomplete: {shards['unattempted']} selected sample(s) never attempted)"
+            if shards["unattempted"]
+            else " (incomplete: parts missing)"
+        )
     )
     print(
         f"merged {len(args.run_dirs)} runs → {result.out}: {result.samples} samples · published "

@@ -97,21 +97,29 @@ def add_bound_options(parser: argparse.ArgumentParser) -> None:
         ("--input-slack", defaults.input_slack_s, "the clip may take its own duration plus this to arrive"),
         ("--commit-timeout", defaults.commit_timeout_s, "for the commit to reach the wire"),
         ("--settle", defaults.settle_s, "quiet window that ends the drain (listens do not count)"),
-        ("--drain-timeout", defaults.drain_timeout_s, "for the replies to settle"),
+        ("--drain-timeout", None, "for the replies to settle"),
         ("--close-timeout", defaults.close_timeout_s, "for session.closed"),
     ):
+        shown = f"{default:g}" if default is not None else f"{defaults.drain_timeout_s:g}; omniinteract: 900"
         bounds.add_argument(
-            flag, metavar="S", type=positive_float, default=default, help=f"{what} (default: {default:g})"
+            flag, metavar="S", type=positive_float, default=default, help=f"{what} (default: {shown})"
         )
 
 
-def bounds_from_args(args: argparse.Namespace) -> SessionBounds:
+def bounds_from_args(args: argparse.Namespace, defaults: SessionBounds | None = None) -> SessionBounds:
+    """The bounds the options give; `--drain-timeout` left unset takes `defaults`' (a benchmark's own, e.g.
+    OmniInteract's 900 s completion bound) or `SessionBounds`'."""
+    drain = (
+        args.drain_timeout
+        if args.drain_timeout is not None
+        else (defaults or SessionBounds()).drain_timeout_s
+    )
     return SessionBounds(
         configure_timeout_s=args.configure_timeout,
         input_slack_s=args.input_slack,
         commit_timeout_s=args.commit_timeout,
         settle_s=args.settle,
-        drain_timeout_s=args.drain_timeout,
+        drain_timeout_s=drain,
         close_timeout_s=args.close_timeout,
     )
 

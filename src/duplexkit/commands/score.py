@@ -20,11 +20,11 @@ from duplexkit.bench.benchmark import (
     BENCHMARKS,
     DEFAULT_BENCHMARK,
     Benchmark,
-    ConfigError,
     FolderScorer,
     benchmark_name_of_run,
     get_benchmark,
 )
+from duplexkit.bench.errors import ConfigError
 from duplexkit.bench.judge import (
     Judge,
     JudgeSettings,

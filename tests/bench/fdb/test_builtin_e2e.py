@@ -21,14 +21,16 @@ def test_generated_layout_has_ground_truth_spans_and_is_labelled_synthetic(tmp_p
         return (0.2 * np.sin(np.arange(n) * 0.1)).astype(np.float32)
 
     builtin.generate(tmp_path, speak)
-    samples = {s.id: s for s in find_samples(tmp_path)}
+    samples = {f"{s.split}/{s.id}": s for s in find_samples(tmp_path)}
     assert {s.task for s in samples.values()} == {"pause", "turn_taking", "interruption", "backchannel"}
     assert all(s.synthetic for s in samples.values())
-    # turn_1: 0.5 s lead-in, 6 words = 0.6 s of speech, then 4 s: the span is [1.1, 5.1]
-    assert samples["turn_1"].span == pytest.approx((1.1, 5.1))
-    # interrupt_1: 8 words (0.8 s) from 0.5, 4 s gap, then 5 words (0.5 s): the interruption is [5.3, 5.8]
-    assert samples["interrupt_1"].span == pytest.approx((5.3, 5.8))
-    assert samples["interrupt_1"].interrupt == "Wait, who invented the pedals?"
+    # numeric ids, as FDB names its sample folders (its backchannel script reads only digit names)
+    assert all(s.id.isdigit() for s in samples.values())
+    # turn_taking/1: 0.5 s lead-in, 6 words = 0.6 s of speech, then 4 s: the span is [1.1, 5.1]
+    assert samples["turn_taking/1"].span == pytest.approx((1.1, 5.1))
+    # interruption/1: 8 words (0.8 s) from 0.5, 4 s gap, then 5 words (0.5 s): the interruption is [5.3, 5.8]
+    assert samples["interruption/1"].span == pytest.approx((5.3, 5.8))
+    assert samples["interruption/1"].interrupt == "Wait, who invented the pedals?"
     manifest = json.loads((tmp_path / "manifest.json").read_text())
     assert manifest["synthetic"] is True and len(manifest["samples"]) == 8
 
@@ -80,6 +82,20 @@ def test_bench_fdb_refuses(
         == 2
     )
     assert message in capsys.readouterr().err
+
+
+def test_a_split_named_like_the_run_folders_own_folders_is_refused(
+    tmp_path: Path, capsys: pytest.CaptureFixture[str]
+) -> None:
+    from duplexkit.client.wavfile import write_wav
+
+    folder = tmp_path / "data" / "records" / "1"  # a task folder named `records` would hold our records
+    folder.mkdir(parents=True)
+    write_wav(folder / "input.wav", np.zeros(1600, dtype=np.float32), 16_000)
+    (folder / "pause.json").write_text("[]")
+    argv = ["bench", "--benchmark", "fdb", "--dataset", str(tmp_path / "data"), "--out", str(tmp_path / "o")]
+    assert main(argv) == 2
+    assert "[reserved_split] split 'records'" in capsys.readouterr().err
 
 
 def test_bench_fdb_refuses_an_out_inside_the_dataset(
@@ -154,7 +170,8 @@ def test_the_report_shows_the_fdb_selection_and_survives_missing_scores(tmp_path
     sample_folder(root / "pause" / "p1", task_file="pause.json", words=[])
     run = {"benchmark": "fdb", "dataset": {"selection": {"tasks": ["pause"], "ids": [], "limit": None}}}
     (root / "run.json").write_text(json.dumps(run))
-    (root / "pause" / "p1.meta.json").write_text(
+    (root / "records" / "pause").mkdir(parents=True)
+    (root / "records" / "pause" / "p1.meta.json").write_text(
         json.dumps({"split": "pause", "id": "p1", "status": "published"})
     )
     data = load_run(root)

@@ -8,10 +8,11 @@ from pathlib import Path
 import pytest
 
 from duplexkit.bench.fdb import judge as j
-from duplexkit.bench.fdb.scoring import score_dir
+from duplexkit.bench.fdb.scoring import ScoreOptions, score_dir, score_folder
 from duplexkit.bench.judge import ChatClient
 from duplexkit.bench.judge.base import ScoringError
 from duplexkit.bench.judge.parsing import ParseError
+from duplexkit.bench.judge.settings import JudgeSettings
 from tests.bench.fdb.conftest import FakeOpenAI
 from tests.bench.fdb.helpers import sample_folder
 
@@ -102,3 +103,15 @@ def test_scoring_rates_only_take_overs_and_records_the_judge(tmp_path: Path, fak
     assert entry["relevance"] == 4.0 and len(fake_openai.chat_requests) == 1
     assert {r["id"]: r["relevance"] for r in entry["per_sample"]} == {"i1": 4, "i2": None}
     assert scores["judge"]["prompt_version"] == j.PROMPT_VERSION and scores["judge"]["model"] == "judge-x"
+
+
+def test_the_relevance_judge_sends_seed_0_as_upstream(tmp_path: Path, fake_openai: FakeOpenAI) -> None:
+    task = [{"context": "cats?", "interrupt": "dogs?", "timestamp": [2.0, 3.0]}]
+    root = tmp_path / "interrupt"
+    sample_folder(
+        root / "1", task_file="interrupt.json", task=task, words=[("dogs", 3.2, 3.6), ("bark", 3.7, 4.4)]
+    )
+    settings = JudgeSettings(url=fake_openai.url, model="judge-x", api_key="k")
+    asyncio.run(score_folder(root, settings, ScoreOptions(), allow_invalid_clock=False, warn=print))
+    (body,) = fake_openai.chat_requests
+    assert body["seed"] == 0

@@ -92,18 +92,18 @@ def test_cut_after_keeps_the_input_timeline() -> None:
 
 
 BACKCHANNEL_CASES = [
-    # (label, words, segments, output_s, tor, backchannel count, frequency)
+    # (label, words, segments, output_s, tor, listed segments, frequency): FDB HEAD d7336bd's walk
     ("silence", [], [], 10.0, 0, 0, 0.0),
     ("one 'mhm' in a 0.5 s segment", [("mhm", 2.1, 2.4)], [(2.0, 2.5)], 10.0, 0, 1, 0.1),
     ("a segment longer than 3 s", [("so", 1.0, 1.2)], [(1.0, 4.5)], 10.0, 1, 0, 0.0),
     (
-        "four words in a short segment",
+        "four words in a short segment: a take-over, still listed",
         [("a", 1.0, 1.1), ("b", 1.1, 1.2), ("c", 1.2, 1.3), ("d", 1.3, 1.4)],
         [(1.0, 1.5)],
         10.0,
         1,
-        0,
-        0.0,
+        1,
+        0.1,
     ),
     (
         "a 1.5 s segment of two words",
@@ -111,8 +111,8 @@ BACKCHANNEL_CASES = [
         [(1.0, 2.5)],
         10.0,
         1,
-        0,
-        0.0,
+        1,
+        0.1,
     ),
     (
         "three words under 1 s",
@@ -120,8 +120,8 @@ BACKCHANNEL_CASES = [
         [(1.0, 1.7)],
         10.0,
         1,
-        0,
-        0.0,
+        1,
+        0.1,
     ),
     (
         "two backchannels in 20 s",
@@ -133,6 +133,33 @@ BACKCHANNEL_CASES = [
         0.1,
     ),
     ("a segment with no words is a backchannel (a laugh)", [], [(4.0, 4.6)], 10.0, 0, 1, 0.1),
+    (
+        "the last short segment's verdict sets TOR",
+        [("a", 1.0, 1.1), ("b", 1.1, 1.2), ("c", 1.2, 1.3), ("d", 1.3, 1.4), ("mhm", 5.0, 5.3)],
+        [(1.0, 1.5), (5.0, 5.4)],
+        10.0,
+        0,
+        2,
+        0.2,
+    ),
+    (
+        "the walk stops at the first segment longer than 3 s",
+        [("mhm", 1.0, 1.3), ("yeah", 7.0, 7.2)],
+        [(1.0, 1.4), (2.0, 5.5), (7.0, 7.3)],
+        10.0,
+        1,
+        1,
+        0.1,
+    ),
+    (
+        "words ending exactly at a segment's start are not in it",
+        [("a", 0.5, 1.0), ("b", 0.6, 1.0), ("c", 0.7, 1.0), ("mhm", 1.1, 1.3)],
+        [(1.0, 1.5)],
+        10.0,
+        0,
+        1,
+        0.1,
+    ),
 ]
 
 

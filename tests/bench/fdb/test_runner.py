@@ -8,10 +8,11 @@ from pathlib import Path
 import numpy as np
 
 from duplexkit.bench.artifacts import RunDir
+from duplexkit.bench.attempt import RunConfig
 from duplexkit.bench.benchmark import get_benchmark
 from duplexkit.bench.fdb.dataset import Selection, find_samples, load_dataset
 from duplexkit.bench.fdb.scoring import score_dir
-from duplexkit.bench.runner import BenchmarkRunner, RunConfig
+from duplexkit.bench.runner import BenchmarkRunner
 from duplexkit.client import SessionBounds
 from duplexkit.client.wavfile import read_wav, write_wav
 from duplexkit.models import load_model
@@ -56,7 +57,8 @@ async def test_the_runner_writes_fdb_folders_on_the_input_timeline(tmp_path: Pat
     }
     inp, in_rate = read_wav(folder / "input.wav")
     out, out_rate = read_wav(folder / "output.wav")
-    assert out_rate == 24_000 and len(out) == round(len(inp) / in_rate * 24_000)
+    # FDB's scorers assume 16 kHz (their Silero call names no rate): output.wav is written at it
+    assert out_rate == 16_000 and len(out) == round(len(inp) / in_rate * 16_000)
     # full duplex: the client never committed, yet the model spoke on its own
     events = json.loads((folder / "events.json").read_text())
     assert not any(e.get("type") == "input_audio_buffer.committed" for e in events)
@@ -69,13 +71,13 @@ async def test_the_runner_writes_fdb_folders_on_the_input_timeline(tmp_path: Pat
     unit_s = meta["unit_ms"] / 1000
     # speech ends at 1.5 s; the scripted model answers after one silent unit, where its audio sits
     assert 1.5 <= first <= 1.5 + 2 * unit_s + 0.2
-    voiced = np.flatnonzero(np.abs(out) > 0.01) / 24_000
+    voiced = np.flatnonzero(np.abs(out) > 0.01) / 16_000
     assert abs(voiced[0] - first) < 0.1
 
     # the 24 kHz interruption input was resampled to 16 kHz for the stream and kept as given in the folder
-    i_out, _ = read_wav(run_dir.sample_dir("interrupt", "i1") / "output.wav")
+    i_out, i_out_rate = read_wav(run_dir.sample_dir("interrupt", "i1") / "output.wav")
     i_in, i_rate = read_wav(run_dir.sample_dir("interrupt", "i1") / "input.wav")
-    assert i_rate == 24_000 and len(i_out) == len(i_in)
+    assert i_rate == 24_000 and i_out_rate == 16_000 and len(i_out) == len(i_in) * 2 // 3
     i_words = json.loads((run_dir.sample_dir("interrupt", "i1") / "output.json").read_text())
     assert i_words["word_timing"]["cut_at_s"] == 1.5
     assert all(c["timestamp"][0] >= 1.5 for c in i_words["chunks"])

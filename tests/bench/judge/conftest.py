@@ -237,7 +237,7 @@ def write_sample(
         "clock": clock,
         "pace": "realtime" if clock == "media" else "as-fast-as-possible",
     }
-    folder = run_dir / split
+    folder = run_dir / "records" / split
     folder.mkdir(parents=True, exist_ok=True)
     (folder / f"{sample_id}.meta.json").write_text(json.dumps(meta), encoding="utf-8")
     if response is not None:

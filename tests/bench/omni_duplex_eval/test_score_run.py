@@ -309,7 +309,7 @@ async def test_scores_are_reused_only_under_the_same_response_model_url_and_prom
     assert first["cached"] == 0 and first["requests"] == 4
     assert await score() == {"total": 2, "scored": 2, "skipped": 0, "errors": 0, "cached": 2, "requests": 0}
 
-    response = run / "PR_correction" / "c.json"
+    response = run / "records" / "PR_correction" / "c.json"
     response.write_text(json.dumps(sentences(("It is blue, not red.", 3.0, 4.0))), encoding="utf-8")
     assert (await score())["cached"] == 1  # only the changed response is judged again
 

@@ -138,3 +138,37 @@ def test_a_listen_on_a_silent_unit_settles_the_commit() -> None:
     silent = {"reason": "silence_or_noise", "model_listen": False}
     tracker.observe(event({"type": "response.listen", "response": {"metadata": silent}}, 1.2))
     assert tracker.poll(3.2, 2.0).complete
+
+
+async def test_periodic_acks_go_on_after_one_timed_out() -> None:
+    import asyncio
+    import time
+
+    from duplexkit.bench.omniinteract.runner import _Pump
+
+    class Client:
+        """What the pump uses of a client: its events and a send that times out the first time."""
+
+        events: list[ReceivedEvent] = []
+        sent: list[Any] = []
+        first, second = asyncio.Event(), asyncio.Event()
+
+        async def send(self, event: Any, *, timeout_s: float) -> None:
+            self.sent.append(event)
+            if len(self.sent) == 1:
+                self.first.set()
+                raise TimeoutError
+            self.second.set()
+
+    client = Client()
+    pump = _Pump(client, origin=time.monotonic() - 10.0)  # type: ignore[arg-type]
+    pump.listener.audio("r1", "i1", pcm(1.0), arrival_s=0.0)  # fully played: one ack due, and it times out
+    running = asyncio.create_task(pump.run(timeout_s=0.1))
+    try:
+        await asyncio.wait_for(client.first.wait(), timeout=5.0)
+        pump.listener.audio("r2", "i2", pcm(1.0), arrival_s=1.0)  # more playback: the next ack is due
+        await asyncio.wait_for(client.second.wait(), timeout=5.0)
+    finally:
+        running.cancel()
+        await asyncio.gather(running, return_exceptions=True)
+    assert [ack.response_id for ack in client.sent] == ["r1", "r2"] and pump.ack_timeouts == 1

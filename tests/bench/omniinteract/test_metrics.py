@@ -3,6 +3,8 @@ from the rules in ../shared/reference/benchmarks.md (written as literals, not co
 
 from __future__ import annotations
 
+import math
+
 import pytest
 
 from duplexkit.bench.omniinteract.case import QA, Case
@@ -185,17 +187,35 @@ def _result(s: Slot, core_score: float, core_at: float) -> object:
 
 
 @pytest.mark.parametrize(
-    ("inner_at", "outer_at", "expected"),
+    ("inner_at", "outer_at", "expected", "raw"),
     [
-        (21.0, 31.0, 0.72),  # sqrt(0.81 x 0.64) = 0.9 x 0.8
-        (31.0, 31.0, 0.72),  # "no later than": equal counts
-        (32.0, 31.0, 0.0),  # inner core after the outer core
+        # NCCS multiplies each slot's TP_core: outer decay(31; 30, 40) = 0.9, inner decay(21; 20, 40) = 0.95
+        (21.0, 31.0, math.sqrt((0.9 * 0.81 * 0.8) * (0.95 * 0.64 * 0.8)), 0.72),  # raw: sqrt(0.81 x 0.64)
+        (
+            31.0,
+            31.0,
+            math.sqrt((0.9 * 0.81 * 0.8) * (0.45 * 0.64 * 0.8)),
+            0.72,
+        ),  # "no later than": equal counts
+        (32.0, 31.0, 0.0, 0.0),  # inner core after the outer core
     ],
 )
-def test_nccs_pair(inner_at: float, outer_at: float, expected: float) -> None:
+def test_nccs_pair(inner_at: float, outer_at: float, expected: float, raw: float) -> None:
     outer = _result(slot(10.0, 30.0, 40.0, scenario="nested", pair=0, role="outer"), 0.81, outer_at)
     inner = _result(slot(15.0, 20.0, 40.0, scenario="nested", pair=0, role="inner"), 0.64, inner_at)
     assert nccs_pair(outer, inner) == pytest.approx(expected)  # type: ignore[arg-type]
+    assert nccs_pair(outer, inner, raw=True) == pytest.approx(raw)  # type: ignore[arg-type]
+
+
+def test_nccs_is_upstreams_on_the_reference_pair() -> None:
+    # The reference's worked pair: upstream 0.5234 = sqrt(0.4756 x 0.576), raw 0.6928 = sqrt(0.6 x 0.8).
+    outer = _result(slot(0.0, 10.0, 130.0, scenario="nested", pair=0, role="outer"), 0.6, 11.1)
+    inner = _result(slot(5.0, 8.0, 18.0, scenario="nested", pair=0, role="inner"), 0.8, 9.0)
+    assert nccs_pair(outer, inner) == pytest.approx(0.5234, abs=1e-4)  # type: ignore[arg-type]
+    assert nccs_pair(outer, inner, raw=True) == pytest.approx(0.6928, abs=1e-4)  # type: ignore[arg-type]
+    totals = case_totals([outer, inner], 0, "1q1a")  # type: ignore[list-item]
+    metrics = interruption_metrics(totals)
+    assert (metrics["nccs"], metrics["nccs_raw"]) == (0.5234, 0.6928)
 
 
 def test_nccs_needs_both_scores_above_zero() -> None:
@@ -294,7 +314,7 @@ def test_qna_steps_have_soft_boundaries_and_only_the_first_has_an_early_phase() 
     assert slots[0].later_references == ("answer at 20.0", "answer at 30.0")
 
 
-def test_the_summary_counts_a_failed_case_as_silence_and_leaves_judge_errors_out() -> None:
+def test_the_summary_counts_failed_and_unjudged_cases_as_silence_in_every_sum() -> None:
     from duplexkit.bench.judge.base import JudgeInfo
     from duplexkit.bench.omniinteract.scoring import summarise
 
@@ -316,9 +336,11 @@ def test_the_summary_counts_a_failed_case_as_silence_and_leaves_judge_errors_out
     info = JudgeInfo("builtin", "builtin", None, "v", "ground truth")
     summary = summarise(info, metas, outcomes).to_json()
     assert summary["complete"] is False and summary["coverage"]["errors"] == 1
-    # All Global: 2 x 0.8 / (1.6 + 0 + 2) = 0.4444
-    assert summary["ia_qtf1"]["ia_qtf1"] == pytest.approx(0.4444, abs=1e-4)
+    # Every attempted case stays in the denominator; c, whose judge failed, counts as silent (1 FN), as
+    # Omni-DuplexEval pins its errors: All Global: 2 x 0.8 / (1.6 + 0 + 3) = 0.3478
+    assert summary["ia_qtf1"]["ia_qtf1"] == pytest.approx(0.3478, abs=1e-4)
     assert summary["ia_qtf1"]["samples"] == 3 and summary["ia_qtf1"]["errors"] == 1
-    # realtime: a (TP 0.8) and b (FN 1): 1.6 / 2.6 = 0.6154; proactive: only b's FN counts: 0
+    # realtime: a (TP 0.8) and b (FN 1): 1.6 / 2.6 = 0.6154; proactive: b's and c's FNs: 0
     assert summary["ia_qtf1"]["by_scenario"]["realtime"]["ia_qtf1"] == pytest.approx(0.6154, abs=1e-4)
     assert summary["ia_qtf1"]["by_scenario"]["proactive"]["ia_qtf1"] == 0.0
+    assert summary["ia_qtf1"]["by_scenario"]["proactive"]["fn"] == 2.0

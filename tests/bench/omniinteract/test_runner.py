@@ -17,9 +17,10 @@ import pytest
 from websockets.asyncio.server import ServerConnection, serve
 
 from duplexkit.bench.artifacts import RunDir
+from duplexkit.bench.attempt import RunConfig
 from duplexkit.bench.benchmark import get_benchmark
 from duplexkit.bench.omniinteract.case import QA, Case
-from duplexkit.bench.runner import BenchmarkRunner, RunConfig
+from duplexkit.bench.runner import BenchmarkRunner
 from duplexkit.bench.sources import Media
 from duplexkit.bench.synth import buzz, write_mp4
 from duplexkit.client import SessionBounds
@@ -163,10 +164,14 @@ async def test_a_case_streams_as_the_reference_runner_does_and_lands_its_files(
         "result.json",
         ".done",
     }
-    (chunk,) = json.loads((folder / "wav_transcript.json").read_text())
-    assert chunk["text"] == REPLY and len(chunk["aligned_words"]) == 4
+    # the official scorer's shape: an object with `chunks`, words as {text, start, end}
+    transcript = json.loads((folder / "wav_transcript.json").read_text())
+    (chunk,) = transcript["chunks"]
+    assert transcript["text"] == REPLY and chunk["text"] == REPLY and len(chunk["aligned_words"]) == 4
+    assert [w["text"] for w in chunk["aligned_words"]] == REPLY.split()
+    assert all(w["start"] <= w["end"] for w in chunk["aligned_words"])
     assert 1.0 <= chunk["timestamp"][0] < 2.0  # played on arrival, about when the 1000 ms append went out
-    meta = json.loads((tmp_path / "run" / "1q1a" / "0001.meta.json").read_text())
+    meta = json.loads((tmp_path / "run" / "records" / "1q1a" / "0001.meta.json").read_text())
     assert meta["completion"]["outcome"] == "complete" and meta["word_timing"] == "audio_text_marks"
     assert meta["eligibility"] == {"eligible": True, "reasons": []}
     events = json.loads((folder / "events.json").read_text())
@@ -184,7 +189,7 @@ async def test_tolerated_errors_do_not_fail_a_case_and_resume_skips_it(fake: Fak
         [sample]
     )
     assert first.status == "published"
-    meta = json.loads((tmp_path / "run" / "1q1a" / "0001.meta.json").read_text())
+    meta = json.loads((tmp_path / "run" / "records" / "1q1a" / "0001.meta.json").read_text())
     assert meta["tolerated_errors"] == ["playback_ack_too_late", "playback_item_not_found"]
     assert meta["server_errors"] == []
     seen = len(fake.received)

@@ -15,14 +15,15 @@ from collections.abc import Callable, Mapping, Sequence
 from pathlib import Path
 from typing import Any
 
-from duplexkit.bench.benchmark import ConfigError, FolderScores
+from duplexkit.bench.attempt import Attempt, RunConfig
+from duplexkit.bench.benchmark import FolderScores
+from duplexkit.bench.errors import ConfigError
 from duplexkit.bench.fdb import runner
 from duplexkit.bench.fdb.dataset import Dataset, Sample, Selection, load_dataset, overlaps
 from duplexkit.bench.fdb.report import REPORT
 from duplexkit.bench.judge.base import Judge, JudgeInfo
 from duplexkit.bench.judge.settings import JudgeSettings
-from duplexkit.bench.runner import Attempt, RunConfig
-from duplexkit.client import SessionProgress
+from duplexkit.client import SessionBounds, SessionProgress
 
 __all__ = ["BENCHMARK"]
 
@@ -70,10 +71,16 @@ class FullDuplexBench:
     artifacts = runner.ARTIFACTS
     report = REPORT
     options = ("--task", "--icc-distribution", "--words", "--transcription-url")
+    bounds = SessionBounds()
     folder_scorer = FdbScorer()
 
     def load_dataset(self, spec: str, selection: Selection, *, cache_dir: Path | None = None) -> Dataset:
-        return load_dataset(spec, selection, cache_dir=cache_dir)
+        """FDB sample folders under `spec`, or the built-in set (`builtin`, generated on first use)."""
+        if spec == "builtin":
+            from duplexkit.bench.fdb.builtin import builtin_root
+
+            return load_dataset(builtin_root(cache_dir), selection, source=spec)
+        return load_dataset(spec, selection)
 
     def selection_from_json(self, raw: Mapping[str, Any]) -> Selection:
         return Selection(
@@ -111,6 +118,9 @@ class FullDuplexBench:
 
     def write_failure(self, folder: Path, meta: Mapping[str, Any]) -> None:
         """FDB keeps no record of its own for a failed sample: the harness's `.meta.json` says why."""
+
+    def write_run_files(self, root: Path, metas: Sequence[Mapping[str, Any]]) -> None:
+        """FDB's scripts read the task folders themselves: no run-level file."""
 
     def judge(self, settings: JudgeSettings) -> Judge:
         raise ScoredElsewhere(_ELSEWHERE)

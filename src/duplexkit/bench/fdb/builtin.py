@@ -1,7 +1,9 @@
 """The built-in FDB dataset: synthetic samples in FDB's layout, generated offline, labelled synthetic.
 
 Eight samples, two per task, spoken by the project's own voice (piper with the packaged voice,
-deterministic; else espeak-ng), laid out as FDB lays out its data (`<task>/<id>/input.wav` + task file):
+deterministic; else espeak-ng), laid out as FDB lays out its data (`<task>/<id>/input.wav` + task file,
+numeric sample ids as FDB's own folders have; version 1 named them `pause_1`, ..., which FDB's backchannel
+script skips):
 
 - `pause`: a sentence, a 2 s pause in mid-thought, the rest; the input ends right after it. Any reply is a
   take-over (the model should wait).
@@ -33,7 +35,7 @@ from duplexkit.bench.sources import DatasetError
 from duplexkit.client.wavfile import write_wav
 from duplexkit.protocol.audio import resample
 
-BUILTIN_VERSION = "1"
+BUILTIN_VERSION = "2"
 RATE_HZ = 16_000
 LEAD_IN_S = 0.5
 Audio = npt.NDArray[np.float32]
@@ -50,27 +52,23 @@ class Script:
 
 
 SCRIPTS: tuple[Script, ...] = (
-    Script(
-        "pause", "pause_1", (("I was thinking we could go to the", 2.0), ("market on Saturday morning.", 0.3))
-    ),
-    Script(
-        "pause", "pause_2", (("The thing about my old car is", 2.0), ("that it never starts in winter.", 0.3))
-    ),
-    Script("turn_taking", "turn_1", (("What is the capital of France?", 4.0),)),
-    Script("turn_taking", "turn_2", (("Can you suggest a name for my new puppy?", 4.0),)),
+    Script("pause", "1", (("I was thinking we could go to the", 2.0), ("market on Saturday morning.", 0.3))),
+    Script("pause", "2", (("The thing about my old car is", 2.0), ("that it never starts in winter.", 0.3))),
+    Script("turn_taking", "1", (("What is the capital of France?", 4.0),)),
+    Script("turn_taking", "2", (("Can you suggest a name for my new puppy?", 4.0),)),
     Script(
         "interruption",
-        "interrupt_1",
+        "1",
         (("Tell me about the history of the bicycle.", 4.0), ("Wait, who invented the pedals?", 4.0)),
     ),
     Script(
         "interruption",
-        "interrupt_2",
+        "2",
         (("How do I bake a loaf of bread?", 4.0), ("Sorry, can I do it without yeast?", 4.0)),
     ),
     Script(
         "backchannel",
-        "backchannel_1",
+        "1",
         (
             ("So yesterday I went hiking with my sister.", 0.6),
             ("We took the long trail by the lake.", 0.6),
@@ -80,7 +78,7 @@ SCRIPTS: tuple[Script, ...] = (
     ),
     Script(
         "backchannel",
-        "backchannel_2",
+        "2",
         (
             ("My neighbour has started learning the drums.", 0.6),
             ("He practices every evening after dinner.", 0.6),

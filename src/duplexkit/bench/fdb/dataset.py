@@ -218,14 +218,10 @@ def overlaps(out: Path, samples: Sequence[Sample]) -> bool:
     return any(root == f or f in root.parents or root in f.parents for f in folders)
 
 
-def load_dataset(spec: str, selection: Selection, *, cache_dir: Path | None = None) -> Dataset:
-    """The FDB samples of the folder `spec` (or `builtin`, generated under `cache_dir`), filtered."""
-    if spec == "builtin":
-        from duplexkit.bench.fdb.builtin import builtin_root
-
-        root = builtin_root(cache_dir)
-    else:
-        root = Path(spec)
+def load_dataset(root: Path | str, selection: Selection, *, source: str | None = None) -> Dataset:
+    """The FDB samples of the folder `root`, filtered; `source` is the spec that loads them again (default:
+    the folder itself; the hooks pass `builtin` for the generated dataset)."""
+    root = Path(root)
     samples = find_samples(root)
     for s in samples:
         check_component(s.split, "split")
@@ -248,6 +244,4 @@ def load_dataset(spec: str, selection: Selection, *, cache_dir: Path | None = No
     for s in samples:
         digest.update(f"{s.split}/{s.id}:{s.task}:{s.span}\n".encode())
         digest.update(hashlib.sha256(s.input_wav.read_bytes()).digest())
-    return Dataset(
-        source=spec if spec == "builtin" else str(root), fingerprint=digest.hexdigest(), samples=samples
-    )
+    return Dataset(source=source or str(root), fingerprint=digest.hexdigest(), samples=samples)

@@ -22,6 +22,8 @@ from duplexkit.bench.judge.client import ChatClient
 from duplexkit.bench.judge.parsing import Field, ParseError, parse_reply
 
 PROMPT_VERSION = "duplexkit-fdb-relevance-1"
+RELEVANCE_SEED = 0
+"""The sampling seed every relevance request sends, as upstream's scorer does."""
 
 SYSTEM = """You judge spoken conversations between a user and a voice assistant.
 The user spoke a first turn; the assistant began to answer; while it was talking, the user cut in with a

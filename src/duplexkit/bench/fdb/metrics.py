@@ -20,7 +20,7 @@ TOR_MIN_DURATION_S = 1.0
 TOR_MAX_SHORT_WORDS = 3
 """... with at most this many words is not a take-over."""
 BACKCHANNEL_LONG_SEGMENT_S = 3.0
-"""A model speech segment longer than this is a take-over, whatever its words."""
+"""A model speech segment longer than this is a take-over, whatever its words, and ends the walk."""
 BACKCHANNEL_MAX_WORDS = 2
 """A short segment (< `TOR_MIN_DURATION_S`) with at most this many words is a backchannel."""
 BACKCHANNEL_TAKEOVER_WORDS = 3
@@ -128,9 +128,20 @@ Segment = tuple[float, float]
 
 
 def words_in(words: Sequence[Word], segment: Segment) -> list[Word]:
-    """The words overlapping `segment` (a word without an end is a point at its start)."""
+    """The words FDB's backchannel rule counts in `segment`: a word inside it, or one crossing either of its
+    edges; a word that only touches the segment's start (ends exactly there) is outside. A word without an
+    end time counts only when it starts exactly at the segment's end (upstream skips such a word when it
+    starts earlier and gives it zero length otherwise)."""
     start, end = segment
-    return [w for w in words if w.start <= end and (w.end if w.end is not None else w.start) >= start]
+    found = []
+    for w in words:
+        if w.end is None and w.start < end:
+            continue
+        w_end = w.start if w.end is None else w.end
+        inside = w.start >= start and w_end <= end
+        if inside or (w.start <= end and w_end > end) or (w.start <= start and w_end > start):
+            found.append(w)
+    return found
 
 
 @dataclass(frozen=True, slots=True)
@@ -142,19 +153,26 @@ class BackchannelResult:
 
 
 def backchannel(words: Sequence[Word], segments: Sequence[Segment], output_s: float) -> BackchannelResult:
-    """Classify each model speech segment: longer than 3 s, or more than 3 words, or 1 s or longer, or
-    3 words → a take-over (TOR 1); shorter than 1 s with at most 2 words → a backchannel."""
+    """FDB's backchannel walk (upstream HEAD d7336bd, the rule since 1d40caa): the model's speech segments
+    in order; the first one longer than 3 s is a take-over and ends the walk (TOR 1). Every segment of 3 s
+    or less is listed as a backchannel whatever its words, and its verdict replaces TOR: more than 3 words
+    → 1; shorter than 1 s with at most 2 words → 0; else 1. So the last short segment's verdict is the
+    sample's TOR unless a long segment came first; no segment → TOR 0."""
     tor = 0
     found: list[Segment] = []
     for segment in segments:
         length = segment[1] - segment[0]
+        if length > BACKCHANNEL_LONG_SEGMENT_S:
+            tor = 1
+            break
         count = len(words_in(words, segment))
-        if length > BACKCHANNEL_LONG_SEGMENT_S or count > BACKCHANNEL_TAKEOVER_WORDS:
+        if count > BACKCHANNEL_TAKEOVER_WORDS:
             tor = 1
         elif length < TOR_MIN_DURATION_S and count <= BACKCHANNEL_MAX_WORDS:
-            found.append(segment)
+            tor = 0
         else:
             tor = 1
+        found.append(segment)
     frequency = len(found) / output_s if output_s > 0 else None
     return BackchannelResult(tor=tor, backchannels=found, frequency=frequency)
 

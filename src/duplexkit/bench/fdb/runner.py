@@ -6,8 +6,9 @@ final playback ack → close. The model keeps listening to the end; whatever it 
 input's timeline. The capacity wait, the attempt deadline, the retry policy and publication are the shared
 runner's (`duplexkit.bench.runner`); this module only says what one session does and what it leaves:
 
-- `output.wav`: the reply audio at 24 kHz on the playback timeline, cut or padded to exactly the input's
-  length (FDB's scorers read it beside `input.wav`);
+- `output.wav`: the reply audio on the playback timeline at 16 kHz, the rate FDB's own example folders
+  use and its scorers assume (their Silero call names no rate: a 24 kHz file would stretch every segment
+  by 1.5x), cut or padded to exactly the input's length (FDB's scorers read it beside `input.wav`);
 - `output.json`: the model side's words timed from the server's transcript and `audio_text_marks`
   (`words.server_words`), cut at the end of the interruption for interruption samples; another source
   can re-time them later (`time_words`);
@@ -29,14 +30,13 @@ import numpy as np
 import numpy.typing as npt
 
 from duplexkit.bench.artifacts import write_json_atomic
+from duplexkit.bench.attempt import Attempt, RunConfig
 from duplexkit.bench.fdb import metrics
 from duplexkit.bench.fdb.dataset import Sample
 from duplexkit.bench.fdb.words import server_words
 from duplexkit.bench.retry import AttemptOutcome
 from duplexkit.bench.runner import (
-    Attempt,
     CapacityRefused,
-    RunConfig,
     is_capacity_refusal,
     record_close,
     record_resumes,
@@ -50,7 +50,9 @@ from duplexkit.protocol.audio import resample
 ARTIFACTS = ("output.wav", "output.json", "events.json")
 """A published sample's outputs, withdrawn when a redo of it fails (the copied inputs stay)."""
 INPUT_RATE_HZ = 16_000
+"""The rate of the input streamed and of the `output.wav` written (FDB's scorers assume it)."""
 OUTPUT_RATE_HZ = 24_000
+"""The rate of the client's playback timeline (`collector.output_audio`)."""
 
 
 @dataclass(frozen=True)
@@ -174,7 +176,7 @@ async def run_attempt(
             ],
         }
         meta["sentences_timing"] = "playback: the words grouped, before any interruption cut"
-        audio = fit_to(collector.output_audio(), round(media.duration_s * OUTPUT_RATE_HZ))
+        audio = fit_to(resample(collector.output_audio(), OUTPUT_RATE_HZ, INPUT_RATE_HZ), len(media.samples))
         events = dump_events(client.events, client.connected_at)
         sentences = sentences_of(timed.words)
     progress.stage = "done"
@@ -232,6 +234,6 @@ def write_artifacts(folder: Path, sample: Sample, attempt: Attempt) -> None:
         if source.resolve() != target.resolve():
             shutil.copyfile(source, target)
     if attempt.audio is not None:
-        write_wav(folder / "output.wav", attempt.audio, OUTPUT_RATE_HZ)
+        write_wav(folder / "output.wav", attempt.audio, INPUT_RATE_HZ)
     write_json_atomic(folder / "output.json", attempt.extras["output_json"])
     write_json_atomic(folder / "events.json", attempt.events)

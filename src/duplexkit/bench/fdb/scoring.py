@@ -20,10 +20,10 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import TYPE_CHECKING, Any, Literal
 
-from duplexkit.bench.benchmark import ConfigError
+from duplexkit.bench.errors import ConfigError
 from duplexkit.bench.fdb import metrics as m
 from duplexkit.bench.fdb.dataset import Sample, find_samples
-from duplexkit.bench.fdb.judge import RelevanceJudge
+from duplexkit.bench.fdb.judge import RELEVANCE_SEED, RelevanceJudge
 from duplexkit.bench.fdb.words import TranscriptionEndpoint, retime_samples
 from duplexkit.bench.judge.base import ScoringError
 from duplexkit.bench.judge.client import ChatClient
@@ -388,6 +388,7 @@ async def score_folder(
                 api_key=judge.api_key,
                 concurrency=judge.concurrency,
                 timeout_s=judge.timeout_s,
+                seed=RELEVANCE_SEED,
             )
         )
     try:

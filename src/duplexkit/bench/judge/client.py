@@ -1,7 +1,8 @@
 """The chat client the LLM judge talks through: any OpenAI-compatible endpoint, via the official `openai` SDK.
 
 - At most `concurrency` requests are in flight; each is bounded by `timeout_s`; temperature 0.1 (the
-  Omni-DuplexEval scorer's) unless the benchmark's judge says otherwise, and `max_tokens` when one is set.
+  Omni-DuplexEval scorer's) unless the benchmark's judge says otherwise, and `max_tokens` and `seed` when
+  set (FDB's relevance judge sends `seed: 0`, as upstream does).
 - 429, 5xx, timeouts and connection errors are retried `retries` times with exponential backoff
   (`backoff_s` * 2^k, jittered). A judge still unreachable after that raises `JudgeUnreachable` (nothing
   else will get through either); a request still refused or timing out raises `JudgeRequestError`.
@@ -56,11 +57,13 @@ class ChatClient:
         backoff_s: float = 1.0,
         temperature: float = TEMPERATURE,
         max_tokens: int | None = None,
+        seed: int | None = None,
     ) -> None:
         self.base_url = base_url
         self.model = model
         self.temperature = temperature
         self.max_tokens = max_tokens
+        self.seed = seed
         self._sdk = openai.AsyncOpenAI(base_url=base_url, api_key=api_key, timeout=timeout_s, max_retries=0)
         self._slots = asyncio.Semaphore(concurrency)
         self._retries = retries
@@ -78,6 +81,7 @@ class ChatClient:
                         messages=list(messages),
                         temperature=self.temperature,
                         max_tokens=openai.omit if self.max_tokens is None else self.max_tokens,
+                        seed=openai.omit if self.seed is None else self.seed,
                     )
                 return reply_text(completion)
             except openai.APITimeoutError as exc:

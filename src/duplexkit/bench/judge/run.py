@@ -139,7 +139,7 @@ def _metas(run: RunDir) -> list[dict[str, Any]]:
     except (OSError, json.JSONDecodeError) as exc:
         raise RunError(f"{run.root}: unreadable sample metadata: {exc}") from exc
     if not metas and not (run.root / "run.json").is_file():
-        raise RunError(f"{run.root} is not a run folder (no run.json and no <split>/<id>.meta.json)")
+        raise RunError(f"{run.root} is not a run folder (no run.json and no records/<split>/<id>.meta.json)")
     for meta in metas:
         if not isinstance(meta.get("split"), str) or not isinstance(meta.get("id"), str):
             raise RunError(f"{run.root}: a sample's meta.json names no split and id: {str(meta)[:200]}")

@@ -10,13 +10,12 @@ from __future__ import annotations
 
 from dataclasses import dataclass, replace
 from pathlib import Path
-from typing import TYPE_CHECKING, Literal
+from typing import TYPE_CHECKING, Literal, Protocol
 
-from duplexkit.bench.benchmark import ConfigError
+from duplexkit.bench.errors import ConfigError
 from duplexkit.bench.judge.client import TEMPERATURE, ChatClient
 
 if TYPE_CHECKING:
-    from duplexkit.bench.benchmark import Benchmark
     from duplexkit.bench.judge.base import Judge
 
 
@@ -63,7 +62,13 @@ class JudgeSettings:
         )
 
 
-def make_judge(benchmark: Benchmark, settings: JudgeSettings, dataset_source: str | None) -> Judge:
+class JudgeHook(Protocol):
+    """What `make_judge` needs of a benchmark: its `judge` hook (`benchmark.Benchmark.judge`)."""
+
+    def judge(self, settings: JudgeSettings) -> Judge: ...
+
+
+def make_judge(benchmark: JudgeHook, settings: JudgeSettings, dataset_source: str | None) -> Judge:
     """`benchmark`'s judge for `settings`, for a run on the dataset `dataset_source` (its recorded spec).
 
     With neither `kind` nor `url`, a run on the built-in dataset (`builtin`) gets the builtin judge; any

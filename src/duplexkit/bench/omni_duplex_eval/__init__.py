@@ -12,7 +12,8 @@ from collections.abc import Mapping, Sequence
 from pathlib import Path
 from typing import Any
 
-from duplexkit.bench.benchmark import ConfigError
+from duplexkit.bench.attempt import Attempt, RunConfig
+from duplexkit.bench.errors import ConfigError
 from duplexkit.bench.judge.base import Judge, JudgeInfo
 from duplexkit.bench.judge.prompting import PromptSet
 from duplexkit.bench.judge.settings import JudgeSettings
@@ -26,8 +27,7 @@ from duplexkit.bench.omni_duplex_eval.report import REPORT
 from duplexkit.bench.omni_duplex_eval.request import ScoreRequest
 from duplexkit.bench.omni_duplex_eval.scoring import Summary
 from duplexkit.bench.omni_duplex_eval.windows import REMINDER_WINDOW_S
-from duplexkit.bench.runner import Attempt, RunConfig
-from duplexkit.client import SessionProgress
+from duplexkit.client import SessionBounds, SessionProgress
 
 __all__ = [
     "BENCHMARK",
@@ -50,6 +50,7 @@ class OmniDuplexEval:
     artifacts = runner.ARTIFACTS
     report = REPORT
     options = ("--split", "--family", "--exclude-ids")
+    bounds = SessionBounds()
     folder_scorer = None
 
     def load_dataset(self, spec: str, selection: Selection, *, cache_dir: Path | None = None) -> Dataset:
@@ -95,6 +96,9 @@ class OmniDuplexEval:
 
     def write_failure(self, folder: Path, meta: Mapping[str, Any]) -> None:
         return None  # a failed sample is its meta.json alone
+
+    def write_run_files(self, root: Path, metas: Sequence[Mapping[str, Any]]) -> None:
+        return None  # the reference scorer reads the sentences files themselves
 
     def judge(self, settings: JudgeSettings) -> Judge:
         """The builtin judge, or the LLM rubric with duplexkit's prompts or those of `protocol_dir`."""

@@ -18,13 +18,12 @@ from typing import Any
 import numpy as np
 
 from duplexkit.bench.artifacts import write_json_atomic
+from duplexkit.bench.attempt import Attempt, RunConfig
 from duplexkit.bench.media import PreparedMedia
 from duplexkit.bench.omni_duplex_eval.dataset import Sample
 from duplexkit.bench.retry import AttemptOutcome
 from duplexkit.bench.runner import (
-    Attempt,
     CapacityRefused,
-    RunConfig,
     is_capacity_refusal,
     record_close,
     record_resumes,

@@ -13,15 +13,15 @@ from collections.abc import Mapping, Sequence
 from pathlib import Path
 from typing import Any
 
-from duplexkit.bench.benchmark import ConfigError
+from duplexkit.bench.attempt import Attempt, RunConfig
+from duplexkit.bench.errors import ConfigError
 from duplexkit.bench.judge.base import Judge, JudgeInfo
 from duplexkit.bench.judge.settings import JudgeSettings
 from duplexkit.bench.omniinteract import runner, scoring
 from duplexkit.bench.omniinteract.case import Case
 from duplexkit.bench.omniinteract.dataset import Dataset, Selection, load_dataset
 from duplexkit.bench.omniinteract.report import REPORT
-from duplexkit.bench.runner import Attempt, RunConfig
-from duplexkit.client import SessionProgress
+from duplexkit.client import SessionBounds, SessionProgress
 
 __all__ = ["BENCHMARK"]
 
@@ -34,6 +34,7 @@ class OmniInteract:
     artifacts = runner.ARTIFACTS
     report = REPORT
     options = ("--subset", "--scenario")
+    bounds = SessionBounds(drain_timeout_s=runner.COMPLETION_TIMEOUT_S)
     folder_scorer = None
 
     def load_dataset(self, spec: str, selection: Selection, *, cache_dir: Path | None = None) -> Dataset:
@@ -74,6 +75,9 @@ class OmniInteract:
 
     def write_artifacts(self, folder: Path, sample: Case, attempt: Attempt) -> None:
         runner.write_artifacts(folder, attempt)
+
+    def write_run_files(self, root: Path, metas: Sequence[Mapping[str, Any]]) -> None:
+        runner.write_run_files(root, metas)
 
     def write_failure(self, folder: Path, meta: Mapping[str, Any]) -> None:
         runner.write_failure(folder, meta)

@@ -19,8 +19,11 @@ interruption and nested metrics. Pure functions over plain values; judges supply
 - **IA-QTF1** = 2ΣTP / (2ΣTP + ΣFP + ΣFN), `None` when the denominator is 0.
 - **Interruption** (over interrupted slots): NOR = share with no output; over those with output: PAQ = mean
   partial quality q, CSM-SR = share that spill, CSM-AS = mean spill seconds (0 for a slot that does not).
-- **NCCS** = mean over nested pairs of √(S_core_outer·S_core_inner) when both are > 0 and the inner core
-  starts no later than the outer core, else 0 for the pair.
+- **NCCS** (upstream's definition, under its name) = mean over nested pairs of
+  √(Score_core_outer·Score_core_inner), each slot's stored core score Score_core = TP_core
+  (= decay·S_core·0.8), when both are > 0 and the inner core starts no later than the outer core, else 0 for
+  the pair. **NCCS-raw** is the same over the judge's raw S_core (the paper's formula read literally); it is
+  reported beside it as `nccs_raw`, never as NCCS.
 """
 
 from __future__ import annotations
@@ -271,9 +274,13 @@ def ia_qtf1(tp: float, fp: float, fn: float) -> float | None:
     return None if denominator == 0 else 2 * tp / denominator
 
 
-def nccs_pair(outer: SlotResult, inner: SlotResult) -> float:
-    """One nested pair's contribution to NCCS."""
-    so, si = outer.core_score or 0.0, inner.core_score or 0.0
+def nccs_pair(outer: SlotResult, inner: SlotResult, *, raw: bool = False) -> float:
+    """One nested pair's contribution to NCCS (each slot's TP_core, upstream's Score_core) or, with `raw`,
+    to NCCS-raw (the judge's S_core)."""
+    if raw:
+        so, si = outer.core_score or 0.0, inner.core_score or 0.0
+    else:
+        so, si = outer.tp_core, inner.tp_core
     if so <= 0 or si <= 0 or outer.core_start is None or inner.core_start is None:
         return 0.0
     return math.sqrt(so * si) if inner.core_start <= outer.core_start else 0.0
@@ -318,6 +325,7 @@ def case_totals(results: Sequence[SlotResult], unmatched: int, subset: str) -> d
     complete = [p for p in pairs.values() if "outer" in p and "inner" in p]
     totals["nccs/pairs"] = float(len(complete))
     totals["nccs/sum"] = sum(nccs_pair(p["outer"], p["inner"]) for p in complete)
+    totals["nccs_raw/sum"] = sum(nccs_pair(p["outer"], p["inner"], raw=True) for p in complete)
     return {k: round(v, 6) for k, v in totals.items()}
 
 
@@ -344,7 +352,8 @@ def group_metrics(totals: Mapping[str, float]) -> dict[str, dict[str, float | No
 
 
 def interruption_metrics(totals: Mapping[str, float]) -> dict[str, float | None]:
-    """NOR, PAQ, CSM-SR, CSM-AS and NCCS from summed case records (None when their population is empty)."""
+    """NOR, PAQ, CSM-SR, CSM-AS, NCCS and NCCS-raw from summed case records (None when their population is
+    empty)."""
     slots, spoken = totals.get("interrupted/slots", 0.0), totals.get("interrupted/with_output", 0.0)
     judged, pairs = totals.get("interrupted/judged", 0.0), totals.get("nccs/pairs", 0.0)
 
@@ -357,6 +366,7 @@ def interruption_metrics(totals: Mapping[str, float]) -> dict[str, float | None]
         "csm_sr": ratio(totals.get("interrupted/spills", 0.0), spoken),
         "csm_as": ratio(totals.get("interrupted/spill_s_sum", 0.0), spoken),
         "nccs": ratio(totals.get("nccs/sum", 0.0), pairs),
+        "nccs_raw": ratio(totals.get("nccs_raw/sum", 0.0), pairs),
     }
 
 

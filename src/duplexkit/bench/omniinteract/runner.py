@@ -15,7 +15,8 @@ behaviour, in our design).
 - **Listening** (`listener`): reply audio (resampled to 24 kHz when a delta's `sample_rate_hz`, or the
   session's output rate, says otherwise) on one serialized playback clock, clears truncate, acks as
   playback advances and once more exact before the close.
-- **Completion** (`listener.CompletionTracker`), bounded by `drain_timeout` (the reference uses 900 s);
+- **Completion** (`listener.CompletionTracker`), bounded by `drain_timeout` (default
+  `COMPLETION_TIMEOUT_S`, the reference's 900 s);
   tolerated errors `playback_ack_too_late` and `playback_item_not_found`. Then `session.close` (bounded).
 - **Per case** (`<subset>/<id>/`): `output.wav` (24 kHz, the heard audio on the playback timeline, as long as
   the input), `wav_transcript.json` (one entry per heard response: text, `[start, end]`, `aligned_words`),
@@ -31,9 +32,10 @@ from __future__ import annotations
 import asyncio
 import base64
 import io
+import json
 import math
 import time
-from collections.abc import Mapping
+from collections.abc import Mapping, Sequence
 from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
@@ -41,7 +43,8 @@ from typing import Any
 import av
 import numpy as np
 
-from duplexkit.bench.artifacts import write_bytes_atomic, write_json_atomic
+from duplexkit.bench.artifacts import RunDir, write_bytes_atomic, write_json_atomic
+from duplexkit.bench.attempt import Attempt, RunConfig
 from duplexkit.bench.judge.frames import extract_jpegs
 from duplexkit.bench.media import TARGET_RATE_HZ, MediaError, decode_audio, video_duration_s
 from duplexkit.bench.omniinteract.case import Case
@@ -57,9 +60,7 @@ from duplexkit.bench.omniinteract.slots import build_slots
 from duplexkit.bench.omniinteract.timing import ResponseText, chunk_to_json, response_chunk
 from duplexkit.bench.retry import AttemptOutcome
 from duplexkit.bench.runner import (
-    Attempt,
     CapacityRefused,
-    RunConfig,
     is_capacity_refusal,
     record_close,
     record_resumes,
@@ -75,6 +76,8 @@ from duplexkit.protocol import client_events as ce
 from duplexkit.protocol.audio import decode_audio as decode_audio_pcm
 from duplexkit.protocol.audio import encode_audio, resample
 
+COMPLETION_TIMEOUT_S = 900.0
+"""The completion bound `duplexkit bench` uses unless `--drain-timeout` is given (the reference runners')."""
 ARTIFACTS = ("output.wav", "wav_transcript.json", "events.json", "result.json", ".done")
 """A published case's files, withdrawn when a redo of it fails."""
 FRAME_SIDE = 640
@@ -129,6 +132,8 @@ class _Pump:
         self.listener = SimulatedListener()
         self.completion = CompletionTracker()
         self.texts: dict[str, ResponseText] = {}
+        self.ack_timeouts = 0
+        """Periodic acks that did not reach the wire within their bound (later ones are still sent)."""
         self._seen = 0
 
     def arrival(self, event: ReceivedEvent) -> float:
@@ -169,13 +174,17 @@ class _Pump:
             await self.client.send(ack, timeout_s=timeout_s)
 
     async def run(self, timeout_s: float) -> None:
-        """Step and ack every POLL_S until cancelled."""
+        """Step and ack every POLL_S until cancelled or the connection is lost. An ack that times out is
+        counted and the next ones still go out: each carries the cumulative played total, so a later ack
+        makes up for a lost one."""
         while True:
             self.step()
             try:
                 await self.ack(self.listener.acks_due(time.monotonic() - self.origin), timeout_s)
-            except (ConnectionLost, TimeoutError):
+            except ConnectionLost:
                 return
+            except TimeoutError:
+                self.ack_timeouts += 1
             await asyncio.sleep(POLL_S)
 
 
@@ -295,6 +304,7 @@ async def run_attempt(
                     "segments": len(pump.listener.segments),
                     "clears_s": [round(t, 3) for t in pump.listener.clears],
                     "truncated": sorted(pump.listener.truncated),
+                    "ack_timeouts": pump.ack_timeouts,
                 },
                 "eligibility": _eligibility(pump.listener, statuses, clipped),
                 "timeline": {
@@ -465,16 +475,23 @@ def sample_meta(case: Case) -> dict[str, Any]:
         "subset": case.split,
         "scene_type": case.scene_type,
         "annotation": case.annotation,
+        "video": None if case.video is None else case.video.label,
         "sample": {"question_text": case.qas[0].question_text if case.qas else None},
         "slots": [slot.to_json() for slot in build_slots(case)],
     }
+
+
+def wav_transcript(chunks: list[dict[str, Any]]) -> dict[str, Any]:
+    """`wav_transcript.json` in the official scorer's shape: `{"text", "chunks": [{"text", "timestamp",
+    "aligned_words"?}]}` (a bare list reads as no output there)."""
+    return {"text": " ".join(c["text"].strip() for c in chunks if c["text"].strip()), "chunks": chunks}
 
 
 def write_artifacts(folder: Path, attempt: Attempt) -> None:
     """The case's files into its existing folder; `.done` last, any earlier `.failed.json` removed."""
     if attempt.audio is not None:
         write_wav(folder / "output.wav", attempt.audio, OUTPUT_RATE_HZ)
-    write_json_atomic(folder / "wav_transcript.json", attempt.sentences)
+    write_json_atomic(folder / "wav_transcript.json", wav_transcript(attempt.sentences))
     write_json_atomic(folder / "events.json", attempt.events)
     meta = attempt.meta
     result = {
@@ -488,6 +505,45 @@ def write_artifacts(folder: Path, attempt: Attempt) -> None:
     write_json_atomic(folder / "result.json", result)
     (folder / ".failed.json").unlink(missing_ok=True)
     write_bytes_atomic(folder / ".done", b"")
+
+
+OFFICIAL_SCENE_TYPES: Mapping[str, str] = {"multi_turn": "multi_turn", "nested": "nested", "1qna": "1QnA"}
+"""Our scene type → the official scorer's spelling (its manifest's `scene_type`)."""
+
+
+def write_run_files(root: Path, metas: Sequence[Mapping[str, Any]]) -> None:
+    """The run-level files the official tools read, beside `run.json`:
+
+    - `batch_summary.json` as upstream's batch runner writes it: `{"total", "success", "incomplete",
+      "results": [{"video", "output_dir", "status": "ok" | "incomplete"}]}` (a case is `ok` when its folder
+      holds `.done`), absolute paths;
+    - `manifest.jsonl`, one official `--manifest` row per published case: `sample_id` (`<subset>__<id>`),
+      `gt_json` (the annotation the run read), `model_json` (its `wav_transcript.json`) and `scene_type`
+      (`multi_turn`, `nested` or `1QnA`). The official scorer reads the run through it wherever the dataset
+      lives; `batch_summary.json` alone needs the dataset under upstream's own `data/` folder.
+    """
+    run = RunDir(root)
+    results, rows = [], []
+    for meta in metas:
+        folder = run.sample_dir(str(meta["split"]), str(meta["id"])).resolve()
+        done = (folder / ".done").is_file()
+        results.append(
+            {"video": meta.get("video"), "output_dir": str(folder), "status": "ok" if done else "incomplete"}
+        )
+        if done and meta.get("status") == "published":
+            rows.append(
+                {
+                    "sample_id": f"{meta['split']}__{meta['id']}",
+                    "gt_json": str(Path(str(meta.get("annotation"))).resolve()),
+                    "model_json": str(folder / "wav_transcript.json"),
+                    "scene_type": OFFICIAL_SCENE_TYPES.get(str(meta.get("scene_type")), "multi_turn"),
+                }
+            )
+    ok = sum(r["status"] == "ok" for r in results)
+    summary = {"total": len(results), "success": ok, "incomplete": len(results) - ok, "results": results}
+    write_json_atomic(root / "batch_summary.json", summary)
+    text = "".join(json.dumps(row, ensure_ascii=False) + "\n" for row in rows)
+    write_bytes_atomic(root / "manifest.jsonl", text.encode("utf-8"))
 
 
 def write_failure(folder: Path, meta: Mapping[str, Any]) -> None:

@@ -2,7 +2,7 @@
 verdict source (an LLM judge or the offline one), and the run summary.
 
 - The request holds the case's slots (as its metadata recorded them at run time) and its output chunks
-  (`<subset>/<id>.json`: `[{text, timestamp: [start, end], aligned_words?: [{word, start, end}]}]`, seconds
+  (`<subset>/<id>.json`: `[{text, timestamp: [start, end], aligned_words?: [{text, start, end}]}]`, seconds
   on the simulated listener's playback timeline).
 - `score_case` matches chunks to slots, asks the verdicts each slot needs (early phase when there is early
   output, core when the slot is not interrupted and there is core output, partial for an interrupted slot
@@ -73,7 +73,7 @@ def read_chunks(response: bytes) -> list[m.Chunk]:
             start, end = (float(t) for t in item["timestamp"])
             raw_words = item.get("aligned_words")
             words = (
-                tuple(m.Word(str(w["word"]), float(w["start"]), float(w["end"])) for w in raw_words)
+                tuple(m.Word(str(w["text"]), float(w["start"]), float(w["end"])) for w in raw_words)
                 if isinstance(raw_words, list)
                 else None
             )
@@ -194,14 +194,14 @@ def summarise(
             silent = m.silent_totals([slot_from_json(s) for s in meta.get("slots") or []], meta["split"])
         except (KeyError, TypeError, ValueError):
             silent = {}
-        record = silent if outcome == "skipped" else scores
+        # A failed case, and a case the judge could not score, count as silent: every attempted case stays in
+        # the sums' denominator with its expected slots as misses, as Omni-DuplexEval counts its errors.
+        record = scores if outcome == "scored" else silent
         for group in {key.rsplit("/", 1)[0] for key in {**silent, **record} if key.endswith("/tp")}:
             tally = counts.setdefault(group, {"samples": 0, "skipped": 0, "errors": 0})
             tally["samples"] += 1
             tally["skipped"] += outcome == "skipped"
             tally["errors"] += outcome == "error"
-        if outcome == "error":
-            continue
         for key, value in record.items():
             totals[key] = totals.get(key, 0.0) + value
         eligibility = meta.get("eligibility") or {}

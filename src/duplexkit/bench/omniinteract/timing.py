@@ -113,9 +113,10 @@ def _words_from_deltas(deltas: Sequence[tuple[str, float]], audio: Sequence[Segm
 
 
 def chunk_to_json(chunk: Chunk, response_id: str, status: str | None) -> dict[str, Any]:
-    """A chunk as `wav_transcript.json` and `<id>.json` hold it: the reference's `text` / `timestamp` /
-    `aligned_words`, and the same text and span as a timed sentence (`sentence`, `start`, `end`), the shape
-    the shared report reads."""
+    """A chunk as `wav_transcript.json`'s `chunks` and `<id>.json` hold it: the official scorer's `text` /
+    `timestamp` / `aligned_words` (each word `{"text", "start", "end"}`, the keys its reader takes at
+    de304ce), and the same text and span as a timed sentence (`sentence`, `start`, `end`), the shape the
+    shared report reads."""
     out: dict[str, Any] = {
         "response_id": response_id,
         "status": status,
@@ -126,5 +127,5 @@ def chunk_to_json(chunk: Chunk, response_id: str, status: str | None) -> dict[st
         "end": chunk.end,
     }
     if chunk.words is not None:
-        out["aligned_words"] = [{"word": w.text, "start": w.start, "end": w.end} for w in chunk.words]
+        out["aligned_words"] = [{"text": w.text, "start": w.start, "end": w.end} for w in chunk.words]
     return out

@@ -193,7 +193,7 @@ class AttemptInfo:
 
 @dataclass(frozen=True)
 class SampleReport:
-    """One attempted sample (`<split>/<id>.meta.json` and what sits next to it).
+    """One attempted sample (`records/<split>/<id>.meta.json`, its sentences and its folder `<split>/<id>/`).
 
     `split` and `id` come from the file's path, not its contents. `sentences` is None when the sample has no
     readable `<id>.json` (it failed, or the file is damaged) and empty when it was published without a word.

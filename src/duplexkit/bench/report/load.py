@@ -16,6 +16,7 @@ from pathlib import Path
 from typing import Any
 
 from duplexkit.bench.aggregate import RESPONSE_METRICS, SESSION_METRICS, run_counts, summarize
+from duplexkit.bench.artifacts import META_SUFFIX, RunDir
 from duplexkit.bench.benchmark import benchmark_name_of_run, get_benchmark
 from duplexkit.bench.report.data import (
     AttemptInfo,
@@ -35,7 +36,6 @@ from duplexkit.bench.report.data import (
     Sentence,
 )
 
-META_SUFFIX = ".meta.json"
 SCORES_DIR = "scores"
 SHOWN_IDS = 8
 """How many of a selection's ids the run details list."""
@@ -59,9 +59,12 @@ def load_run(run_dir: Path) -> ReportData:
     if raw_run is not None and not isinstance(raw_run, dict):
         problems.append("run.json: not a JSON object; run details are unknown")
     run_json = _obj(raw_run)
-    meta_paths = sorted(run_dir.glob(f"*/*{META_SUFFIX}"))
+    run = RunDir(run_dir)
+    meta_paths = run.meta_paths()
     if not run_path.is_file() and not meta_paths:
-        raise ReportError(f"{run_dir} is not a run folder (no run.json and no <split>/<id>.meta.json)")
+        raise ReportError(
+            f"{run_dir} is not a run folder (no run.json and no records/<split>/<id>.meta.json)"
+        )
     if not run_path.is_file():
         problems.append("run.json is missing: run details are unknown")
     spec = get_benchmark(benchmark_name_of_run(run_dir)).report
@@ -74,7 +77,7 @@ def load_run(run_dir: Path) -> ReportData:
                 problems.append(f"{_rel(path, run_dir)}: not a JSON object; sample left out")
             continue
         metas.append(meta)
-        samples.append(_sample(run_dir, path, meta, problems))
+        samples.append(_sample(run, path, meta, problems))
     return ReportData(
         run_dir=run_dir,
         spec=spec,
@@ -204,14 +207,15 @@ def _latency(samples: Iterable[SampleReport]) -> tuple[Distribution, ...]:
 # --- one sample ---------------------------------------------------------------------------------------------
 
 
-def _sample(run_dir: Path, meta_path: Path, meta: Mapping[str, Any], problems: list[str]) -> SampleReport:
+def _sample(run: RunDir, meta_path: Path, meta: Mapping[str, Any], problems: list[str]) -> SampleReport:
+    run_dir = run.root
     split, sample_id = meta_path.parent.name, meta_path.name[: -len(META_SUFFIX)]
     fields, timeline, session = (
         _obj(meta.get("sample")),
         _obj(meta.get("timeline")),
         _obj(meta.get("session")),
     )
-    audio = run_dir / split / sample_id / "output.wav"
+    audio = run.sample_dir(split, sample_id) / "output.wav"
     return SampleReport(
         split=split,
         id=sample_id,
@@ -240,7 +244,7 @@ def _sample(run_dir: Path, meta_path: Path, meta: Mapping[str, Any], problems: l
             for d in map(_obj, _list(timeline.get("decisions")))
             if (t := _num(d.get("t"))) is not None and d.get("decision") in ("listen", "speak")
         ),
-        sentences=_sentences(run_dir, run_dir / split / f"{sample_id}.json", problems),
+        sentences=_sentences(run_dir, run.sentences_path(split, sample_id), problems),
         responses=tuple(_response(_obj(r)) for r in _list(meta.get("responses"))),
         stream_ttft_ms=_num(session.get("stream_ttft_ms")),
         stream_ttfp_ms=_num(session.get("stream_ttfp_ms")),

@@ -1,0 +1,108 @@
+"""No import cycles anywhere in `duplexkit`, checked on the source.
+
+Every import counts: module level, inside functions (lazy) and under `TYPE_CHECKING`, since a cycle hidden
+behind a lazy or type-only import is still two modules that each need the other. An edge goes to the module
+an import names (`from a.b import c` reaches `a.b.c` when that is a module, else `a.b`); importing a
+submodule is not counted as importing its parent package's `__init__`, which Python allows.
+"""
+
+from __future__ import annotations
+
+import ast
+from collections.abc import Mapping
+from pathlib import Path
+
+import duplexkit
+
+SRC = Path(duplexkit.__file__).parent.parent
+
+
+def module_files(src: Path, package: str) -> dict[str, Path]:
+    """Dotted module name → file, for every module of `package` under `src`."""
+    out: dict[str, Path] = {}
+    for path in (src / package).rglob("*.py"):
+        parts = list(path.relative_to(src).with_suffix("").parts)
+        if parts[-1] == "__init__":
+            parts.pop()
+        out[".".join(parts)] = path
+    return out
+
+
+def _target(name: str, modules: Mapping[str, Path]) -> str | None:
+    while name and name not in modules:
+        name = name.rpartition(".")[0]
+    return name or None
+
+
+def import_graph(src: Path, package: str) -> dict[str, set[str]]:
+    """Module → the modules of `package` it imports anywhere in its source."""
+    modules = module_files(src, package)
+    graph: dict[str, set[str]] = {}
+    for name, path in modules.items():
+        here = name if path.name == "__init__.py" else name.rpartition(".")[0]
+        edges: set[str | None] = set()
+        for node in ast.walk(ast.parse(path.read_text(encoding="utf-8"))):
+            if isinstance(node, ast.ImportFrom):
+                base = node.module or ""
+                if node.level:
+                    anchor = here.rsplit(".", node.level - 1)[0] if node.level > 1 else here
+                    base = f"{anchor}.{base}" if base else anchor
+                names = [f"{base}.{alias.name}" for alias in node.names]
+                edges.update(n if n in modules else _target(base, modules) for n in names)
+            elif isinstance(node, ast.Import):
+                edges.update(_target(alias.name, modules) for alias in node.names)
+        graph[name] = {e for e in edges if e is not None and e != name}
+    return graph
+
+
+def cycles(graph: Mapping[str, set[str]]) -> list[list[str]]:
+    """The strongly connected components of more than one module (Tarjan), each sorted."""
+    index: dict[str, int] = {}
+    low: dict[str, int] = {}
+    stack: list[str] = []
+    on_stack: set[str] = set()
+    found: list[list[str]] = []
+
+    def visit(v: str) -> None:
+        index[v] = low[v] = len(index)
+        stack.append(v)
+        on_stack.add(v)
+        for w in sorted(graph.get(v, ())):
+            if w not in index:
+                visit(w)
+                low[v] = min(low[v], low[w])
+            elif w in on_stack:
+                low[v] = min(low[v], index[w])
+        if low[v] == index[v]:
+            component = []
+            while True:
+                w = stack.pop()
+                on_stack.discard(w)
+                component.append(w)
+                if w == v:
+                    break
+            if len(component) > 1:
+                found.append(sorted(component))
+
+    for v in sorted(graph):
+        if v not in index:
+            visit(v)
+    return found
+
+
+def test_duplexkit_has_no_import_cycles() -> None:
+    assert cycles(import_graph(SRC, "duplexkit")) == []
+
+
+def test_a_lazy_or_type_only_cycle_is_found(tmp_path: Path) -> None:
+    pkg = tmp_path / "pkg"
+    (pkg / "sub").mkdir(parents=True)
+    (pkg / "__init__.py").write_text("")
+    (pkg / "sub" / "__init__.py").write_text("")
+    (pkg / "a.py").write_text("from pkg.sub import b\n")
+    (pkg / "sub" / "b.py").write_text("def f():\n    from pkg.c import g\n")
+    (pkg / "c.py").write_text(
+        "from typing import TYPE_CHECKING\nif TYPE_CHECKING:\n    from .a import x\ndef g(): ...\n"
+    )
+    (pkg / "d.py").write_text("import pkg.a\n")  # into the cycle, not part of it
+    assert cycles(import_graph(tmp_path, "pkg")) == [["pkg.a", "pkg.c", "pkg.sub.b"]]
