@@ -50,7 +50,8 @@ STATE = """(() => {
   const box = document.querySelector("#timeline .scroller").getBoundingClientRect();
   const inView = (node) => {
     const r = node.getBoundingClientRect();
-    return r.width > 0 && r.right > box.left && r.left < box.right && r.top >= box.top && r.bottom <= box.bottom;
+    return r.width > 0 && r.right > box.left && r.left < box.right
+      && r.top >= box.top && r.bottom <= box.bottom;
   };
   const lane = (name, kind) => {
     const runs = window.duplexkitPlayground.timeline.runs[name].filter((r) => r.kind === kind);
