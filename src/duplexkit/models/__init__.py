@@ -8,6 +8,7 @@ from duplexkit.models.base import (
     ModelCapabilities,
     ModelPlugin,
     ModelSession,
+    ReplyCapacity,
     SamplingParams,
 )
 from duplexkit.models.cascade import CascadeModel
@@ -36,6 +37,7 @@ __all__ = [
     "ModelCapabilities",
     "ModelPlugin",
     "ModelSession",
+    "ReplyCapacity",
     "SamplingParams",
     "load_model",
 ]

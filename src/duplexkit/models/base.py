@@ -127,12 +127,23 @@ class BatchItem:
     request_started_at: float
 
 
+@dataclass(frozen=True, slots=True)
+class ReplyCapacity:
+    """How many replies a model makes at once at full speed, and why: sessions past it queue their
+    replies, so a run at higher concurrency measures the queue rather than the model."""
+
+    replies: int
+    why: str
+
+
 class ModelPlugin(ABC):
     name: str
     capabilities: ModelCapabilities
     default_sampling: SamplingParams
     batching: BatchPolicy | None = None
     """Set (with `step_batch`) by plugins that step many sessions at once; `None`: per-session stepping."""
+    reply_capacity: ReplyCapacity | None = None
+    """`None`: the model has no such bound of its own (the machine's cores do)."""
 
     @abstractmethod
     def new_session(self) -> ModelSession:
