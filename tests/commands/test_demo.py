@@ -21,7 +21,7 @@ def test_demo_runs_the_builtin_benchmark_scores_it_and_writes_the_report(
     printed = capsys.readouterr().out.splitlines()
     # The concurrency is the model's own reply capacity, and the output says why.
     [why] = [line for line in printed if "at a time" in line]
-    assert "2 samples" in why and "1 at a time: cascade" in why and "one context" in why
+    assert "2 samples" in why and "1 at a time (cascade: " in why and "one context" in why
     assert json.loads((out / "run.json").read_text())["config"]["concurrency"] == 1
     # The last lines are a command that runs as typed, then the playground's URL.
     command, url = printed[-2].split(), printed[-1]

@@ -1,5 +1,5 @@
 """The run's terminal summary: one row per latency metric and clock source, with the direction that is
-better, readable in a terminal and in a pipe or CI log (long labels wrap instead of being cut)."""
+better. In a terminal long labels wrap (never cut); in a pipe or CI log the table takes the width it needs."""
 
 from __future__ import annotations
 
@@ -43,6 +43,9 @@ def print_run_summary(
                 *("-" if stats[k] is None else f"{stats[k]}" for k in ("count", "mean", "p50", "p99")),
             )
     console = Console()
+    if not console.is_terminal:  # a pipe or CI log: as wide as the table, so no label is cut or folded
+        needed = console.measure(table, options=console.options.update_width(10_000)).maximum
+        console = Console(width=max(console.width, needed))
     console.print(table)
     console.print(
         f"attempted {counts['attempted']} · published {counts['published']} · failed {counts['failed']} · "

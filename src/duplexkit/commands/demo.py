@@ -75,11 +75,11 @@ def run(args: argparse.Namespace) -> int:
         concurrency = plugin.reply_capacity.replies
         why = plugin.reply_capacity.why
     else:
-        concurrency, why = cores, f"the model sets no bound of its own: one session per CPU core ({cores})"
+        concurrency, why = cores, f"no bound of its own, so one session per CPU core ({cores})"
     print(
         f"duplexkit demo: {len(dataset.samples)} samples of the built-in {benchmark.title} set, "
-        f"{concurrency} at a time: {args.model} {why}; more at once would queue their replies and show the "
-        "queue's latency, not the model's"
+        f"{concurrency} at a time ({args.model}: {why}); more at once would queue their replies and show "
+        "the queue's latency, not the model's"
     )
     judge = make_judge(benchmark, JudgeSettings(kind="builtin", concurrency=concurrency), dataset.source)
     job = BenchJob(
