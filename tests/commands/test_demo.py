@@ -11,6 +11,7 @@ import pytest
 
 from duplexkit import commands
 from duplexkit.cli import build_parser, main
+from duplexkit.models import MODELS
 
 
 def test_demo_runs_the_builtin_benchmark_scores_it_and_writes_the_report(
@@ -59,3 +60,16 @@ def test_no_subcommand_imports_the_cli_that_registers_it() -> None:
         imported = {n.module for n in ast.walk(tree) if isinstance(n, ast.ImportFrom)}
         imported |= {a.name for n in ast.walk(tree) if isinstance(n, ast.Import) for a in n.names}
         assert "duplexkit.cli" not in imported, path.name
+
+
+@pytest.mark.parametrize("command", ["serve", "talk", "bench"])
+def test_model_arg_help_lists_every_key_of_every_built_in_model(
+    command: str, capsys: pytest.CaptureFixture[str]
+) -> None:
+    with pytest.raises(SystemExit):
+        main([command, "--help"])
+    text = " ".join(capsys.readouterr().out.split())  # argparse wraps lines
+    for name, model in MODELS.items():
+        assert f"[{name}]" in text
+        for parameter in model.parameters:
+            assert f"{parameter.name}: {' '.join(parameter.help.split())}" in text, (name, parameter.name)

@@ -1,11 +1,12 @@
 """Model plugins: the interface and the built-in models, loaded by name."""
 
-from collections.abc import Callable, Mapping
+from collections.abc import Mapping
 
 from duplexkit.models.base import (
     BatchItem,
     BatchPolicy,
     ModelCapabilities,
+    ModelParameter,
     ModelPlugin,
     ModelSession,
     ReplyCapacity,
@@ -14,20 +15,21 @@ from duplexkit.models.base import (
 from duplexkit.models.cascade import CascadeModel
 from duplexkit.models.scripted import ScriptedModel
 
-MODELS: dict[str, Callable[[Mapping[str, str]], ModelPlugin]] = {
-    "cascade": CascadeModel.from_args,
-    "scripted": ScriptedModel.from_args,
+MODELS: dict[str, type[ModelPlugin]] = {
+    "cascade": CascadeModel,
+    "scripted": ScriptedModel,
 }
-"""Built-in models by name; each factory takes the `--model-arg key=value` pairs."""
+"""Built-in models by name: each builds itself from `--model-arg key=value` pairs (`from_args`) and lists
+the keys it takes, with their help, in `parameters`."""
 
 
 def load_model(name: str, args: Mapping[str, str]) -> ModelPlugin:
     """Instantiate a built-in model; `ValueError` names the valid choices or the bad argument."""
     try:
-        factory = MODELS[name]
+        model = MODELS[name]
     except KeyError:
         raise ValueError(f"unknown model {name!r}; built-in models: {', '.join(sorted(MODELS))}") from None
-    return factory(args)
+    return model.from_args(args)
 
 
 __all__ = [
@@ -35,6 +37,7 @@ __all__ = [
     "BatchItem",
     "BatchPolicy",
     "ModelCapabilities",
+    "ModelParameter",
     "ModelPlugin",
     "ModelSession",
     "ReplyCapacity",

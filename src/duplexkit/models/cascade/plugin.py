@@ -58,7 +58,7 @@ from duplexkit.models.cascade.listener import (
     SpeechRecognizer,
     Utterance,
 )
-from duplexkit.models.cascade.params import CascadeConfig, SessionParams
+from duplexkit.models.cascade.params import PARAMETERS, CascadeConfig, SessionParams
 from duplexkit.models.cascade.reply import Reply, ReplyTiming
 from duplexkit.models.cascade.responders import (
     EchoResponder,
@@ -112,6 +112,7 @@ class _Prepared:
 
 class CascadeModel(ModelPlugin):
     name = "cascade"
+    parameters = PARAMETERS
 
     def __init__(
         self,
