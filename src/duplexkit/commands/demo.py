@@ -77,7 +77,8 @@ def run(args: argparse.Namespace) -> int:
     else:
         concurrency, why = cores, f"no bound of its own, so one session per CPU core ({cores})"
     print(
-        f"duplexkit demo: {len(dataset.samples)} samples of the built-in {benchmark.title} set, "
+        f"duplexkit demo: {len(dataset.samples)} sample{'' if len(dataset.samples) == 1 else 's'} of the "
+        f"built-in {benchmark.title} set, "
         f"{concurrency} at a time ({args.model}: {why}); more at once would queue their replies and show "
         "the queue's latency, not the model's"
     )

@@ -147,7 +147,7 @@ class CascadeModel(ModelPlugin):
         self.default_sampling = SamplingParams()
         if isinstance(responder, LocalResponder):
             self.reply_capacity = ReplyCapacity(
-                1, "its local LLM (SmolLM2 on llama.cpp) has one context, so it makes one reply at a time"
+                1, "its local LLM, SmolLM2 on llama.cpp, has one context, so it makes one reply at a time"
             )
 
     @classmethod
