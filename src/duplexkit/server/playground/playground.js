@@ -381,7 +381,7 @@
       const last = before[before.length - 1];
       if (last && last.endMs <= startMs) r.heardAfterSpeechMs = startMs - last.endMs;
     }
-    renderResponse(r);
+    renderResponse(conn, r);
   }
 
   // Where on the input media clock a unit-stamped event belongs (the unit's span), else the present.
@@ -398,14 +398,14 @@
         status: "in_progress", reason: null, receivedMs: 0, playedMs: 0, ackedMs: 0, lastAckAt: 0, cut: false,
         drained: false, heardAt: null, heardAfterSpeechMs: null, firstUnitMs: null };
       conn.responses.set(id, r);
-      renderResponse(r);
+      renderResponse(conn, r);
     }
     return r;
   }
 
-  function renderResponse(r) {
+  function renderResponse(conn, r) {
     transcript.reply(r.entry, r);
-    const at = r.heardAt !== null && live && live.mediaOffsetMs !== null ? r.heardAt - live.mediaOffsetMs : r.firstUnitMs;
+    const at = r.heardAt !== null && conn.mediaOffsetMs !== null ? r.heardAt - conn.mediaOffsetMs : r.firstUnitMs;
     if (at === null) return;
     const m = r.metrics;
     const ms = (v) => (v === undefined || v === null ? "—" : `${Math.round(v)} ms`);
@@ -448,7 +448,7 @@
       case "response.created": {
         const created = responseEntry(conn, event.response.id);
         adoptMetrics(created, event.response_request_metrics);
-        renderResponse(created);
+        renderResponse(conn, created);
         break;
       }
       case "response.output_item.added":
@@ -469,7 +469,7 @@
         const [startMs, endMs] = unitSpan(conn, event);
         if (r.firstUnitMs === null) {
           r.firstUnitMs = startMs;
-          renderResponse(r);
+          renderResponse(conn, r);
         }
         timeline.span("model", "speak", startMs, endMs, { key: r.id, title: `spoke (${r.id})`, gapMs: 1e9 });
         renderStats();
@@ -478,15 +478,15 @@
       case "response.output_audio_transcript.delta":
       case "response.output_text.delta":
         r.transcript += event.delta || "";
-        renderResponse(r);
+        renderResponse(conn, r);
         break;
       case "response.output_audio_transcript.done":
         r.transcript = event.transcript;
-        renderResponse(r);
+        renderResponse(conn, r);
         break;
       case "response.output_text.done":
         r.transcript = event.text;
-        renderResponse(r);
+        renderResponse(conn, r);
         break;
       case "response.done": {
         const done = responseEntry(conn, event.response.id);
@@ -502,7 +502,7 @@
           timeline.flag("model", done.id, "cancelled");
           timeline.flag("played", done.id, "cancelled");
         }
-        renderResponse(done);
+        renderResponse(conn, done);
         break;
       }
       case "response.listen": {
