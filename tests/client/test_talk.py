@@ -13,6 +13,7 @@ import numpy as np
 import pytest
 
 from duplexkit.client import SessionBounds
+from duplexkit.client.events import ReceivedEvent
 from duplexkit.client.wavfile import read_wav, write_wav
 from duplexkit.commands import demo, talk
 from tests.client.fakes import FakeServer, FakeSession
@@ -80,6 +81,31 @@ def test_talk_streams_a_file_into_the_embedded_server_and_writes_every_output(
 
     printed = capsys.readouterr().out
     assert ": ok" in printed and "server_request_start_and_client_receive" in printed and str(out) in printed
+    said = printed.splitlines().index("  said:  'This is a scripted reply.'")
+    assert printed.splitlines()[said + 1].startswith(
+        f"    response {response['response_id']} (completed): TTFT"
+    )
+
+
+def test_talk_prints_what_was_heard_before_the_reply_it_answers_even_when_the_transcript_comes_late() -> None:
+    def event(at: float, **data: object) -> ReceivedEvent:
+        return ReceivedEvent(data=dict(data), received_at=at, media_ms=0.0)
+
+    heard = "conversation.item.input_audio_transcription.completed"
+    events = [
+        event(1.0, type=heard, item_id="item_1", transcript="hello"),
+        event(1.2, type="response.created", response={"id": "resp_1"}),
+        event(5.0, type="response.created", response={"id": "resp_2"}),  # decided before the ASR finished
+        event(5.4, type=heard, item_id="item_2", transcript="how are you"),
+        event(9.0, type=heard, item_id="item_3", transcript="bye"),  # long after resp_2: after it
+    ]
+    assert talk.conversation_order(events) == [
+        ("heard", "hello"),
+        ("said", "resp_1"),
+        ("heard", "how are you"),
+        ("said", "resp_2"),
+        ("heard", "bye"),
+    ]
 
 
 def test_the_demo_clip_is_deterministic_speech_then_silence() -> None:

@@ -8,6 +8,7 @@ from pathlib import Path
 import pytest
 
 from duplexkit.bench.retry import AttemptOutcome, Verdict, failure_reason, verdict
+from duplexkit.bench.summary import print_run_summary
 from duplexkit.cli import main
 from duplexkit.commands.bench import _redacted
 
@@ -59,3 +60,21 @@ def test_exhausted_capacity_fails_the_sample_without_a_retry() -> None:
     outcome = AttemptOutcome(capacity_exhausted=True)
     assert verdict(outcome, 1) is Verdict.FAIL
     assert failure_reason(outcome).startswith("capacity_exhausted")
+
+
+def test_in_a_pipe_the_summary_keeps_every_label_whole_and_says_which_way_is_better(
+    tmp_path: Path, capsys: pytest.CaptureFixture[str]
+) -> None:
+    """Captured output is not a terminal: the table takes the width it needs (no "server_request_st…")."""
+    source = "server_request_start_and_client_receive"
+    stats = {"count": 3, "mean": 812.5, "p50": 800.0, "p99": 990.0}
+    print_run_summary(
+        tmp_path,
+        {"attempted": 3, "published": 3, "failed": 0, "retried": 0},
+        {"ttfp_ms": {source: stats}, "rtf": {source: {**stats, "mean": 0.93}}},
+        skipped=0,
+    )
+    lines = capsys.readouterr().out.splitlines()
+    [ttfp] = [line for line in lines if "ttfp_ms" in line]
+    assert source in ttfp and "↓" in ttfp and "…" not in "".join(lines)
+    assert any("lower is better" in line for line in lines)

@@ -10,7 +10,7 @@ from __future__ import annotations
 import json
 import math
 import time
-from dataclasses import replace
+from dataclasses import fields, replace
 from pathlib import Path
 from typing import Any
 
@@ -429,3 +429,10 @@ def test_a_misspelt_server_argument_is_refused_naming_the_known_ones() -> None:
     with pytest.raises(ValueError, match="frist_output_ms") as refused:
         ScriptedModel.from_args({"frist_output_ms": "5"})
     assert "first_output_ms" in str(refused.value)
+
+
+def test_the_parameter_table_lists_every_setting_once_and_nothing_else() -> None:
+    names = [p.name for p in ScriptedModel.parameters]
+    assert len(names) == len(set(names)) and all(p.help for p in ScriptedModel.parameters)
+    declared = {f.name for f in fields(ScriptedParams)}
+    assert set(names) == declared | {"chunk_period_ms", "batch_size", "batch_wait_ms"}

@@ -10,11 +10,13 @@ import re
 from html import unescape
 from pathlib import Path
 
+import numpy as np
 import pytest
 
 from duplexkit.bench.report import REPORT_NAME, ReportError, load_run, render_report, write_report
 from duplexkit.bench.report.assets import CSS, JS
 from duplexkit.bench.report.fmt import delta, nice_axis, tick_label
+from duplexkit.client.wavfile import write_wav
 from duplexkit.commands import report as report_command
 from tests.report.runs import (
     CLIENT,
@@ -152,6 +154,22 @@ def test_audio_paths_are_percent_encoded(tmp_path: Path) -> None:
     write_sample(tmp_path, meta(id="a b#c?d"), [], audio=True)
 
     assert 'src="PR_event_reminder/a%20b%23c%3Fd/output.wav"' in page(tmp_path)
+
+
+def test_each_player_says_how_long_its_clip_is_and_that_it_plays_from_the_run_folder(tmp_path: Path) -> None:
+    write_run_json(tmp_path)
+    write_sample(tmp_path, meta(id="talks"), [], audio=True)
+    write_sample(tmp_path, meta(id="broken"), [], audio=True)
+    write_wav(tmp_path / "PR_event_reminder" / "talks" / "output.wav", np.zeros(24_000 * 3 // 2), 24_000)
+
+    html = page(tmp_path)
+
+    assert (
+        "Reply audio, 1.5 s: plays <code>PR_event_reminder/talks/output.wav</code> from the run folder"
+        in html
+    )
+    assert "Reply audio, length unknown: plays <code>PR_event_reminder/broken/output.wav</code>" in html
+    assert "keep report.html in its run folder" in html
 
 
 def test_clock_invalid_runs_are_flagged(tmp_path: Path) -> None:

@@ -5,6 +5,7 @@ from __future__ import annotations
 import asyncio
 import base64
 import hashlib
+import logging
 import re
 import signal
 import socket
@@ -104,3 +105,44 @@ async def test_duplexkit_serve_prints_the_playground_url_and_serves_the_page_the
     finally:
         proc.send_signal(signal.SIGTERM)
         assert await asyncio.wait_for(proc.wait(), 15) == 0
+
+
+class _Records(logging.Handler):
+    def __init__(self) -> None:
+        super().__init__(logging.DEBUG)
+        self.records: list[logging.LogRecord] = []
+
+    def emit(self, record: logging.LogRecord) -> None:
+        self.records.append(record)
+
+
+async def test_health_polls_are_logged_at_debug_and_page_loads_at_info(edge: Edge) -> None:
+    """A pool or load balancer polls /healthz every few seconds: at INFO that drowned the server's log."""
+    loggers = [logging.getLogger(name) for name in ("websockets.server", "uvicorn.access")]
+    seen = _Records()
+    try:
+        async with (
+            EmbeddedServer(load_model("scripted", {}), edge=edge, log_level="info") as server,
+            httpx.AsyncClient(base_url=server.http_url) as http,
+        ):
+            for logger in loggers:  # after uvicorn configured its loggers
+                logger.addHandler(seen)
+                logger.setLevel(logging.INFO)
+            for _ in range(3):
+                assert (await http.get("/healthz")).status_code == 200
+            await asyncio.sleep(0.1)
+            assert [r.getMessage() for r in seen.records if r.levelno >= logging.INFO] == []
+            assert (await http.get("/")).status_code == 200
+            await asyncio.sleep(0.1)
+            assert any(r.levelno == logging.INFO for r in seen.records)  # the log is on: pages still show
+            seen.records.clear()
+            for logger in loggers:
+                logger.setLevel(logging.DEBUG)
+            assert (await http.get("/healthz")).status_code == 200
+            await asyncio.sleep(0.1)
+            polls = [r for r in seen.records if "200" in r.getMessage()]
+            assert polls and all(r.levelno == logging.DEBUG for r in polls)
+    finally:
+        for logger in loggers:
+            logger.removeHandler(seen)
+            logger.setLevel(logging.NOTSET)

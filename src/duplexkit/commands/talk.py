@@ -39,7 +39,7 @@ from duplexkit.client import (
     dump_events,
 )
 from duplexkit.client.collector import WAV_RATE_HZ
-from duplexkit.client.events import error_code_of
+from duplexkit.client.events import ReceivedEvent, error_code_of, response_id_of
 from duplexkit.client.protocols import protocol_for
 from duplexkit.client.wavfile import read_wav, write_wav
 from duplexkit.commands.options import (
@@ -405,9 +405,19 @@ def summary(result: TalkResult, out: Path) -> str:
     lines = [f"session {session_id or '-'} at {result.url}{protocol}: {result.failure or 'ok'}"]
     if client is None:
         return lines[0]
-    for r in client.collector.responses():
+    responses = {r.response_id: r for r in client.collector.responses()}
+    order = conversation_order(client.events)
+    order += [("said", rid) for rid in responses if ("said", rid) not in order]
+    for kind, value in order:
+        if kind == "heard":
+            lines.append(f"  heard: {value!r}")
+            continue
+        r = responses.get(value)
+        if r is None:
+            continue
+        lines.append(f"  said:  {r.text!r}" if r.text else "  said:  (no text)")
         lines.append(
-            f"  response {r.response_id} ({r.status or 'open'}): TTFT {_ms(r.ttft_ms)}, "
+            f"    response {r.response_id} ({r.status or 'open'}): TTFT {_ms(r.ttft_ms)}, "
             f"TTFP {_ms(r.ttfp_ms)}, TPOT {_ms(r.tpot_ms)}, RTF {_num(r.rtf)}  [{r.source}]"
         )
     s = client.collector.session()
@@ -437,6 +447,27 @@ def summary(result: TalkResult, out: Path) -> str:
     lines.extend(f"  warning: {w}" for w in result.warnings)
     lines.append(f"  sentences: {len(client.collector.sentences())}; outputs in {out}")
     return "\n".join(lines)
+
+
+REORDER_S = 1.5
+"""A transcript completed this soon after a reply was created is the speech that reply answers: the
+recogniser often finishes a beat after the model decided to speak (the playground orders it the same way)."""
+
+
+def conversation_order(events: list[ReceivedEvent]) -> list[tuple[str, str]]:
+    """The conversation as received: `("heard", transcript)` for each completed input transcription and
+    `("said", response_id)` for each response, in order, a transcript placed before the replies created
+    in the `REORDER_S` before it."""
+    order: list[tuple[str, str, float]] = []
+    for event in events:
+        if event.type == "conversation.item.input_audio_transcription.completed":
+            at = len(order)
+            while at and order[at - 1][0] == "said" and order[at - 1][2] >= event.received_at - REORDER_S:
+                at -= 1
+            order.insert(at, ("heard", str(event.data.get("transcript", "")), event.received_at))
+        elif event.type == "response.created" and (rid := response_id_of(event.data)):
+            order.append(("said", rid, event.received_at))
+    return [(kind, value) for kind, value, _ in order]
 
 
 def _write_json(path: Path, data: Any) -> None:

@@ -1,46 +1,38 @@
 """Model plugins: the interface and the built-in models, loaded by name."""
 
-from collections.abc import Callable, Mapping
+from collections.abc import Mapping
 
 from duplexkit.models.base import (
     BatchItem,
     BatchPolicy,
     ModelCapabilities,
+    ModelParameter,
     ModelPlugin,
     ModelSession,
+    ReplyCapacity,
     SamplingParams,
     SlotStats,
 )
 from duplexkit.models.cascade import CascadeModel
+from duplexkit.models.moshi.plugin import MoshiModel
 from duplexkit.models.scripted import ScriptedModel
 
-
-def _moshi(args: Mapping[str, str]) -> ModelPlugin:
-    """Imported when asked for: it needs torch and `moshi` (the `moshi` extra), slow to import."""
-    try:
-        from duplexkit.models.moshi.plugin import MoshiModel
-    except ImportError as exc:
-        raise ValueError(
-            f"--model moshi needs the moshi extra (pip install 'duplexkit[moshi]'): {exc}"
-        ) from None
-    return MoshiModel.from_args(args)
-
-
-MODELS: dict[str, Callable[[Mapping[str, str]], ModelPlugin]] = {
-    "cascade": CascadeModel.from_args,
-    "moshi": _moshi,
-    "scripted": ScriptedModel.from_args,
+MODELS: dict[str, type[ModelPlugin]] = {
+    "cascade": CascadeModel,
+    "moshi": MoshiModel,
+    "scripted": ScriptedModel,
 }
-"""Built-in models by name; each factory takes the `--model-arg key=value` pairs."""
+"""Built-in models by name: each builds itself from `--model-arg key=value` pairs (`from_args`) and lists
+the keys it takes, with their help, in `parameters`."""
 
 
 def load_model(name: str, args: Mapping[str, str]) -> ModelPlugin:
     """Instantiate a built-in model; `ValueError` names the valid choices or the bad argument."""
     try:
-        factory = MODELS[name]
+        model = MODELS[name]
     except KeyError:
         raise ValueError(f"unknown model {name!r}; built-in models: {', '.join(sorted(MODELS))}") from None
-    return factory(args)
+    return model.from_args(args)
 
 
 __all__ = [
@@ -48,8 +40,10 @@ __all__ = [
     "BatchItem",
     "BatchPolicy",
     "ModelCapabilities",
+    "ModelParameter",
     "ModelPlugin",
     "ModelSession",
+    "ReplyCapacity",
     "SamplingParams",
     "SlotStats",
     "load_model",

@@ -16,7 +16,7 @@ import math
 from abc import ABC, abstractmethod
 from collections.abc import AsyncIterator, Mapping, Sequence
 from dataclasses import dataclass, replace
-from typing import Any, Literal
+from typing import Any, ClassVar, Literal
 
 from duplexkit.engine import Decision, EngineConfig, Unit
 
@@ -150,6 +150,33 @@ class SlotStats:
     frames_frozen: int
 
 
+@dataclass(frozen=True, slots=True)
+class ModelParameter:
+    """One `--model-arg KEY=VALUE` key a model accepts, and what it sets (its `--help` text)."""
+
+    name: str
+    help: str
+
+
+def check_model_args(model: str, parameters: Sequence[ModelParameter], args: Mapping[str, str]) -> None:
+    """`ValueError` naming the keys of `args` that `model`'s `parameters` do not list: a misspelt
+    server-level argument must not silently fall back to a default."""
+    known = {p.name for p in parameters}
+    unknown = sorted(set(args) - known)
+    if unknown:
+        valid = ", ".join(sorted(known))
+        raise ValueError(f"unknown {model} model argument(s) {', '.join(unknown)}; valid: {valid}")
+
+
+@dataclass(frozen=True, slots=True)
+class ReplyCapacity:
+    """How many replies a model makes at once at full speed, and why: sessions past it queue their
+    replies, so a run at higher concurrency measures the queue rather than the model."""
+
+    replies: int
+    why: str
+
+
 class ModelPlugin(ABC):
     name: str
     capabilities: ModelCapabilities
@@ -159,6 +186,17 @@ class ModelPlugin(ABC):
     max_sessions: int | None = None
     """Sessions the plugin can hold at once (its slots); the server admits no more than this, refusing
     the rest with the retryable capacity error. `None`: no limit of the plugin's own."""
+    reply_capacity: ReplyCapacity | None = None
+    """`None`: the model has no such bound of its own (the machine's cores do)."""
+    parameters: ClassVar[tuple[ModelParameter, ...]] = ()
+    """Every `--model-arg` key `from_args` accepts: the one source of its check for unknown keys and of the
+    command line's help."""
+
+    @classmethod
+    def from_args(cls, args: Mapping[str, str]) -> ModelPlugin:
+        """The model built from `--model-arg` pairs; `ValueError` names an unknown key (one not in
+        `parameters`), a bad value or the extra to install. Defined by the built-in models (`MODELS`)."""
+        raise NotImplementedError(f"{cls.__name__} is not a built-in model: it takes no --model-arg")
 
     def slot_stats(self) -> SlotStats | None:
         """Occupancy and tick figures of a slotted plugin; `None` for plugins without slots."""

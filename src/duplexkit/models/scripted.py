@@ -33,9 +33,11 @@ from duplexkit.models.base import (
     BatchItem,
     BatchPolicy,
     ModelCapabilities,
+    ModelParameter,
     ModelPlugin,
     ModelSession,
     SamplingParams,
+    check_model_args,
 )
 from duplexkit.protocol.units import ms_to_samples
 
@@ -232,14 +234,22 @@ class ScriptedModel(ModelPlugin):
         self.default_sampling = SamplingParams()
         self.batching = batching
 
+    parameters = (
+        ModelParameter("reply", "the text of every reply (spoken as a tone)"),
+        ModelParameter("speech_rms", "RMS (int16 full scale = 1) from which a unit is speech"),
+        ModelParameter("first_output_ms", "ms from the request's start to the reply's first token"),
+        ModelParameter("token_ms", "ms between the reply's later tokens"),
+        ModelParameter("ms_per_char", "ms of tone per reply character"),
+        ModelParameter("tone_hz", "pitch of the reply's tone"),
+        ModelParameter("script", "per-unit decisions instead: a JSON list, or a path to one"),
+        ModelParameter("chunk_period_ms", "unit length advertised to clients"),
+        ModelParameter("batch_size", "step sessions in batches of up to this many"),
+        ModelParameter("batch_wait_ms", "with batch_size: how long a batch waits to fill"),
+    )
+
     @classmethod
     def from_args(cls, args: Mapping[str, str]) -> ScriptedModel:
-        known = {f.name for f in fields(ScriptedParams)} | {"chunk_period_ms", "batch_size", "batch_wait_ms"}
-        unknown = sorted(set(args) - known)
-        if unknown:  # a misspelt server-level argument must not silently fall back to a default
-            raise ValueError(
-                f"unknown scripted model argument(s) {unknown}; known: {', '.join(sorted(known))}"
-            )
+        check_model_args(cls.name, cls.parameters, args)
         caps = ModelCapabilities()
         if "chunk_period_ms" in args:
             raw = args["chunk_period_ms"]

@@ -48,3 +48,6 @@ WEBSOCKET_ROUTES: Mapping[str, WebSocketRoute] = {
     "/api/chat": "moshi",
 }
 """WebSocket paths and what each serves: JSON realtime events (`/v1/duplex` is an alias) or Moshi frames."""
+
+QUIET_PATHS = frozenset({"/healthz"})
+"""Paths polled by load balancers and pools every few seconds: each edge logs their requests at DEBUG."""

@@ -120,7 +120,7 @@ def test_the_command_scores_a_run_on_its_recorded_dataset_with_the_builtin_judge
     args = _parse("score", str(tmp_path), "--judge", "builtin")
     assert args.handler(args) == 0
     out = capsys.readouterr().out
-    assert "scored 6/6 samples (0 cached)" in out and "PR: mean_all_success=1.000  (n=3)" in out
+    assert "scored 6/6 samples (0 cached)" in out and "PR: mean_all_success ↑=1.000  (n=3)" in out
     assert "not comparable to published Omni-DuplexEval numbers" in out
 
 

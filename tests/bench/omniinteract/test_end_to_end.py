@@ -45,7 +45,8 @@ def test_the_builtin_set_runs_scores_and_reports_offline(
         assert score["status"] == "scored" and score["details"]["slots"]
     page = (out / "report.html").read_text()
     assert "IA-QTF1 by scenario" in page and "All Global" in page
-    assert "IA-QTF1 All Global=" in printed
+    assert "IA-QTF1 ↑ All Global=" in printed and "best published 0.368 (MiniCPM-o 4.5" in printed
+    assert "NOR ↓=" in printed and "NCCS ↑=" in printed
     # scoring again reuses every cached score
     assert main(["score", str(out)]) == 0
     assert json.loads((out / "scores" / "summary.json").read_text())["coverage"]["cached"] == 3

@@ -2,11 +2,12 @@
 
 from __future__ import annotations
 
+from dataclasses import fields
 from pathlib import Path
 
 import pytest
 
-from duplexkit.models.cascade.params import CascadeConfig, SessionParams
+from duplexkit.models.cascade.params import PARAMETERS, CascadeConfig, SessionParams
 
 GRAMMAR = "#JSGF V1.0; grammar g; public <g> = hello world;"
 
@@ -100,3 +101,10 @@ def test_no_setting_is_both_a_process_and_a_session_setting() -> None:
     from duplexkit.models.cascade.params import SessionParams
 
     assert not {f.name for f in fields(CascadeConfig)} & {f.name for f in fields(SessionParams)}
+
+
+def test_the_parameter_table_lists_every_setting_once_and_nothing_else() -> None:
+    """The table is what `--model-arg` accepts and what `--help` shows: a new setting needs a row."""
+    names = [p.name for p in PARAMETERS]
+    assert len(names) == len(set(names)) and all(p.help for p in PARAMETERS)
+    assert set(names) == {f.name for f in (*fields(CascadeConfig), *fields(SessionParams))}

@@ -12,32 +12,11 @@ from __future__ import annotations
 
 import json
 from collections.abc import Mapping
-from dataclasses import dataclass
 from typing import Any
 
+from duplexkit.bench.fdb.references import REFERENCES, direction
 from duplexkit.bench.report.data import ReportData, ReportSpec, ScoreSection
 from duplexkit.bench.report.fmt import esc, number
-
-
-@dataclass(frozen=True)
-class Reference:
-    """A published number: system, task, metric, value, and where it was published."""
-
-    system: str
-    task: str
-    metric: str
-    value: float
-    source: str
-
-
-REFERENCES: tuple[Reference, ...] = (
-    Reference("PersonaPlex", "turn_taking", "latency_s", 0.070, "FDB v1 README"),
-    Reference("Moshi", "turn_taking", "latency_s", 0.265, "FDB v1 README"),
-    Reference("GPT-Realtime", "turn_taking", "latency_s", 1.470, "FDB v1 README"),
-    Reference("GPT-Realtime", "pause", "tor", 0.010, "FDB v1 README (synthetic pauses)"),
-    Reference("Moshi", "interruption", "latency_s", 0.257, "FDB v1 README"),
-)
-"""Only numbers the FDB v1 README states (see docs/fdb.md); nothing here is ours."""
 
 MEANS = ("tor", "latency_s", "frequency", "jsd", "relevance", "stop_latency_s", "response_latency_s")
 
@@ -59,7 +38,8 @@ def _extra(data: ReportData) -> str:
         mine = ours.get((ref.task, ref.metric))
         mean = sum(mine) / len(mine) if mine else None
         rows.append(
-            f"<tr><td>{esc(ref.task)}</td><td>{esc(_METRIC[ref.metric])}</td><td>{esc(ref.system)}</td>"
+            f"<tr><td>{esc(ref.task)}</td><td>{esc(_METRIC[ref.metric])} "
+            f"{direction(ref.task, ref.metric)}</td><td>{esc(ref.system)}</td>"
             f'<td class="num">{number(ref.value, 3)}</td><td class="num">{number(mean, 3)}</td>'
             f"<td>{esc(ref.source)}</td></tr>"
         )

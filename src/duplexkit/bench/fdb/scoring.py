@@ -24,6 +24,7 @@ from duplexkit.bench.errors import ConfigError
 from duplexkit.bench.fdb import metrics as m
 from duplexkit.bench.fdb.dataset import Sample, find_samples
 from duplexkit.bench.fdb.judge import RELEVANCE_SEED, RelevanceJudge
+from duplexkit.bench.fdb.references import closest_reference, direction
 from duplexkit.bench.fdb.words import TranscriptionEndpoint, retime_samples
 from duplexkit.bench.judge.base import ScoringError
 from duplexkit.bench.judge.client import ChatClient
@@ -235,20 +236,26 @@ def read_distribution(path: Path) -> dict[str, list[float]]:
 
 
 def format_table(scores: Mapping[str, Any]) -> str:
-    """The terminal table: one row per split."""
-    head = f"{'split':<28} {'task':<13} {'n':>4} {'TOR':>6} {'latency s':>10} extras"
-    lines = [head, "-" * len(head)]
+    """The terminal table: one row per split, each number with the direction that is better (↑/↓), and
+    under it the closest published number on the same task and metric (`references`). Columns keep whole
+    names, so the table reads the same in a terminal, a pipe or a CI log."""
+    head = f"{'split':<28} {'task':<13} {'n':>4} {'TOR':>8} {'latency s':>10}  extras"
+    lines = ["↑ higher is better · ↓ lower is better", head, "-" * len(head)]
     for split, e in scores["tasks"].items():
+        task = e["task"]
         extras = []
         for key in ("frequency", "jsd", "relevance", "stop_latency_s", "response_latency_s"):
             if key in e:
-                extras.append(f"{key}={_fmt(e[key])}")
+                extras.append(f"{key}={_fmt(e[key])} {direction(task, key)}")
         if e["errors"]:
             extras.append(f"errors={e['errors']}")
-        lines.append(
-            f"{split:<28} {e['task']:<13} {e['scored']:>4} {_fmt(e['tor']):>6} {_fmt(e['latency_s']):>10} "
-            + " ".join(extras)
-        )
+        tor = f"{_fmt(e['tor'])} {direction(task, 'tor')}"
+        latency = f"{_fmt(e['latency_s'])} {direction(task, 'latency_s')}"
+        lines.append(f"{split:<28} {task:<13} {e['scored']:>4} {tor:>8} {latency:>10}  " + " ".join(extras))
+        for metric, label in (("tor", "TOR"), ("latency_s", "latency")):
+            ref = closest_reference(task, metric, e.get(metric))
+            if ref is not None:
+                lines.append(f"    closest published {label}: {ref.system} {ref.value:.3f} ({ref.source})")
     if scores.get("synthetic"):
         lines.append("note: synthetic built-in data; not comparable to published Full-Duplex-Bench numbers")
     return "\n".join(lines)

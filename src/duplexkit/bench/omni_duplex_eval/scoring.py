@@ -171,5 +171,6 @@ def summary_lines(recorded: Mapping[str, Any]) -> list[str]:
 
 
 def _row(label: str, group: Mapping[str, Any], means: tuple[str, ...]) -> str:
-    values = "  ".join(f"{m}={'-' if group[m] is None else format(group[m], '.3f')}" for m in means)
+    """Every mean is a score (content, timing, success): higher is better, marked ↑."""
+    values = "  ".join(f"{m} ↑={'-' if group[m] is None else format(group[m], '.3f')}" for m in means)
     return f"{label}: {values}  (n={group['samples']})"

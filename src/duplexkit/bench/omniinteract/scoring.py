@@ -223,16 +223,30 @@ def summarise(
     )
 
 
+PUBLISHED_ALL_GLOBAL = "best published 0.368 (MiniCPM-o 4.5, arXiv 2605.26485)"
+PUBLISHED_1QNA = "best published 0.052 (arXiv 2605.26485)"
+"""The paper's headline numbers that docs/omniinteract.md cites, shown beside ours in the terminal."""
+
+INTERRUPTION_DIRECTION = {"nor": "↓", "paq": "↑", "csm_sr": "↓", "csm_as": "↓", "nccs": "↑"}
+"""Which way each interruption metric is better: no output, spills and spill seconds are failures; partial
+quality and nested consistency are wanted."""
+
+
 def summary_lines(recorded: Mapping[str, Any]) -> list[str]:
-    """The terminal lines of a summary's JSON: IA-QTF1 overall, per scenario and subset, the interruption
-    rates, and the cases that make the run ineligible for official scoring."""
+    """The terminal lines of a summary's JSON: IA-QTF1 overall (↑, beside the best published number), per
+    scenario and subset, the interruption rates with the direction that is better, and the cases that make
+    the run ineligible for official scoring."""
 
     def f1(group: Mapping[str, Any]) -> str:
         value = group.get("ia_qtf1")
         return "-" if value is None else f"{value:.3f}"
 
     scores = recorded["ia_qtf1"]
-    lines = [f"IA-QTF1 All Global={f1(scores)}  1Q1A Global={f1(scores.get('1q1a_global') or {})}"]
+    lines = [
+        "↑ higher is better · ↓ lower is better",
+        f"IA-QTF1 ↑ All Global={f1(scores)} ({PUBLISHED_ALL_GLOBAL})  "
+        f"1Q1A Global={f1(scores.get('1q1a_global') or {})}",
+    ]
     lines += [
         f"  {name}: {f1(group)}  (n={group.get('samples')})"
         for name, group in scores["by_scenario"].items()
@@ -240,10 +254,13 @@ def summary_lines(recorded: Mapping[str, Any]) -> list[str]:
     ]
     lines += [
         f"  subset {name}: {f1(group)}  (n={group.get('samples')})"
+        + (f"  ({PUBLISHED_1QNA})" if name.lower() == "1qna" else "")
         for name, group in recorded["subsets"]["by_subset"].items()
     ]
     shown = {k: "-" if v is None else f"{v:.3f}" for k, v in recorded["interruption"].items()}
-    lines.append("  " + "  ".join(f"{k.upper()}={v}" for k, v in shown.items()))
+    lines.append(
+        "  " + "  ".join(f"{k.upper()} {INTERRUPTION_DIRECTION.get(k, '')}={v}" for k, v in shown.items())
+    )
     eligibility = recorded["eligibility"]
     if not eligibility["eligible"]:
         cases = ", ".join(c["case"] for c in eligibility["ineligible_cases"])

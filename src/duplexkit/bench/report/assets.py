@@ -50,7 +50,7 @@ th.group-head{text-align:center;border-bottom:2px solid var(--line)}
 table.kv th{text-transform:none;font-size:13px;letter-spacing:0;width:170px;color:var(--ink)}
 td.group{font-weight:600}
 tr.family td{background:var(--soft);font-weight:600}
-.small{font-size:12px}
+.small{font-size:12px}.small.bad{color:var(--bad)}
 .delta{font-size:12px;font-weight:600;white-space:nowrap}
 .delta.up{color:var(--good)}.delta.down{color:var(--bad)}.delta.same,.delta.na{color:var(--muted)}
 .badge{display:inline-block;padding:1px 8px;border-radius:999px;font-size:12px;font-weight:600;
@@ -145,6 +145,12 @@ JS = """
       place(svg, audio.currentTime);
       if (!audio.paused) { frame = window.requestAnimationFrame(follow); }
     }
+    audio.addEventListener("error", function () {
+      var note = document.createElement("p");
+      note.className = "small bad";
+      note.textContent = "This clip is not where the page expects it: open report.html in its run folder.";
+      audio.replaceWith(note);
+    });
     audio.addEventListener("play", follow);
     audio.addEventListener("seeked", follow);
     audio.addEventListener("pause", function () { window.cancelAnimationFrame(frame); });

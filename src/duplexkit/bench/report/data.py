@@ -229,6 +229,8 @@ class SampleReport:
     score: SampleScore | None
     meta: Mapping[str, Any] = field(default_factory=dict, repr=False)
     """The whole `<id>.meta.json`, raw (untrusted), for a benchmark's own figure."""
+    audio_s: float | None = None
+    """How long `audio` plays, from its WAV header when the report was written (`None`: unreadable)."""
 
     @property
     def key(self) -> tuple[str, str]:

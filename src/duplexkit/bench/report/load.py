@@ -10,6 +10,7 @@ from __future__ import annotations
 
 import json
 import math
+import wave
 from collections import Counter
 from collections.abc import Iterable, Mapping
 from pathlib import Path
@@ -257,7 +258,17 @@ def _sample(run: RunDir, meta_path: Path, meta: Mapping[str, Any], problems: lis
         audio=f"{split}/{sample_id}/output.wav" if audio.is_file() else None,
         score=_sample_score(run_dir, split, sample_id, problems),
         meta=meta,
+        audio_s=_wav_seconds(audio) if audio.is_file() else None,
     )
+
+
+def _wav_seconds(path: Path) -> float | None:
+    """The duration a WAV file's header states; `None` when it cannot be read."""
+    try:
+        with wave.open(str(path), "rb") as wav:
+            return wav.getnframes() / wav.getframerate()
+    except (OSError, EOFError, wave.Error, ZeroDivisionError):
+        return None
 
 
 def _sentences(run_dir: Path, path: Path, problems: list[str]) -> tuple[Sentence, ...] | None:

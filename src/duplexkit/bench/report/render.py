@@ -5,7 +5,8 @@ allows only those (by hash) plus local audio, so the page makes no network reque
 file is escaped. Audio players reference `<split>/<id>/output.wav` by a relative path, not a data: URI:
 reply audio is about 2.9 MB per minute (24 kHz, 16-bit), so embedding it would make a full run's report
 gigabytes; the players load nothing until played (`preload="none"`). The page is complete without the
-audio, so the report file alone can be shared; the players work where it sits in its run folder.
+audio, so the report file alone can be shared; the players work where it sits in its run folder, and the
+page says so, with each clip's duration (from its WAV header), before anything is played.
 
 With runs to compare, run A is the base: every table shows each run side by side and B, C, … with their
 difference to A, coloured by whether it is better (green) or worse (red).
@@ -591,7 +592,9 @@ def _samples_section(runs: Sequence[_Run], keys: dict[tuple[str, str], int]) -> 
     )
     return (
         '<section id="samples"><h2>Samples</h2><p class="lead">Each sample on the media clock (seconds). '
-        "Play the reply audio to move the playhead; click a timeline to seek.</p>"
+        "Play the reply audio to move the playhead; click a timeline to seek. The audio is not inside this "
+        "page: each player plays its <code>output.wav</code> from the run folder, so keep report.html in its "
+        "run folder, or move the folder whole.</p>"
         f"<table class='index'>{head}{''.join(index_rows)}</table>{legend}{''.join(cards)}</section>"
     )
 
@@ -678,9 +681,12 @@ def _run_block(run: _Run, sample: SampleReport, number_: int, span: float, named
     if run.data.spec.sample_figure is not None:
         parts.append(run.data.spec.sample_figure(sample, span))
     if sample.audio is not None:
+        href = _audio_href(run, sample.audio)
+        length = "length unknown" if sample.audio_s is None else f"{sample.audio_s:.1f} s"
         parts.append(
-            f'<audio controls preload="none" src="{esc(_audio_href(run, sample.audio))}" '
-            f'data-timeline="{element_id}"></audio>'
+            f'<p class="small audio-note">Reply audio, {length}: plays <code>{esc(href)}</code> from the run '
+            "folder (not inside this page).</p>"
+            f'<audio controls preload="none" src="{esc(href)}" data-timeline="{element_id}"></audio>'
         )
     parts.append(f'<div class="row"><div>{_sentence_table(sample)}</div><div>')
     parts.append(_failure_block(sample))

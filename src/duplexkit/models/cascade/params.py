@@ -8,6 +8,7 @@ from dataclasses import dataclass, fields, replace
 from pathlib import Path
 from typing import Any, Literal, get_args
 
+from duplexkit.models.base import ModelParameter, check_model_args
 from duplexkit.models.cascade.asr import SearchSpec
 from duplexkit.models.cascade.tts import TtsKind
 from duplexkit.vad import VadParams, semantic_params
@@ -126,12 +127,9 @@ class CascadeConfig:
     def from_args(cls, args: Mapping[str, str]) -> tuple[CascadeConfig, SessionParams]:
         """Split `--model-arg` pairs into process settings and per-session defaults; unknown keys and bad
         values raise `ValueError` naming the key."""
+        check_model_args("cascade", PARAMETERS, args)
         own = {f.name for f in fields(cls)}
         session_keys = {f.name for f in fields(SessionParams)}
-        unknown = sorted(set(args) - own - session_keys)
-        if unknown:
-            valid = ", ".join(sorted(own | session_keys))
-            raise ValueError(f"unknown cascade model argument(s) {', '.join(unknown)}; valid: {valid}")
         changes: dict[str, Any] = {}
         for name in own & set(args):
             try:
@@ -233,3 +231,33 @@ _CONFIG_COERCERS: dict[str, Callable[[str], Any]] = {
     "no_speech_reply": str,
     "preempt_ms": _non_negative,
 }
+
+
+PARAMETERS = (
+    ModelParameter("chunk_period_ms", "unit length advertised to clients, 20-1000 (100)"),
+    ModelParameter("lead_ms", "reply audio sent ahead of playback, > 0 (400)"),
+    ModelParameter("responder", "local, echo or openai (auto: local if its extra is installed)"),
+    ModelParameter("asr", "whisper or pocketsphinx (auto: whisper if installed)"),
+    ModelParameter("turn", "semantic (Smart Turn at pauses) or silence (auto: semantic if installed)"),
+    ModelParameter("vad", "onnx or pysilero (auto: onnx if installed)"),
+    ModelParameter("vision", "rapidocr or off: read text in video frames (auto: if installed)"),
+    ModelParameter("llm_url", "the openai responder's OpenAI-compatible /v1 base URL"),
+    ModelParameter("llm_model", "the openai responder's model"),
+    ModelParameter("llm_api_key", "the openai responder's key (default: $OPENAI_API_KEY)"),
+    ModelParameter("llm_threads", "llama.cpp threads of the local responder, 1-64 (2)"),
+    ModelParameter("tts", "piper or espeak (auto: piper if installed)"),
+    ModelParameter("voice", "a piper .onnx voice path, or an espeak-ng voice name"),
+    ModelParameter("no_speech_reply", "said when speech had no recognisable words"),
+    ModelParameter("preempt_ms", "prepare the reply after this much pause; 0: off"),
+    ModelParameter("vad_threshold", "speech probability threshold, in (0, 1) (0.5)"),
+    ModelParameter("vad_min_speech_ms", "speech needed before a start (96)"),
+    ModelParameter("vad_silence_duration_ms", "silence that ends a turn without Smart Turn (500)"),
+    ModelParameter("vad_prefix_padding_ms", "audio kept before a start (300)"),
+    ModelParameter("min_barge_in_ms", "voiced overlap that interrupts the reply (600)"),
+    ModelParameter("turn_eagerness", "low, medium or high: how readily a pause ends the turn (auto)"),
+    ModelParameter("eyes", "true: read the text in each session's video frames"),
+    ModelParameter("asr_grammar", "a JSGF grammar (inline or a file) that restricts recognition"),
+    ModelParameter("asr_keywords", "comma-separated key phrases to spot instead"),
+)
+"""Every `--model-arg` key: the process settings (`CascadeConfig`), then the per-session defaults
+(`SessionParams`, which `extra_body` may override)."""

@@ -42,7 +42,13 @@ from dataclasses import dataclass
 from typing import Any, TypeVar
 
 from duplexkit.engine import Decision, Interrupt, Listen, Speak, Transcribed, Unit
-from duplexkit.models.base import ModelCapabilities, ModelPlugin, ModelSession, SamplingParams
+from duplexkit.models.base import (
+    ModelCapabilities,
+    ModelPlugin,
+    ModelSession,
+    ReplyCapacity,
+    SamplingParams,
+)
 from duplexkit.models.cascade.asr import DecoderPool, Recognizer
 from duplexkit.models.cascade.eyes import EYES_INSTALL, Eyes, Sight
 from duplexkit.models.cascade.listener import (
@@ -52,7 +58,7 @@ from duplexkit.models.cascade.listener import (
     SpeechRecognizer,
     Utterance,
 )
-from duplexkit.models.cascade.params import CascadeConfig, SessionParams
+from duplexkit.models.cascade.params import PARAMETERS, CascadeConfig, SessionParams
 from duplexkit.models.cascade.reply import Reply, ReplyTiming
 from duplexkit.models.cascade.responders import (
     EchoResponder,
@@ -106,6 +112,7 @@ class _Prepared:
 
 class CascadeModel(ModelPlugin):
     name = "cascade"
+    parameters = PARAMETERS
 
     def __init__(
         self,
@@ -138,6 +145,10 @@ class CascadeModel(ModelPlugin):
             chunk_period_ms=self.config.chunk_period_ms, accepts_video=eyes is not None
         )
         self.default_sampling = SamplingParams()
+        if isinstance(responder, LocalResponder):
+            self.reply_capacity = ReplyCapacity(
+                1, "its local LLM, SmolLM2 on llama.cpp, has one context, so it makes one reply at a time"
+            )
 
     @classmethod
     def from_args(cls, args: Mapping[str, str]) -> CascadeModel:

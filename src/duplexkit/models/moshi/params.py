@@ -4,8 +4,10 @@ from __future__ import annotations
 
 import math
 from collections.abc import Mapping
-from dataclasses import dataclass, fields
+from dataclasses import dataclass, field, fields
 from typing import Any
+
+from duplexkit.models.base import ModelParameter, check_model_args
 
 FRAME_MS = 80
 """Moshi's frame: 1920 samples at 24 kHz."""
@@ -15,28 +17,57 @@ FRAME_MS = 80
 class MoshiArgs:
     """`--model-arg` keys of `--model moshi` (each field's metadata says what it does)."""
 
-    checkpoint: str = ""
-    device: str = "cpu"
-    dtype: str = ""
-    slots: int = 4
-    batch_wait_ms: float | None = None
-    temp: float | None = None
-    temp_text: float | None = None
-    top_k: int | None = None
-    top_k_text: int | None = None
-    speech_rms: float = 0.01
-    end_silence_ms: float = 480.0
-    max_response_ms: float = 60_000.0
-    text_prompt: str = ""
-    voice_prompt: str = ""
-    voices: str = ""
+    checkpoint: str = field(
+        default="",
+        metadata={
+            "help": "a folder in Kyutai's HF layout, or a repo id in the local HF cache (never downloaded)"
+        },
+    )
+    device: str = field(default="cpu", metadata={"help": "cpu, cuda or cuda:N"})
+    dtype: str = field(
+        default="",
+        metadata={"help": "float32, bfloat16 or float16 (default: float32 on CPU, bfloat16 on CUDA)"},
+    )
+    slots: int = field(default=4, metadata={"help": "sessions one model instance holds (batched slots)"})
+    batch_wait_ms: float | None = field(
+        default=None,
+        metadata={
+            "help": "how long a due frame waits for others to share its tick (default 60 on CUDA, 20 on CPU)"
+        },
+    )
+    temp: float | None = field(
+        default=None,
+        metadata={"help": "audio sampling temperature (default: the checkpoint's lm_gen_config, else 0.8)"},
+    )
+    temp_text: float | None = field(
+        default=None, metadata={"help": "text sampling temperature (default: lm_gen_config, else 0.7)"}
+    )
+    top_k: int | None = field(
+        default=None, metadata={"help": "audio top-k (default: lm_gen_config, else 250)"}
+    )
+    top_k_text: int | None = field(
+        default=None, metadata={"help": "text top-k (default: lm_gen_config, else 25)"}
+    )
+    speech_rms: float = field(
+        default=0.01,
+        metadata={"help": "RMS of the model's audio from which a padding frame still counts as speech"},
+    )
+    end_silence_ms: float = field(default=480.0, metadata={"help": "quiet ms that end a reply"})
+    max_response_ms: float = field(
+        default=60_000.0, metadata={"help": "longest reply; clients may lower it, never raise it"}
+    )
+    text_prompt: str = field(
+        default="", metadata={"help": "default persona text (PersonaPlex system prompt)"}
+    )
+    voice_prompt: str = field(
+        default="", metadata={"help": "default voice prompt: a name in the voices folder"}
+    )
+    voices: str = field(default="", metadata={"help": "folder of voice prompts clients may name (NAME.wav)"})
 
     @classmethod
     def parse(cls, args: Mapping[str, str]) -> MoshiArgs:
+        check_model_args("moshi", PARAMETERS, args)
         known = {f.name: f for f in fields(cls)}
-        unknown = sorted(set(args) - set(known))
-        if unknown:
-            raise ValueError(f"unknown moshi model argument(s) {unknown}; known: {', '.join(sorted(known))}")
         values: dict[str, Any] = {}
         for name, raw in args.items():
             default = known[name].default
@@ -72,3 +103,17 @@ class MoshiArgs:
             value = getattr(self, name)
             if not (math.isfinite(value) and value >= FRAME_MS):
                 raise ValueError(f"{name}: at least one frame ({FRAME_MS} ms), got {value}")
+
+
+PARAMETERS = tuple(ModelParameter(f.name, f.metadata["help"]) for f in fields(MoshiArgs))
+"""`--model-arg` keys of `--model moshi`, from `MoshiArgs` (the one source)."""
+
+
+@dataclass(frozen=True, slots=True)
+class Sampling:
+    """`LMGen`'s sampling knobs; slots with different values are stepped in separate masked passes."""
+
+    temp: float
+    temp_text: float
+    top_k: int
+    top_k_text: int

@@ -21,7 +21,7 @@ from collections.abc import AsyncIterator, Mapping, Sequence
 from concurrent.futures import ThreadPoolExecutor
 from dataclasses import dataclass, replace
 from pathlib import Path
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
 import numpy as np
 import numpy.typing as npt
@@ -38,9 +38,12 @@ from duplexkit.models.base import (
 )
 from duplexkit.models.moshi.checkpoint import Checkpoint, resolve
 from duplexkit.models.moshi.decide import FrameOutput, SpeechTracker
-from duplexkit.models.moshi.params import FRAME_MS, MoshiArgs
-from duplexkit.models.moshi.slots import FRAME_SAMPLES, ForcedFrame, Sampling, SlotBatch, SlotFrame
+from duplexkit.models.moshi.frames import FRAME_SAMPLES, ForcedFrame, SlotFrame
+from duplexkit.models.moshi.params import FRAME_MS, PARAMETERS, MoshiArgs, Sampling
 from duplexkit.protocol.audio import resample
+
+if TYPE_CHECKING:
+    from duplexkit.models.moshi.slots import SlotBatch
 
 SAMPLE_RATE_HZ = 24_000
 PROMPT_SILENCE_FRAMES = 6
@@ -149,11 +152,21 @@ class MoshiSession(ModelSession):
 
 class MoshiModel(ModelPlugin):
     name = "moshi"
+    parameters = PARAMETERS
 
     def __init__(self, args: MoshiArgs) -> None:
         os.environ.setdefault("NO_TORCH_COMPILE", "1")  # torch.compile costs ~20 s per process on CPU
-        import torch
-        from moshi.models import loaders
+        try:
+            import sentencepiece
+            import torch
+            from moshi.models import loaders
+
+            from duplexkit.models.moshi.slots import SlotBatch
+        except ImportError as exc:
+            raise ValueError(
+                f"--model moshi needs the moshi extra (pip install 'duplexkit[moshi]' and, without its "
+                f"dependencies, moshi==0.2.13): {exc}"
+            ) from None
 
         torch.set_num_threads(1)  # one torch thread per process: two stalled steps for seconds on 2 cores
         self.args = args
@@ -170,8 +183,6 @@ class MoshiModel(ModelPlugin):
             self.checkpoint.mimi_weights, self.checkpoint.mimi_config, device=device, num_codebooks=mimi_q
         )
         lm = loaders.get_moshi_lm(self.checkpoint.lm_weights, lm_kwargs=lm_config, device=device, dtype=dtype)
-        import sentencepiece
-
         self.tokenizer = sentencepiece.SentencePieceProcessor(str(self.checkpoint.tokenizer))
         gen_config = self.checkpoint.lm_gen_config
         self.gen_defaults = Sampling(
@@ -197,7 +208,9 @@ class MoshiModel(ModelPlugin):
         self.batching = BatchPolicy(max_size=args.slots, max_wait_ms=self._batch_wait_ms(args))
         self.max_sessions = args.slots
         self._executor = ThreadPoolExecutor(max_workers=1, thread_name_prefix="moshi")
-        self._batch = self._executor.submit(SlotBatch, mimi, lm, args.slots, self.gen_defaults).result()
+        self._batch: SlotBatch = self._executor.submit(
+            SlotBatch, mimi, lm, args.slots, self.gen_defaults
+        ).result()
         self._free = list(range(args.slots))
         self._needs_reset: set[int] = set()
         self.default_persona = Persona(

@@ -15,7 +15,6 @@ from __future__ import annotations
 import time
 from collections.abc import Sequence
 from contextlib import ExitStack
-from dataclasses import dataclass
 
 import numpy as np
 import numpy.typing as npt
@@ -23,37 +22,8 @@ import torch
 from moshi.models.compression import MimiModel
 from moshi.models.lm import LMGen, LMModel
 
-FRAME_SAMPLES = 1920
-"""One 80 ms frame at 24 kHz."""
-
-
-@dataclass(frozen=True, slots=True)
-class Sampling:
-    """`LMGen`'s sampling knobs; slots with different values are stepped in separate masked passes."""
-
-    temp: float
-    temp_text: float
-    top_k: int
-    top_k_text: int
-
-
-@dataclass(frozen=True, slots=True)
-class ForcedFrame:
-    """A prompt frame stepped with its outputs forced (persona prefill): the user's input, the agent's
-    audio codes (`None`: the codec's silence) and the text token."""
-
-    user_pcm: npt.NDArray[np.float32] | None
-    agent_pcm: npt.NDArray[np.float32] | None
-    text_id: int
-
-
-@dataclass(frozen=True, slots=True)
-class SlotFrame:
-    """What one step produced for one slot: the text token id (`-2`: still warming up) and the agent's
-    decoded audio (empty while warming up)."""
-
-    text_id: int
-    audio: npt.NDArray[np.float32]
+from duplexkit.models.moshi.frames import FRAME_SAMPLES, ForcedFrame, SlotFrame
+from duplexkit.models.moshi.params import Sampling
 
 
 class SlotBatch:

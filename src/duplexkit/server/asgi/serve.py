@@ -4,12 +4,14 @@ from __future__ import annotations
 
 import asyncio
 import contextlib
+import logging
 import socket
 from collections.abc import Iterator
 
 import uvicorn
 
 from duplexkit.server.asgi.app import asgi_app
+from duplexkit.server.edge import QUIET_PATHS
 from duplexkit.server.service import WS_MAX_FRAME_BYTES, DuplexServer
 
 
@@ -18,6 +20,21 @@ class _Uvicorn(uvicorn.Server):
     def capture_signals(self) -> Iterator[None]:
         """Leave the process's signals be: whoever runs the edge drains on SIGTERM (`server.serve`)."""
         yield
+
+
+class _QuietPathsAtDebug(logging.Filter):
+    """uvicorn's access line for a `QUIET_PATHS` request, at DEBUG (kept only when DEBUG is on)."""
+
+    def filter(self, record: logging.LogRecord) -> bool:
+        args = record.args
+        if not (isinstance(args, tuple) and len(args) > 2 and str(args[2]).partition("?")[0] in QUIET_PATHS):
+            return True
+        record.levelno, record.levelname = logging.DEBUG, "DEBUG"
+        return _ACCESS.isEnabledFor(logging.DEBUG)
+
+
+_ACCESS = logging.getLogger("uvicorn.access")
+_ACCESS.addFilter(_QuietPathsAtDebug())
 
 
 class AsgiEdge:

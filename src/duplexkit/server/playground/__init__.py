@@ -21,7 +21,8 @@ WORKLET_PATH = "/playground/worklet.js"
 
 _ASSETS = files(__name__)
 _CSS = (_ASSETS / "playground.css").read_text(encoding="utf-8")
-_JS = (_ASSETS / "playground.js").read_text(encoding="utf-8")
+_JS = "\n".join((_ASSETS / name).read_text(encoding="utf-8") for name in ("view.js", "playground.js"))
+"""The page's script: the view (timeline, transcript), then the connection that feeds it."""
 _TEMPLATE = (_ASSETS / "index.html").read_text(encoding="utf-8")
 _WORKLET = (_ASSETS / "worklet.js").read_text(encoding="utf-8")
 

@@ -1,5 +1,6 @@
-// duplexkit playground: microphone -> 200 ms appends on the media clock; reply audio -> playback with
-// honest acks; the model's per-unit decisions, the streaming transcript and the server's TTFT/TTFP.
+// duplexkit playground: the connection. Microphone -> 200 ms appends on the media clock; reply audio ->
+// playback with honest acks; server events -> the view (view.js: the timeline and the transcript).
+// The realtime WebSocket is the transport: `send` and the `handle(conn, event)` switch are its two ends.
 "use strict";
 (() => {
   const $ = (id) => document.getElementById(id);
@@ -7,7 +8,6 @@
   const APPEND_MS = 200;
   const SPEECH_RMS = 0.015; // a chunk louder than this counts as speech (the page's voice-activity hint)
   const ACK_EVERY_MS = 250;
-  const MAX_CELLS = 400;
   const KEY_STORE = "duplexkit.playground.api-key";
   const authRequired = root.dataset.auth === "required";
 
@@ -20,6 +20,9 @@
   window.duplexkitPlayground = { stats };
 
   let live = null; // the current connection's state, or null
+  const timeline = new PlaygroundView.Timeline($("timeline"));
+  const transcript = new PlaygroundView.Transcript($("transcript"), $("transcript-empty"));
+  window.duplexkitPlayground.timeline = timeline;
 
   $("model-name").textContent = root.dataset.model || "the model";
   if (authRequired) {
@@ -185,8 +188,11 @@
     }
     live = {
       ws, ctx, stream, capture: null, playback: null, session: null, opened: false, closedReason: null,
-      responses: new Map(), sendChain: Promise.resolve(), refused: null,
+      responses: new Map(), heard: new Map(), sendChain: Promise.resolve(), refused: null,
+      mediaOffsetMs: null, // page clock - input media clock: where on the page's clock the microphone started
     };
+    timeline.reset();
+    transcript.reset();
     const conn = live;
     ws.onopen = () => {
       conn.opened = true;
@@ -248,22 +254,30 @@
   function captured(conn, chunk) {
     if (chunk.type !== "chunk") return;
     const speech = chunk.rms >= SPEECH_RMS;
+    const arrivedAt = performance.now();
     queue(conn, async () => {
       if (speech && conn.session.overlap_policy === "barge_in_on_speech") await truncate(conn);
       conn.sentSamples += chunk.pcm.length;
       const durationMs = (1000 * chunk.pcm.length) / conn.inputRate;
+      const endMs = (1000 * conn.sentSamples) / conn.inputRate;
       send(conn, {
         type: "input_audio_buffer.append",
         audio: base64Of(new Uint8Array(chunk.pcm.buffer)),
         sample_rate_hz: conn.inputRate,
         duration_ms: durationMs,
-        audio_end_ms: (1000 * conn.sentSamples) / conn.inputRate,
+        audio_end_ms: endMs,
         is_speech: speech,
       });
+      // The chunk that arrived soonest after its audio ended places the media clock on the page's clock.
+      conn.mediaOffsetMs = Math.min(conn.mediaOffsetMs ?? Infinity, arrivedAt - endMs);
       stats.appends += 1;
-      stats.sentMs = (1000 * conn.sentSamples) / conn.inputRate;
-      if (speech) stats.speechChunks += 1;
-      cell("lane-speech", speech ? "speech" : "quiet", speech ? "speech" : "no speech");
+      stats.sentMs = endMs;
+      if (speech) {
+        stats.speechChunks += 1;
+        timeline.span("you", "speech", endMs - durationMs, endMs, { title: "you spoke (the page heard speech)" });
+      } else {
+        timeline.extend(endMs);
+      }
       renderStats();
     });
   }
@@ -287,6 +301,7 @@
       r.playedMs = Math.min(r.receivedMs, (1000 * (played[r.id] || 0)) / conn.ctx.sampleRate);
       stats.truncatedAtMs[r.id] = r.playedMs;
       ack(conn, r, true);
+      heardUpTo(conn, r, r.playedMs);
     }
   }
 
@@ -307,9 +322,12 @@
       for (const [id, frames] of Object.entries(report.played)) {
         const r = conn.responses.get(id);
         if (!r || r.cut) continue;
+        const renderedMs = (1000 * frames) / conn.ctx.sampleRate;
         // Rendered audio still in the output device's buffer has not been heard yet.
-        r.playedMs = Math.min(r.receivedMs, Math.max(0, (1000 * frames) / conn.ctx.sampleRate - outputLatencyMs(conn.ctx)));
+        if (r.heardAt === null && frames > 0) r.heardAt = now - renderedMs + outputLatencyMs(conn.ctx);
+        r.playedMs = Math.min(r.receivedMs, Math.max(0, renderedMs - outputLatencyMs(conn.ctx)));
         if (now - r.lastAckAt >= ACK_EVERY_MS) ack(conn, r, false);
+        heardUpTo(conn, r, renderedMs);
       }
     } else if (report.type === "drained") {
       stats.workletReceived = report.received;
@@ -320,6 +338,7 @@
       setTimeout(() => {
         r.playedMs = Math.min(r.receivedMs, (1000 * report.played) / conn.ctx.sampleRate);
         ack(conn, r, false);
+        heardUpTo(conn, r, r.playedMs);
       }, outputLatencyMs(conn.ctx));
     }
     renderStats();
@@ -351,55 +370,58 @@
     return samples;
   }
 
-  function cell(laneId, kind, title) {
-    const lane = $(laneId);
-    const el = document.createElement("span");
-    el.className = `cell ${kind}`;
-    el.title = title;
-    lane.append(el);
-    while (lane.childElementCount > MAX_CELLS) lane.firstElementChild.remove();
-    const box = lane.closest(".timeline");
-    box.scrollLeft = box.scrollWidth;
-    $("timeline-summary").textContent = `${stats.units.listen} units listened, ${stats.units.speak} spoken; ` +
-      `${stats.speechChunks} of ${stats.appends} chunks had speech.`;
+  // Reply `r` has been heard for `ms` from its first audio: its span on the timeline's "played" lane
+  // (the page's clock mapped onto the media clock) and its turn marker.
+  function heardUpTo(conn, r, ms) {
+    if (r.heardAt === null || conn.mediaOffsetMs === null) return;
+    const startMs = r.heardAt - conn.mediaOffsetMs;
+    timeline.upsert("played", "played", r.id, startMs, startMs + ms, `reply audio played (${r.id})`);
+    if (r.heardAfterSpeechMs === null) {
+      const before = timeline.runs.you.filter((run) => run.kind === "speech" && run.startMs < startMs);
+      const last = before[before.length - 1];
+      if (last && last.endMs <= startMs) r.heardAfterSpeechMs = startMs - last.endMs;
+    }
+    renderResponse(conn, r);
+  }
+
+  // Where on the input media clock a unit-stamped event belongs (the unit's span), else the present.
+  function unitSpan(conn, event) {
+    const period = (conn.session.capabilities || {}).chunk_period_ms || 100;
+    const endMs = event.unit_end_ms ?? stats.sentMs;
+    return [Math.max(0, endMs - period), endMs];
   }
 
   function responseEntry(conn, id) {
     let r = conn.responses.get(id);
     if (!r) {
-      const li = document.createElement("li");
-      li.dataset.response = id;
-      li.dataset.status = "in_progress";
-      const text = document.createElement("p");
-      text.className = "text";
-      const meta = document.createElement("p");
-      meta.className = "meta";
-      li.append(text, meta);
-      $("transcript").append(li);
-      $("transcript-empty").hidden = true;
-      r = { id, itemId: null, li, text, meta, transcript: "", metrics: {}, status: "in_progress", reason: null,
-        receivedMs: 0, playedMs: 0, ackedMs: 0, lastAckAt: 0, cut: false, drained: false };
+      r = { id, itemId: null, entry: transcript.entry("model", id), transcript: "", metrics: {},
+        status: "in_progress", reason: null, receivedMs: 0, playedMs: 0, ackedMs: 0, lastAckAt: 0, cut: false,
+        drained: false, heardAt: null, heardAfterSpeechMs: null, firstUnitMs: null };
       conn.responses.set(id, r);
-      renderResponse(r);
+      renderResponse(conn, r);
     }
     return r;
   }
 
-  function renderResponse(r) {
-    r.text.textContent = r.transcript || "…";
+  function renderResponse(conn, r) {
+    transcript.reply(r.entry, r);
+    const at = r.heardAt !== null && conn.mediaOffsetMs !== null ? r.heardAt - conn.mediaOffsetMs : r.firstUnitMs;
+    if (at === null) return;
     const m = r.metrics;
-    const parts = [];
-    parts.push(m.ttft_ms !== undefined ? `TTFT ${Math.round(m.ttft_ms)} ms` : "TTFT not observed yet");
-    parts.push(m.ttfp_ms !== undefined ? `TTFP ${Math.round(m.ttfp_ms)} ms` : "TTFP not observed yet");
-    if (m.source) parts.push(`source: ${m.source}`);
-    let state = r.status === "in_progress" ? "streaming" : r.status;
-    if (r.reason) state += ` (${r.reason})`;
-    parts.push(state);
-    r.meta.textContent = parts.join(" · ");
-    r.li.dataset.status = r.status;
-    if (m.ttft_ms !== undefined) r.li.dataset.ttftMs = String(m.ttft_ms);
-    if (m.ttfp_ms !== undefined) r.li.dataset.ttfpMs = String(m.ttfp_ms);
-    if (m.source) r.li.dataset.source = m.source;
+    const ms = (v) => (v === undefined || v === null ? "—" : `${Math.round(v)} ms`);
+    timeline.turn(r.id, at, [`TTFT ${ms(m.ttft_ms)}`, `TTFP ${ms(m.ttfp_ms)}`, `you→audio ${ms(r.heardAfterSpeechMs)}`],
+      `${r.id}: server TTFT ${ms(m.ttft_ms)}, TTFP ${ms(m.ttfp_ms)} (from the model request's start); ` +
+      `end of your speech → first audio heard ${ms(r.heardAfterSpeechMs)} (this page's clock)`);
+  }
+
+  // What the model heard of user item `id`: an entry in the transcript, in the order it began.
+  function heardEntry(conn, id) {
+    let h = conn.heard.get(id);
+    if (!h) {
+      h = { entry: transcript.entry("user", id), text: "" };
+      conn.heard.set(id, h);
+    }
+    return h;
   }
 
   // Server-anchored metrics ride several events; a later value never erases an earlier observed one.
@@ -426,7 +448,7 @@
       case "response.created": {
         const created = responseEntry(conn, event.response.id);
         adoptMetrics(created, event.response_request_metrics);
-        renderResponse(created);
+        renderResponse(conn, created);
         break;
       }
       case "response.output_item.added":
@@ -444,22 +466,27 @@
           conn.playback.port.postMessage({ type: "audio", id: r.id, samples, rate }, [samples.buffer]);
         }
         stats.units.speak += 1;
-        cell("lane-units", "speak", `spoke (${r.id})`);
+        const [startMs, endMs] = unitSpan(conn, event);
+        if (r.firstUnitMs === null) {
+          r.firstUnitMs = startMs;
+          renderResponse(conn, r);
+        }
+        timeline.span("model", "speak", startMs, endMs, { key: r.id, title: `spoke (${r.id})`, gapMs: 1e9 });
         renderStats();
         break;
       }
       case "response.output_audio_transcript.delta":
       case "response.output_text.delta":
         r.transcript += event.delta || "";
-        renderResponse(r);
+        renderResponse(conn, r);
         break;
       case "response.output_audio_transcript.done":
         r.transcript = event.transcript;
-        renderResponse(r);
+        renderResponse(conn, r);
         break;
       case "response.output_text.done":
         r.transcript = event.text;
-        renderResponse(r);
+        renderResponse(conn, r);
         break;
       case "response.done": {
         const done = responseEntry(conn, event.response.id);
@@ -471,21 +498,41 @@
           done.cut = true;
           conn.playback.port.postMessage({ type: "clear" });
         }
-        const units = $("lane-units").querySelectorAll(".cell.speak");
-        if (done.status === "cancelled" && units.length) units[units.length - 1].classList.add("cancelled");
-        renderResponse(done);
+        if (done.status === "cancelled") {
+          timeline.flag("model", done.id, "cancelled");
+          timeline.flag("played", done.id, "cancelled");
+        }
+        renderResponse(conn, done);
         break;
       }
-      case "response.listen":
+      case "response.listen": {
         stats.units.listen += 1;
-        cell("lane-units", "listen", `listened (${(event.response.metadata || {}).reason || "model_listen"})`);
+        const [startMs, endMs] = unitSpan(conn, event);
+        timeline.span("model", "listen", startMs, endMs, { title: "listened", gapMs: 1 });
         break;
+      }
       case "input_audio_buffer.speech_started":
-        cell("lane-units", "speech", `server VAD: speech started at ${event.audio_start_ms} ms`);
+        timeline.upsert("you", "vad", event.item_id, event.audio_start_ms, event.audio_start_ms,
+          `server VAD: speech from ${event.audio_start_ms} ms`);
         break;
-      case "input_audio_buffer.speech_stopped":
-        cell("lane-units", "quiet", `server VAD: speech stopped at ${event.audio_end_ms} ms`);
+      case "input_audio_buffer.speech_stopped": {
+        const run = timeline.runs.you.find((x) => x.kind === "vad" && x.key === event.item_id);
+        timeline.upsert("you", "vad", event.item_id, run ? run.startMs : event.audio_end_ms, event.audio_end_ms,
+          `server VAD: speech ${run ? run.startMs : "?"}–${event.audio_end_ms} ms`);
         break;
+      }
+      case "conversation.item.input_audio_transcription.delta": {
+        const h = heardEntry(conn, event.item_id);
+        h.text += event.delta || "";
+        transcript.heard(h.entry, h.text, false);
+        break;
+      }
+      case "conversation.item.input_audio_transcription.completed": {
+        const h = heardEntry(conn, event.item_id);
+        h.text = event.transcript;
+        transcript.heard(h.entry, h.text, true);
+        break;
+      }
       case "playback.acknowledged":
         stats.acksAcknowledged += 1;
         stats.acknowledgedMs[event.response_id] = event.played_ms;

@@ -11,9 +11,11 @@ connection, with no ASGI message in between.
 from __future__ import annotations
 
 import http
+import logging
 import socket
 from collections.abc import Sequence
 from dataclasses import dataclass
+from typing import Any
 from urllib.parse import parse_qsl
 
 from websockets.asyncio.server import Server, ServerConnection, serve
@@ -22,8 +24,22 @@ from websockets.exceptions import ConnectionClosed
 from websockets.http11 import Request, Response
 from websockets.typing import Subprotocol
 
-from duplexkit.server.edge import WEBSOCKET_ROUTES, HttpResponse, SocketClosed, WebSocketRoute
+from duplexkit.server.edge import (
+    QUIET_PATHS,
+    WEBSOCKET_ROUTES,
+    HttpResponse,
+    SocketClosed,
+    WebSocketRoute,
+)
 from duplexkit.server.service import WS_MAX_FRAME_BYTES, DuplexServer
+
+
+class _AtDebug(logging.LoggerAdapter):  # type: ignore[type-arg]
+    """A connection's log with its INFO lines at DEBUG (a health poll's response and close)."""
+
+    def log(self, level: int, msg: object, *args: Any, **kwargs: Any) -> None:
+        super().log(logging.DEBUG if level == logging.INFO else level, msg, *args, **kwargs)
+
 
 BACKLOG = 2048
 """Pending TCP connections the listening socket holds (a thousand clients may connect at once)."""
@@ -102,6 +118,8 @@ class WebSocketsEdge:
             path, _, query = request.path.partition("?")
             route = WEBSOCKET_ROUTES.get(path)
             if route is None:
+                if path in QUIET_PATHS:
+                    connection.protocol.logger = _AtDebug(connection.protocol.logger, {})
                 build = duplex.http_routes.get(path)
                 if build is None:
                     return connection.respond(http.HTTPStatus.NOT_FOUND, "Not Found\n")

@@ -1,0 +1,30 @@
+"""What crosses between the plugin and its torch edge (`slots`), per slot and frame: plain numpy."""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+
+import numpy as np
+import numpy.typing as npt
+
+FRAME_SAMPLES = 1920
+"""One 80 ms frame at 24 kHz."""
+
+
+@dataclass(frozen=True, slots=True)
+class ForcedFrame:
+    """A prompt frame stepped with its outputs forced (persona prefill): the user's input, the agent's
+    audio codes (`None`: the codec's silence) and the text token."""
+
+    user_pcm: npt.NDArray[np.float32] | None
+    agent_pcm: npt.NDArray[np.float32] | None
+    text_id: int
+
+
+@dataclass(frozen=True, slots=True)
+class SlotFrame:
+    """What one step produced for one slot: the text token id (`-2`: still warming up) and the agent's
+    decoded audio (empty while warming up)."""
+
+    text_id: int
+    audio: npt.NDArray[np.float32]
