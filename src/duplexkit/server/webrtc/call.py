@@ -320,9 +320,9 @@ async def _close_channels(channels: list[RTCDataChannel]) -> None:
     for channel in channels:
         if channel.readyState == "closed":
             continue
-        done = asyncio.get_running_loop().create_future()
-        channel.on("close", lambda done=done: done.done() or done.set_result(None))
+        done = asyncio.Event()
+        channel.on("close", done.set)
         channel.close()
-        closed.append(done)
+        closed.append(done.wait())
     if closed:
         await asyncio.gather(*closed)
