@@ -1,4 +1,6 @@
-"""The playground page in headless Chromium against a real server, with a fake microphone playing speech.
+"""The playground page in headless Chromium against a real server, with a fake microphone playing speech,
+on its WebSocket transport (`?transport=websocket`; the WebRTC call is tested in
+test_playground_webrtc_browser.py).
 
 Chromium's fake capture device plays a WAV of speech made by the project's own voice (piper). The page must
 connect, stream the microphone, play the scripted model's reply through its worklet, show the transcript and
@@ -130,7 +132,7 @@ async def test_the_page_talks_to_the_server_through_a_fake_microphone(
 ) -> None:
     assert BROWSER is not None
     async with HeadlessChromium(BROWSER, flags=_mic(speech_wav), timeout_s=30) as browser:
-        await browser.open(server.http_url + "/playground")
+        await browser.open(server.http_url + "/playground?transport=websocket")
         await browser.click("#connect")
 
         def heard_whole_reply(state: dict[str, Any]) -> bool:
@@ -186,7 +188,7 @@ async def test_the_cascade_model_understands_the_microphone_as_the_page_resample
         EmbeddedServer(load_model("cascade", {"responder": "echo"})) as server,
         HeadlessChromium(BROWSER, flags=_mic(speech_wav), timeout_s=30) as browser,
     ):
-        await browser.open(server.http_url + "/")
+        await browser.open(server.http_url + "/?transport=websocket")
         await browser.click("#connect")
         state = await _until(browser, lambda s: any(r["status"] == "completed" for r in s["responses"]), 40)
         (artifacts / "playground-cascade.png").write_bytes(await browser.screenshot())
@@ -207,7 +209,7 @@ async def test_speaking_over_a_reply_barges_in_and_acks_what_was_played(
         EmbeddedServer(plugin) as server,
         HeadlessChromium(BROWSER, flags=_mic(speech_wav), timeout_s=30) as browser,
     ):
-        await browser.open(server.http_url + "/")
+        await browser.open(server.http_url + "/?transport=websocket")
         await browser.click("#connect")
         state = await _until(browser, lambda s: any(r["status"] == "cancelled" for r in s["responses"]), 40)
         (artifacts / "playground-barge-in.png").write_bytes(await browser.screenshot())
@@ -258,7 +260,7 @@ async def test_a_full_server_shows_its_capacity_refusal_with_a_retry(
         HeadlessChromium(BROWSER, flags=_mic(speech_wav)) as browser,
     ):
         assert json.loads(await occupant.recv())["type"] == "session.created"
-        await browser.open(server.http_url + "/")
+        await browser.open(server.http_url + "/?transport=websocket")
         await browser.click("#connect")
         # The refusal and the close are separate browser tasks: wait for both.
         state = await _until(browser, lambda s: s["alert"] is not None and s["stats"]["closed"] is not None)
@@ -277,7 +279,7 @@ async def test_with_api_keys_the_page_asks_for_one_sends_it_as_a_subprotocol_and
         EmbeddedServer(plugin, ServerConfig(api_keys=frozenset({"s3cret"}))) as server,
         HeadlessChromium(BROWSER, flags=_mic(speech_wav)) as browser,
     ):
-        await browser.open(server.http_url + "/")
+        await browser.open(server.http_url + "/?transport=websocket")
         assert await browser.evaluate("document.getElementById('auth-fields').hidden") is False
         await browser.click("#connect")
         state = await _until(browser, lambda s: s["alert"] is not None)

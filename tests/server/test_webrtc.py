@@ -258,3 +258,12 @@ async def test_server_shutdown_closes_the_call(plugin: ModelPlugin) -> None:
         assert (await peer.until("session.closed"))["reason"] == "server_shutdown"
         assert srv.duplex.manager.active == 0
         await peer.close()
+
+
+async def test_without_the_webrtc_extra_a_call_is_refused_with_a_code(
+    server: EmbeddedServer, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    monkeypatch.setattr("duplexkit.server.webrtc.AVAILABLE", False)
+    refused = await _post(server, (await CallPeer(_speech()).offer()).encode())
+    assert (refused.status_code, _error(refused)) == (501, "webrtc_unavailable")
+    assert server.duplex.manager.active == 0

@@ -95,7 +95,9 @@ class DuplexServer:
         self.resumable = ResumeRegistry()
         self._lives: set[asyncio.Task[None]] = set()
         """Each admitted session's lifetime, which may outlast its opening connection (detached)."""
-        pages = playground_pages(model=self.plugin.name, auth_required=bool(self.config.api_keys))
+        pages = playground_pages(
+            model=self.plugin.name, auth_required=bool(self.config.api_keys), webrtc=webrtc.AVAILABLE
+        )
         self.http_routes: Mapping[str, Callable[[], HttpResponse]] = {
             "/healthz": self._healthz,
             "/v1/models": self._models,
