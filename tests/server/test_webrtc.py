@@ -264,6 +264,40 @@ async def test_without_the_webrtc_extra_a_call_is_refused_with_a_code(
     server: EmbeddedServer, monkeypatch: pytest.MonkeyPatch
 ) -> None:
     monkeypatch.setattr("duplexkit.server.webrtc.AVAILABLE", False)
-    refused = await _post(server, (await CallPeer(_speech()).offer()).encode())
+    peer = CallPeer(_speech())
+    refused = await _post(server, (await peer.offer()).encode())
     assert (refused.status_code, _error(refused)) == (501, "webrtc_unavailable")
     assert server.duplex.manager.active == 0
+    await peer.close()
+
+
+async def test_events_ride_the_channel_in_the_sessions_dialect(server: EmbeddedServer) -> None:
+    peer = CallPeer(_speech())
+    assert (await peer.call(server.http_url, headers={"OpenAI-Beta": "realtime=v1"})).status_code == 201
+    await peer.until("response.done", timeout=15)
+    names = {e["type"] for e in peer.events}
+    assert "response.audio_transcript.delta" in names  # the beta names
+    assert "response.output_audio_transcript.delta" not in names and "response.audio.delta" not in names
+    await peer.close()
+
+
+async def test_a_client_that_expects_100_continue_gets_it_before_sending_the_offer(
+    server: EmbeddedServer,
+) -> None:
+    """curl sends `Expect: 100-continue` for a body of a few KiB and waits for the interim answer."""
+    peer = CallPeer(_speech())
+    offer = (await peer.offer()).encode()
+    host, port = server.http_url.removeprefix("http://").split(":")
+    reader, writer = await asyncio.open_connection(host, int(port))
+    head = (
+        f"POST /v1/realtime/calls HTTP/1.1\r\nHost: {host}\r\nContent-Type: application/sdp\r\n"
+        f"Content-Length: {len(offer)}\r\nExpect: 100-continue\r\n\r\n"
+    )
+    writer.write(head.encode())
+    assert await asyncio.wait_for(reader.readuntil(b"\r\n\r\n"), 5) == b"HTTP/1.1 100 Continue\r\n\r\n"
+    writer.write(offer)
+    assert (await asyncio.wait_for(reader.readline(), 5)).startswith(b"HTTP/1.1 201")
+    writer.close()
+    await writer.wait_closed()
+    await _slot_back(server)  # the answer is never applied: the call ends at its connect timeout
+    await peer.close()

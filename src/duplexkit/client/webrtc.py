@@ -89,7 +89,7 @@ class CallConnection:
         self._listener: asyncio.Task[None] | None = None
         self.close_code: int | None = None
         """1000 once the call ended cleanly (this side closed it), 1006 when it was lost."""
-        channel.on("message", self._inbound.put_nowait)
+        channel.on("message", self._on_message)
         channel.on("close", lambda: self._ended(1006))
         pc.on("connectionstatechange", self._on_state)
         pc.on("track", self._on_track)
@@ -142,6 +142,10 @@ class CallConnection:
         self._ended(1006)
         task = asyncio.ensure_future(self.close())
         task.add_done_callback(lambda t: t.cancelled() or t.exception())
+
+    def _on_message(self, message: str | bytes) -> None:
+        """A channel message is an event, text even when it came as bytes (binary means audio here)."""
+        self._inbound.put_nowait(message if isinstance(message, str) else message.decode("utf-8", "replace"))
 
     def _ended(self, code: int) -> None:
         if self.close_code is None:

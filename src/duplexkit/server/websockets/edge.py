@@ -64,6 +64,8 @@ class _BodySplitter:
         self._length = 0
         self.body = b""
         self.too_large = False
+        self.expects_continue = False
+        """The client waits for `100 Continue` before sending the body (curl does for a few KiB)."""
 
     def feed(self, data: bytes) -> bytes:
         """The bytes the library's parser gets now."""
@@ -86,6 +88,9 @@ class _BodySplitter:
             kept = [line for line in lines if not line.lower().startswith(b"content-length:")]
             lengths = [line.split(b":", 1)[1].strip() for line in lines if line not in kept]
             self._length = int(lengths[0]) if lengths and lengths[0].isdigit() else 0
+            self.expects_continue = any(
+                line.lower().replace(b" ", b"") == b"expect:100-continue" for line in kept
+            )
             self._head = b"\r\n".join(kept) + b"\r\n\r\n"
             del self._buffer[: end + 4]
             self._state = "body"
@@ -116,6 +121,9 @@ class _Connection(ServerConnection):
         if self.splitter is None:
             self.splitter = _BodySplitter()
         data = self.splitter.feed(data)
+        if self.splitter.expects_continue:
+            self.splitter.expects_continue = False
+            self.transport.write(b"HTTP/1.1 100 Continue\r\n\r\n")
         if data:
             super().data_received(data)
 
