@@ -57,6 +57,10 @@ def test_appends_go_to_the_track_and_everything_else_on_the_channel() -> None:
     }
     assert adapter.encode(append) == [pcm]
     assert adapter.encode({"type": "input_audio_buffer.commit"}) == ['{"type": "input_audio_buffer.commit"}']
+    frames = ["aGVsbG8="]
+    [audio, video] = adapter.encode({**append, "video_frames": frames})
+    assert audio == pcm
+    assert json.loads(video) == {"type": "input_audio_buffer.append", "audio": "", "video_frames": frames}
     with pytest.raises(ValueError, match="48 kHz"):
         adapter.encode({**append, "sample_rate_hz": 16_000})
     caps = adapter.capabilities({"capabilities": {"input_sample_rate_hz": 16_000, "chunk_period_ms": 80}})

@@ -5,7 +5,9 @@ The transport carries two kinds of message, and this adapter says which is which
 the `oai-events` data channel, binary is audio (PCM16 mono at 48 kHz, the tracks' rate).
 
 Out: every event goes on the channel as it is (the GA names), except appends: their audio goes to the
-microphone track (binary), which sends it in real time on the media clock. Playback is not acknowledged by
+microphone track (binary), which sends it in real time on the media clock, and their video frames, if any,
+go on the channel in an append without audio (it reaches the server before the track's audio does, so the
+frames join the unit the audio closes). Playback is not acknowledged by
 the client: the server counts what it sent on its track (see docs/protocol.md).
 
 In: channel events as they are. The server's track is one continuous stream (silence while the model
@@ -90,7 +92,15 @@ class WebRTCProtocol(ProtocolAdapter):
         if event.get("type") == "input_audio_buffer.append":
             if event.get("sample_rate_hz", TRACK_RATE_HZ) != TRACK_RATE_HZ:
                 raise ValueError("the microphone track takes audio at 48 kHz")
-            return [base64.b64decode(event["audio"])]
+            audio: list[Wire] = [base64.b64decode(event["audio"])]
+            if event.get("video_frames"):  # the frames ride the channel, in an append without audio
+                frames = {
+                    "type": "input_audio_buffer.append",
+                    "audio": "",
+                    "video_frames": event["video_frames"],
+                }
+                audio.append(json.dumps(frames))
+            return audio
         return [json.dumps(event)]
 
     def decode(self, message: Wire) -> list[dict[str, Any]] | None:
