@@ -301,3 +301,28 @@ async def test_a_client_that_expects_100_continue_gets_it_before_sending_the_off
     await writer.wait_closed()
     await _slot_back(server)  # the answer is never applied: the call ends at its connect timeout
     await peer.close()
+
+
+async def test_a_cleared_reply_stops_on_the_track_and_history_keeps_what_was_sent() -> None:
+    reply = "This reply goes on and on, long enough to be cut while it plays. " * 2
+    plugin = load_model("scripted", {"reply": reply, "first_output_ms": "50", "chunk_period_ms": "200"})
+    async with EmbeddedServer(plugin, ServerConfig(limits=small_limits())) as server:
+        peer = CallPeer(_speech())
+        assert (await peer.call(server.http_url)).status_code == 201
+        created = await peer.until("response.created", timeout=15)
+        await peer.until("playback.acknowledged")
+        await asyncio.sleep(0.5)
+        peer.send({"type": "output_audio_buffer.clear"})
+        done = await peer.until("response.done")
+        assert done["response"]["id"] == created["response"]["id"]
+        assert done["response"]["status"] == "cancelled"
+        stopped_at = asyncio.get_running_loop().time()
+        await asyncio.sleep(0.6)
+        # What the track sent before the clear was acknowledged as played, and that is all that was.
+        played = max(e["played_ms"] for e in peer.of_type("playback.acknowledged"))
+        assert 0 < played < 60.0 * len(reply) - 1000
+        # The track went quiet (the jitter buffer's last frames aside), and no error reached the client.
+        late = [pcm for at, pcm in peer.heard if at >= stopped_at + 0.3]
+        assert late and max(float(np.abs(pcm).max()) for pcm in late) < 0.01
+        assert peer.of_type("error") == []
+        await peer.close()

@@ -180,7 +180,7 @@ class WebRTCCall:
                 self._playout.drop(response.get("id", ""))
             else:
                 self._playout.finish(response.get("id", ""))
-        elif kind == "error" and str(event.get("error", {}).get("event_id", "")).startswith(_ACK_PREFIX):
+        elif kind == "error" and _answers_own_ack(event.get("error")):
             return  # an answer to the call's own ack (e.g. too late after a barge-in): not the client's
         await self._send_event(data)
 
@@ -312,6 +312,12 @@ class WebRTCCall:
         task = asyncio.create_task(coro, name=name)
         self._tasks.add(task)
         task.add_done_callback(self._tasks.discard)
+
+
+def _answers_own_ack(error: object) -> bool:
+    """Whether an `error` event's error (an object; a string in vLLM-Omni's handshake errors) answers one
+    of the acks the call made."""
+    return isinstance(error, dict) and str(error.get("event_id", "")).startswith(_ACK_PREFIX)
 
 
 async def _close_channels(channels: list[RTCDataChannel]) -> None:
