@@ -319,6 +319,7 @@ class DuplexServer:
                 opening,
                 dialect=dialect,
                 input_rate_hz=config.input_sample_rate_hz,
+                output_rate_hz=config.output_sample_rate_hz,
                 metrics=self.metrics,
                 connect_timeout_s=self.config.limits.config_timeout_s,
             )

@@ -104,11 +104,13 @@ class WebRTCCall:
         *,
         dialect: Dialect,
         input_rate_hz: int,
+        output_rate_hz: int,
         metrics: ServerMetrics,
     ) -> None:
         self._pc = pc
         self._dialect = dialect
         self._input_rate_hz = input_rate_hz
+        self._output_rate_hz = output_rate_hz
         self._metrics = metrics
         self._inbound: asyncio.Queue[str | bytes | None] = asyncio.Queue()
         self._inbound.put_nowait(opening)
@@ -137,13 +139,22 @@ class WebRTCCall:
         *,
         dialect: Dialect,
         input_rate_hz: int,
+        output_rate_hz: int,
         metrics: ServerMetrics,
         connect_timeout_s: float,
     ) -> tuple[WebRTCCall, str]:
         """A call for `offer` and its SDP answer. Raises `ProtocolError(invalid_sdp)` when the offer cannot
         be answered (nothing is left running then). Host candidates only: no STUN or TURN server is asked."""
         pc = RTCPeerConnection(RTCConfiguration(iceServers=[]))
-        call = cls(pc, offer, opening, dialect=dialect, input_rate_hz=input_rate_hz, metrics=metrics)
+        call = cls(
+            pc,
+            offer,
+            opening,
+            dialect=dialect,
+            input_rate_hz=input_rate_hz,
+            output_rate_hz=output_rate_hz,
+            metrics=metrics,
+        )
         pc.on("track", call._on_track)
         pc.on("datachannel", call._on_channel)
         pc.on("connectionstatechange", call._on_state)
@@ -171,7 +182,7 @@ class WebRTCCall:
         event = json.loads(data)
         kind = CANONICAL_NAMES.get(event.get("type", ""), event.get("type"))
         if kind == "response.output_audio.delta":
-            rate = int(event.get("sample_rate_hz") or self._input_rate_hz)
+            rate = int(event.get("sample_rate_hz") or self._output_rate_hz)
             self._playout.add(event["response_id"], decode_base64_audio(event["delta"], "pcm16"), rate)
             return
         if kind == "response.done":
