@@ -16,7 +16,15 @@ the unit's request starts), so the model's share is the same on both paths and t
 transport's: Opus encode/decode both ways, the 48 kHz resampling, the server track's 20 ms pacing and the
 client's jitter buffer.
 
+With `--browser N` the same comparison also runs in headless Chromium (`apt-get install chromium`, the
+`tts` extra for the spoken sentence): the playground page over a call and over `?transport=websocket`, a
+fake microphone playing a sentence then silence in a loop, until the page measured N replies. The page
+measures on its own clock (`transport.js`): the last loud sample at the microphone's analyser once 200 ms
+stayed quiet → the reply starting on what it plays (the call's track after the browser's jitter buffer, or
+the WebSocket page's playback worklet). The WebSocket page sends the microphone in 200 ms appends.
+
     .venv/bin/python benchmarks/webrtc_latency.py --trials 10
+    .venv/bin/python benchmarks/webrtc_latency.py --trials 10 --browser 5
 """
 
 from __future__ import annotations
@@ -77,6 +85,47 @@ async def trial(url: str, protocol: str, samples: np.ndarray, speech_ms: int) ->
     )
 
 
+async def browser_run(url: str, n: int) -> dict[str, list[float]]:
+    """End of speech → reply audio as the playground measured it, `n` replies per transport."""
+    import tempfile
+    import wave
+    from pathlib import Path
+
+    from tests.report.devtools import HeadlessChromium, find_chromium
+    from tests.server.test_playground_browser import STATE, _mic
+
+    from duplexkit.models.cascade.tts import PiperSynthesizer
+    from duplexkit.protocol.audio import resample
+
+    chromium = find_chromium()
+    if chromium is None:
+        raise SystemExit("--browser needs Chromium on PATH")
+    voice = PiperSynthesizer(deterministic=True)
+    spoken = voice.synthesize("Hello there. Can you hear me speaking into the microphone?")
+    silence = np.zeros(24_000, np.float32)
+    mic = np.concatenate([silence, resample(spoken, voice.sample_rate_hz, 48_000), silence, silence])
+    path = Path(tempfile.mkdtemp()) / "speech.wav"
+    with wave.open(str(path), "wb") as out:
+        out.setnchannels(1)
+        out.setsampwidth(2)
+        out.setframerate(48_000)
+        out.writeframes((np.clip(mic, -1, 1) * 32767).astype("<i2").tobytes())
+    figures: dict[str, list[float]] = {}
+    for name, query in (("webrtc", ""), ("websocket", "?transport=websocket")):
+        async with HeadlessChromium(chromium, flags=_mic(path), timeout_s=30) as browser:
+            await browser.open(url + "/playground" + query)
+            await browser.click("#connect")
+            values: list[float] = []
+            for _ in range(1500):
+                state = await browser.evaluate(STATE)
+                values = state["stats"]["heard"]["speechEndToReplyMs"]
+                if len(values) >= n:
+                    break
+                await asyncio.sleep(0.2)
+            figures[name] = values[:n]
+    return figures
+
+
 async def run(args: argparse.Namespace) -> dict[str, list[Trial]]:
     model_args = dict(arg.split("=", 1) for arg in args.model_arg)
     plugin = load_model(args.model, model_args)
@@ -86,6 +135,13 @@ async def run(args: argparse.Namespace) -> dict[str, list[Trial]]:
         for _ in range(args.trials):
             for name, protocol in TRANSPORTS.items():
                 results[name].append(await trial(server.url, protocol, samples, args.speech_ms))
+        if args.browser:
+            figures = await browser_run(server.http_url, args.browser)
+            print(
+                f"in the browser (playground, {args.browser} replies): speech end -> reply heard, median ms"
+            )
+            for name, values in figures.items():
+                print(f"{name:<10} {_median(list(values)):>8.1f}  {[round(v) for v in values]}")
     return results
 
 
@@ -106,6 +162,7 @@ def main() -> None:
     )
     parser.add_argument("--speech-ms", type=int, default=900, help="speech, ending inside a unit")
     parser.add_argument("--silence-ms", type=int, default=1500)
+    parser.add_argument("--browser", type=int, default=0, metavar="N", help="also in Chromium, N replies")
     args = parser.parse_args()
     results = asyncio.run(run(args))
     print(

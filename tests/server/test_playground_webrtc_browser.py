@@ -6,6 +6,7 @@ comes back on the server's track and is heard (the receiver's audio energy), the
 from __future__ import annotations
 
 import asyncio
+import json
 from pathlib import Path
 from typing import Any
 
@@ -88,3 +89,23 @@ async def test_the_page_falls_back_to_the_websocket_when_the_call_cannot_be_made
         assert state["stats"]["errors"] == []
         # Chromium logs the refused POST itself; the page logs nothing.
         assert all("501" in error for error in browser.log.console_errors)
+
+
+async def test_the_page_measures_end_of_speech_to_first_reply_audio_on_both_transports(
+    server: EmbeddedServer, speech_wav: Path, artifacts: Path
+) -> None:
+    """What a user waits, on the page's clock: the fake microphone's sentence ends, then the reply starts on
+    what the page plays. Measured over WebRTC and over the WebSocket on the same server; the figures go
+    to `browser-latency.json` in the artifacts (docs/performance.md quotes a run)."""
+    assert BROWSER is not None
+    figures: dict[str, list[float]] = {}
+    for transport, query in (("webrtc", ""), ("websocket", "?transport=websocket")):
+        async with HeadlessChromium(BROWSER, flags=_mic(speech_wav), timeout_s=30) as browser:
+            await browser.open(server.http_url + "/playground" + query)
+            await browser.click("#connect")
+            state = await _until(browser, lambda s: len(s["stats"]["heard"]["speechEndToReplyMs"]) >= 1, 40)
+            assert state["stats"]["transport"] == transport
+            figures[transport] = state["stats"]["heard"]["speechEndToReplyMs"]
+            assert browser.log.console_errors == []
+    (artifacts / "browser-latency.json").write_text(json.dumps(figures))
+    assert all(ms > 0 for values in figures.values() for ms in values)

@@ -16,6 +16,7 @@
     appends: 0, sentMs: 0, speechChunks: 0, receivedMs: 0, workletReceived: 0, workletPeak: 0,
     playedMs: 0, acksSent: 0, acksAcknowledged: 0, acknowledgedMs: {}, truncatedAtMs: {}, acksTooLate: 0, errors: [], units: { listen: 0, speak: 0 },
     closed: null, transport: null, fallback: null, webrtc: window.duplexkitTransport.webrtcStats,
+    heard: window.duplexkitTransport.heard,
   };
   window.duplexkitPlayground = { stats };
 
@@ -258,6 +259,7 @@
     source.connect(conn.capture);
     conn.capture.connect(conn.ctx.destination); // silent output: keeps the capture node pulled
     conn.playback.connect(conn.ctx.destination);
+    window.duplexkitTransport.hearPlayback(conn.ctx, conn.playback);
     $("interrupt").disabled = false;
     setStatus("live", `Live over WebSocket: speak to ${root.dataset.model || "the model"}. Input ${inputRate} Hz, ` +
       `units of ${caps.chunk_period_ms || "?"} ms.`);

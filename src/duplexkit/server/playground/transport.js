@@ -41,6 +41,8 @@
     pc.ontrack = (event) => {
       speaker.srcObject = event.streams[0] || new MediaStream([event.track]);
       speaker.play().catch(() => {});
+      const ctx = meterContext();
+      meter.speaker = analyser(ctx, ctx.createMediaStreamSource(speaker.srcObject));
     };
     const fail = (error) => {
       pc.close();
@@ -120,6 +122,74 @@
     return call;
   }
 
+  // What a user waits: the end of their speech at the microphone to the first reply audio at the speaker,
+  // on the page's clock (performance.now), whichever the transport. Levels are read every 10 ms from
+  // analysers on the microphone stream and on what the page plays (the call's track, or the WebSocket
+  // path's playback node): speech ends at the last loud microphone sample once 200 ms have stayed quiet;
+  // the next reply audio to start on the speaker after it gives one value.
+  const MIC_RMS = 0.02;
+  const SPEAKER_RMS = 0.01;
+  const QUIET_MS = 200;
+  const heard = { speechEndToReplyMs: [] };
+  const meter = { mic: null, speaker: null, speaking: false, lastLoudAt: null, pendingEnd: null, replying: false };
+
+  function analyser(ctx, source) {
+    const node = ctx.createAnalyser();
+    node.fftSize = 512;
+    source.connect(node);
+    return { node, buffer: new Float32Array(node.fftSize) };
+  }
+
+  function rms({ node, buffer }) {
+    node.getFloatTimeDomainData(buffer);
+    let sum = 0;
+    for (const v of buffer) sum += v * v;
+    return Math.sqrt(sum / buffer.length);
+  }
+
+  function measure() {
+    const now = performance.now();
+    if (meter.mic) {
+      if (rms(meter.mic) >= MIC_RMS) {
+        meter.speaking = true;
+        meter.lastLoudAt = now;
+        meter.pendingEnd = null;
+      } else if (meter.speaking && now - meter.lastLoudAt >= QUIET_MS) {
+        meter.speaking = false;
+        meter.pendingEnd = meter.lastLoudAt;
+      }
+    }
+    if (meter.speaker) {
+      const loud = rms(meter.speaker) >= SPEAKER_RMS;
+      if (loud && !meter.replying && meter.pendingEnd !== null) {
+        heard.speechEndToReplyMs.push(now - meter.pendingEnd);
+        meter.pendingEnd = null;
+      }
+      meter.replying = loud;
+    }
+  }
+
+  let meterCtx = null;
+  function meterContext() {
+    if (!meterCtx) {
+      meterCtx = new AudioContext();
+      meterCtx.resume().catch(() => {});
+      setInterval(measure, 10);
+    }
+    return meterCtx;
+  }
+
+  function hearMicrophone(stream) {
+    const ctx = meterContext();
+    meter.mic = analyser(ctx, ctx.createMediaStreamSource(stream));
+  }
+
+  // The WebSocket path's speaker: the page's playback node (in the page's own audio context).
+  function hearPlayback(ctx, node) {
+    meterContext();
+    meter.speaker = analyser(ctx, node);
+  }
+
   // The WebSocket, as the page opened it before calls existed.
   function openSocket(url, protocols) {
     const ws = new WebSocket(url, protocols);
@@ -130,6 +200,7 @@
   // A call when `webrtc` (the server offers it and the page did not ask for the WebSocket), else, or when
   // the call cannot be made, the WebSocket; a refusal of the session itself (key, capacity) is thrown.
   async function open({ webrtc, stream, key, url, protocols, onFallback }) {
+    hearMicrophone(stream);
     if (webrtc) {
       try {
         return await openCall({ stream, key });
@@ -141,5 +212,5 @@
     return openSocket(url, protocols);
   }
 
-  window.duplexkitTransport = { open, CallRefused, webrtcStats };
+  window.duplexkitTransport = { open, CallRefused, webrtcStats, heard, hearPlayback };
 })();
