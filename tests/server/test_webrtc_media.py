@@ -31,6 +31,13 @@ def test_a_late_or_repeated_frame_is_trimmed_to_what_is_not_placed_yet() -> None
     assert track.lost_samples == 0
 
 
+def test_a_sender_whose_clock_restarts_is_placed_from_its_new_clock() -> None:
+    track = TrackInput(TRACK_RATE_HZ)
+    placed = sum(len(track.feed(pts, samples)) for pts, samples in _frames(100, start=100))
+    placed += sum(len(track.feed(pts, samples)) for pts, samples in _frames(3))  # back to 0: a new source
+    assert placed == 103 * FRAME_SAMPLES and track.lost_samples == 0
+
+
 def test_the_input_reaches_the_model_at_its_rate() -> None:
     track = TrackInput(16_000)
     total = sum(len(track.feed(pts, samples)) for pts, samples in _frames(50))

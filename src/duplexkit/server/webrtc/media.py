@@ -4,8 +4,9 @@ onto the server's track.
 * `TrackInput`: decoded frames of the client's track, placed by their RTP timestamps (the sender's media
   clock, not the arrival time) and resampled to the model's input rate. A gap in the timestamps (packets
   lost, or dropped by the jitter buffer) becomes silence of the gap's length and is counted; a frame that
-  overlaps what is already placed (a late or repeated packet) is trimmed. So the engine hears the client's
-  timeline exactly, whatever the network did.
+  overlaps what is already placed (a late or repeated packet) is trimmed; timestamps more than a second
+  behind mean the sender's clock restarted, and placing goes on from there. So the engine hears the
+  client's timeline exactly, whatever the network did.
 * `Playout`: reply audio queued per response at the track's rate, taken 20 ms at a time, silence when there
   is none, so the track never underruns. What it has handed out counts as played (the track sends it
   now), and it says when to acknowledge that: every `ack_every_ms` of a response, and when the response's
@@ -44,8 +45,8 @@ class TrackInput:
     def feed(self, pts: int, samples: Samples) -> Samples:
         """Place one decoded mono frame that starts at RTP time `pts` (48 kHz units, from the track's first
         frame); returns the audio now ready at the model's rate (it lags by the resampler's filter delay)."""
-        if self._next is None:
-            self._next = pts
+        if self._next is None or pts < self._next - TRACK_RATE_HZ:
+            self._next = pts  # the first frame, or the sender's clock restarted (a new source)
         gap = pts - self._next
         if gap > 0:
             self.lost_samples += gap
