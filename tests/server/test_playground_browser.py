@@ -1,4 +1,6 @@
-"""The playground page in headless Chromium against a real server, with a fake microphone playing speech.
+"""The playground page in headless Chromium against a real server, with a fake microphone playing speech,
+on its WebSocket transport (`?transport=websocket`; the WebRTC call is tested in
+test_playground_webrtc_browser.py).
 
 Chromium's fake capture device plays a WAV of speech made by the project's own voice (piper). The page must
 connect, stream the microphone, play the scripted model's reply through its worklet, show the transcript and
@@ -156,7 +158,7 @@ async def test_the_page_talks_to_the_server_through_a_fake_microphone(
 ) -> None:
     assert BROWSER is not None
     async with HeadlessChromium(BROWSER, flags=_mic(speech_wav), timeout_s=30) as browser:
-        await browser.open(server.http_url + "/playground")
+        await browser.open(server.http_url + "/playground?transport=websocket")
         await browser.click("#connect")
 
         def heard_whole_reply(state: dict[str, Any]) -> bool:
@@ -217,7 +219,7 @@ async def test_a_conversation_with_the_cascade_shows_what_it_heard_and_both_lane
         EmbeddedServer(load_model("cascade", {"responder": "echo"})) as server,
         HeadlessChromium(BROWSER, flags=_mic(speech_wav), width=1400, height=1100, timeout_s=30) as browser,
     ):
-        await browser.open(server.http_url + "/")
+        await browser.open(server.http_url + "/?transport=websocket")
         await browser.evaluate("document.getElementById('overlap').value = 'listen_only'")
         await browser.click("#connect")
 
@@ -283,7 +285,7 @@ async def test_speaking_over_a_reply_barges_in_and_acks_what_was_played(
         EmbeddedServer(plugin) as server,
         HeadlessChromium(BROWSER, flags=_mic(speech_wav), timeout_s=30) as browser,
     ):
-        await browser.open(server.http_url + "/")
+        await browser.open(server.http_url + "/?transport=websocket")
         await browser.click("#connect")
         state = await _until(browser, lambda s: any(r["status"] == "cancelled" for r in s["responses"]), 40)
         (artifacts / "playground-barge-in.png").write_bytes(await browser.screenshot())
@@ -334,7 +336,7 @@ async def test_a_full_server_shows_its_capacity_refusal_with_a_retry(
         HeadlessChromium(BROWSER, flags=_mic(speech_wav)) as browser,
     ):
         assert json.loads(await occupant.recv())["type"] == "session.created"
-        await browser.open(server.http_url + "/")
+        await browser.open(server.http_url + "/?transport=websocket")
         await browser.click("#connect")
         # The refusal and the close are separate browser tasks: wait for both.
         state = await _until(browser, lambda s: s["alert"] is not None and s["stats"]["closed"] is not None)
@@ -353,7 +355,7 @@ async def test_with_api_keys_the_page_asks_for_one_sends_it_as_a_subprotocol_and
         EmbeddedServer(plugin, ServerConfig(api_keys=frozenset({"s3cret"}))) as server,
         HeadlessChromium(BROWSER, flags=_mic(speech_wav)) as browser,
     ):
-        await browser.open(server.http_url + "/")
+        await browser.open(server.http_url + "/?transport=websocket")
         assert await browser.evaluate("document.getElementById('auth-fields').hidden") is False
         await browser.click("#connect")
         state = await _until(browser, lambda s: s["alert"] is not None)

@@ -10,7 +10,8 @@ Input audio goes out as PCM16 at the server's input rate on a media clock (`Medi
 carries its `duration_ms` and the cumulative `audio_end_ms`.
 
 The wire protocol is an adapter (`client.protocols`): the client builds canonical events, the adapter
-turns each into its protocol's frames and each received message into canonical events.
+turns each into its protocol's frames and each received message into canonical events. Its transport is
+a WebSocket, or a WebRTC call (`client.webrtc`, for the `webrtc` adapter), which ends and refuses like one.
 
 With a `ResumePolicy` (duplex protocol only), a connection lost before the session ended is resumed
 (`client/reconnect.py`): the client reconnects with backoff, sends `session.resume`, drops replayed events
@@ -31,7 +32,7 @@ import urllib.parse
 from collections.abc import Callable, Mapping, Sequence
 from dataclasses import dataclass, field
 from types import TracebackType
-from typing import Any, Literal, TypeVar
+from typing import TYPE_CHECKING, Any, Literal, TypeVar
 
 import numpy as np
 import numpy.typing as npt
@@ -58,6 +59,9 @@ from duplexkit.client.results import CloseResult, DrainResult, Pace, StreamRepor
 from duplexkit.protocol import client_events as ce
 from duplexkit.protocol.audio import encode_audio, resample
 from duplexkit.protocol.units import MediaClock, chunk_samples, ms_to_samples, samples_to_ms
+
+if TYPE_CHECKING:
+    from duplexkit.client.webrtc import CallConnection
 
 T = TypeVar("T")
 
@@ -125,7 +129,7 @@ class DuplexClient:
         self._headers = self.protocol.headers() | ({"Authorization": f"Bearer {api_key}"} if api_key else {})
         self._open_timeout_s = open_timeout_s
         self._ack_interval_s = ack_interval_s
-        self._ws: ClientConnection | None = None
+        self._ws: ClientConnection | CallConnection | None = None
         self._tasks: list[asyncio.Task[None]] = []
         self._reader: asyncio.Task[None] | None = None
         self._acker: asyncio.Task[None] | None = None
@@ -172,7 +176,11 @@ class DuplexClient:
         await asyncio.gather(*tasks, return_exceptions=True)
         await self._close_socket()
 
-    async def _connect(self, timeout_s: float, url: str | None = None) -> ClientConnection:
+    async def _connect(self, timeout_s: float, url: str | None = None) -> ClientConnection | CallConnection:
+        if self.protocol.transport == "webrtc":
+            from duplexkit.client.webrtc import open_call
+
+            return await open_call(url or self.url, self._headers, timeout_s)
         return await connect(
             url or self.url,
             additional_headers=self._headers,
@@ -182,7 +190,7 @@ class DuplexClient:
             ping_interval=None,
         )
 
-    def _start_io(self, ws: ClientConnection, resend: list[tuple[int, Wire]]) -> None:
+    def _start_io(self, ws: ClientConnection | CallConnection, resend: list[tuple[int, Wire]]) -> None:
         """The reader and the writer for `ws`; the writer first sends `resend` (frames the server lacks)."""
         self._reader = asyncio.create_task(self._read_loop(ws), name="duplex-reader")
         self._tasks = [self._reader, asyncio.create_task(self._write_loop(ws, resend), name="duplex-writer")]
@@ -528,7 +536,7 @@ class DuplexClient:
         try:
             await asyncio.wait_for(self._ws.close(), SOCKET_CLOSE_GRACE_S)
         except TimeoutError:
-            self._ws.transport.abort()
+            _abort(self._ws)
 
     def _input_rate(self) -> int:
         if self._clock is None:
@@ -581,7 +589,9 @@ class DuplexClient:
         async with asyncio.timeout(timeout_s):
             return await asyncio.shield(future)
 
-    async def _write_loop(self, ws: ClientConnection, resend: list[tuple[int, Wire]]) -> None:
+    async def _write_loop(
+        self, ws: ClientConnection | CallConnection, resend: list[tuple[int, Wire]]
+    ) -> None:
         """Send `resend` (frames the server never read, after a resume), then the outbox in order.
 
         With a resume policy every frame is numbered and kept until written, so a loss mid-item leaves it
@@ -620,7 +630,7 @@ class DuplexClient:
             self.collector.commit_sent(at)
         item.future.set_result(at)
 
-    async def _read_loop(self, ws: ClientConnection) -> None:
+    async def _read_loop(self, ws: ClientConnection | CallConnection) -> None:
         try:
             async for message in ws:
                 received_at = time.monotonic()
@@ -669,7 +679,7 @@ class DuplexClient:
             task.cancel()
         await asyncio.gather(*old, return_exceptions=True)
         if self._ws is not None:
-            self._ws.transport.abort()
+            _abort(self._ws)
         for delay in self._policy.delays(self._rng):
             await asyncio.sleep(delay)
             try:
@@ -707,7 +717,7 @@ class DuplexClient:
         query.append(("session_id", self._resume.session_id or ""))
         return urllib.parse.urlunsplit(parts._replace(query=urllib.parse.urlencode(query)))
 
-    async def _resume_on(self, ws: ClientConnection) -> dict[str, Any]:
+    async def _resume_on(self, ws: ClientConnection | CallConnection) -> dict[str, Any]:
         """Send `session.resume` on a fresh socket; the answer (`session.resumed`, or the refusal)."""
         await ws.send(json.dumps(self._resume.resume_request()))
         while True:
@@ -771,6 +781,14 @@ class DuplexClient:
                 self._acked[response_id] = played_ms
                 ack = ce.PlaybackAck(response_id=response_id, item_id=item_id, played_ms=played_ms)
                 self._latest_acks[response_id] = self._enqueue(ack.model_dump(mode="json", exclude_none=True))
+
+
+def _abort(ws: ClientConnection | CallConnection) -> None:
+    """Drop the connection without its closing handshake."""
+    if isinstance(ws, ClientConnection):
+        ws.transport.abort()
+    else:
+        ws.abort()
 
 
 def _pcm16_at(samples: npt.NDArray[np.float32], rate: int, target_rate: int) -> bytes:

@@ -16,8 +16,10 @@ from duplexkit.commands.options import (
     add_model_options,
     add_protocol_option,
     bounds_from_args,
+    default_chunk_ms,
     json_object,
     model_from_args,
+    resolve_protocol,
 )
 from duplexkit.commands.score import (
     add_fdb_options,
@@ -132,7 +134,10 @@ def register(commands: argparse._SubParsersAction[argparse.ArgumentParser]) -> N
         "--fps", type=float, default=1.0, help="video frames per second sent (default: %(default)s)"
     )
     run.add_argument(
-        "--chunk-ms", type=int, default=200, help="audio per append in ms (default: %(default)s)"
+        "--chunk-ms",
+        type=int,
+        default=None,
+        help="audio per append in ms (default: the protocol's, 20 for webrtc, 80 for moshi, else 200)",
     )
     run.add_argument("--overwrite", action="store_true", help="redo samples that are already published")
     run.add_argument(
@@ -192,7 +197,7 @@ def run_command(args: argparse.Namespace, parser: argparse.ArgumentParser) -> in
         args.concurrency < 1
         or (args.limit is not None and args.limit < 1)
         or args.fps <= 0
-        or args.chunk_ms <= 0
+        or (args.chunk_ms is not None and args.chunk_ms <= 0)
     ):
         return _usage("--concurrency, --limit, --fps and --chunk-ms must be positive")
     selection = benchmark.selection_from_json(
@@ -252,7 +257,8 @@ def run_command(args: argparse.Namespace, parser: argparse.ArgumentParser) -> in
         protocol=args.protocol,
         pace=args.pace,
         fps=args.fps,
-        chunk_ms=args.chunk_ms,
+        chunk_ms=args.chunk_ms
+        or default_chunk_ms(resolve_protocol(args.protocol, args.url[0] if args.url else None)),
         concurrency=args.concurrency,
         bounds=bounds_from_args(args, benchmark.bounds),
         keep_audio=not args.no_audio,

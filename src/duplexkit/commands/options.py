@@ -138,7 +138,8 @@ def add_protocol_option(parser: argparse.ArgumentParser | argparse._ArgumentGrou
         choices=PROTOCOL_CHOICES,
         default="auto",
         help="wire protocol: duplex (ours and vLLM-Omni's), openai (OpenAI Realtime GA), openai-beta, "
-        "moshi (Moshi/PersonaPlex /api/chat); auto: moshi for a /api/chat URL, else duplex. Without --url "
+        "moshi (Moshi/PersonaPlex /api/chat), webrtc (a WebRTC call to /v1/realtime/calls); auto: moshi "
+        "for a /api/chat URL, else duplex. Without --url "
         "the embedded server is reached on the protocol's own endpoint (default: %(default)s)",
     )
 
@@ -151,5 +152,6 @@ def resolve_protocol(name: str, url: str | None) -> str:
 
 
 def default_chunk_ms(protocol: str) -> int:
-    """The append size a peer of `protocol` uses: one 80 ms frame for Moshi, 200 ms otherwise."""
-    return 80 if protocol == "moshi" else 200
+    """The append size a peer of `protocol` uses: one 80 ms frame for Moshi, one 20 ms frame of the
+    microphone track on a WebRTC call, 200 ms otherwise."""
+    return {"moshi": 80, "webrtc": 20}.get(protocol, 200)

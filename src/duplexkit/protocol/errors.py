@@ -26,6 +26,11 @@ class ErrorCode(StrEnum):
     UNSUPPORTED_AUDIO_FORMAT = "unsupported_audio_format"
     INVALID_AUDIO = "invalid_audio"
     INVALID_VIDEO_FRAME = "invalid_video_frame"
+    # WebRTC calls (`POST /v1/realtime/calls`).
+    INVALID_SDP = "invalid_sdp"
+    OFFER_WITHOUT_AUDIO = "offer_without_audio"
+    INVALID_DATA_CHANNEL = "invalid_data_channel"
+    WEBRTC_UNAVAILABLE = "webrtc_unavailable"
     # Session state.
     SESSION_NOT_CONFIGURED = "session_not_configured"
     CONFIG_TIMEOUT = "config_timeout"
@@ -69,6 +74,7 @@ ERROR_SPECS: dict[ErrorCode, ErrorSpec] = {
     ErrorCode.MODEL_STEP_FAILED: ErrorSpec("server_error", retryable=True),
     ErrorCode.MODEL_STEP_TIMEOUT: ErrorSpec("server_error", retryable=True),
     ErrorCode.INTERNAL_ERROR: ErrorSpec("server_error", retryable=True),
+    ErrorCode.WEBRTC_UNAVAILABLE: ErrorSpec("server_error", retryable=False),
 }
 
 BENIGN_CODES: frozenset[ErrorCode] = frozenset({ErrorCode.PLAYBACK_ACK_TOO_LATE})

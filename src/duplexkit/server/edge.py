@@ -1,8 +1,9 @@
 """What an I/O edge (`server.asgi`, `server.websockets`) and the framework-neutral core exchange.
 
-An edge turns its framework's objects into these and back: an accepted WebSocket is a `Connection`, a plain
-HTTP answer is an `HttpResponse`. The core (`server.service`) never imports a framework, so every rule it
-holds (auth, dialects, admission, resume, the routes' payloads) is the same on every edge.
+An edge turns its framework's objects into these and back: an accepted WebSocket is a `Connection`, a POST
+(the WebRTC offer) is an `HttpRequest`, a plain HTTP answer is an `HttpResponse`. The core
+(`server.service`) never imports a framework, so every rule it holds (auth, dialects, admission, resume,
+the routes' payloads) is the same on every edge.
 """
 
 from __future__ import annotations
@@ -38,6 +39,21 @@ class HttpResponse:
     body: bytes
     media_type: str
     headers: Mapping[str, str] = field(default_factory=dict)
+
+
+@dataclass(frozen=True, slots=True)
+class HttpRequest:
+    """A complete POST with its body (no streaming): the query, the headers (lower-case names, repeated
+    headers joined with ", ") and the body, cut at `MAX_POST_BYTES` (`body_too_large` then says so)."""
+
+    query: Mapping[str, str]
+    headers: Mapping[str, str]
+    body: bytes
+    body_too_large: bool = False
+
+
+MAX_POST_BYTES = 256 * 1024
+"""The largest POST body an edge reads (an SDP offer is a few KiB; the session object rides along)."""
 
 
 WebSocketRoute = Literal["realtime", "moshi"]

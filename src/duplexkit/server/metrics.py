@@ -102,6 +102,11 @@ class ServerMetrics:
         self.sessions_expired = Counter(
             "duplexkit_sessions_expired", "Sessions reaped by their lease", ["reason"], registry=self.registry
         )
+        self.webrtc_input_lost_seconds = Counter(
+            "duplexkit_webrtc_input_lost_seconds",
+            "Input audio missing from WebRTC calls' RTP media clock (lost packets), filled with silence",
+            registry=self.registry,
+        )
         self.errors = Counter("duplexkit_errors", "Error events sent", ["code"], registry=self.registry)
 
     def render(self) -> bytes:

@@ -1,10 +1,12 @@
 """The server's framework-neutral core: what `/v1/realtime` (alias `/v1/duplex`), `/api/chat` (the Moshi
-protocol), `/healthz`, `/v1/models`, `/metrics` and the playground pages do, whichever edge serves them.
+protocol), `POST /v1/realtime/calls` (WebRTC), `/healthz`, `/v1/models`, `/metrics` and the playground pages
+do, whichever edge serves them.
 
 An edge (`server.websockets`: the native `websockets` server `duplexkit serve` runs; `server.asgi`: the
 Starlette app for uvicorn, Ray Serve and embedding) calls `authorize` on a WebSocket handshake (refusing
 with HTTP 403 when it says so, before the upgrade), accepts with the subprotocol it returns, and hands the
-accepted `Connection` to `serve_websocket`; plain GETs are answered from `http_routes`. Admission hands
+accepted `Connection` to `serve_websocket`; plain GETs are answered from `http_routes`, POSTs from
+`post_routes` (a WebRTC call's session then lives on the call, `server.webrtc`). Admission hands
 out a slot (or the retryable `session_capacity_exhausted` error), and each admitted connection gets an
 engine session, a model session and a runner.
 """
@@ -21,17 +23,18 @@ from dataclasses import dataclass, field
 from typing import Literal
 
 from duplexkit import __version__
-from duplexkit.engine import EngineSession
+from duplexkit.engine import EngineConfig, EngineSession
 from duplexkit.engine.journal import ResumeConfig
 from duplexkit.models import ModelPlugin
 from duplexkit.protocol import moshi
 from duplexkit.protocol.dialects import DIALECTS, Dialect, select_dialect
-from duplexkit.protocol.errors import ErrorCode
+from duplexkit.protocol.errors import ERROR_SPECS, ErrorCode, ProtocolError
 from duplexkit.protocol.server_events import error_event
 from duplexkit.protocol.wire import ServerEventStamper
+from duplexkit.server import webrtc
 from duplexkit.server.auth import is_authorized, presented_keys
 from duplexkit.server.batching import BatchScheduler
-from duplexkit.server.edge import Connection, HttpResponse, WebSocketRoute
+from duplexkit.server.edge import MAX_POST_BYTES, Connection, HttpRequest, HttpResponse, WebSocketRoute
 from duplexkit.server.manager import SessionManager, Slot
 from duplexkit.server.metrics import ServerMetrics
 from duplexkit.server.moshi import MoshiSocket, session_from_query
@@ -39,6 +42,7 @@ from duplexkit.server.playground import playground_pages
 from duplexkit.server.resume import ResumeRegistry, is_resume, read_first
 from duplexkit.server.runner import FirstMessage, RunnerLimits, SessionRunner, SessionSocket
 from duplexkit.server.ticker import SessionTicker
+from duplexkit.server.webrtc.signalling import opening_update, parse_offer
 
 log = logging.getLogger("duplexkit.server")
 
@@ -54,6 +58,13 @@ _JSON = "application/json"
 
 def _fixed(answer: HttpResponse) -> Callable[[], HttpResponse]:
     return lambda: answer
+
+
+def _http_error(status: int, code: ErrorCode, message: str, param: str | None = None) -> HttpResponse:
+    """A refused HTTP request: `{"error": {type, code, message, param}}`, the type from the code table."""
+    error = {"type": ERROR_SPECS[code].type, "code": code.value, "message": message, "param": param}
+    headers = {"Retry-After": "1"} if ERROR_SPECS[code].retryable else {}
+    return HttpResponse(status, json.dumps({"error": error}).encode(), _JSON, headers)
 
 
 @dataclass(frozen=True)
@@ -87,7 +98,9 @@ class DuplexServer:
         self.resumable = ResumeRegistry()
         self._lives: set[asyncio.Task[None]] = set()
         """Each admitted session's lifetime, which may outlast its opening connection (detached)."""
-        pages = playground_pages(model=self.plugin.name, auth_required=bool(self.config.api_keys))
+        pages = playground_pages(
+            model=self.plugin.name, auth_required=bool(self.config.api_keys), webrtc=webrtc.AVAILABLE
+        )
         self.http_routes: Mapping[str, Callable[[], HttpResponse]] = {
             "/healthz": self._healthz,
             "/v1/models": self._models,
@@ -95,6 +108,10 @@ class DuplexServer:
             **{path: _fixed(page) for path, page in pages.items()},
         }
         """Plain GET routes: path → the answer, built when asked (health and metrics change)."""
+        self.post_routes: Mapping[str, Callable[[HttpRequest], Awaitable[HttpResponse]]] = {
+            "/v1/realtime/calls": self._create_call,
+        }
+        """POST routes: path → the answer to a request with a body (the WebRTC signalling)."""
 
     def _healthz(self) -> HttpResponse:
         body = {
@@ -198,18 +215,54 @@ class DuplexServer:
 
         `first`: this was the connection's first message (read to tell a resume from a new session);
         `resume`: the session may be resumed (`/v1/realtime` only)."""
+        config = self._engine_config()
         slot = self.manager.try_admit()
         if slot is None:
-            await refuse(f"all {self.manager.max_sessions} session slots are in use; retry later")
+            await refuse(self._capacity_message())
             await connection.close(1013, "try again later")
             return
+        started = self._start_session(
+            slot, socket, config, dialect=dialect, autostart=autostart, resume=resume, first=first
+        )
+        if started is None:
+            return
+        runner, life = started
+        opening = asyncio.ensure_future(runner.opening_closed())
         try:
-            config = self.plugin.capabilities.engine_config(
-                self.plugin.name, max_sessions=self.manager.max_sessions, server_vad=SERVER_VAD_AVAILABLE
-            )
+            await asyncio.wait({life, opening}, return_when=asyncio.FIRST_COMPLETED)
+        except asyncio.CancelledError:  # the edge is going away with the connection still attached
+            if not opening.done():
+                life.cancel()
+            raise
+        finally:
+            opening.cancel()
+
+    def _capacity_message(self) -> str:
+        return f"all {self.manager.max_sessions} session slots are in use; retry later"
+
+    def _engine_config(self) -> EngineConfig:
+        return self.plugin.capabilities.engine_config(
+            self.plugin.name, max_sessions=self.manager.max_sessions, server_vad=SERVER_VAD_AVAILABLE
+        )
+
+    def _start_session(
+        self,
+        slot: Slot,
+        socket: SessionSocket,
+        config: EngineConfig,
+        *,
+        dialect: Dialect,
+        autostart: bool,
+        resume: ResumeConfig | None = None,
+        first: FirstMessage | None = None,
+    ) -> tuple[SessionRunner, asyncio.Task[None]] | None:
+        """The admitted session on `slot`: its engine, model session and runner, and its lifetime task,
+        which releases the slot when the session ends (`None`: it failed to start; the slot is released)."""
+        try:
             resumable = resume is not None and resume.enabled
-            config = dataclasses.replace(config, supports_session_resume=resumable)
-            engine = EngineSession(slot.session_id, config)
+            engine = EngineSession(
+                slot.session_id, dataclasses.replace(config, supports_session_resume=resumable)
+            )
             engine.settings.input_sample_rate_hz = (
                 DIALECTS[dialect].input_sample_rate_hz or engine.settings.input_sample_rate_hz
             )
@@ -229,19 +282,58 @@ class DuplexServer:
         except Exception:
             log.exception("session %s failed to start", slot.session_id)
             self.manager.release(slot)
-            return
+            return None
         life = asyncio.create_task(self._live(runner, slot, autostart, first), name=slot.session_id)
         self._lives.add(life)
         life.add_done_callback(self._lives.discard)
-        opening = asyncio.ensure_future(runner.opening_closed())
+        return runner, life
+
+    async def _create_call(self, request: HttpRequest) -> HttpResponse:
+        """`POST /v1/realtime/calls`: a session on a WebRTC call (`server.webrtc`). Authorized and admitted
+        as a WebSocket is (the same key check, slots, metrics and lifetime); answered `201` with the SDP
+        answer and the call's `Location`, or a coded JSON error: 401 unauthorized, 400 a bad offer or
+        session, 413 a body too large, 429 at capacity (retryable), 501 without the `webrtc` extra."""
+        if self.authorize(request.headers) is False:
+            return _http_error(401, ErrorCode.UNAUTHORIZED, "missing or wrong API key")
+        if request.body_too_large:
+            return _http_error(
+                413, ErrorCode.INVALID_VALUE, f"the offer exceeds {MAX_POST_BYTES} bytes", "body"
+            )
+        if not webrtc.AVAILABLE:
+            message = "this server has no WebRTC (install duplexkit[webrtc]); use the WebSocket /v1/realtime"
+            return _http_error(501, ErrorCode.WEBRTC_UNAVAILABLE, message)
+        config = self._engine_config()
         try:
-            await asyncio.wait({life, opening}, return_when=asyncio.FIRST_COMPLETED)
-        except asyncio.CancelledError:  # the edge is going away with the connection still attached
-            if not opening.done():
-                life.cancel()
-            raise
-        finally:
-            opening.cancel()
+            dialect = select_dialect(request.query, request.headers)
+            offer = parse_offer(request.headers.get("content-type", ""), request.body)
+            opening = opening_update(offer.session, config.input_sample_rate_hz, dialect)
+        except ValueError as exc:
+            return _http_error(400, ErrorCode.INVALID_VALUE, str(exc), "dialect")
+        except ProtocolError as exc:
+            return _http_error(400, exc.code, exc.message, exc.param)
+        slot = self.manager.try_admit()
+        if slot is None:
+            return _http_error(429, ErrorCode.SESSION_CAPACITY_EXHAUSTED, self._capacity_message())
+        from duplexkit.server.webrtc.call import WebRTCCall
+
+        try:
+            call, answer = await WebRTCCall.answer(
+                offer,
+                opening,
+                dialect=dialect,
+                input_rate_hz=config.input_sample_rate_hz,
+                output_rate_hz=config.output_sample_rate_hz,
+                metrics=self.metrics,
+                connect_timeout_s=self.config.limits.config_timeout_s,
+            )
+        except ProtocolError as exc:
+            self.manager.release(slot)
+            return _http_error(400, exc.code, exc.message, exc.param)
+        if self._start_session(slot, call, config, dialect=dialect, autostart=False) is None:
+            await call.close()
+            return _http_error(500, ErrorCode.INTERNAL_ERROR, "the session failed to start")
+        headers = {"Location": f"/v1/realtime/calls/{slot.session_id}"}
+        return HttpResponse(201, answer.encode(), "application/sdp", headers)
 
     async def _live(
         self, runner: SessionRunner, slot: Slot, autostart: bool, first: FirstMessage | None

@@ -1,7 +1,8 @@
 """Client protocol adapters: one module per protocol, one interface (`base.ProtocolAdapter`).
 
 `duplex` (ours and vLLM-Omni's), `openai` / `openai-beta` (OpenAI-Realtime-style servers), `moshi`
-(the Moshi binary protocol). `protocol_for` picks one by name, or by the URL when the name is `auto`.
+(the Moshi binary protocol), `webrtc` (a WebRTC call to a calls endpoint, through `client.webrtc`).
+`protocol_for` picks one by name, or by the URL when the name is `auto`.
 """
 
 from __future__ import annotations
@@ -12,9 +13,11 @@ from duplexkit.client.protocols.base import ProtocolAdapter, Wire
 from duplexkit.client.protocols.duplex import DuplexProtocol
 from duplexkit.client.protocols.moshi import MoshiProtocol
 from duplexkit.client.protocols.openai import OpenAIBetaProtocol, OpenAIProtocol
+from duplexkit.client.protocols.webrtc import WebRTCProtocol
 
 PROTOCOLS: dict[str, type[ProtocolAdapter]] = {
-    cls.name: cls for cls in (DuplexProtocol, OpenAIProtocol, OpenAIBetaProtocol, MoshiProtocol)
+    cls.name: cls
+    for cls in (DuplexProtocol, OpenAIProtocol, OpenAIBetaProtocol, MoshiProtocol, WebRTCProtocol)
 }
 PROTOCOL_CHOICES = ("auto", *PROTOCOLS)
 

@@ -10,12 +10,12 @@ from __future__ import annotations
 
 import urllib.parse
 from abc import ABC, abstractmethod
-from typing import Any, ClassVar
+from typing import Any, ClassVar, Literal
 
 from duplexkit.client.connection import ServerCapabilities
 
 Wire = str | bytes
-"""One WebSocket message: text (JSON) or binary."""
+"""One message: text (JSON) or binary (a WebSocket frame; on a WebRTC call, audio)."""
 
 
 class ProtocolAdapter(ABC):
@@ -31,6 +31,9 @@ class ProtocolAdapter(ABC):
     """The protocol has `playback.ack`."""
     carries_server_timing: ClassVar[bool] = True
     """The protocol can carry the server's request-start metrics (else only client-receive timing exists)."""
+    transport: ClassVar[Literal["websocket", "webrtc"]] = "websocket"
+    """What carries the messages: a WebSocket at `url`, or a WebRTC call to the calls endpoint at `url`
+    (`client.webrtc`: text on its data channel, binary on its audio tracks)."""
 
     def url(self, url: str, *, model: str | None) -> str:
         """The WebSocket URL to open for `url` (http(s) → ws(s); `model` as a query parameter)."""

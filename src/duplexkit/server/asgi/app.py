@@ -2,12 +2,12 @@
 
 Everything a route decides is the core's; this module only translates: Starlette's `WebSocket` becomes an
 `edge.Connection`, a refused handshake is closed before `accept` (uvicorn answers it with HTTP 403), and
-the core's `HttpResponse`s become Starlette responses.
+a POST becomes an `HttpRequest`, and the core's `HttpResponse`s become Starlette responses.
 """
 
 from __future__ import annotations
 
-from collections.abc import Callable
+from collections.abc import Awaitable, Callable
 
 from starlette.applications import Starlette
 from starlette.requests import Request
@@ -15,7 +15,7 @@ from starlette.responses import Response
 from starlette.routing import BaseRoute, Route, WebSocketRoute
 from starlette.websockets import WebSocket, WebSocketDisconnect
 
-from duplexkit.server.edge import WEBSOCKET_ROUTES, HttpResponse, SocketClosed
+from duplexkit.server.edge import MAX_POST_BYTES, WEBSOCKET_ROUTES, HttpRequest, HttpResponse, SocketClosed
 from duplexkit.server.edge import WebSocketRoute as RouteName
 from duplexkit.server.service import DuplexServer
 
@@ -79,8 +79,27 @@ def _http_route(path: str, build: Callable[[], HttpResponse]) -> Route:
     return Route(path, endpoint, methods=["GET"])
 
 
+def _post_route(path: str, answer: Callable[[HttpRequest], Awaitable[HttpResponse]]) -> Route:
+    async def endpoint(request: Request) -> Response:
+        body, too_large = bytearray(), False
+        async for chunk in request.stream():
+            body += chunk
+            if len(body) > MAX_POST_BYTES:
+                too_large = True
+                break
+        headers = {name: ", ".join(request.headers.getlist(name)) for name in request.headers}
+        response = await answer(
+            HttpRequest(dict(request.query_params), headers, b"" if too_large else bytes(body), too_large)
+        )
+        return Response(response.body, response.status, dict(response.headers), response.media_type)
+
+    return Route(path, endpoint, methods=["POST"])
+
+
 def asgi_app(duplex: DuplexServer) -> Starlette:
-    """The ASGI callable serving `duplex`: every WebSocket route and every plain GET route of the core."""
+    """The ASGI callable serving `duplex`: every WebSocket route, plain GET route and POST route of the
+    core."""
     routes: list[BaseRoute] = [_websocket_route(duplex, r, path) for path, r in WEBSOCKET_ROUTES.items()]
     routes += [_http_route(path, build) for path, build in duplex.http_routes.items()]
+    routes += [_post_route(path, answer) for path, answer in duplex.post_routes.items()]
     return Starlette(routes=routes)

@@ -1,10 +1,12 @@
-"""The browser playground: one page at `GET /` and `/playground`, and the AudioWorklet module it loads.
+"""The browser playground: one page at `GET /` and `/playground`, and the two scripts it loads.
 
 The page is a single self-contained file: its stylesheet and script are inlined and allowed by hash, and its
-Content-Security-Policy lets it reach nothing but this server (`connect-src 'self'`: the realtime socket).
-The worklet is the only other file, served from the same origin because an AudioWorklet cannot run inline
-code without allowing `blob:` scripts. Whether the server wants an API key is written into the page, since a
-browser cannot tell a refused WebSocket handshake from an unreachable server.
+Content-Security-Policy lets it reach nothing but this server (`connect-src 'self'`: the realtime socket and
+the calls endpoint). The worklet is another file, served from the same origin because an AudioWorklet cannot
+run inline code without allowing `blob:` scripts; the transport (`transport.js`: a WebRTC call when the
+server offers one, else the WebSocket) is the third, kept apart from the page's script. Whether the server
+wants an API key, and whether it offers calls, are written into the page, since a browser cannot tell a
+refused WebSocket handshake from an unreachable server.
 """
 
 from __future__ import annotations
@@ -18,6 +20,7 @@ from duplexkit.server.edge import HttpResponse
 
 PAGE_PATHS = ("/", "/playground")
 WORKLET_PATH = "/playground/worklet.js"
+TRANSPORT_PATH = "/playground/transport.js"
 
 _ASSETS = files(__name__)
 _CSS = (_ASSETS / "playground.css").read_text(encoding="utf-8")
@@ -25,6 +28,7 @@ _JS = "\n".join((_ASSETS / name).read_text(encoding="utf-8") for name in ("view.
 """The page's script: the view (timeline, transcript), then the connection that feeds it."""
 _TEMPLATE = (_ASSETS / "index.html").read_text(encoding="utf-8")
 _WORKLET = (_ASSETS / "worklet.js").read_text(encoding="utf-8")
+_TRANSPORT = (_ASSETS / "transport.js").read_text(encoding="utf-8")
 
 
 def _digest(text: str) -> str:
@@ -35,7 +39,8 @@ CSP = (
     f"default-src 'none'; script-src {_digest(_JS)} 'self'; style-src {_digest(_CSS)}; connect-src 'self'; "
     "base-uri 'none'; form-action 'none'; frame-ancestors 'none'"
 )
-"""The inline script and style by hash, the worklet and the socket from this origin, nothing else."""
+"""The inline script and style by hash, the worklet, the transport, the socket and the calls endpoint from
+this origin, nothing else (a WebRTC call's media is not fetched: CSP does not govern it)."""
 
 _HEADERS = {
     "Content-Security-Policy": CSP,
@@ -56,20 +61,24 @@ def playground_url(host: str, port: int) -> str:
     return f"http://{local}:{port}/"
 
 
-def render_page(*, model: str, auth_required: bool) -> str:
-    """The page for a server serving `model`, asking for an API key when `auth_required`."""
+def render_page(*, model: str, auth_required: bool, webrtc: bool) -> str:
+    """The page for a server serving `model`, asking for an API key when `auth_required`, calling over
+    WebRTC when the server offers it (`webrtc`)."""
     page = _TEMPLATE.replace("{auth}", "required" if auth_required else "none")
+    page = page.replace("{webrtc}", "available" if webrtc else "none")
     page = page.replace("{model}", html.escape(model, quote=True))
     return page.replace("{style}", _CSS).replace("{script}", _JS)
 
 
-def playground_pages(*, model: str, auth_required: bool) -> dict[str, HttpResponse]:
-    """The page at each of `PAGE_PATHS` and the worklet at `WORKLET_PATH`, for the server's GET routes."""
+def playground_pages(*, model: str, auth_required: bool, webrtc: bool) -> dict[str, HttpResponse]:
+    """The page at each of `PAGE_PATHS`, the worklet at `WORKLET_PATH` and the transport at
+    `TRANSPORT_PATH`, for the server's GET routes."""
     page = HttpResponse(
         200,
-        render_page(model=model, auth_required=auth_required).encode(),
+        render_page(model=model, auth_required=auth_required, webrtc=webrtc).encode(),
         "text/html; charset=utf-8",
         _HEADERS,
     )
     worklet = HttpResponse(200, _WORKLET.encode(), "text/javascript; charset=utf-8", _HEADERS)
-    return {**dict.fromkeys(PAGE_PATHS, page), WORKLET_PATH: worklet}
+    transport = HttpResponse(200, _TRANSPORT.encode(), "text/javascript; charset=utf-8", _HEADERS)
+    return {**dict.fromkeys(PAGE_PATHS, page), WORKLET_PATH: worklet, TRANSPORT_PATH: transport}

@@ -15,7 +15,8 @@
   const stats = {
     appends: 0, sentMs: 0, speechChunks: 0, receivedMs: 0, workletReceived: 0, workletPeak: 0,
     playedMs: 0, acksSent: 0, acksAcknowledged: 0, acknowledgedMs: {}, truncatedAtMs: {}, acksTooLate: 0, errors: [], units: { listen: 0, speak: 0 },
-    closed: null,
+    closed: null, transport: null, fallback: null, webrtc: window.duplexkitTransport.webrtcStats,
+    heard: window.duplexkitTransport.heard,
   };
   window.duplexkitPlayground = { stats };
 
@@ -177,15 +178,23 @@
     if (key) protocols.push(`openai-insecure-api-key.${key}`);
     let ws;
     try {
-      ws = new WebSocket(socketUrl(), protocols);
+      ws = await window.duplexkitTransport.open({
+        webrtc: wantsCall(), stream, key, url: socketUrl(), protocols,
+        onFallback: (why) => { stats.fallback = why; },
+      });
     } catch (error) {
       for (const track of stream.getTracks()) track.stop();
       await ctx.close();
       $("connect").disabled = false;
       setStatus("idle", "Not connected.");
-      fail("auth-refused", `This key cannot be sent by a browser (${error.name}): check it for spaces or commas.`);
+      if (error instanceof window.duplexkitTransport.CallRefused) callRefused(error);
+      else fail("auth-refused", `This key cannot be sent by a browser (${error.name}): check it for spaces or commas.`);
       return;
     }
+    stats.transport = ws.kind;
+    $("status").dataset.transport = ws.kind;
+    $("stat-transport").textContent = ws.kind === "webrtc" ? "WebRTC (echo cancellation on)" :
+      `WebSocket${stats.fallback ? ` (WebRTC fell back: ${stats.fallback})` : ""}`;
     live = {
       ws, ctx, stream, capture: null, playback: null, session: null, opened: false, closedReason: null,
       responses: new Map(), heard: new Map(), sendChain: Promise.resolve(), refused: null,
@@ -211,6 +220,18 @@
     ws.onclose = (close) => closed(conn, close);
   }
 
+  // WebRTC when the server offers it, unless the page was opened with ?transport=websocket.
+  function wantsCall() {
+    return root.dataset.webrtc === "available" &&
+      new URLSearchParams(location.search).get("transport") !== "websocket";
+  }
+
+  function callRefused(error) {
+    const detail = error.error ? `: ${error.error.message}` : "";
+    if (error.status === 429) fail("capacity", `The server is full${detail}. This is temporary: retry in a moment.`, true);
+    else fail("auth-refused", `The server refused the call${detail}.`);
+  }
+
   function send(conn, event) {
     if (conn.ws.readyState === WebSocket.OPEN) conn.ws.send(JSON.stringify(event));
   }
@@ -222,6 +243,12 @@
 
   async function startAudio(conn) {
     const caps = conn.session.capabilities || {};
+    if (conn.ws.kind === "webrtc") { // the microphone rides the call's track; the reply plays from the server's
+      $("interrupt").disabled = false;
+      setStatus("live", `Live over WebRTC: speak to ${root.dataset.model || "the model"}. ` +
+        `Units of ${caps.chunk_period_ms || "?"} ms.`);
+      return;
+    }
     const inputRate = caps.input_sample_rate_hz || 16000;
     const source = conn.ctx.createMediaStreamSource(conn.stream);
     conn.capture = new AudioWorkletNode(conn.ctx, "duplexkit-capture", {
@@ -238,8 +265,9 @@
     source.connect(conn.capture);
     conn.capture.connect(conn.ctx.destination); // silent output: keeps the capture node pulled
     conn.playback.connect(conn.ctx.destination);
+    window.duplexkitTransport.hearPlayback(conn.ctx, conn.playback);
     $("interrupt").disabled = false;
-    setStatus("live", `Live: speak to ${root.dataset.model || "the model"}. Input ${inputRate} Hz, ` +
+    setStatus("live", `Live over WebSocket: speak to ${root.dataset.model || "the model"}. Input ${inputRate} Hz, ` +
       `units of ${caps.chunk_period_ms || "?"} ms.`);
   }
 
@@ -613,6 +641,10 @@
   });
   $("interrupt").addEventListener("click", () => {
     const conn = live;
+    if (conn && conn.ws.kind === "webrtc") { // the server stops its track; what it sent counts as played
+      send(conn, { type: "output_audio_buffer.clear" });
+      return;
+    }
     if (!conn || !audible(conn).length) return;
     queue(conn, async () => {
       await truncate(conn);

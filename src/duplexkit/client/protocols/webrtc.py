@@ -1,0 +1,160 @@
+"""`webrtc`: a server's WebRTC calls (`POST /v1/realtime/calls`: duplexkit's, or any server implementing
+OpenAI's calls endpoint), through the client's WebRTC transport edge (`client.webrtc`).
+
+The transport carries two kinds of message, and this adapter says which is which: text is a JSON event on
+the `oai-events` data channel, binary is audio (PCM16 mono at 48 kHz, the tracks' rate).
+
+Out: every event goes on the channel as it is (the GA names), except appends: their audio goes to the
+microphone track (binary), which sends it in real time on the media clock, and their video frames, if any,
+go on the channel in an append without audio (it reaches the server before the track's audio does, so the
+frames join the unit the audio closes). Playback is not acknowledged by
+the client: the server counts what it sent on its track (see docs/protocol.md).
+
+In: channel events as they are. The server's track is one continuous stream (silence while the model
+listens); its 20 ms frames become `response.output_audio.delta` events of the response whose audio they
+carry, so the collector times them like any server's deltas (the response ids, and the server's request
+metrics, come on the channel). A response's audio starts at the first audible frame after its
+`response.created` and ends once the track has carried the audio the response said it made
+(`output_audio_ms` of its `response.done` metrics), at the next response, at a cancellation, or, when the
+server did not say, at the first quiet frame after its `response.done`. Deltas made from the track carry
+`from_track: true`.
+"""
+
+from __future__ import annotations
+
+import base64
+import dataclasses
+import json
+import urllib.parse
+from collections import deque
+from dataclasses import dataclass
+from typing import Any
+
+import numpy as np
+
+from duplexkit.client.collector import server_request_metrics
+from duplexkit.client.connection import ServerCapabilities
+from duplexkit.client.events import as_ms, as_str, dig
+from duplexkit.client.protocols.base import ProtocolAdapter, Wire
+from duplexkit.protocol.audio import decode_audio, encode_base64_audio
+from duplexkit.protocol.dialects import CANONICAL_NAMES
+from duplexkit.protocol.units import samples_to_ms
+
+TRACK_RATE_HZ = 48_000
+"""The rate of the binary messages both ways (Opus in WebRTC runs at 48 kHz)."""
+AUDIBLE_PEAK = 1e-3
+"""A track frame whose peak reaches this (-60 dBFS) carries audio; below it, the server's silence."""
+
+
+@dataclass(slots=True)
+class _Reply:
+    """A response whose audio the track carries, or will."""
+
+    id: str
+    started: bool = False
+    received_ms: float = 0.0
+    done: bool = False
+    audio_ms: float | None = None
+    """What the response said it generated (`None`: not said, or not done yet)."""
+
+    def complete(self) -> bool:
+        return self.done and self.audio_ms is not None and self.received_ms >= self.audio_ms - 1e-6
+
+
+class WebRTCProtocol(ProtocolAdapter):
+    name = "webrtc"
+    acks_playback = False
+    transport = "webrtc"
+
+    def __init__(self) -> None:
+        self._replies: deque[_Reply] = deque()
+
+    def url(self, url: str, *, model: str | None) -> str:
+        """The calls endpoint for `url`: http(s) (ws(s) becomes http(s)), the path's `/v1/realtime` (or an
+        empty path) becomes `/v1/realtime/calls`; `model` as a query parameter."""
+        parts = urllib.parse.urlsplit(url)
+        scheme = {"http": "http", "https": "https", "ws": "http", "wss": "https"}.get(parts.scheme.lower())
+        if scheme is None or not parts.netloc:
+            raise ValueError(f"expected an http(s):// or ws(s):// URL with a host, got {url!r}")
+        path = parts.path.rstrip("/")
+        if path in ("", "/v1/realtime", "/v1/duplex"):
+            path = "/v1/realtime/calls"
+        query = urllib.parse.parse_qsl(parts.query, keep_blank_values=True)
+        if model:
+            query = [(k, v) for k, v in query if k != "model"] + [("model", model)]
+        return urllib.parse.urlunsplit((scheme, parts.netloc, path, urllib.parse.urlencode(query), ""))
+
+    def capabilities(self, session: dict[str, Any]) -> ServerCapabilities:
+        """As the session says, but input goes on the track: the client makes it at the track's rate."""
+        return dataclasses.replace(super().capabilities(session), input_sample_rate_hz=TRACK_RATE_HZ)
+
+    def encode(self, event: dict[str, Any]) -> list[Wire]:
+        if event.get("type") == "input_audio_buffer.append":
+            if event.get("sample_rate_hz", TRACK_RATE_HZ) != TRACK_RATE_HZ:
+                raise ValueError("the microphone track takes audio at 48 kHz")
+            audio: list[Wire] = [base64.b64decode(event["audio"])]
+            if event.get("video_frames"):  # the frames ride the channel, in an append without audio
+                frames = {
+                    "type": "input_audio_buffer.append",
+                    "audio": "",
+                    "video_frames": event["video_frames"],
+                }
+                audio.append(json.dumps(frames))
+            return audio
+        return [json.dumps(event)]
+
+    def decode(self, message: Wire) -> list[dict[str, Any]] | None:
+        if isinstance(message, bytes):
+            return self._track_frame(message)
+        try:
+            data = json.loads(message)
+        except ValueError:
+            return None
+        if not isinstance(data, dict):
+            return None
+        self._follow(data)
+        return [data]
+
+    def _follow(self, data: dict[str, Any]) -> None:
+        """Keep the replies whose audio the track carries, from the channel's response events."""
+        kind = CANONICAL_NAMES.get(as_str(data.get("type")) or "", data.get("type"))
+        if kind == "response.created":
+            response_id = as_str(dig(data, "response", "id"))
+            if response_id is not None:
+                self._replies.append(_Reply(response_id))
+        elif kind == "response.done":
+            response_id = as_str(dig(data, "response", "id"))
+            reply = next((r for r in self._replies if r.id == response_id), None)
+            if reply is None:
+                return
+            if dig(data, "response", "status") == "cancelled":
+                self._replies.remove(reply)  # the server sends none of what it had not sent yet
+                return
+            reply.done = True
+            said = [as_ms(m.get("output_audio_ms")) for m in server_request_metrics(data)]
+            reply.audio_ms = next((ms for ms in said if ms is not None), None)
+
+    def _track_frame(self, pcm: bytes) -> list[dict[str, Any]]:
+        samples = decode_audio(pcm, "pcm16")
+        audible = len(samples) > 0 and float(np.max(np.abs(samples))) >= AUDIBLE_PEAK
+        while self._replies:
+            reply = self._replies[0]
+            if reply.complete() or (reply.done and reply.audio_ms is None and reply.started and not audible):
+                self._replies.popleft()
+                continue
+            if not reply.started and not audible:
+                if reply.done and reply.audio_ms is not None and reply.audio_ms <= 0:
+                    self._replies.popleft()  # it said nothing aloud
+                    continue
+                return []  # the model is still thinking: the server's silence
+            reply.started = True
+            reply.received_ms += samples_to_ms(len(samples), TRACK_RATE_HZ)
+            delta = {
+                "type": "response.output_audio.delta",
+                "response_id": reply.id,
+                "delta": encode_base64_audio(samples, "pcm16"),
+                "sample_rate_hz": TRACK_RATE_HZ,
+                "from_track": True,
+            }
+            return [delta]
+        return []  # listening: the server's silence

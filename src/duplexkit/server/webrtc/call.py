@@ -1,0 +1,345 @@
+"""One WebRTC call as the runner's socket: the client's track and `oai-events` channel in, the server's track
+and the channel out (aiortc; imported only when a call comes).
+
+`WebRTCCall` stands where a WebSocket stands for `SessionRunner`, as `server.moshi.MoshiSocket` does, so the
+runner, the engine and the model do not change:
+
+* In (`receive`): first the call's opening `session.update` (the session object of the offer, with the
+  call's audio terms, see `signalling`); then the client's audio as `input_audio_buffer.append` events on
+  the track's RTP media clock (`media.TrackInput`), the channel's events (a `session.update`'s audio terms
+  pinned), and the playback acks the server's track makes.
+* Out (`send_text`): reply audio deltas go to the server's track (`media.Playout`, paced in real time by
+  `ReplyTrack`), never on the channel; every other event goes on the channel as the runner rendered it (in
+  the session's dialect). A cancelled response's unsent audio is dropped.
+* The call ends (`receive` returns `None`; the runner ends the session and closes this) when the channel
+  closes, the peer connection fails or closes (ICE failure, DTLS close), the client opens a channel with
+  another name (`invalid_data_channel` on that channel), or the call is not connected, with its channel when
+  the offer has a data section, within `connect_timeout_s`.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import contextlib
+import fractions
+import json
+import logging
+import secrets
+import time
+from typing import Any
+
+import numpy as np
+from aiortc import (
+    MediaStreamTrack,
+    RTCConfiguration,
+    RTCDataChannel,
+    RTCPeerConnection,
+    RTCSessionDescription,
+)
+from aiortc.mediastreams import MediaStreamError
+from av import AudioFrame
+
+from duplexkit.protocol.audio import decode_base64_audio, encode_audio, encode_base64_audio
+from duplexkit.protocol.dialects import CANONICAL_NAMES, Dialect
+from duplexkit.protocol.errors import ErrorCode, ProtocolError
+from duplexkit.protocol.server_events import error_event
+from duplexkit.protocol.wire import ServerEventStamper
+from duplexkit.server.edge import SocketClosed
+from duplexkit.server.metrics import ServerMetrics
+from duplexkit.server.webrtc.media import FRAME_SAMPLES, TRACK_RATE_HZ, Playout, TrackInput, to_mono
+from duplexkit.server.webrtc.signalling import EVENTS_CHANNEL, Offer, pinned_client_event
+
+log = logging.getLogger("duplexkit.server")
+
+_TIME_BASE = fractions.Fraction(1, TRACK_RATE_HZ)
+_ACK_PREFIX = "evt_rtc_ack_"
+"""The event ids of the playback acks the call makes; the runner's answers to them stay off the channel."""
+_CHANNEL_HIGH_BYTES = 1024 * 1024
+"""Bytes queued on the channel past which sending waits (the runner's outbound bound then applies)."""
+_CHANNEL_CLOSE_S = 1.0
+"""How long a closing call waits for its channels to close cleanly (what was sent arrives first)."""
+
+
+class ReplyTrack(MediaStreamTrack):
+    """The server's audio track: one 20 ms frame of `Playout` per `recv`, paced by the wall clock from the
+    first frame (a late loop catches up at once), reply audio or silence; each frame's acks go to
+    `on_acks`."""
+
+    kind = "audio"
+
+    def __init__(self, playout: Playout, on_acks: Any) -> None:
+        super().__init__()
+        self._playout = playout
+        self._on_acks = on_acks
+        self._start: float | None = None
+        self._pts = 0
+
+    async def recv(self) -> AudioFrame:
+        if self._start is None:
+            self._start = time.monotonic()
+        else:
+            self._pts += FRAME_SAMPLES
+            wait = self._start + self._pts / TRACK_RATE_HZ - time.monotonic()
+            if wait > 0:
+                await asyncio.sleep(wait)
+        samples, acks = self._playout.next_frame()
+        if acks:
+            self._on_acks(acks)
+        pcm = np.frombuffer(encode_audio(samples, "pcm16"), "<i2").reshape(1, -1)
+        frame = AudioFrame.from_ndarray(pcm, format="s16", layout="mono")
+        frame.sample_rate = TRACK_RATE_HZ
+        frame.pts = self._pts
+        frame.time_base = _TIME_BASE
+        return frame
+
+
+class WebRTCCall:
+    """The runner's socket for one call (see the module doc). Made by `answer`."""
+
+    def __init__(
+        self,
+        pc: RTCPeerConnection,
+        offer: Offer,
+        opening: str,
+        *,
+        dialect: Dialect,
+        input_rate_hz: int,
+        output_rate_hz: int,
+        metrics: ServerMetrics,
+    ) -> None:
+        self._pc = pc
+        self._dialect = dialect
+        self._input_rate_hz = input_rate_hz
+        self._output_rate_hz = output_rate_hz
+        self._metrics = metrics
+        self._inbound: asyncio.Queue[str | bytes | None] = asyncio.Queue()
+        self._inbound.put_nowait(opening)
+        self._input = TrackInput(input_rate_hz)
+        self._playout = Playout()
+        self._track = ReplyTrack(self._playout, self._acknowledge)
+        self._channel: RTCDataChannel | None = None
+        self._refused: list[RTCDataChannel] = []
+        self._wants_channel = offer.data_channel
+        self._channel_settled = asyncio.Event()
+        """Set once the events channel is open, or never will be (no data section, or the call ended)."""
+        if not self._wants_channel:
+            self._channel_settled.set()
+        self._drained = asyncio.Event()
+        self._drained.set()
+        self._connected = asyncio.Event()
+        self._tasks: set[asyncio.Task[None]] = set()
+        self._ended = False
+        self._closed = False
+
+    @classmethod
+    async def answer(
+        cls,
+        offer: Offer,
+        opening: str,
+        *,
+        dialect: Dialect,
+        input_rate_hz: int,
+        output_rate_hz: int,
+        metrics: ServerMetrics,
+        connect_timeout_s: float,
+    ) -> tuple[WebRTCCall, str]:
+        """A call for `offer` and its SDP answer. Raises `ProtocolError(invalid_sdp)` when the offer cannot
+        be answered (nothing is left running then). Host candidates only: no STUN or TURN server is asked."""
+        pc = RTCPeerConnection(RTCConfiguration(iceServers=[]))
+        call = cls(
+            pc,
+            offer,
+            opening,
+            dialect=dialect,
+            input_rate_hz=input_rate_hz,
+            output_rate_hz=output_rate_hz,
+            metrics=metrics,
+        )
+        pc.on("track", call._on_track)
+        pc.on("datachannel", call._on_channel)
+        pc.on("connectionstatechange", call._on_state)
+        try:
+            await pc.setRemoteDescription(RTCSessionDescription(offer.sdp, "offer"))
+            pc.addTrack(call._track)
+            await pc.setLocalDescription(await pc.createAnswer())
+        except Exception as exc:
+            await call.close()
+            raise ProtocolError(
+                ErrorCode.INVALID_SDP, f"the offer cannot be answered: {exc}", param="sdp"
+            ) from exc
+        call._spawn(call._watch(connect_timeout_s), "webrtc-watch")
+        return call, pc.localDescription.sdp
+
+    # --- the runner's socket --------------------------------------------------------------------------
+
+    async def receive(self) -> str | bytes | None:
+        message = await self._inbound.get()
+        if message is None:
+            self._inbound.put_nowait(None)  # every later read sees the end too
+        return message
+
+    async def send_text(self, data: str) -> None:
+        event = json.loads(data)
+        kind = CANONICAL_NAMES.get(event.get("type", ""), event.get("type"))
+        if kind == "response.output_audio.delta":
+            rate = int(event.get("sample_rate_hz") or self._output_rate_hz)
+            self._playout.add(event["response_id"], decode_base64_audio(event["delta"], "pcm16"), rate)
+            return
+        if kind == "response.done":
+            response = event.get("response", {})
+            if response.get("status") == "cancelled":
+                self._playout.drop(response.get("id", ""))
+            else:
+                self._playout.finish(response.get("id", ""))
+        elif kind == "error" and _answers_own_ack(event.get("error")):
+            return  # an answer to the call's own ack (e.g. too late after a barge-in): not the client's
+        await self._send_event(data)
+
+    async def close(self, code: int = 1000) -> None:
+        """End the call: close its channels cleanly (bounded), then the peer connection; idempotent."""
+        if self._closed:
+            return
+        self._closed = True
+        self._end()
+        for task in list(self._tasks):
+            task.cancel()
+        await asyncio.gather(*self._tasks, return_exceptions=True)
+        if self._pc.connectionState == "connected":
+            channels = [c for c in (self._channel, *self._refused) if c is not None]
+            with contextlib.suppress(TimeoutError):
+                await asyncio.wait_for(_close_channels(channels), _CHANNEL_CLOSE_S)
+        await self._pc.close()
+        lost_ms = 1000.0 * self._input.lost_samples / TRACK_RATE_HZ
+        if lost_ms:
+            log.info("webrtc call: %.0f ms of input audio lost (filled with silence)", lost_ms)
+
+    # --- peer connection events -----------------------------------------------------------------------
+
+    def _on_track(self, track: MediaStreamTrack) -> None:
+        if track.kind == "audio":
+            self._spawn(self._read_track(track), "webrtc-input")
+
+    def _on_channel(self, channel: RTCDataChannel) -> None:
+        if channel.label != EVENTS_CHANNEL or self._channel is not None:
+            message = (
+                f"a call's events go on one data channel named {EVENTS_CHANNEL!r}, not {channel.label!r}"
+            )
+            event = error_event(ErrorCode.INVALID_DATA_CHANNEL, message, param="label")
+            with contextlib.suppress(Exception):
+                channel.send(ServerEventStamper(self._dialect).encode(event))
+            self._refused.append(channel)
+            log.info("webrtc call refused: %s", message)
+            self._end()
+            return
+        self._channel = channel
+        channel.bufferedAmountLowThreshold = _CHANNEL_HIGH_BYTES // 2
+        channel.on("message", self._on_message)
+        channel.on("close", self._end)
+        channel.on("bufferedamountlow", self._drained.set)
+        self._channel_settled.set()
+
+    def _on_message(self, message: str | bytes) -> None:
+        if not self._ended:
+            self._inbound.put_nowait(pinned_client_event(message, self._input_rate_hz))
+
+    def _on_state(self) -> None:
+        state = self._pc.connectionState
+        if state == "connected":
+            self._connected.set()
+        elif state in ("failed", "closed"):
+            log.info("webrtc call: peer connection %s", state)
+            self._end()
+
+    # --- internals ------------------------------------------------------------------------------------
+
+    async def _watch(self, timeout_s: float) -> None:
+        """End a call that does not connect, with its events channel when it wants one, in time."""
+        try:
+            await asyncio.wait_for(
+                asyncio.gather(self._connected.wait(), self._channel_settled.wait()), timeout_s
+            )
+        except TimeoutError:
+            log.info("webrtc call: not connected within %g s", timeout_s)
+            self._end()
+
+    async def _read_track(self, track: MediaStreamTrack) -> None:
+        """The client's audio onto the input, on the RTP media clock, until the track ends."""
+        with contextlib.suppress(MediaStreamError):
+            while not self._ended:
+                frame = await track.recv()
+                assert isinstance(frame, AudioFrame) and frame.pts is not None
+                lost = self._input.lost_samples
+                samples = self._input.feed(frame.pts, to_mono(frame.to_ndarray(), len(frame.layout.channels)))
+                if self._input.lost_samples > lost:
+                    self._metrics.webrtc_input_lost_seconds.inc(
+                        (self._input.lost_samples - lost) / TRACK_RATE_HZ
+                    )
+                if len(samples) and not self._ended:
+                    append = {
+                        "type": "input_audio_buffer.append",
+                        "audio": encode_base64_audio(samples, "pcm16"),
+                        "input_audio_format": "pcm16",
+                        "sample_rate_hz": self._input_rate_hz,
+                    }
+                    self._inbound.put_nowait(json.dumps(append))
+
+    def _acknowledge(self, acks: list[Any]) -> None:
+        """What the track sent counts as played: a `playback.ack` per response it advanced."""
+        for ack in acks:
+            if self._ended:
+                return
+            event = {
+                "type": "playback.ack",
+                "event_id": f"{_ACK_PREFIX}{secrets.token_hex(6)}",
+                "response_id": ack.response_id,
+                "played_ms": round(ack.played_ms, 3),
+            }
+            self._inbound.put_nowait(json.dumps(event))
+
+    async def _send_event(self, text: str) -> None:
+        await self._channel_settled.wait()
+        channel = self._channel
+        if channel is None:
+            if self._wants_channel:
+                raise SocketClosed("the call ended before its events channel opened")
+            return  # an audio-only call: its events have nowhere to go
+        while channel.bufferedAmount > _CHANNEL_HIGH_BYTES and channel.readyState == "open":
+            self._drained.clear()
+            await self._drained.wait()
+        try:
+            channel.send(text)
+        except Exception as exc:  # aiortc's InvalidStateError once the channel is closed
+            raise SocketClosed(f"the events channel is {channel.readyState}") from exc
+
+    def _end(self) -> None:
+        """The call is over: the runner reads `None` next (it ends the session and closes this)."""
+        if not self._ended:
+            self._ended = True
+            self._inbound.put_nowait(None)
+            self._channel_settled.set()
+            self._drained.set()
+
+    def _spawn(self, coro: Any, name: str) -> None:
+        task = asyncio.create_task(coro, name=name)
+        self._tasks.add(task)
+        task.add_done_callback(self._tasks.discard)
+
+
+def _answers_own_ack(error: object) -> bool:
+    """Whether an `error` event's error (an object; a string in vLLM-Omni's handshake errors) answers one
+    of the acks the call made."""
+    return isinstance(error, dict) and str(error.get("event_id", "")).startswith(_ACK_PREFIX)
+
+
+async def _close_channels(channels: list[RTCDataChannel]) -> None:
+    """Close each channel after what was queued on it (SCTP resets a stream after its pending messages)."""
+    closed = []
+    for channel in channels:
+        if channel.readyState == "closed":
+            continue
+        done = asyncio.Event()
+        channel.on("close", done.set)
+        channel.close()
+        closed.append(done.wait())
+    if closed:
+        await asyncio.gather(*closed)
