@@ -31,6 +31,7 @@ from duplexkit.client.reconnect import ResumePolicy
 from duplexkit.server.cluster import REPORT_INTERVAL_S, SESSION_HEADER
 from duplexkit.server.ray_serve import RayServeOptions, ray_serve
 from tests.bench.conftest import speech_like
+from tests.chaos import scenarios
 from tests.chaos.proxy import Fault, FaultProxy
 
 MAX_SESSIONS = 2
@@ -224,3 +225,12 @@ async def test_a_dropped_session_resumes_on_its_replica_through_the_router(clust
     assert conversation.interrupted is None and conversation.close is not None and conversation.close.clean
     assert responses and all(r.status == "completed" for r in responses)
     assert client.collector.sentences(), "the reply's transcript did not come back"
+
+
+async def test_a_burst_beyond_the_cluster_capacity_is_admitted_or_refused_retryably(cluster: str) -> None:
+    """The chaos scenario at small counts: twice the capacity at once, twice; none lost, and exactly the
+    capacity admitted each time."""
+    report = await scenarios.cluster_burst(cluster, 2 * MAX_SESSIONS, 4 * MAX_SESSIONS, rounds=2, hold_s=0.3)
+    assert report.lost == 0, report.outcomes_lost
+    assert report.admitted_per_round == [2 * MAX_SESSIONS] * 2
+    assert report.refused_retryable == 2 * 2 * MAX_SESSIONS
