@@ -412,7 +412,8 @@ async def _session(url: str, *, close_mid_response: bool, seed: int) -> None:
 RESOURCE_SERVER = ServerConfig(
     max_sessions=64, resume=ResumeConfig(disconnect_grace_s=0.5, reap_interval_s=0.1)
 )
-"""Short grace: a cancelled client's detached session is reaped quickly, so slots can be checked."""
+"""Short grace: a session whose socket is lost (not closed: a cancelled client closes it) is reaped quickly,
+so slots can be checked."""
 
 
 @dataclass

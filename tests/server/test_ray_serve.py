@@ -24,12 +24,13 @@ from prometheus_client.parser import text_string_to_metric_families
 
 pytest.importorskip("ray.serve", reason="the `ray` extra is not installed (pip install 'duplexkit[ray]')")
 
+from ray import serve
 from websockets.asyncio.client import ClientConnection, connect
 
 from duplexkit.client import DuplexClient, SessionBounds, converse
 from duplexkit.client.reconnect import ResumePolicy
 from duplexkit.server.cluster import REPORT_INTERVAL_S, SESSION_HEADER
-from duplexkit.server.ray_serve import RayServeOptions, ray_serve
+from duplexkit.server.ray_serve import APP_NAME, DEPLOYMENT_NAME, RayServeOptions, ray_serve
 from tests.bench.conftest import speech_like
 from tests.chaos import scenarios
 from tests.chaos.proxy import Fault, FaultProxy
@@ -199,6 +200,11 @@ async def test_bursts_of_the_cluster_capacity_are_admitted_and_spread_again_and_
         try:
             assert [first["type"] for _, first in opened] == ["session.created"] * 4, [f for _, f in opened]
             assert await until(cluster, lambda c: sum(c) == 4) == [MAX_SESSIONS, MAX_SESSIONS]
+            # What the router reads of a replica (any: both are full): its answered connections, by id.
+            handle = serve.get_deployment_handle(DEPLOYMENT_NAME, app_name=APP_NAME)
+            stats = await handle.record_routing_stats.remote()
+            assert stats["sessions"] == MAX_SESSIONS
+            assert len(stats["answered"]) == MAX_SESSIONS and all(stats["answered"])
         finally:
             await asyncio.gather(*(end(ws) for ws, _ in opened))
 

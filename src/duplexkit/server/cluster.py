@@ -54,7 +54,7 @@ class ReplicaLoad:
 
     replica: str
     sessions: int
-    """Ongoing requests the router counts there (each live WebSocket is one)."""
+    """Slots in use there as far as the router knows (`RoutedConnections.load`)."""
     max_sessions: int
     keys: frozenset[str] = frozenset()
     """Routing keys and session ids the replica reported holding."""

@@ -440,7 +440,10 @@ class SessionRunner:
         code, message = (
             (ErrorCode.INVALID_SESSION_RESUME, "session.resume must be the first message of a new connection")
             if self._journal is not None
-            else (ErrorCode.UNSUPPORTED_SESSION_RESUME, "this server does not resume sessions")
+            else (
+                ErrorCode.UNSUPPORTED_SESSION_RESUME,
+                "this session cannot be resumed (resume is off, or its dialect has no resume)",
+            )
         )
         self._apply(self.engine.protocol_error(ProtocolError(code, message, event_id=event.event_id)))
 
