@@ -388,11 +388,16 @@ class Resources:
 
 
 async def _settled(server: EmbeddedServer, timeout_s: float) -> None:
-    """Wait until every slot is back (detached sessions reaped), then let closing sockets finish."""
-    deadline = asyncio.get_running_loop().time() + timeout_s
-    while server.duplex.manager.active and asyncio.get_running_loop().time() < deadline:  # noqa: ASYNC110
+    """Wait until every slot is back (detached sessions reaped) and every other task has finished (closing
+    sockets: under load a closing handshake can outlast a fixed pause), bounded by `timeout_s`; a task that
+    never finishes is left for the caller's count to find."""
+    loop = asyncio.get_running_loop()
+    deadline = loop.time() + timeout_s
+    while server.duplex.manager.active and loop.time() < deadline:  # noqa: ASYNC110
         await asyncio.sleep(0.05)
-    await asyncio.sleep(0.3)
+    while len(asyncio.all_tasks()) > 1 and loop.time() < deadline:  # noqa: ASYNC110
+        await asyncio.sleep(0.05)
+    await asyncio.sleep(0.1)
     import gc
 
     gc.collect()
