@@ -938,6 +938,9 @@ class BurstReport:
     """Connections neither admitted nor refused with the retryable capacity error (an error, a hang)."""
     outcomes_lost: dict[str, int] = field(default_factory=dict)
     admitted_per_round: list[int] = field(default_factory=list)
+    healthz_free_ms: list[float] = field(default_factory=list)
+    """Per round: from the last admitted session's close returning to the cluster's /healthz counting 0
+    sessions (polled every 20 ms through the Serve proxy)."""
 
     def to_json(self) -> dict[str, Any]:
         return asdict(self)
@@ -963,12 +966,17 @@ async def cluster_burst(
         except urllib.error.HTTPError as exc:
             return int(json.load(exc)["sessions"])
 
+    loop = asyncio.get_running_loop()
+    closed_at: list[float] = []
+
     async def one() -> str:
         try:
             async with websockets.connect(url, open_timeout=10) as ws:
                 first = json.loads(await asyncio.wait_for(ws.recv(), 10))
                 if first.get("type") == "session.created":
                     await asyncio.sleep(hold_s)
+                    await ws.close()
+                    closed_at.append(loop.time())
                     return "admitted"
                 error = first.get("error", {})
                 if error.get("code") == "session_capacity_exhausted" and error.get("retryable") is True:
@@ -978,10 +986,13 @@ async def cluster_burst(
             return type(exc).__name__
 
     for _ in range(rounds):
-        for _ in range(200):
+        for _ in range(500):
             if await asyncio.to_thread(sessions_in_use) == 0:
                 break
-            await asyncio.sleep(0.05)
+            await asyncio.sleep(0.02)
+        if closed_at:
+            report.healthz_free_ms.append(round((loop.time() - max(closed_at)) * 1000, 1))
+        closed_at.clear()
         outcomes = await asyncio.gather(*(one() for _ in range(opens)))
         report.admitted_per_round.append(outcomes.count("admitted"))
         report.admitted += outcomes.count("admitted")
