@@ -23,7 +23,18 @@ sys.path.insert(0, str(Path(__file__).resolve().parents[1]))  # the repository r
 
 from tests.chaos import scenarios
 
-SCENARIOS = ("fuzz", "cycles", "cancellation", "disconnect", "faults", "slow_reader", "overload", "sigkill")
+SCENARIOS = (
+    "fuzz",
+    "cycles",
+    "cancellation",
+    "disconnect",
+    "faults",
+    "slow_reader",
+    "overload",
+    "sigkill",
+    "clean_close",
+    "cluster_burst",
+)
 
 
 def main() -> None:
@@ -42,6 +53,8 @@ def main() -> None:
     parser.add_argument("--overload-rounds", type=int, default=3, help="rounds of the 2x-capacity run")
     parser.add_argument("--kills", type=int, default=10, help="SIGKILLs of a running benchmark")
     parser.add_argument("--kill-samples", type=int, default=40, help="samples in the killed benchmark")
+    parser.add_argument("--clean-closes", type=int, default=500, help="sessions closed cleanly at random")
+    parser.add_argument("--burst-rounds", type=int, default=10, help="rounds of the cluster burst")
     parser.add_argument("--seed", type=int, default=0, help="seed of every random choice")
     parser.add_argument("--out", type=Path, help="write every scenario's report here (JSON)")
     args = parser.parse_args()
@@ -70,8 +83,27 @@ def run(name: str, args: argparse.Namespace) -> dict[str, Any]:
         return asyncio.run(scenarios.slow_reader()).to_json()
     if name == "overload":
         return asyncio.run(scenarios.overload(args.capacity, 3.0, rounds=args.overload_rounds)).to_json()
+    if name == "clean_close":
+        return asyncio.run(scenarios.clean_closes(args.clean_closes, seed=args.seed)).to_json()
+    if name == "cluster_burst":
+        return cluster_burst(args.burst_rounds)
     with tempfile.TemporaryDirectory() as root:
         return scenarios.sigkill_bench(args.kills, args.kill_samples, root, seed=args.seed).to_json()
+
+
+def cluster_burst(rounds: int) -> dict[str, Any]:
+    """A local Ray Serve cluster of 2 replicas x 4 slots; each round opens 3x its capacity at once."""
+    import socket
+
+    from duplexkit.server.ray_serve import RayServeOptions, ray_serve
+
+    with socket.socket() as sock:
+        sock.bind(("127.0.0.1", 0))
+        port = int(sock.getsockname()[1])
+    fast = {"first_output_ms": "30", "token_ms": "2", "ms_per_char": "10"}
+    options = RayServeOptions(model="scripted", model_args=fast, replicas=2, max_sessions=4, replica_cpus=0.5)
+    with ray_serve(options, port=port) as url:
+        return asyncio.run(scenarios.cluster_burst(url, 8, 24, rounds=rounds)).to_json()
 
 
 if __name__ == "__main__":

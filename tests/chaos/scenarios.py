@@ -7,6 +7,7 @@ of counts and measurements; the callers assert on it (tests) or publish it (the 
 from __future__ import annotations
 
 import asyncio
+import base64
 import json
 import random
 from collections.abc import AsyncIterator, Iterator, Mapping
@@ -387,11 +388,16 @@ class Resources:
 
 
 async def _settled(server: EmbeddedServer, timeout_s: float) -> None:
-    """Wait until every slot is back (detached sessions reaped), then let closing sockets finish."""
-    deadline = asyncio.get_running_loop().time() + timeout_s
-    while server.duplex.manager.active and asyncio.get_running_loop().time() < deadline:  # noqa: ASYNC110
+    """Wait until every slot is back (detached sessions reaped) and every other task has finished (closing
+    sockets: under load a closing handshake can outlast a fixed pause), bounded by `timeout_s`; a task that
+    never finishes is left for the caller's count to find."""
+    loop = asyncio.get_running_loop()
+    deadline = loop.time() + timeout_s
+    while server.duplex.manager.active and loop.time() < deadline:  # noqa: ASYNC110
         await asyncio.sleep(0.05)
-    await asyncio.sleep(0.3)
+    while len(asyncio.all_tasks()) > 1 and loop.time() < deadline:  # noqa: ASYNC110
+        await asyncio.sleep(0.05)
+    await asyncio.sleep(0.1)
     import gc
 
     gc.collect()
@@ -411,7 +417,8 @@ async def _session(url: str, *, close_mid_response: bool, seed: int) -> None:
 RESOURCE_SERVER = ServerConfig(
     max_sessions=64, resume=ResumeConfig(disconnect_grace_s=0.5, reap_interval_s=0.1)
 )
-"""Short grace: a cancelled client's detached session is reaped quickly, so slots can be checked."""
+"""Short grace: a session whose socket is lost (not closed: a cancelled client closes it) is reaped quickly,
+so slots can be checked."""
 
 
 @dataclass
@@ -826,4 +833,172 @@ def sigkill_bench(kills: int, samples: int, root: Any, *, seed: int = 0) -> Kill
             report.duplicated += names != [f"{sample_id}.json", f"{sample_id}.meta.json"]
     report.duplicated += len(list(out.glob("**/.*.tmp")))
     report.lost = samples - report.published
+    return report
+
+
+# --- clean closes, bursts on a cluster -------------------------------------------------------------------
+
+
+@dataclass
+class CleanCloseReport:
+    sessions: int = 0
+    by_dialect: dict[str, int] = field(default_factory=dict)
+    closed_before_created: int = 0
+    """Clients that closed before their `session.created` arrived (their slot is checked at the end)."""
+    release_ms_p50: float | None = None
+    release_ms_max: float | None = None
+    """From the client's close returning to the session's slot being free (server's view, same process)."""
+    not_released: int = 0
+    """Sessions still holding their slot a second after their client closed (the grace is 30 s)."""
+    slots_in_use_after: int = -1
+    grace_s: float = 0.0
+
+    def to_json(self) -> dict[str, Any]:
+        return asdict(self)
+
+
+CLEAN_CLOSE_DIALECTS = {"ga": "", "beta": "?dialect=beta", "vllm_omni": "?duplex=1"}
+
+
+async def clean_closes(sessions: int, *, seed: int = 0, concurrency: int = 8) -> CleanCloseReport:
+    """Raw clients in every dialect (vLLM-Omni's, which may resume, included) speak, commit and listen, and
+    close their socket cleanly (1000 or 1001, no `session.close`) at a random moment of that lifecycle;
+    resume is on with the default 30 s grace. Each session's slot must be free at once."""
+    import websockets
+
+    rng = random.Random(seed)
+    report = CleanCloseReport(grace_s=ResumeConfig().disconnect_grace_s)
+    release_ms: list[float] = []
+    loop = asyncio.get_running_loop()
+    plan = [
+        (rng.choice(list(CLEAN_CLOSE_DIALECTS)), rng.uniform(0.0, 1.2), rng.choice([1000, 1001]))
+        for _ in range(sessions)
+    ]
+    async with EmbeddedServer(scripted(), ServerConfig(max_sessions=64)) as server:
+        held = server.duplex.manager
+
+        async def one(index: int, dialect: str, delay_s: float, code: int) -> None:
+            ws = await websockets.connect(server.url + CLEAN_CLOSE_DIALECTS[dialect], max_size=None)
+            created: list[str] = []
+
+            async def lifecycle() -> None:
+                created.append(json.loads(await ws.recv())["session"]["id"])
+                pcm = (speech(0.6, index) * 32767).astype("<i2").tobytes()
+                for start in range(0, len(pcm), 3_200):  # 100 ms appends, paced
+                    audio = base64.b64encode(pcm[start : start + 3_200]).decode()
+                    await ws.send(json.dumps({"type": "input_audio_buffer.append", "audio": audio}))
+                    await asyncio.sleep(0.05)
+                await ws.send('{"type": "input_audio_buffer.commit"}')
+                await _until(ws, "response.done")
+
+            task = asyncio.create_task(lifecycle())
+            await asyncio.wait({task}, timeout=delay_s)
+            task.cancel()
+            await asyncio.gather(task, return_exceptions=True)
+            await ws.close(code)
+            closed_at = loop.time()
+            report.by_dialect[dialect] = report.by_dialect.get(dialect, 0) + 1
+            if not created:
+                report.closed_before_created += 1
+                return
+            while created[0] in held.session_ids and loop.time() - closed_at < 1.0:  # noqa: ASYNC110
+                await asyncio.sleep(0.002)
+            if created[0] in held.session_ids:
+                report.not_released += 1
+            else:
+                release_ms.append((loop.time() - closed_at) * 1000)
+
+        gate = asyncio.Semaphore(concurrency)
+
+        async def gated(index: int, dialect: str, delay_s: float, code: int) -> None:
+            async with gate:
+                await one(index, dialect, delay_s, code)
+
+        await asyncio.gather(*(gated(i, *step) for i, step in enumerate(plan)))
+        report.sessions = len(plan)
+        for _ in range(500):  # those closed before their session.created: bounded, far below the grace
+            if held.active == 0:
+                break
+            await asyncio.sleep(0.002)
+        report.slots_in_use_after = held.active
+    if release_ms:
+        report.release_ms_p50 = round(float(np.percentile(release_ms, 50)), 2)
+        report.release_ms_max = round(max(release_ms), 2)
+    return report
+
+
+@dataclass
+class BurstReport:
+    capacity: int = 0
+    opens: int = 0
+    rounds: int = 0
+    admitted: int = 0
+    refused_retryable: int = 0
+    lost: int = 0
+    """Connections neither admitted nor refused with the retryable capacity error (an error, a hang)."""
+    outcomes_lost: dict[str, int] = field(default_factory=dict)
+    admitted_per_round: list[int] = field(default_factory=list)
+    healthz_free_ms: list[float] = field(default_factory=list)
+    """Per round: from the last admitted session's close returning to the cluster's /healthz counting 0
+    sessions (polled every 20 ms through the Serve proxy)."""
+
+    def to_json(self) -> dict[str, Any]:
+        return asdict(self)
+
+
+async def cluster_burst(
+    url: str, capacity: int, opens: int, *, rounds: int, hold_s: float = 0.5
+) -> BurstReport:
+    """`opens` connections at once against a cluster (`url`: its proxy) of `capacity` slots, `rounds` times:
+    each must be admitted or refused with the retryable `session_capacity_exhausted`, none lost. Admitted
+    sessions hold their slot `hold_s` and close; a round starts once the cluster's /healthz says 0."""
+    import urllib.request
+
+    import websockets
+
+    report = BurstReport(capacity=capacity, opens=opens, rounds=rounds)
+    health = url.replace("ws://", "http://").removesuffix("/v1/realtime") + "/healthz"
+
+    def sessions_in_use() -> int:
+        try:
+            with urllib.request.urlopen(health, timeout=5) as response:
+                return int(json.load(response)["sessions"])
+        except urllib.error.HTTPError as exc:
+            return int(json.load(exc)["sessions"])
+
+    loop = asyncio.get_running_loop()
+    closed_at: list[float] = []
+
+    async def one() -> str:
+        try:
+            async with websockets.connect(url, open_timeout=10) as ws:
+                first = json.loads(await asyncio.wait_for(ws.recv(), 10))
+                if first.get("type") == "session.created":
+                    await asyncio.sleep(hold_s)
+                    await ws.close()
+                    closed_at.append(loop.time())
+                    return "admitted"
+                error = first.get("error", {})
+                if error.get("code") == "session_capacity_exhausted" and error.get("retryable") is True:
+                    return "refused"
+                return f"error:{error.get('code')}"
+        except Exception as exc:  # a connection that failed or hung is the loss this scenario looks for
+            return type(exc).__name__
+
+    for _ in range(rounds):
+        for _ in range(500):
+            if await asyncio.to_thread(sessions_in_use) == 0:
+                break
+            await asyncio.sleep(0.02)
+        if closed_at:
+            report.healthz_free_ms.append(round((loop.time() - max(closed_at)) * 1000, 1))
+        closed_at.clear()
+        outcomes = await asyncio.gather(*(one() for _ in range(opens)))
+        report.admitted_per_round.append(outcomes.count("admitted"))
+        report.admitted += outcomes.count("admitted")
+        report.refused_retryable += outcomes.count("refused")
+        for outcome in outcomes:
+            if outcome not in ("admitted", "refused"):
+                report.lost += 1
+                report.outcomes_lost[outcome] = report.outcomes_lost.get(outcome, 0) + 1
     return report

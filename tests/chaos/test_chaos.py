@@ -59,3 +59,9 @@ async def test_at_twice_capacity_refusals_are_retryable_and_the_admitted_session
     assert report.refusals > 0 and report.retryable_refusals == report.refusals
     assert report.baseline["appends"] == report.overload["appends"] == 10
     assert report.overload["ttft_p50_ms"] is not None  # every admitted session got its reply
+
+
+async def test_clients_closing_cleanly_anywhere_free_their_slots_at_once() -> None:
+    report = await scenarios.clean_closes(12, seed=3)
+    assert report.sessions == 12 and set(report.by_dialect) == set(scenarios.CLEAN_CLOSE_DIALECTS)
+    assert report.not_released == 0 and report.slots_in_use_after == 0  # a 30 s grace held none of them

@@ -5,9 +5,13 @@ from __future__ import annotations
 from prometheus_client.parser import text_string_to_metric_families
 
 from duplexkit.server.cluster import (
+    CONNECTION_MEMORY_S,
     REPORT_STALE_S,
+    ConnectionReport,
+    ReplicaConnections,
     ReplicaLoad,
     ReplicaReport,
+    RoutedConnections,
     cluster_health,
     metric_families,
     rank_replicas,
@@ -28,13 +32,72 @@ def test_a_keyed_connection_goes_to_its_holder_even_when_another_replica_is_empt
     loads = [ReplicaLoad("a", 0, 2), ReplicaLoad("b", 1, 2, frozenset({"sess_9"}))]
     assert rank_replicas(loads, "sess_9") == [["b"], ["a"]]
     assert rank_replicas(loads, "client-key", remembered="b") == [["b"], ["a"]]
-    assert rank_replicas(loads, "client-key", remembered="gone") == [["a", "b"]]  # unknown: like no key
+    assert rank_replicas(loads, "client-key", remembered="gone") == [["a"], ["b"]]  # unknown: like no key
 
 
 def test_new_connections_prefer_replicas_with_a_free_slot_and_reach_a_full_one_only_last() -> None:
-    loads = [ReplicaLoad("a", 2, 2), ReplicaLoad("b", 1, 2), ReplicaLoad("c", 3, 2)]
-    assert rank_replicas(loads, None) == [["b"], ["a", "c"]]
+    loads = [ReplicaLoad("a", 2, 2), ReplicaLoad("b", 1, 2), ReplicaLoad("c", 3, 2), ReplicaLoad("d", 0, 2)]
+    assert rank_replicas(loads, None) == [["d"], ["b"], ["a"], ["c"]]
     assert rank_replicas([ReplicaLoad("a", 2, 2)], None) == [["a"]]  # it will refuse, retryably
+
+
+def _choose(
+    routed: RoutedConnections, reports: dict[str, ConnectionReport], connection: str, now: float
+) -> str:
+    """What the Ray router does per connection: rank by the loads it knows, count it on the first."""
+    loads = [ReplicaLoad(r, routed.load(r, report, now), 2) for r, report in reports.items()]
+    first = rank_replicas(loads, None)[0][0]
+    routed.routed(connection, first, now)
+    return first
+
+
+def test_a_burst_within_free_capacity_spreads_before_any_report_names_it() -> None:
+    routed = RoutedConnections()
+    empty = {"a": ConnectionReport(), "b": ConnectionReport()}
+    connections = [f"c{i}" for i in range(4)]
+    placed = [_choose(routed, empty, c, now=0.0) for c in connections]
+    assert sorted(placed) == ["a", "a", "b", "b"]
+    assert [routed.load(r, empty[r], 0.0) for r in "ab"] == [2, 2]  # the fifth finds the cluster full
+    # The replicas answer and report: their sessions now count, the routed ones no longer twice.
+    reports = {
+        r: ConnectionReport(2, frozenset(c for c, p in zip(connections, placed, strict=True) if p == r))
+        for r in "ab"
+    }
+    assert [routed.load(r, reports[r], 0.5) for r in "ab"] == [2, 2]
+
+
+def test_slots_freed_since_the_last_report_count_as_free_at_once() -> None:
+    routed = RoutedConnections()
+    for connection, replica in (("c1", "a"), ("c2", "a"), ("c3", "b")):
+        routed.routed(connection, replica, 0.0)
+    report = {"a": ConnectionReport(2, frozenset({"c1", "c2"})), "b": ConnectionReport(1, frozenset({"c3"}))}
+    routed.ended("c1", 1.0)
+    routed.ended("c3", 1.0)
+    assert [routed.load(r, report[r], 1.0) for r in "ab"] == [1, 0]  # the report still says 2 and 1
+    later = {"a": ConnectionReport(1, frozenset({"c2"}), frozenset({"c1"})), "b": ConnectionReport(0)}
+    assert [routed.load(r, later[r], 1.5) for r in "ab"] == [1, 0]  # not taken off twice
+
+
+def test_a_refused_or_never_sent_connection_stops_counting() -> None:
+    routed = RoutedConnections()
+    routed.routed("refused", "a", 0.0)
+    routed.routed("cancelled", "a", 0.0)  # never reached the replica, never ends
+    assert routed.load("a", ConnectionReport(), 0.0) == 2
+    assert routed.load("a", ConnectionReport(0, closed=frozenset({"refused"})), 1.0) == 1
+    assert routed.load("a", ConnectionReport(), CONNECTION_MEMORY_S + 1.0) == 0
+
+
+def test_a_replica_reports_its_answered_connections_and_forgets_closed_ones() -> None:
+    connections = ReplicaConnections()
+    connections.answered("c1")
+    connections.answered("c2")
+    connections.closed("c2", 1.0)
+    connections.closed("c3", 1.0)  # closed before it was answered (the client left during its handshake)
+    assert connections.stats(2.0) == {"answered": ["c1"], "closed": ["c2", "c3"]}
+    assert connections.stats(1.0 + CONNECTION_MEMORY_S + 0.1) == {"answered": ["c1"], "closed": []}
+    stats = {"keys": ["k"], "sessions": 1, **connections.stats(2.0)}
+    assert ConnectionReport.from_stats(stats) == ConnectionReport(1, frozenset({"c1"}))
+    assert ConnectionReport.from_stats(None) == ConnectionReport()
 
 
 def test_cluster_health_adds_up_fresh_replicas_and_leaves_stale_ones_out() -> None:

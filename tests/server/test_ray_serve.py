@@ -10,27 +10,30 @@ carries them: Ray Serve's `x-session-id` header (raw `websockets` client, as any
 from __future__ import annotations
 
 import asyncio
-import contextlib
 import json
 import socket
 import time
 import urllib.request
 from collections.abc import Callable, Iterator
 from typing import Any
+from urllib.parse import urlsplit
 
 import numpy as np
 import pytest
-import websockets
 from prometheus_client.parser import text_string_to_metric_families
 
 pytest.importorskip("ray.serve", reason="the `ray` extra is not installed (pip install 'duplexkit[ray]')")
 
+from ray import serve
 from websockets.asyncio.client import ClientConnection, connect
 
 from duplexkit.client import DuplexClient, SessionBounds, converse
+from duplexkit.client.reconnect import ResumePolicy
 from duplexkit.server.cluster import REPORT_INTERVAL_S, SESSION_HEADER
-from duplexkit.server.ray_serve import RayServeOptions, ray_serve
+from duplexkit.server.ray_serve import APP_NAME, DEPLOYMENT_NAME, RayServeOptions, ray_serve
 from tests.bench.conftest import speech_like
+from tests.chaos import scenarios
+from tests.chaos.proxy import Fault, FaultProxy
 
 MAX_SESSIONS = 2
 FAST = {"first_output_ms": "30", "token_ms": "2", "ms_per_char": "10"}
@@ -106,10 +109,7 @@ async def open_admitted(url: str, *, key: str | None = None, tries: int = 5) -> 
 
 
 async def end(ws: ClientConnection) -> None:
-    """End a session, not just its socket: a socket closed without `session.close` leaves the session
-    detached (resumable) through its disconnect grace, still holding its replica's slot."""
-    with contextlib.suppress(websockets.ConnectionClosed):
-        await ws.send(json.dumps({"type": "session.close"}))
+    """Leave as an OpenAI-dialect client does: close the socket (that ends the session and frees its slot)."""
     await ws.close()
 
 
@@ -188,3 +188,55 @@ async def test_a_key_the_client_chose_in_the_query_sticks_without_waiting_for_a_
             after = await until(cluster, lambda c: sum(c) == 2)
     holder = before.index(1)
     assert after[holder] == 2 and after[1 - holder] == 0
+
+
+async def test_bursts_of_the_cluster_capacity_are_admitted_and_spread_again_and_again(cluster: str) -> None:
+    """Four connections at once on 2 replicas x 2 slots, before any replica reported them: each admitted
+    at the first try, two per replica. Then all leave, and as soon as the cluster's /healthz says the
+    slots are free, the next burst: three times in a row."""
+    for _ in range(3):
+        await until(cluster, lambda c: sum(c) == 0)
+        opened = await asyncio.gather(*(open_session(cluster) for _ in range(2 * MAX_SESSIONS)))
+        try:
+            assert [first["type"] for _, first in opened] == ["session.created"] * 4, [f for _, f in opened]
+            assert await until(cluster, lambda c: sum(c) == 4) == [MAX_SESSIONS, MAX_SESSIONS]
+            # What the router reads of a replica (any: both are full): its answered connections, by id.
+            handle = serve.get_deployment_handle(DEPLOYMENT_NAME, app_name=APP_NAME)
+            stats = await handle.record_routing_stats.remote()
+            assert stats["sessions"] == MAX_SESSIONS
+            assert len(stats["answered"]) == MAX_SESSIONS and all(stats["answered"])
+        finally:
+            await asyncio.gather(*(end(ws) for ws, _ in opened))
+
+
+async def test_a_dropped_session_resumes_on_its_replica_through_the_router(cluster: str) -> None:
+    """The whole path at once: a session through the Serve proxy, its connection reset mid-reply (no close
+    frame: it detaches), and `DuplexClient`'s resume routed by its session id to the replica holding it,
+    though the other replica is emptier; the reply arrives whole."""
+    await until(cluster, lambda c: sum(c) == 0)
+    target = urlsplit(cluster)
+    assert target.hostname is not None and target.port is not None
+    async with FaultProxy(target.hostname, target.port) as proxy:
+        proxy.plan(Fault("reset", "down", marker=b'"response.audio.delta"'), None)
+        policy = ResumePolicy(backoff_s=0.5, backoff_max_s=2.0)
+        async with DuplexClient(proxy.url(), resume=policy) as client:
+            conversation = await converse(
+                client,
+                speech_like(2.5),  # in real time: the replica has reported the session when the drop comes
+                sample_rate_hz=16_000,
+                bounds=SessionBounds(settle_s=0.3, drain_timeout_s=15.0),
+            )
+            responses = client.collector.responses()
+        assert proxy.triggered == 1 and client.resumed == 1
+    assert conversation.interrupted is None and conversation.close is not None and conversation.close.clean
+    assert responses and all(r.status == "completed" for r in responses)
+    assert client.collector.sentences(), "the reply's transcript did not come back"
+
+
+async def test_a_burst_beyond_the_cluster_capacity_is_admitted_or_refused_retryably(cluster: str) -> None:
+    """The chaos scenario at small counts: twice the capacity at once, twice; none lost, and exactly the
+    capacity admitted each time."""
+    report = await scenarios.cluster_burst(cluster, 2 * MAX_SESSIONS, 4 * MAX_SESSIONS, rounds=2, hold_s=0.3)
+    assert report.lost == 0, report.outcomes_lost
+    assert report.admitted_per_round == [2 * MAX_SESSIONS] * 2
+    assert report.refused_retryable == 2 * 2 * MAX_SESSIONS

@@ -113,7 +113,7 @@ async def test_acked_events_leave_the_journal_and_a_resume_before_them_must_resy
         await client.send({"type": "session.heartbeat"})
         await client.until("session.heartbeat_ack")  # the ack was processed first, and answered nothing
         assert [e["type"] for e in client.events].count("error") == 0
-        await client.ws.close()
+        client.ws.transport.abort()
         again = await resume(server, created, 1)
         resumed = await again.recv()
         assert resumed["type"] == "session.resumed" and resumed["replayed_events"] == 0

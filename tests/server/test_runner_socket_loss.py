@@ -10,7 +10,7 @@ import pytest
 
 from duplexkit.engine import EngineSession
 from duplexkit.models import load_model
-from duplexkit.server.edge import SocketClosed
+from duplexkit.server.edge import NO_CLOSE_FRAME, SocketClosed
 from duplexkit.server.metrics import ServerMetrics
 from duplexkit.server.runner import RunnerLimits, SessionRunner
 from duplexkit.server.ticker import SessionTicker
@@ -23,10 +23,14 @@ class VanishingSocket:
     def __init__(self) -> None:
         self.frames = [json.dumps({"type": "session.close"})]
         self.sent = 0
+        self.close_code: int | None = None
 
     async def receive(self) -> str | bytes | None:
         await asyncio.sleep(0)
-        return self.frames.pop(0) if self.frames else None
+        if self.frames:
+            return self.frames.pop(0)
+        self.close_code = NO_CLOSE_FRAME
+        return None
 
     async def send_text(self, data: str) -> None:
         self.sent += 1

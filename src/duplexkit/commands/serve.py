@@ -52,8 +52,8 @@ def register(commands: argparse._SubParsersAction[argparse.ArgumentParser]) -> N
         type=float,
         default=30.0,
         metavar="SECONDS",
-        help="how long a session whose socket dropped waits for session.resume, holding its slot; "
-        "0 turns resume off (default: %(default)s)",
+        help="how long a session whose socket was lost (no close frame) waits for session.resume, "
+        "holding its slot (vLLM-Omni-dialect sessions only); 0 turns resume off (default: %(default)s)",
     )
     parser.add_argument(
         "--log-level",

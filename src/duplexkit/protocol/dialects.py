@@ -79,12 +79,16 @@ class DialectSpec:
     """The rate `pcm16` input means before the client says otherwise; `None` keeps the protocol's 16 kHz.
     The beta API's `pcm16` is 24 kHz and its session shape cannot name a rate; a GA client names its rate
     in `audio.input.format` (`audio/pcm` without one is 24 kHz)."""
+    resume_contract: bool
+    """Its clients reconnect with `session.resume` after a lost socket (vLLM-Omni's contract), so a lost
+    socket may detach the session (with resume on). GA and beta clients have no resume: their sessions end
+    with their socket."""
 
 
 DIALECTS: dict[Dialect, DialectSpec] = {
-    Dialect.GA: DialectSpec({}, True, False, False, {}, False, None),
-    Dialect.BETA: DialectSpec(_BETA_NAMES, False, False, False, {}, False, 24_000),
-    Dialect.VLLM_OMNI: DialectSpec(_BETA_NAMES, False, True, True, _VLLM_OMNI_ALIASES, True, None),
+    Dialect.GA: DialectSpec({}, True, False, False, {}, False, None, False),
+    Dialect.BETA: DialectSpec(_BETA_NAMES, False, False, False, {}, False, 24_000, False),
+    Dialect.VLLM_OMNI: DialectSpec(_BETA_NAMES, False, True, True, _VLLM_OMNI_ALIASES, True, None, True),
 }
 
 CANONICAL_NAMES: dict[str, str] = {dialect_name: ga for ga, dialect_name in _BETA_NAMES.items()}

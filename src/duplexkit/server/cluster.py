@@ -11,6 +11,10 @@ Serve router sees, and tests drive them directly.
 - **Replica choice.** A keyed connection goes to the replica that holds its key, if any; any other goes to
   a replica with a free session slot, least loaded first, and only when every replica is full to one that
   will refuse it with the retryable `session_capacity_exhausted`.
+- **Load, as fresh as the router can know it** (`RoutedConnections`). Replicas report their sessions about
+  once a second; between reports a router adds the connections it has sent a replica that the replica has
+  not yet reported, and takes off those it saw end that the report still counted. So a burst of N
+  connections spreads over the replicas at once, and slots freed a moment ago count as free.
 - **Cluster health.** `/healthz` and `/metrics` of the cluster add up every replica's latest report.
 """
 
@@ -30,6 +34,9 @@ REPORT_INTERVAL_S = 1.0
 """How often each replica reports its sessions (routing stats and the cluster registry)."""
 REPORT_STALE_S = 5.0
 """A replica whose latest report is older than this is left out of the cluster's health."""
+CONNECTION_MEMORY_S = 10.0
+"""How long a replica lists a connection that has closed in its reports, and how long a router counts a
+connection it routed that no report has named yet (a connection that never got an answer)."""
 
 
 def routing_key(headers: Iterable[tuple[bytes, bytes]], query_string: bytes) -> str | None:
@@ -47,7 +54,7 @@ class ReplicaLoad:
 
     replica: str
     sessions: int
-    """Ongoing requests the router counts there (each live WebSocket is one)."""
+    """Slots in use there as far as the router knows (`RoutedConnections.load`)."""
     max_sessions: int
     keys: frozenset[str] = frozenset()
     """Routing keys and session ids the replica reported holding."""
@@ -56,9 +63,12 @@ class ReplicaLoad:
 def rank_replicas(
     replicas: Sequence[ReplicaLoad], key: str | None, remembered: str | None = None
 ) -> list[list[str]]:
-    """Replica ids in preference order, as ranks (the Serve router takes the least loaded of a rank).
+    """Replica ids in preference order, as ranks (the Serve router tries them in order).
 
-    `remembered` is the replica this router last sent `key` to (instant affinity before any report).
+    `remembered` is the replica this router last sent `key` to (instant affinity before any report). A
+    keyed connection's holder is the one first rank; otherwise each replica is a rank of its own: those
+    with a free slot first, least loaded first, then the full ones (ties in id order, so the choice is this
+    function's, not the Serve router's view of ongoing requests).
     """
     by_id = {r.replica: r for r in replicas}
     if key is not None:
@@ -66,9 +76,110 @@ def rank_replicas(
         holder = holder or next((r.replica for r in replicas if key in r.keys), None)
         if holder is not None:
             return [[holder], [r for r in by_id if r != holder]] if len(by_id) > 1 else [[holder]]
-    free = [r.replica for r in replicas if r.sessions < r.max_sessions]
-    full = [r.replica for r in replicas if r.sessions >= r.max_sessions]
-    return [rank for rank in (free, full) if rank]
+    ordered = sorted(replicas, key=lambda r: (r.sessions >= r.max_sessions, r.sessions, r.replica))
+    return [[r.replica] for r in ordered]
+
+
+@dataclass(frozen=True, slots=True)
+class ConnectionReport:
+    """What a replica's latest report says of its WebSocket connections, by the id the router knows each
+    request by (Serve's internal request id)."""
+
+    sessions: int = 0
+    """Slots in use when the report was made."""
+    answered: frozenset[str] = frozenset()
+    """Connections the replica had answered (admitted, refused, resumed: it sent its first frame or closed)
+    and that were still open: an admitted one is in `sessions`."""
+    closed: frozenset[str] = frozenset()
+    """Connections that had closed within `CONNECTION_MEMORY_S` (answered or not)."""
+
+    @classmethod
+    def from_stats(cls, stats: Mapping[str, Any] | None) -> ConnectionReport:
+        """From a replica's routing stats (`{}` before its first report)."""
+        stats = stats or {}
+        return cls(
+            int(stats.get("sessions", 0)),
+            frozenset(stats.get("answered", ())),
+            frozenset(stats.get("closed", ())),
+        )
+
+
+class ReplicaConnections:
+    """A replica's side of `ConnectionReport`: which of its connections are answered, and which closed."""
+
+    def __init__(self) -> None:
+        self._answered: set[str] = set()
+        self._closed: dict[str, float] = {}
+
+    def answered(self, connection: str) -> None:
+        self._answered.add(connection)
+
+    def closed(self, connection: str, now: float) -> None:
+        self._answered.discard(connection)
+        self._closed[connection] = now
+
+    def stats(self, now: float) -> dict[str, list[str]]:
+        """The `answered` and `closed` lists of the routing stats (closed ones age out)."""
+        for connection, at in list(self._closed.items()):
+            if now - at > CONNECTION_MEMORY_S:
+                del self._closed[connection]
+        return {"answered": sorted(self._answered), "closed": sorted(self._closed)}
+
+
+@dataclass(slots=True)
+class _Routed:
+    replica: str
+    at: float
+    answered: bool = False
+    """A report has named it: from then on the replica's reports count it, so this router does not."""
+
+
+class RoutedConnections:
+    """A router's own account of the WebSocket connections it sent to each replica, against the replicas'
+    latest reports: Sans-I/O, driven with `now` (the router's monotonic clock).
+
+    `load(replica, report)` is the report's sessions, plus the connections routed there that no report has
+    named yet (each will hold a slot, or be refused, once answered), minus the answered ones the report
+    counted that this router has since seen end (their slots are free). A connection no report names within
+    `CONNECTION_MEMORY_S` (say, cancelled before it was sent) stops counting.
+    """
+
+    def __init__(self) -> None:
+        self._live: dict[str, _Routed] = {}
+        """Connections routed whose request has not ended."""
+        self._ended: dict[str, _Routed] = {}
+        """Connections whose request ended, for `CONNECTION_MEMORY_S` (`at`: when it ended)."""
+
+    def routed(self, connection: str, replica: str, now: float) -> None:
+        """`connection` is (about to be) sent to `replica`; a later call for it moves it."""
+        self._live[connection] = _Routed(replica, now)
+
+    def ended(self, connection: str, now: float) -> None:
+        """`connection`'s request is over (the replica's handler returned)."""
+        routed = self._live.pop(connection, None)
+        if routed is not None:
+            self._ended[connection] = _Routed(routed.replica, now)
+
+    def load(self, replica: str, report: ConnectionReport, now: float) -> int:
+        self._forget(now)
+        arriving = 0
+        for connection, routed in self._live.items():
+            if routed.replica != replica:
+                continue
+            if connection in report.answered or connection in report.closed:
+                routed.answered = True
+            elif not routed.answered:
+                arriving += 1
+        gone = sum(1 for c, e in self._ended.items() if e.replica == replica and c in report.answered)
+        return max(0, report.sessions + arriving - gone)
+
+    def _forget(self, now: float) -> None:
+        for connection, routed in list(self._live.items()):
+            if not routed.answered and now - routed.at > CONNECTION_MEMORY_S:
+                del self._live[connection]
+        for connection, ended in list(self._ended.items()):
+            if now - ended.at > CONNECTION_MEMORY_S:
+                del self._ended[connection]
 
 
 @dataclass(frozen=True, slots=True)

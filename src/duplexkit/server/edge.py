@@ -17,12 +17,33 @@ class SocketClosed(Exception):
     """A send found the peer gone (each edge maps its framework's own disconnect errors to this)."""
 
 
+NO_CLOSE_FRAME = 1006
+"""The close code an edge reports for a connection lost without a close frame (RFC 6455: abnormal)."""
+NO_STATUS = 1005
+"""A close frame without a code. uvicorn's sansio and wsproto protocols (Ray Serve's proxy runs the
+former) also report a connection lost without a close frame so: the two cannot be told apart."""
+
+
+def left_on_purpose(close_code: int | None) -> bool:
+    """Whether a peer that is gone closed its connection itself, with a coded close frame (1000, 1001, or
+    any other code it chose), rather than losing it (a reset, a timeout: 1006, or 1005, which may be
+    either). A client that left on purpose will not come back for its session."""
+    return close_code is not None and close_code not in (NO_CLOSE_FRAME, NO_STATUS)
+
+
 class Connection(Protocol):
     """An accepted WebSocket. `receive` returns the next message (a text frame as `str`, a binary one as
-    `bytes`) or `None` once the peer is gone; it never raises for a disconnect. `send_text` and
-    `send_bytes` raise `SocketClosed` when the peer is gone."""
+    `bytes`) or `None` once the peer is gone; it never raises for a disconnect. `close_code` then says how
+    it went (see `left_on_purpose`). `send_text` and `send_bytes` raise `SocketClosed` when the peer is
+    gone."""
 
     async def receive(self) -> str | bytes | None: ...
+
+    @property
+    def close_code(self) -> int | None:
+        """After `receive` returned `None`: the code of the peer's close frame (`NO_STATUS` if it had
+        none), or `NO_CLOSE_FRAME` when the connection was lost without one. `None` before."""
+        ...
 
     async def send_text(self, data: str) -> None: ...
 

@@ -25,6 +25,8 @@ class SessionManager:
         self.metrics = metrics
         self.accepting = True
         self._slots: set[Slot] = set()
+        self.changed = asyncio.Event()
+        """Set when a slot is taken or freed (a cluster replica reports its load on it, and clears it)."""
 
     @property
     def active(self) -> int:
@@ -45,6 +47,7 @@ class SessionManager:
         self._slots.add(slot)
         self.metrics.sessions_admitted.inc()
         self.metrics.sessions_active.set(len(self._slots))
+        self.changed.set()
         return slot
 
     def release(self, slot: Slot) -> None:
@@ -52,6 +55,7 @@ class SessionManager:
             slot.released = True
             self._slots.discard(slot)
             self.metrics.sessions_active.set(len(self._slots))
+            self.changed.set()
 
     async def shutdown(self, timeout_s: float = 5.0) -> None:
         """Stop admitting and close every live session with `session.closed{reason: server_shutdown}`."""

@@ -96,6 +96,10 @@ class MoshiSocket:
             error = event.get("error", {})
             await self._error(f"{error.get('code')}: {error.get('message')}")
 
+    @property
+    def close_code(self) -> int | None:
+        return self.ws.close_code
+
     async def close(self, code: int = 1000) -> None:
         await self.ws.close(code)
 

@@ -10,10 +10,13 @@ Needs the `ray` extra; nothing else in duplexkit imports this module.
   (`x-session-id` header or `session_id` query parameter, see `duplexkit.server.cluster`) goes to the
   replica holding it — remembered by this router when it placed the key, or reported by the replica
   (its live session ids and the keys of its connections, every `REPORT_INTERVAL_S`); others go to the
-  least loaded replica with a free slot. A WebSocket stays on its replica for its whole life.
-- **Cluster health.** Replicas report to one named registry actor; `/healthz` and `/metrics` answered by
-  any replica add up every replica's latest report; `/replica/healthz` and `/replica/metrics` are the
-  answering replica's own.
+  least loaded replica with a free slot. A replica's load is its reported sessions corrected by what the
+  router did since (`cluster.RoutedConnections`: connections routed there and not yet answered, answered
+  ones that ended), so a burst within the free capacity is admitted and spread, and freed slots count at
+  once. A WebSocket stays on its replica for its whole life.
+- **Cluster health.** Replicas report to one named registry actor, every `REPORT_INTERVAL_S` and as soon
+  as a slot is taken or freed; `/healthz` and `/metrics` answered by any replica add up every replica's
+  latest report; `/replica/healthz` and `/replica/metrics` are the answering replica's own.
 - **Direct URLs** (`direct_host`): each replica can also serve the same app object on its own port on that
   interface, listed as `url` in the cluster's `/healthz` `per_replica`, for clients that route themselves
   (e.g. `duplexkit bench --url` per replica) and to measure what the proxy costs.
@@ -39,9 +42,10 @@ from typing import Any
 import ray
 from ray import serve
 from ray.serve.config import RequestRouterConfig
+from ray.serve.context import _get_serve_request_context
 from ray.serve.request_router import PendingRequest, ReplicaID, RequestRouter, RunningReplica
 from starlette.responses import JSONResponse, Response
-from starlette.types import Receive, Scope, Send
+from starlette.types import Message, Receive, Scope, Send
 
 from duplexkit import __version__
 from duplexkit.engine.journal import ResumeConfig
@@ -49,8 +53,11 @@ from duplexkit.models import load_model
 from duplexkit.server.asgi import asgi_app
 from duplexkit.server.cluster import (
     REPORT_INTERVAL_S,
+    ConnectionReport,
+    ReplicaConnections,
     ReplicaLoad,
     ReplicaReport,
+    RoutedConnections,
     cluster_health,
     metric_families,
     rank_replicas,
@@ -155,6 +162,7 @@ class DuplexReplica:
         self.asgi = asgi_app(self.duplex)
         self.replica = serve.get_replica_context().replica_id.unique_id
         self.keys = _Keys()
+        self.connections = ReplicaConnections()
         self.registry = _registry()
         self.direct_url: str | None = None
         self._direct: RunningEdge | None = None
@@ -170,7 +178,7 @@ class DuplexReplica:
         if scope["type"] == "websocket":
             key = routing_key(scope.get("headers", ()), scope.get("query_string", b""))
             with self.keys.holding(key):
-                await self.asgi(scope, receive, send)
+                await self._connection(scope, receive, send)
             return
         path = scope.get("path", "")
         if scope["type"] == "http" and path in ("/healthz", "/metrics"):
@@ -181,9 +189,32 @@ class DuplexReplica:
             scope = {**scope, "path": path.removeprefix("/replica"), "raw_path": None}
         await self.asgi(scope, receive, send)
 
+    async def _connection(self, scope: Scope, receive: Receive, send: Send) -> None:
+        """Serve one WebSocket, noting for the router when it is answered (its first frame or its close: by
+        then it holds a slot or never will) and when it closes (`cluster.ReplicaConnections`)."""
+        connection = _get_serve_request_context()._internal_request_id
+        answered = False
+
+        async def noting(message: Message) -> None:
+            nonlocal answered
+            if not answered and message["type"] in ("websocket.send", "websocket.close"):
+                answered = True
+                self.connections.answered(connection)
+            await send(message)
+
+        try:
+            await self.asgi(scope, receive, noting)
+        finally:
+            self.connections.closed(connection, time.monotonic())
+
     def record_routing_stats(self) -> dict[str, Any]:
-        """What the router reads to find a session's replica (session ids and routing keys held here)."""
-        return {"keys": sorted(self.keys.held() | self.duplex.manager.session_ids)}
+        """What the router reads: the session ids and routing keys held here (to find a session's replica),
+        and the load (`cluster.ConnectionReport`)."""
+        return {
+            "keys": sorted(self.keys.held() | self.duplex.manager.session_ids),
+            "sessions": self.duplex.manager.active,
+            **self.connections.stats(time.monotonic()),
+        }
 
     async def _healthz(self) -> Response:
         now, reports = await self.registry.reports.remote()
@@ -214,8 +245,13 @@ class DuplexReplica:
         await self.registry.report.remote(**self._snapshot())
 
     async def _report_forever(self) -> None:
+        """Report every `REPORT_INTERVAL_S`, and as soon as a slot is taken or freed (so the cluster's
+        `/healthz` is fresh to within a report's round trip)."""
+        changed = self.duplex.manager.changed
         while True:
-            await asyncio.sleep(REPORT_INTERVAL_S)
+            with contextlib.suppress(TimeoutError):
+                await asyncio.wait_for(changed.wait(), REPORT_INTERVAL_S)
+            changed.clear()
             try:
                 await self._report()
             except Exception:  # the registry restarting must not take the replica down
@@ -259,15 +295,22 @@ class SessionAffinityRouter(RequestRouter):
         self._max_sessions = int(kwargs["max_sessions"])
         self._memory_size = int(kwargs.get("memory", 100_000))
         self._placed: OrderedDict[str, ReplicaID] = OrderedDict()
+        self._routed = RoutedConnections()
 
     async def choose_replicas(
         self, candidate_replicas: list[RunningReplica], pending_request: PendingRequest | None = None
     ) -> list[list[RunningReplica]]:
-        key = _key_of(pending_request)
+        """Rank the replicas (`cluster.rank_replicas`) by the load this router knows, and count the
+        connection as routed to the first: no await in between, so concurrent choices see each other."""
+        scope = _asgi_scope(pending_request)
+        key = _key_of(pending_request, scope)
+        now = time.monotonic()
         loads = [
             ReplicaLoad(
                 replica=r.replica_id.unique_id,
-                sessions=self.replica_queue_len_cache.get(r.replica_id) or 0,
+                sessions=self._routed.load(
+                    r.replica_id.unique_id, ConnectionReport.from_stats(r.routing_stats), now
+                ),
                 max_sessions=self._max_sessions,
                 keys=frozenset((r.routing_stats or {}).get("keys", ())),
             )
@@ -276,10 +319,17 @@ class SessionAffinityRouter(RequestRouter):
         placed = self._placed.get(key) if key is not None else None
         by_id = {r.replica_id.unique_id: r for r in candidate_replicas}
         ranks = rank_replicas(loads, key, placed.unique_id if placed is not None else None)
+        if ranks and pending_request is not None and scope is not None and scope.get("type") == "websocket":
+            self._routed.routed(pending_request.metadata.internal_request_id, ranks[0][0], now)
         return [[by_id[replica] for replica in rank] for rank in ranks]
 
     def on_request_routed(self, pending_request: PendingRequest, replica_id: ReplicaID, result: Any) -> None:
-        key = _key_of(pending_request)
+        scope = _asgi_scope(pending_request)
+        if scope is not None and scope.get("type") == "websocket":  # where it went, if not the first choice
+            self._routed.routed(
+                pending_request.metadata.internal_request_id, replica_id.unique_id, time.monotonic()
+            )
+        key = _key_of(pending_request, scope)
         if key is None:
             return
         self._placed[key] = replica_id
@@ -287,19 +337,23 @@ class SessionAffinityRouter(RequestRouter):
         while len(self._placed) > self._memory_size:
             self._placed.popitem(last=False)
 
+    def on_request_completed(self, replica_id: ReplicaID, internal_request_id: str) -> None:
+        self._routed.ended(internal_request_id, time.monotonic())
 
-def _key_of(pending: PendingRequest | None) -> str | None:
+
+def _key_of(pending: PendingRequest | None, scope: Mapping[str, Any] | None) -> str | None:
     """The request's routing key: Serve's session id (from the header), else the `session_id` query."""
     if pending is None:
         return None
     if pending.metadata.session_id:
         return str(pending.metadata.session_id)
-    scope = _asgi_scope(pending)
     return routing_key((), scope.get("query_string", b"")) if scope else None
 
 
-def _asgi_scope(pending: PendingRequest) -> dict[str, Any] | None:
+def _asgi_scope(pending: PendingRequest | None) -> dict[str, Any] | None:
     """The ASGI scope the Serve proxy sends along (a pickled request object; `None` if it is not one)."""
+    if pending is None:
+        return None
     try:
         arg = pending.args[0] if pending.args else None
         request = pickle.loads(arg) if isinstance(arg, bytes) else arg

@@ -8,7 +8,11 @@ per attachment (a WebSocket the session is attached to): the reader parses frame
 the writer sends events in order. The outbound queue is bounded in bytes: a client that stops reading is
 dropped with a logged reason instead of making the server buffer without bound.
 
-With resume on (`ResumeConfig`), a lost socket detaches the session instead of ending it: the engine keeps
+How a session ends follows what its client did. A client that closed its socket on purpose (a coded
+close frame: 1000, 1001, ...) has left: the session ends at once (`client_close`) and frees its slot; no
+`session.closed` is owed to it. A socket lost without a close frame ends the session too
+(`client_disconnected`), unless the session is resumable (the caller passes a `ResumeConfig` only then:
+resume on and a dialect with a resume contract). A resumable session detaches instead: the engine keeps
 stepping the input it already has, every event goes to the replay journal, and `resume` attaches a new
 socket, replaying what the client lacks (`duplexkit.engine.journal` holds the rules).
 """
@@ -35,7 +39,7 @@ from duplexkit.protocol.dialects import Dialect, follow_ups, render
 from duplexkit.protocol.errors import ErrorCode, ProtocolError
 from duplexkit.protocol.wire import MAX_EVENT_BYTES, ServerEventStamper, parse_client_event
 from duplexkit.server.batching import BatchScheduler
-from duplexkit.server.edge import SocketClosed
+from duplexkit.server.edge import SocketClosed, left_on_purpose
 from duplexkit.server.metrics import ServerMetrics
 from duplexkit.server.ticker import SessionTicker
 
@@ -44,10 +48,14 @@ log = logging.getLogger("duplexkit.server")
 
 class SessionSocket(Protocol):
     """What the runner needs of its connection: an edge's `Connection`, or a protocol edge standing in
-    front of one (`server.moshi.MoshiSocket`). `receive` returns `None` once the peer is gone; a send to a
-    peer that is gone raises `SocketClosed`."""
+    front of one (`server.moshi.MoshiSocket`). `receive` returns `None` once the peer is gone, and
+    `close_code` then says how it went (`edge.Connection.close_code`); a send to a peer that is gone raises
+    `SocketClosed`."""
 
     async def receive(self) -> str | bytes | None: ...
+
+    @property
+    def close_code(self) -> int | None: ...
 
     async def send_text(self, data: str) -> None: ...
 
@@ -328,13 +336,17 @@ class SessionRunner:
             await asyncio.wait_for(attachment.ws.close(1000), self.limits.close_timeout_s)
         attachment.ended.set()
 
-    def _lost(self, attachment: _Attachment) -> None:
-        """The attachment's socket is gone: detach (resume on) or end the session."""
+    def _gone(self, attachment: _Attachment) -> None:
+        """The attachment's socket is gone: the client left (the session ends), or the socket was lost
+        (a resumable session detaches, any other ends)."""
         if attachment is not self._attachment:
             attachment.ended.set()
             return
+        if left_on_purpose(attachment.ws.close_code):
+            self._end_without_client("client_close")
+            return
         if self._lease is None or not self.engine.started or self.engine.closed or self._done.is_set():
-            self._finish("client_disconnected")
+            self._end_without_client("client_disconnected")
             return
         self._attachment = None
         closing = asyncio.create_task(self._close_lost(attachment), name="detach")
@@ -342,6 +354,13 @@ class SessionRunner:
         closing.add_done_callback(self._closing.discard)
         self._lease.detach(self.clock())
         log.info("session %s: detached, awaiting resume", self.engine.session_id)
+
+    def _end_without_client(self, reason: str) -> None:
+        """End the session as any close does (a response in flight ends cancelled; the journal, if any,
+        records it and `session.closed`), sending nothing: no event is owed to a client that is gone."""
+        if not self.engine.closed and not self._done.is_set():
+            self._apply(self.engine.close(reason, self.clock()), deliver=False)
+        self._finish(reason)
 
     # --- tasks ----------------------------------------------------------------------------------------
 
@@ -364,19 +383,19 @@ class SessionRunner:
                     self._config_timed_out()
                     return
                 if message is None:
-                    self._lost(attachment)
+                    self._gone(attachment)
                     return
                 self.client_events_received += 1
                 await self._handle_frame(message)
             while not self._done.is_set():
                 message = await ws.receive()
                 if message is None:
-                    self._lost(attachment)
+                    self._gone(attachment)
                     return
                 self.client_events_received += 1
                 await self._handle_frame(message)
         except (SocketClosed, RuntimeError, OSError):
-            self._lost(attachment)
+            self._gone(attachment)
 
     def _config_timed_out(self) -> None:
         now = self.clock()
@@ -422,7 +441,10 @@ class SessionRunner:
         code, message = (
             (ErrorCode.INVALID_SESSION_RESUME, "session.resume must be the first message of a new connection")
             if self._journal is not None
-            else (ErrorCode.UNSUPPORTED_SESSION_RESUME, "this server does not resume sessions")
+            else (
+                ErrorCode.UNSUPPORTED_SESSION_RESUME,
+                "this session cannot be resumed (resume is off, or its dialect has no resume)",
+            )
         )
         self._apply(self.engine.protocol_error(ProtocolError(code, message, event_id=event.event_id)))
 
@@ -617,9 +639,10 @@ class SessionRunner:
 
     # --- plumbing -------------------------------------------------------------------------------------
 
-    def _apply(self, step: Step) -> None:
-        """Send the step's events in order, queue its units, and act on an epoch change or a close."""
-        attachment = self._attachment
+    def _apply(self, step: Step, *, deliver: bool = True) -> None:
+        """Send the step's events in order (journal them only, `deliver=False`), queue its units, and act on
+        an epoch change or a close."""
+        attachment = self._attachment if deliver else None
         for event in step.events:
             self._observe(event)
             self._tell_model_what_was_heard(event)

@@ -211,10 +211,12 @@ class DuplexServer:
         first: FirstMessage | None = None,
     ) -> None:
         """Admission (or the retryable capacity refusal, close 1013), then one runner, served until its
-        opening connection closes; the session's lifetime (and its slot) may go on, detached.
+        opening connection closes. A session that ends with it has freed its slot when this returns (a
+        cluster's router counts the request's end as a free slot); a detached one lives on, slot and all.
 
         `first`: this was the connection's first message (read to tell a resume from a new session);
-        `resume`: the session may be resumed (`/v1/realtime` only)."""
+        `resume`: the server's resume settings (`/v1/realtime` only); the session is resumable when they
+        are on and the dialect has a resume contract."""
         config = self._engine_config()
         slot = self.manager.try_admit()
         if slot is None:
@@ -230,6 +232,8 @@ class DuplexServer:
         opening = asyncio.ensure_future(runner.opening_closed())
         try:
             await asyncio.wait({life, opening}, return_when=asyncio.FIRST_COMPLETED)
+            if runner.close_reason is not None:  # it ends with its socket: return once its slot is free
+                await asyncio.wait({life})
         except asyncio.CancelledError:  # the edge is going away with the connection still attached
             if not opening.done():
                 life.cancel()
@@ -259,7 +263,7 @@ class DuplexServer:
         """The admitted session on `slot`: its engine, model session and runner, and its lifetime task,
         which releases the slot when the session ends (`None`: it failed to start; the slot is released)."""
         try:
-            resumable = resume is not None and resume.enabled
+            resumable = resume is not None and resume.enabled and DIALECTS[dialect].resume_contract
             engine = EngineSession(
                 slot.session_id, dataclasses.replace(config, supports_session_resume=resumable)
             )
@@ -275,7 +279,7 @@ class DuplexServer:
                 ticker=self.ticker,
                 batches=self.batches,
                 dialect=dialect,
-                resume=resume,
+                resume=resume if resumable else None,
             )
             slot.shutdown = runner.shutdown
             self.resumable.register(runner)

@@ -15,7 +15,15 @@ from starlette.responses import Response
 from starlette.routing import BaseRoute, Route, WebSocketRoute
 from starlette.websockets import WebSocket, WebSocketDisconnect
 
-from duplexkit.server.edge import MAX_POST_BYTES, WEBSOCKET_ROUTES, HttpRequest, HttpResponse, SocketClosed
+from duplexkit.server.edge import (
+    MAX_POST_BYTES,
+    NO_CLOSE_FRAME,
+    NO_STATUS,
+    WEBSOCKET_ROUTES,
+    HttpRequest,
+    HttpResponse,
+    SocketClosed,
+)
 from duplexkit.server.edge import WebSocketRoute as RouteName
 from duplexkit.server.service import DuplexServer
 
@@ -25,13 +33,19 @@ class _StarletteConnection:
 
     def __init__(self, websocket: WebSocket) -> None:
         self._ws = websocket
+        self.close_code: int | None = None
 
     async def receive(self) -> str | bytes | None:
         try:
             message = await self._ws.receive()
-        except (WebSocketDisconnect, RuntimeError, OSError):
+        except WebSocketDisconnect as exc:
+            self.close_code = exc.code
+            return None
+        except (RuntimeError, OSError):
+            self.close_code = NO_CLOSE_FRAME
             return None
         if message["type"] == "websocket.disconnect":
+            self.close_code = int(message.get("code", NO_STATUS))  # the ASGI spec's default: 1005
             return None
         text = message.get("text")
         return text if text is not None else message.get("bytes") or b""

@@ -44,7 +44,7 @@ from duplexkit.protocol.dialects import CANONICAL_NAMES, Dialect
 from duplexkit.protocol.errors import ErrorCode, ProtocolError
 from duplexkit.protocol.server_events import error_event
 from duplexkit.protocol.wire import ServerEventStamper
-from duplexkit.server.edge import SocketClosed
+from duplexkit.server.edge import NO_CLOSE_FRAME, SocketClosed
 from duplexkit.server.metrics import ServerMetrics
 from duplexkit.server.webrtc.media import FRAME_SAMPLES, TRACK_RATE_HZ, Playout, TrackInput, to_mono
 from duplexkit.server.webrtc.signalling import EVENTS_CHANNEL, Offer, pinned_client_event
@@ -129,6 +129,7 @@ class WebRTCCall:
         self._connected = asyncio.Event()
         self._tasks: set[asyncio.Task[None]] = set()
         self._ended = False
+        self._close_code: int | None = None
         self._closed = False
 
     @classmethod
@@ -248,7 +249,7 @@ class WebRTCCall:
             self._connected.set()
         elif state in ("failed", "closed"):
             log.info("webrtc call: peer connection %s", state)
-            self._end()
+            self._end(NO_CLOSE_FRAME if state == "failed" else 1000)
 
     # --- internals ------------------------------------------------------------------------------------
 
@@ -260,7 +261,7 @@ class WebRTCCall:
             )
         except TimeoutError:
             log.info("webrtc call: not connected within %g s", timeout_s)
-            self._end()
+            self._end(NO_CLOSE_FRAME)
 
     async def _read_track(self, track: MediaStreamTrack) -> None:
         """The client's audio onto the input, on the RTP media clock, until the track ends."""
@@ -311,10 +312,18 @@ class WebRTCCall:
         except Exception as exc:  # aiortc's InvalidStateError once the channel is closed
             raise SocketClosed(f"the events channel is {channel.readyState}") from exc
 
-    def _end(self) -> None:
+    @property
+    def close_code(self) -> int | None:
+        """How the call ended, in the WebSocket's terms (`edge.left_on_purpose`): 1000 when the peer closed
+        the events channel or the connection (DTLS close), `NO_CLOSE_FRAME` when it failed (ICE) or never
+        connected. A call has no resume contract, so either way its session ends."""
+        return self._close_code
+
+    def _end(self, code: int = 1000) -> None:
         """The call is over: the runner reads `None` next (it ends the session and closes this)."""
         if not self._ended:
             self._ended = True
+            self._close_code = code
             self._inbound.put_nowait(None)
             self._channel_settled.set()
             self._drained.set()

@@ -28,6 +28,7 @@ from websockets.typing import Subprotocol
 
 from duplexkit.server.edge import (
     MAX_POST_BYTES,
+    NO_CLOSE_FRAME,
     QUIET_PATHS,
     WEBSOCKET_ROUTES,
     HttpRequest,
@@ -141,15 +142,17 @@ class _Connection(ServerConnection):
 class _NativeConnection:
     """A `websockets` connection as an `edge.Connection` (`ConnectionClosed` mapped)."""
 
-    __slots__ = ("_ws",)
+    __slots__ = ("_ws", "close_code")
 
     def __init__(self, ws: ServerConnection) -> None:
         self._ws = ws
+        self.close_code: int | None = None
 
     async def receive(self) -> str | bytes | None:
         try:
             return await self._ws.recv()
-        except ConnectionClosed:
+        except ConnectionClosed as exc:
+            self.close_code = exc.rcvd.code if exc.rcvd is not None else NO_CLOSE_FRAME
             return None
 
     async def send_text(self, data: str) -> None:
