@@ -288,7 +288,12 @@ class DuplexClient:
         (silence padding included), so it still reaches the server first.
         """
         point = CommitPoint.at(self.audio_end_ms, self._capabilities.grid, self.events)
-        self._drain = DrainTracker(time.monotonic(), self.collector.open_responses(), point)
+        self._drain = DrainTracker(
+            time.monotonic(),
+            self.collector.open_responses(),
+            point,
+            answers_units=self.protocol.answers_every_unit,
+        )
         if not self.protocol.sends_commit:
             # No commit on the wire (Moshi, server VAD): the input's end stands for it, and a server that
             # decides by itself may already have answered during the input: a reply seen is its decision.
@@ -471,7 +476,9 @@ class DuplexClient:
             elif now >= deadline:
                 outcome = "timeout"
             if outcome is not None:
-                return DrainResult(outcome, now - started, tracker.listens, status.failure, tracker.rule)
+                return DrainResult(
+                    outcome, now - started, tracker.listens, status.failure, tracker.rule, tracker.quiet
+                )
             wake = deadline if status.wake_at is None else min(deadline, status.wake_at)
             await self._next_event(wake - now)
 

@@ -2,7 +2,16 @@
 
 Settled means: the commit was acknowledged (`input_audio_buffer.committed`), the model decided on the unit
 that holds the commit (or a later one), every response created before or after the commit is done, and a
-quiet window passed with no reply activity.
+quiet window passed without the model speaking.
+
+The quiet window is counted in decided units, not wall seconds (`QuietRule`): `units` needs the model to
+have decided ⌈settle_window / unit⌉ units after the committed one (and after the last unit it spoke on)
+without speaking. A server slower than real time decides them late, so its backlog never runs a wall clock
+out before its reply. A speaking answer (an output delta, `response.created`) restarts the count. A server
+that does not answer every unit cannot be counted: for a protocol without per-unit answers (OpenAI
+Realtime) and for a server that has not sent a single `response.listen` in the session, the window stays
+`wall_clock` seconds since the last reply activity (the first listen switches it to units). The caller's
+wall-clock bound on the whole drain stays the outer limit.
 
 Which decision answers the committed unit (`DecisionRule`). A model that lags behind real time answers the
 backlog of earlier units *after* the acknowledgement, so "the first decision after the commit" is not
@@ -13,14 +22,18 @@ not say (vLLM-Omni): every stepped unit is answered by one `response.listen` or 
 commit's unit is answered by the `units_due`-th answer, `units_due` counted on the advertised unit grid
 (`chunk_period_ms`, `first_unit_ms`) up to the commit, residual included.
 
-Acknowledgements are not activity: the `response.listen` a server sends for every padded unit, and the
-answers to the client's own housekeeping (`playback.acknowledged`, `session.heartbeat_ack`,
-`rate_limits.updated`, a benign `error`). So a committed clip answered only by a model listen on its unit
-settles once that listen has arrived and the window after the commit has passed.
+Which units count as decided in the window: with unit marks, every distinct `unit_end_ms` of a listen past
+the committed unit (and past the last unit spoken on); by count, every unit answer after the one that
+decided the committed unit, a listen adding one, a speaking answer resetting the count to zero.
+
+For the `wall_clock` window, acknowledgements are not activity: the `response.listen` a server sends for
+every padded unit, and the answers to the client's own housekeeping (`playback.acknowledged`,
+`session.heartbeat_ack`, `rate_limits.updated`, a benign `error`).
 """
 
 from __future__ import annotations
 
+import math
 from collections.abc import Iterable
 from dataclasses import dataclass
 from typing import Any, Literal
@@ -46,7 +59,11 @@ DECISIONS = UNIT_ANSWERS | {"response.created"}
 UNIT_END_TOLERANCE_MS = 0.5
 """Media times are rounded on the wire; a unit ending this close before the commit holds it."""
 
+SPEAKING = DECISIONS - {"response.listen"}
+"""Decisions in which the model speaks: they restart the quiet window."""
+
 DecisionRule = Literal["server_unit_end", "unit_count"]
+QuietRule = Literal["units", "wall_clock"]
 
 
 @dataclass(frozen=True, slots=True)
@@ -59,6 +76,10 @@ class CommitPoint:
     """Units the server steps up to and including the one that holds the commit."""
     units_answered: int = 0
     """Unit answers (`UNIT_ANSWERS`) received before the commit."""
+    unit_ms: int = 1000
+    """The server's unit (`chunk_period_ms`): the quiet window is counted in these."""
+    listened: bool = False
+    """The server sent a `response.listen` before the commit (it answers the units it listens to)."""
 
     @classmethod
     def at(cls, media_ms: float, grid: UnitGrid, earlier: Iterable[ReceivedEvent]) -> CommitPoint:
@@ -67,7 +88,13 @@ class CommitPoint:
             media_ms=media_ms,
             units_due=grid.unit_count(media_ms, include_residual=True),
             units_answered=sum(1 for e in earlier if e.type in UNIT_ANSWERS),
+            unit_ms=grid.chunk_period_ms,
+            listened=any(e.type == "response.listen" for e in earlier),
         )
+
+    def quiet_units(self, settle_s: float) -> int:
+        """The units a quiet window of `settle_s` seconds spans: ⌈settle_s / unit⌉."""
+        return max(0, math.ceil(settle_s * 1000.0 / self.unit_ms - 1e-9))
 
 
 class CommittedUnit:
@@ -82,6 +109,15 @@ class CommittedUnit:
         self._marked = False
         self._marked_decision = False
         self._counted_decision = False
+        self._quiet_counted = 0
+        self._quiet_after_ms = commit.media_ms
+        """With marks: listens on units ending after this (the commit, or the last unit spoken on) count."""
+        self._quiet_marked: set[float] = set()
+
+    @property
+    def quiet_units(self) -> int:
+        """Units decided without speaking after the committed unit and after the last unit spoken on."""
+        return len(self._quiet_marked) if self._marked else self._quiet_counted
 
     @property
     def rule(self) -> DecisionRule:
@@ -103,11 +139,16 @@ class CommittedUnit:
             self.acknowledged = True
         if kind not in DECISIONS:
             return
+        speaking = kind in SPEAKING
         unit_end_ms = as_ms(data.get("unit_end_ms"))
         if unit_end_ms is not None:
             self._marked = True
             if unit_end_ms >= self.commit.media_ms - UNIT_END_TOLERANCE_MS:
                 self._marked_decision = True
+            self._count_marked(unit_end_ms, speaking=speaking)
+        elif speaking:  # an unmarked output: the window restarts after every unit marked so far
+            self._count_marked(max(self._quiet_marked, default=self._quiet_after_ms), speaking=True)
+        was_decided = self._counted_decision
         if kind in UNIT_ANSWERS:
             self._answers += 1
         # A `response.created` opens on the unit its first delta (the next answer) answers. Answers before
@@ -115,6 +156,17 @@ class CommittedUnit:
         answered = self._answers + (kind == "response.created")
         if self.acknowledged and answered >= self.commit.units_due:
             self._counted_decision = True
+        if speaking:
+            self._quiet_counted = 0
+        elif was_decided:  # a listen on a unit after the one that decided the commit
+            self._quiet_counted += 1
+
+    def _count_marked(self, unit_end_ms: float, *, speaking: bool) -> None:
+        if speaking:
+            self._quiet_after_ms = max(self._quiet_after_ms, unit_end_ms)
+            self._quiet_marked = {end for end in self._quiet_marked if end > self._quiet_after_ms}
+        elif unit_end_ms > self._quiet_after_ms + UNIT_END_TOLERANCE_MS:
+            self._quiet_marked.add(unit_end_ms)
 
 
 def is_activity(data: dict[str, Any]) -> bool:
@@ -138,9 +190,16 @@ class DrainTracker:
     """Tracks one commit: created when the commit is queued, fed every event received after that."""
 
     def __init__(
-        self, committed_at: float, open_responses: Iterable[str], commit: CommitPoint | None = None
+        self,
+        committed_at: float,
+        open_responses: Iterable[str],
+        commit: CommitPoint | None = None,
+        *,
+        answers_units: bool = True,
     ) -> None:
         self.unit = CommittedUnit(commit or CommitPoint())
+        self.answers_units = answers_units
+        """The protocol has per-unit answers (`ProtocolAdapter.answers_every_unit`)."""
         self.open_responses = set(open_responses)
         self.last_activity = committed_at
         self.listens = 0
@@ -154,6 +213,12 @@ class DrainTracker:
     def rule(self) -> DecisionRule:
         """The rule that decides which decision answers the commit (see the module docstring)."""
         return self.unit.rule
+
+    @property
+    def quiet(self) -> QuietRule:
+        """How the quiet window is measured (module docstring)."""
+        listened = self.unit.commit.listened or self.listens > 0
+        return "units" if self.answers_units and listened else "wall_clock"
 
     @property
     def decided(self) -> bool:
@@ -181,11 +246,15 @@ class DrainTracker:
             self.last_activity = max(self.last_activity, event.received_at)
 
     def poll(self, now: float, settle_s: float) -> DrainStatus:
-        """Whether the replies have settled at `now` with a quiet window of `settle_s` seconds."""
+        """Whether the replies have settled at `now` with a quiet window of `settle_s` seconds (in units
+        of the server's grid, or on the wall clock: `quiet`)."""
         if self.failure is not None:
             return DrainStatus(False, self.failure, None)
         if not (self.commit_acknowledged and self.decided and not self.open_responses):
             return DrainStatus(False, None, None)
+        if self.quiet == "units":
+            settled = self.unit.quiet_units >= self.unit.commit.quiet_units(settle_s)
+            return DrainStatus(settled, None, None)
         quiet_until = self.last_activity + settle_s
         if now >= quiet_until:
             return DrainStatus(True, None, None)

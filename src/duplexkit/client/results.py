@@ -59,6 +59,9 @@ class DrainResult:
     error: dict[str, Any] | None = None
     decision_rule: Literal["server_unit_end", "unit_count"] = "unit_count"
     """How the drain told the decision on the committed unit from a backlog's (`client.drain`)."""
+    quiet_rule: Literal["units", "wall_clock"] = "units"
+    """How its quiet window was measured: decided units, or wall seconds where the server does not answer
+    every unit (`client.drain`)."""
 
     @property
     def settled(self) -> bool:

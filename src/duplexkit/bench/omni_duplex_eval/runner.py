@@ -102,6 +102,7 @@ async def run_attempt(
             "waited_s": round(drain.waited_s, 3),
             "listens": drain.listens,
             "decision_rule": drain.decision_rule,
+            "quiet_rule": drain.quiet_rule,
         }
         outcome.drain_settled = drain.settled
         if conversation.ack_timed_out:

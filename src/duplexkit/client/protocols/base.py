@@ -31,6 +31,9 @@ class ProtocolAdapter(ABC):
     """The protocol has `playback.ack`."""
     carries_server_timing: ClassVar[bool] = True
     """The protocol can carry the server's request-start metrics (else only client-receive timing exists)."""
+    answers_every_unit: ClassVar[bool] = True
+    """The server answers every unit it steps (a listen or output), so the drain's quiet window can be
+    counted in decided units; otherwise it is wall seconds (`client.drain`)."""
 
     def url(self, url: str, *, model: str | None) -> str:
         """The WebSocket URL to open for `url` (http(s) → ws(s); `model` as a query parameter)."""
