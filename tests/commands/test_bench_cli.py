@@ -59,3 +59,21 @@ def test_exhausted_capacity_fails_the_sample_without_a_retry() -> None:
     outcome = AttemptOutcome(capacity_exhausted=True)
     assert verdict(outcome, 1) is Verdict.FAIL
     assert failure_reason(outcome).startswith("capacity_exhausted")
+
+
+def test_chunk_ms_defaults_to_one_moshi_frame_for_the_moshi_protocol_and_placement_is_recorded(
+    tmp_path: Path,
+) -> None:
+    out = tmp_path / "run"
+    assert main(["bench", "--dataset", "builtin", "--out", str(out), *FAST, "--protocol", "moshi"]) == 0
+    run = json.loads((out / "run.json").read_text())
+    assert run["config"]["chunk_ms"] == 80 and run["config"]["placement"] is None
+    [meta_path] = out.glob("*/*.meta.json")
+    meta = json.loads(meta_path.read_text())
+    assert meta["chunk_ms"] == 80 and meta["audio_placement"] == "concatenated"
+    other = tmp_path / "other"
+    argv = ["bench", "--dataset", "builtin", "--out", str(other), *FAST, "--placement", "arrival"]
+    assert main(argv) == 0
+    [meta_path] = other.glob("*/*.meta.json")
+    assert json.loads((other / "run.json").read_text())["config"]["chunk_ms"] == 200
+    assert json.loads(meta_path.read_text())["audio_placement"] == "arrival"

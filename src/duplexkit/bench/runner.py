@@ -39,14 +39,17 @@ from duplexkit.bench.retry import (
     verdict,
 )
 from duplexkit.client import (
+    CapacityTimeout,
     CloseResult,
+    ConfigureTimeout,
     ConnectionLost,
     DuplexClient,
     SessionBounds,
     SessionError,
     SessionProgress,
 )
-from duplexkit.client.protocols import detect_protocol
+from duplexkit.client.collector import Placement
+from duplexkit.client.protocols import PROTOCOLS, detect_protocol
 from duplexkit.client.reconnect import ResumePolicy
 from duplexkit.protocol.errors import ErrorCode
 
@@ -94,11 +97,13 @@ class RunConfig:
     extra_body: dict[str, Any] = field(default_factory=dict)
     protocol: str = "auto"
     """The wire protocol (`client.protocols`); `auto` detects it from the URL."""
+    placement: Placement | None = None
+    """Where output sits on the input timeline (`collector.Placement`; `None`: the protocol's default,
+    `concatenated` for Moshi as Full-Duplex-Bench's client does, else `arrival`)."""
 
     def resume_policy(self) -> ResumePolicy | None:
         """The client's resume policy for this run's sessions (duplex protocol only; others cannot)."""
-        protocol = detect_protocol(self.url) if self.protocol == "auto" else self.protocol
-        return ResumePolicy() if self.resume and protocol == "duplex" else None
+        return ResumePolicy() if self.resume and self.resolved_protocol() == "duplex" else None
 
     def to_json(self) -> dict[str, Any]:
         """The config as recorded in `run.json`, with the bounds' fields inline."""
@@ -113,21 +118,36 @@ class RunConfig:
 
     def attempt_deadline_s(self, clip_s: float) -> float:
         """The outer bound of one attempt: every inner bound added up (`SessionBounds.total_s`, from the
-        connect to the close's grace), plus `DEADLINE_MARGIN_S`."""
-        return self.bounds.total_s(clip_s) + DEADLINE_MARGIN_S
+        connect to the close's grace), plus `DEADLINE_MARGIN_S`, plus the capacity wait a server that
+        admits by handshake may take (`SessionBounds.capacity_timeout_s`)."""
+        admits = PROTOCOLS[self.resolved_protocol()].admits_with_ready
+        capacity_s = (self.bounds.capacity_timeout_s or 0.0) if admits else 0.0
+        return self.bounds.total_s(clip_s) + DEADLINE_MARGIN_S + capacity_s
+
+    def resolved_protocol(self) -> str:
+        """The wire protocol's name, `auto` resolved from the URL."""
+        return detect_protocol(self.url) if self.protocol == "auto" else self.protocol
 
 
 def record_close(
-    close: CloseResult | None, outcome: AttemptOutcome, meta: dict[str, Any], bound_s: float
+    close: CloseResult | None, outcome: AttemptOutcome, meta: dict[str, Any], bounds: SessionBounds
 ) -> None:
-    """An attempt's close into its outcome and `meta["close"]`: a close that outlived its wait (`None`) or
-    was not answered cleanly is a `close_timeout` of `bound_s`."""
+    """An attempt's close into its outcome and `meta["close"]`: a close that outlived its outer wait
+    (`None`: `close_timeout_s + close_grace_s`) or was not answered cleanly is a `close_timeout` of the
+    bound that actually applied (`CloseResult.bound_s`: the wait for `session.closed`, or the socket's
+    closing handshake for a protocol that closes with the socket)."""
+    bound_s = bounds.close_timeout_s + bounds.close_grace_s if close is None else close.bound_s
     if close is None or not close.clean:
         outcome.close_timeout = bound_s
     meta["close"] = (
-        {"clean": False, "outcome": "timeout"}
+        {"clean": False, "outcome": "timeout", "bound_s": bound_s}
         if close is None
-        else {"clean": close.clean, "outcome": close.outcome, "elapsed_s": round(close.elapsed_s, 3)}
+        else {
+            "clean": close.clean,
+            "outcome": close.outcome,
+            "elapsed_s": round(close.elapsed_s, 3),
+            "bound_s": bound_s,
+        }
     )
 
 
@@ -146,6 +166,8 @@ class Attempt:
     """Benchmark payloads for its `write_artifacts` (e.g. FDB's `output.json`), not recorded in the meta."""
     server_url: str | None = None
     """The server this attempt ran on (`None`: it never got one)."""
+    capacity_wait_s: float = 0.0
+    """How long its open socket waited for a session slot (a server that admits by handshake)."""
 
 
 @dataclass(slots=True)
@@ -156,6 +178,16 @@ class SampleResult:
     retried: bool = False
     error: str | None = None
     ttfp_ms: float | None = None
+
+
+def client_record(client: DuplexClient) -> dict[str, Any]:
+    """What every sample records about its client whatever the benchmark: where its output was placed on
+    the input timeline (`audio_placement`) and what the wire protocol counted (`wire`, Moshi's frames)."""
+    record: dict[str, Any] = {"audio_placement": client.collector.placement}
+    wire = client.protocol.wire_report()
+    if wire is not None:
+        record["wire"] = wire
+    return record
 
 
 def record_resumes(client: DuplexClient, meta: dict[str, Any], outcome: AttemptOutcome) -> None:
@@ -284,7 +316,9 @@ class BenchmarkRunner:
                 failed = _failed_attempt()
                 failed.outcome.capacity_exhausted = True
                 return failed, waited
-            attempt, how = await self._attempt_on(sample, media, lease)
+            capacity_left = self.config.capacity_wait_max_s - waited
+            attempt, how = await self._attempt_on(sample, media, lease, capacity_left)
+            waited += attempt.capacity_wait_s
             self.pool.release(lease, how)
             if how is not Release.REFUSED:
                 attempt.server_url = lease.url
@@ -301,19 +335,42 @@ class BenchmarkRunner:
                 await asyncio.sleep(pause)
                 waited += pause
 
-    async def _attempt_on(self, sample: Any, media: PreparedInput, lease: Lease) -> tuple[Attempt, Release]:
-        """One attempt against the leased server, and what it says about that server."""
-        deadline_s = self.config.attempt_deadline_s(media.duration_ms / 1000.0)
-        config = dataclasses.replace(self.config, url=lease.url)
-        started = time.monotonic()
+    async def _attempt_on(
+        self, sample: Any, media: PreparedInput, lease: Lease, capacity_s: float
+    ) -> tuple[Attempt, Release]:
+        """One attempt against the leased server, and what it says about that server. A server that admits
+        by handshake may keep the open socket waiting for a slot up to `capacity_s` (the capacity wait
+        left); that wait is the attempt's `capacity_wait_s`, not part of the session."""
+        bounds = dataclasses.replace(self.config.bounds, capacity_timeout_s=max(0.0, capacity_s))
+        config = dataclasses.replace(self.config, url=lease.url, bounds=bounds)
         progress = SessionProgress()
+        attempt, how = await self._run_attempt(sample, media, config, progress)
+        if progress.client is not None:
+            attempt.capacity_wait_s = progress.client.capacity_wait_s
+            attempt.meta.update(client_record(progress.client))
+        return attempt, how
+
+    async def _run_attempt(
+        self,
+        sample: Any,
+        media: PreparedInput,
+        config: RunConfig,
+        progress: SessionProgress,
+    ) -> tuple[Attempt, Release]:
+        """The benchmark's attempt within its outer deadline; what went wrong, as an attempt and a release."""
+        deadline_s = config.attempt_deadline_s(media.duration_ms / 1000.0)
+        started = time.monotonic()
         try:
             async with asyncio.timeout(deadline_s):
                 attempt = await self.benchmark.run_attempt(sample, media, config, progress)
             # a connection that closed under a session the hook otherwise finished: probe the server
             return attempt, Release.LOST if attempt.outcome.transport_error else Release.COMPLETED
-        except CapacityRefused:
+        except (CapacityRefused, CapacityTimeout):
             return _failed_attempt(), Release.REFUSED
+        except ConfigureTimeout:
+            failed = _failed_attempt()
+            failed.outcome.configure_timeout = config.bounds.configure_timeout_s
+            return failed, Release.OTHER
         except InvalidStatus as exc:
             if exc.response.status_code in CAPACITY_HTTP_STATUSES:
                 return _failed_attempt(), Release.REFUSED
@@ -403,6 +460,7 @@ def _attempt_summary(attempt: Attempt) -> dict[str, Any]:
 def _timeouts(outcome: AttemptOutcome) -> dict[str, float | None]:
     """The bounds that ran out in an attempt, by name (`None`: it did not)."""
     return {
+        "configure_timeout": outcome.configure_timeout,
         "input_timeout": outcome.input_timeout,
         "commit_timeout": outcome.commit_timeout,
         "drain_timeout": outcome.drain_timeout,

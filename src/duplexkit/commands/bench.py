@@ -16,10 +16,13 @@ from duplexkit.bench.benchmark import BENCHMARKS, DEFAULT_BENCHMARK, Benchmark
 from duplexkit.commands.options import (
     add_bound_options,
     add_model_options,
+    add_placement_option,
     add_protocol_option,
     bounds_from_args,
+    default_chunk_ms,
     json_object,
     model_from_args,
+    placement_from_args,
     resolve_protocol,
 )
 from duplexkit.commands.score import (
@@ -116,6 +119,7 @@ def register(commands: argparse._SubParsersAction[argparse.ArgumentParser]) -> N
     target.add_argument("--api-key", default=None, help="API key sent as a bearer token")
     target.add_argument("--served-model", default=None, help="`model` query parameter sent to --url")
     add_protocol_option(target)
+    add_placement_option(target)
     add_model_options(target)
 
     run = parser.add_argument_group("run")
@@ -135,7 +139,10 @@ def register(commands: argparse._SubParsersAction[argparse.ArgumentParser]) -> N
         "--fps", type=float, default=1.0, help="video frames per second sent (default: %(default)s)"
     )
     run.add_argument(
-        "--chunk-ms", type=int, default=200, help="audio per append in ms (default: %(default)s)"
+        "--chunk-ms",
+        type=int,
+        default=None,
+        help="audio per append in ms (default: 80, one frame, for the moshi protocol, else 200)",
     )
     run.add_argument("--overwrite", action="store_true", help="redo samples that are already published")
     run.add_argument(
@@ -194,7 +201,7 @@ def run_command(args: argparse.Namespace, parser: argparse.ArgumentParser) -> in
         args.concurrency < 1
         or (args.limit is not None and args.limit < 1)
         or args.fps <= 0
-        or args.chunk_ms <= 0
+        or (args.chunk_ms is not None and args.chunk_ms <= 0)
     ):
         return _usage("--concurrency, --limit, --fps and --chunk-ms must be positive")
     selection = benchmark.selection_from_json(
@@ -269,13 +276,14 @@ async def _bench(
             api_key=args.api_key,
             pace=args.pace,
             fps=args.fps,
-            chunk_ms=args.chunk_ms,
+            chunk_ms=args.chunk_ms or default_chunk_ms(resolve_protocol(args.protocol, urls[0])),
             concurrency=args.concurrency,
             bounds=bounds_from_args(args),
             keep_audio=not args.no_audio,
             resume=not args.no_resume,
             extra_body=args.extra_body,
             protocol=args.protocol,
+            placement=placement_from_args(args),
         )
         run_info: dict[str, Any] = {
             "benchmark": benchmark.name,

@@ -39,7 +39,6 @@ class OpenAIProtocol(ProtocolAdapter):
     ready_event = "session.updated"  # the server opens the session on connect; ours is the update's answer
     closes_with_event = False
     acks_playback = False
-    answers_every_unit = False
     beta: ClassVar[bool] = False
 
     def __init__(self, *, server_vad: bool = False) -> None:
