@@ -8,6 +8,7 @@ taking 300 ms per step: 1.5x real time, as a loaded GPU server would.
 from __future__ import annotations
 
 import asyncio
+import json
 from collections.abc import AsyncIterator, Mapping
 from typing import Any
 
@@ -43,8 +44,8 @@ class _LaggingSession(ModelSession):
 class _LaggingModel(ModelPlugin):
     name = "lagging"
 
-    def __init__(self) -> None:
-        self._inner = ScriptedModel.from_args({"chunk_period_ms": "200", "first_output_ms": "0"})
+    def __init__(self, **args: str) -> None:
+        self._inner = ScriptedModel.from_args({"chunk_period_ms": "200", "first_output_ms": "0", **args})
         self.capabilities = self._inner.capabilities
         self.default_sampling = self._inner.default_sampling
 
@@ -69,3 +70,18 @@ async def test_a_model_lagging_behind_real_time_gets_its_reply_to_the_commit_pub
     # our client connects with duplex=1 and hears vLLM-Omni's (beta) names: the timeline still sees speech
     decisions = {mark["decision"] for mark in attempt.meta["timeline"]["decisions"]}
     assert decisions == {"listen", "speak"}
+
+
+async def test_a_lagging_model_that_answers_one_unit_after_the_commit_gets_its_reply_published() -> None:
+    # Units 0-4 and the residual unit 5 (closed by the commit) are listened to; the model speaks on unit 6,
+    # the first padded unit. Its listen on unit 5 arrives ~0.9 s after the commit, when a 0.5 s wall window
+    # after the commit has long run out; the reply (~0.3 s later) must still be waited for.
+    sample = clip_sample("lagging_late", seconds=1.1)
+    media = prepare_media(sample, fps=1.0)
+    script = json.dumps([{"listen": True}] * 6 + [{"speak": "A late reply."}])
+    async with EmbeddedServer(_LaggingModel(script=script), ServerConfig(max_sessions=4)) as server:
+        config = RunConfig(url=server.url, bounds=SessionBounds(settle_s=0.5, drain_timeout_s=20.0))
+        attempt = await run_attempt(sample, media, config)
+    assert [s["sentence"] for s in attempt.sentences] == ["A late reply."]
+    assert attempt.meta["drain"]["outcome"] == "settled"
+    assert attempt.meta["drain"]["quiet_rule"] == "units"

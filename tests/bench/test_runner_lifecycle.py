@@ -231,9 +231,22 @@ class FakeServer:
             await send("response.done", response={"id": rid, "status": "completed"})
 
         async def keep_busy() -> None:
+            """A second reply that never ends: its audio keeps coming, unit after unit."""
+            rid = f"resp_{number}_busy"
             with contextlib.suppress(ConnectionClosed):
+                await send(
+                    "response.created", response={"id": rid, "status": "in_progress"}, unit_end_ms=media_ms
+                )
                 while True:
-                    await send("conversation.item.added", item={"id": "item_busy", "type": "message"})
+                    audio = base64.b64encode(bytes(2 * 2_400)).decode()
+                    await send(
+                        "response.output_audio.delta",
+                        response_id=rid,
+                        item_id="item_busy",
+                        delta=audio,
+                        sample_rate_hz=24_000,
+                        unit_end_ms=media_ms,
+                    )
                     await asyncio.sleep(0.1)
 
         try:
@@ -477,7 +490,15 @@ async def test_a_clean_sample_is_published_once_with_its_metadata(tmp_path: Path
     assert (meta["fps"], meta["chunk_ms"], meta["unit_ms"]) == (1.0, CHUNK_MS, 1000)
     assert meta["input_committed"] is True and meta["response_done"] is True
     assert meta["timeouts"] == dict.fromkeys(
-        ("input_timeout", "commit_timeout", "drain_timeout", "ack_timeout", "close_timeout"), None
+        (
+            "configure_timeout",
+            "input_timeout",
+            "commit_timeout",
+            "drain_timeout",
+            "ack_timeout",
+            "close_timeout",
+        ),
+        None,
     )
     assert meta["bounds"]["input_timeout"] == pytest.approx(CLIP_S + 0.2)
     assert meta["retry_count"] == 0 and meta["capacity_wait_s"] == 0.0
@@ -642,29 +663,31 @@ async def test_a_commit_the_server_never_acknowledges_is_not_recorded_as_committ
 
 
 async def test_a_drain_that_never_settles_is_bounded_and_retried_once(tmp_path: Path) -> None:
-    """After a complete reply the server keeps sending non-listen activity: the quiet window never comes,
-    the drain stops at its bound, and the retry (a well-behaved session) publishes."""
+    """After a complete reply the server opens another that never ends: the quiet window never comes, the
+    drain stops at its bound (a recorded `drain_timeout`, not silence), and the retry (a well-behaved
+    session) publishes."""
     async with serving(Script(on_commit=("reply", "busy")), Script()) as fake:
         ran = await run_sample(fast_config(fake.url), tmp_path)
 
     assert ran.published and ran.meta["status"] == "published" and ran.meta["retry_count"] == 1
     first, second = ran.meta["attempts"]
     assert first["error"] == "drain_timeout" and first["timeouts"]["drain_timeout"] == 0.6
-    assert first["response_done"] is True
+    assert first["response_done"] is False
     assert second["error"] is None and ran.meta["drain"]["outcome"] == "settled"
-    assert len(fake.connections[0].positions("out", "conversation.item.added")) >= 3
+    assert len(fake.connections[0].positions("out", "response.output_audio.delta")) >= 3
 
 
-async def test_padding_listens_do_not_reset_the_drain_quiet_window(tmp_path: Path) -> None:
+async def test_padding_listens_complete_the_quiet_window_rather_than_restart_it(tmp_path: Path) -> None:
     """The server answers every padded append with a `response.listen`, closer together than the settle
-    window; were they activity, the window would never pass and the drain would run to its bound."""
-    settle_s = 0.5
+    window, so it is never silent for a window: the drain settles because those listens decide the
+    window's two units quiet (were they activity that restarts it, the drain would run to its bound)."""
+    settle_s = 1.5
     async with serving(Script(listen_each_padding=True)) as fake:
         ran = await run_sample(fast_config(fake.url, settle_s=settle_s, drain_timeout_s=3.0), tmp_path)
 
     assert ran.published and ran.meta["retry_count"] == 0
     assert ran.meta["timeouts"]["drain_timeout"] is None
-    assert ran.meta["drain"]["outcome"] == "settled" and ran.meta["drain"]["waited_s"] < 1.5
+    assert ran.meta["drain"]["outcome"] == "settled" and ran.meta["drain"]["quiet_rule"] == "units"
     [conn] = fake.connections
     [commit_at] = conn.positions("in", "input_audio_buffer.commit")
     listens_after_commit = [i for i in conn.positions("out", "response.listen") if i > commit_at]
@@ -676,8 +699,9 @@ async def test_padding_listens_do_not_reset_the_drain_quiet_window(tmp_path: Pat
 
 async def test_a_committed_clip_answered_only_by_a_model_listen_settles(tmp_path: Path) -> None:
     """No response at all, one model listen after the commit (and no padding listens): the listen is the
-    decision, so the drain settles one quiet window later instead of waiting for its bound. The sample is
-    published with no sentences and `response_done` false (no response was created)."""
+    decision, and a server that then answers no more units settles one window of silence later instead of
+    waiting for its bound. The sample is published with no sentences and `response_done` false (no
+    response was created)."""
     script = Script(on_commit=("model_listen",), listen_each_padding=False)
     async with serving(script) as fake:
         ran = await run_sample(fast_config(fake.url, drain_timeout_s=3.0), tmp_path)
@@ -691,6 +715,7 @@ async def test_a_committed_clip_answered_only_by_a_model_listen_settles(tmp_path
         "waited_s": meta["drain"]["waited_s"],
         "listens": 1,
         "decision_rule": "server_unit_end",
+        "quiet_rule": "wall_clock",
     }
     assert meta["drain"]["waited_s"] < 1.0
     assert meta["response_done"] is False and meta["responses"] == []
@@ -914,20 +939,20 @@ async def test_a_connection_dropped_twice_fails_the_sample(tmp_path: Path) -> No
 # --- timeouts that escape an attempt -------------------------------------------------------------
 
 
-async def test_a_configure_timeout_is_logged_as_an_inner_wait_leaking_and_retried_once(
+async def test_a_configure_timeout_is_recorded_as_such_and_retried_once(
     tmp_path: Path, caplog: pytest.LogCaptureFixture
 ) -> None:
-    """The server never answers `session.update`: the configure wait (0.3 s) raises long before the
-    attempt's deadline, which is named an inner wait leaking, not the deadline."""
+    """The server never answers `session.update`: the configure wait (0.3 s) runs out long before the
+    attempt's deadline; it is the attempt's `configure_timeout`, not an inner wait leaking."""
     with caplog.at_level(logging.WARNING, logger="duplexkit.bench"):
         async with serving(Script(answer_update=False), Script()) as fake:
             ran = await run_sample(fast_config(fake.url, configure_timeout_s=0.3), tmp_path)
 
     assert ran.published and ran.meta["retry_count"] == 1
     first = ran.meta["attempts"][0]
-    assert first["transport_error"] == "inner_timeout_leaked"
-    assert first["error"] == "transport_error: inner_timeout_leaked"
-    assert "leaked out of the attempt" in caplog.text and "hit its deadline" not in caplog.text
+    assert first["transport_error"] is None and first["timeouts"]["configure_timeout"] == 0.3
+    assert first["error"] == "configure_timeout"
+    assert "leaked" not in caplog.text and "hit its deadline" not in caplog.text
     assert len(fake.connections) == 2
 
 
@@ -1000,7 +1025,7 @@ async def test_a_failed_retry_publishes_nothing_and_keeps_the_first_attempts_sen
     assert meta["status"] == "failed" and meta["error"] == "server_error: model_step_failed"
     assert meta["retry_count"] == 1
     first, second = meta["attempts"]
-    assert first["error"] == "drain_timeout" and first["response_done"] is True
+    assert first["error"] == "drain_timeout" and first["response_done"] is False
     assert sentence_texts(first["sentences"]) == REPLY_SENTENCES
     assert all(isinstance(s["start"], float) for s in first["sentences"])
     assert second["error"] == "server_error: model_step_failed" and second["sentences"] == []

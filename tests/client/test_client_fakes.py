@@ -406,3 +406,24 @@ async def test_a_lost_connection_ends_the_drain_at_once_and_fails_later_sends() 
         result = await client.close(1)
     assert not result.clean and result.outcome == "connection_closed"
     assert server.of_type("input_audio_buffer.commit")
+
+
+async def test_a_reply_arriving_mid_chunk_is_placed_where_it_arrived_not_at_the_last_chunk_s_end() -> None:
+    # 1 s appends in real time; the server answers 0.5 s after reading the first one (sent 1 s into the
+    # stream), so the reply arrives at least 1.5 s into the stream. The end of the last append sent,
+    # 1.0 s, would place it (and its sentence, as 1.0-1.0 s) half a second before it was heard.
+    async def handler(s: FakeSession) -> None:
+        await s.handshake({"chunk_period_ms": 1000})
+        await s.until("input_audio_buffer.append")
+        await asyncio.sleep(0.5)
+        await s.reply(metrics=None, audio_ms=100.0)
+        await s.serve_until_close()
+
+    async with FakeServer(handler) as server, DuplexClient(server.url) as client:
+        await client.configure(timeout_s=2)
+        await client.stream(clip(2.0), sample_rate_hz=RATE, chunk_ms=1000)
+        [placed] = client.collector.audio_placements()
+        [sentence] = client.collector.sentences()
+    assert placed.start >= 24 * 1500
+    assert sentence.start == round(placed.start / 24_000, 3)
+    assert sentence.end == round((placed.start + len(placed.samples)) / 24_000, 3)

@@ -60,7 +60,7 @@ async def test_a_committed_turn_is_answered_measured_on_the_server_clock_and_clo
     assert session.turns == 1 and session.stream_ttfp_ms is not None
 
 
-async def test_realtime_streaming_keeps_its_schedule_and_stamps_events_with_the_media_clock(
+async def test_realtime_streaming_keeps_its_schedule_and_stamps_events_where_they_were_heard(
     server: EmbeddedServer,
 ) -> None:
     async with DuplexClient(server.url) as client:
@@ -76,5 +76,12 @@ async def test_realtime_streaming_keeps_its_schedule_and_stamps_events_with_the_
     assert report.pacing.appends == 20 and report.pacing.stalls == ()
     assert report.pacing.schedule_error_ms is not None and report.pacing.schedule_error_ms.p50 < 20.0
     assert report.pacing.drift_ms is not None and abs(report.pacing.drift_ms) < 50.0
-    # The server answers each 1000 ms unit with a listen once the append that closes it is on the wire.
-    assert [e.media_ms for e in listens] == [1000.0, 2000.0]
+    # The server answers each 1000 ms unit with a listen once the append that closes it is on the wire:
+    # each is heard where it arrived on the stream's clock, never before the unit it answers closed.
+    assert [e.data["unit_end_ms"] for e in listens] == [1000.0, 2000.0]
+    assert listens[0].media_ms >= 1000.0 and listens[1].media_ms >= 2000.0
+    origin = client.collector.stream_started_at
+    assert origin is not None
+    assert [round(e.media_ms, 3) for e in listens] == [
+        round((e.received_at - origin) * 1000.0, 3) for e in listens
+    ]

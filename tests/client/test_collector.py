@@ -220,6 +220,50 @@ def test_sentences_use_the_media_clock_and_never_span_two_responses() -> None:
     ]
 
 
+def test_a_sentence_spans_its_own_audio_not_the_arrival_of_its_text() -> None:
+    # Seen: a sentence timed 3.2-3.8 s whose audio ran 3.0-5.5 s. Without marks the text spreads evenly
+    # over the response's audio: "Hello there." is 12 of 25 characters, so 3.0-4.2 s, the rest 4.3-5.5 s.
+    s = Session()
+    s.created(1.0)
+    s.media_ms = 3000.0
+    s.audio(1.1, 2500.0, value=0.1)
+    s.media_ms = 3200.0
+    s.text(1.2, "Hello there. ")
+    s.media_ms = 3800.0
+    s.text(1.8, "How are you?")
+    assert [x.to_json() for x in s.collector.sentences()] == [
+        {"sentence": "Hello there.", "start": 3.0, "end": 4.2},
+        {"sentence": "How are you?", "start": 4.3, "end": 5.5},
+    ]
+
+
+def test_with_marks_a_sentence_spans_the_audio_the_server_says_voiced_it() -> None:
+    s = Session()
+    s.created(1.0)
+    s.media_ms = 9000.0  # both sentences' text arrives at once: by arrival they would be 9.00-9.00 s
+    s.text(1.1, "One. Two.")
+    s.audio(1.1, 1000.0, value=0.1, metadata={"audio_text_marks": [{"text_chars": 5, "audio_end_ms": 400.0}]})
+    s.audio(
+        1.2, 1000.0, value=0.1, metadata={"audio_text_marks": [{"text_chars": 9, "audio_end_ms": 2000.0}]}
+    )
+    sentences = [x.to_json() for x in s.collector.sentences()]
+    assert sentences == [
+        {"sentence": "One.", "start": 9.0, "end": 9.32},
+        {"sentence": "Two.", "start": 9.4, "end": 11.0},
+    ]
+
+
+def test_concatenated_placement_puts_output_at_its_place_in_the_server_s_stream() -> None:
+    s = Session()
+    s.collector.placement = "concatenated"
+    s.created(1.0)
+    s.media_ms = 2000.0  # arrival says 2 s; the output stream says frame 10, 800 ms
+    s.audio(1.1, 80.0, value=0.5, output_stream_ms=800.0)
+    s.media_ms = 2500.0
+    s.audio(1.6, 80.0, value=0.5)  # no place in the stream: its arrival
+    assert [c.start for c in s.collector.audio_placements()] == [24 * 800, 24 * 2500]
+
+
 def test_one_response_text_is_read_from_one_delta_kind_only() -> None:
     s = Session()
     s.created(1.0)

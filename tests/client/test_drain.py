@@ -1,4 +1,5 @@
-"""DrainTracker: when the replies to a commit have settled (listen acknowledgements are not activity)."""
+"""DrainTracker: when the replies to a commit have settled: the quiet window in decided units, or, for a
+server that stopped answering units, a window of seconds without hearing from it."""
 
 from __future__ import annotations
 
@@ -24,19 +25,74 @@ def feed(tracker: DrainTracker, *events: ReceivedEvent) -> DrainTracker:
     return tracker
 
 
-def test_a_committed_clip_answered_only_by_a_listen_settles_after_the_quiet_window() -> None:
+def test_a_committed_clip_answered_only_by_listens_settles_once_the_window_s_units_are_decided() -> None:
+    # 1000 ms units, a 2 s window: the listen deciding the committed unit, then two more quiet units.
     tracker = feed(DrainTracker(0.0, []), ev("input_audio_buffer.committed", 0.1), listen(0.3))
-    assert not tracker.poll(2.0, SETTLE).settled
-    status = tracker.poll(2.1, SETTLE)
-    assert status.settled
+    assert tracker.decided
+    assert not tracker.poll(1.3, SETTLE).settled
+    tracker.observe(listen(1.3))
+    assert not tracker.poll(2.3, SETTLE).settled
+    tracker.observe(listen(2.3))
+    status = tracker.poll(2.3, SETTLE)  # long before a 2 s wall window after the last event
+    assert status.settled and status.wake_at is None and tracker.settled_by == "units"
 
 
-def test_listens_for_padded_units_do_not_restart_the_quiet_window() -> None:
-    tracker = feed(DrainTracker(0.0, []), ev("input_audio_buffer.committed", 0.1))
-    for k in range(1, 30):  # a listen every 100 ms, faster than the window
-        tracker.observe(listen(0.1 + k * 0.1))
-    assert tracker.listens == 29
-    assert tracker.poll(2.1, SETTLE).settled
+def test_the_window_spans_the_ceiling_of_settle_over_the_unit() -> None:
+    assert CommitPoint(unit_ms=200).quiet_units(0.5) == 3
+    assert CommitPoint(unit_ms=80).quiet_units(2.0) == 25
+    assert CommitPoint(unit_ms=1000).quiet_units(0.0) == 0
+
+
+def test_a_server_slower_than_real_time_answering_one_unit_after_the_commit_gets_its_reply() -> None:
+    # 1000 ms units, commit at 3000 ms (3 units due), sent at t = 3.0. The server takes 1.5 s per unit: it
+    # decides unit k (ending at k s) at 1.5 k s, so the committed unit at 4.5 s, and it speaks on the unit
+    # after it, at 6.0 s. A 2 s wall window after the commit ran out at 5.0 s, before the reply.
+    tracker = DrainTracker(3.0, [], CommitPoint(media_ms=3000.0, units_due=3, units_answered=1))
+    feed(tracker, listen(3.0), ev("input_audio_buffer.committed", 3.01), listen(4.5))
+    assert tracker.decided
+    assert not tracker.poll(5.0, SETTLE).settled
+    feed(
+        tracker,
+        ev("response.created", 6.0, response={"id": "r"}),
+        ev("response.output_audio.delta", 6.0, response_id="r", delta=""),
+        ev("response.done", 6.1, response={"id": "r", "status": "completed"}),
+        listen(7.5),
+    )
+    assert not tracker.poll(8.9, SETTLE).settled  # the reply's own unit restarted the count
+    tracker.observe(listen(9.0))  # the second unit after it, decided quiet
+    assert tracker.poll(9.0, SETTLE).settled and tracker.settled_by == "units"
+
+
+def test_speaking_restarts_the_count_of_quiet_units() -> None:
+    tracker = feed(DrainTracker(0.0, []), ev("input_audio_buffer.committed", 0.1), listen(0.3), listen(1.3))
+    tracker.observe(ev("response.created", 2.3, response={"id": "r"}))
+    tracker.observe(ev("response.done", 2.4, response={"id": "r", "status": "completed"}))
+    tracker.observe(listen(3.3))
+    assert not tracker.poll(3.3, SETTLE).settled
+    tracker.observe(listen(4.3))
+    assert tracker.poll(4.3, SETTLE).settled
+
+
+def test_a_server_that_stops_answering_units_settles_after_a_window_without_hearing_from_it() -> None:
+    # It steps only on input (or speaks a protocol without per-unit answers): after its reply, nothing.
+    tracker = feed(
+        DrainTracker(0.0, [], CommitPoint(units_due=1)),
+        ev("input_audio_buffer.committed", 0.1),
+        ev("response.created", 0.2, response={"id": "r"}),
+        ev("response.done", 0.5, response={"id": "r", "status": "completed"}),
+        ev("playback.acknowledged", 1.5, response_id="r", played_ms=100.0),  # housekeeping: not heard from
+    )
+    status = tracker.poll(2.4, SETTLE)
+    assert not status.settled and status.wake_at == 2.5
+    assert tracker.poll(2.5, SETTLE).settled and tracker.settled_by == "wall_clock"
+
+
+def test_a_server_still_deciding_units_is_never_silent_for_a_window() -> None:
+    tracker = feed(DrainTracker(0.0, [], CommitPoint(units_due=1)), ev("input_audio_buffer.committed", 0.1))
+    for k in range(1, 30):  # the model keeps speaking, one output every 100 ms, no listen
+        tracker.observe(ev("response.output_text.delta", 0.1 * k, response_id="r", delta="."))
+    assert not tracker.poll(3.0, SETTLE).settled
+    assert tracker.poll(4.9, SETTLE).settled  # 2 s after it was last heard from
 
 
 def test_without_a_decision_after_the_commit_nothing_settles() -> None:
@@ -69,7 +125,7 @@ def test_every_created_response_must_be_done_including_those_open_at_the_commit(
     assert tracker.poll(53.0, SETTLE).settled
 
 
-def test_reply_events_restart_the_window_but_acknowledgements_of_our_own_events_do_not() -> None:
+def test_reply_events_restart_the_wall_clock_window_but_acknowledgements_of_our_own_events_do_not() -> None:
     tracker = feed(
         DrainTracker(0.0, []),
         ev("input_audio_buffer.committed", 0.1),
@@ -115,11 +171,29 @@ def test_late_listens_of_earlier_units_are_not_the_decision_when_the_server_mark
         marked_listen(1.5, 5000.0),
     )
     assert tracker.rule == "server_unit_end"
-    assert not tracker.poll(30.0, SETTLE).settled
+    assert not tracker.poll(30.0, SETTLE).settled  # not decided: no window runs, whatever the wall clock
     tracker.observe(ev("response.created", 3.0, unit_end_ms=5500.0, response={"id": "r"}))
     tracker.observe(ev("response.done", 3.5, response={"id": "r", "status": "completed"}))
-    assert not tracker.poll(5.4, SETTLE).settled
-    assert tracker.poll(5.5, SETTLE).settled
+    assert not tracker.poll(3.5, SETTLE).settled
+    feed(tracker, marked_listen(4.0, 6500.0), marked_listen(4.0, 6500.0))  # one unit, however often
+    feed(tracker, marked_listen(4.2, 6700.0))  # a server answering each append: still the same unit
+    assert not tracker.poll(4.2, SETTLE).settled
+    tracker.observe(marked_listen(5.0, 7500.0))
+    assert tracker.poll(5.0, SETTLE).settled
+
+
+def test_with_marks_an_unmarked_output_restarts_the_window_after_every_unit_marked_so_far() -> None:
+    tracker = feed(
+        DrainTracker(0.0, [], CommitPoint(media_ms=5500.0, units_due=6)),
+        ev("input_audio_buffer.committed", 0.1),
+        marked_listen(0.5, 5500.0),
+        marked_listen(1.5, 6500.0),
+        ev("response.output_text.delta", 1.6, response_id="r", delta="hi"),
+        marked_listen(2.5, 7500.0),
+    )
+    assert not tracker.poll(2.5, SETTLE).settled
+    tracker.observe(marked_listen(3.5, 8500.0))
+    assert tracker.poll(3.5, SETTLE).settled
 
 
 def test_a_marked_listen_on_the_committed_unit_or_later_is_the_decision() -> None:
@@ -129,7 +203,8 @@ def test_a_marked_listen_on_the_committed_unit_or_later_is_the_decision() -> Non
         marked_listen(0.5, 5499.6),  # rounded on the wire: within tolerance of the commit
     )
     assert tracker.decided
-    assert tracker.poll(2.1, SETTLE).settled
+    feed(tracker, marked_listen(1.5, 6499.6), marked_listen(2.5, 7499.6))
+    assert tracker.poll(2.5, SETTLE).settled
 
 
 def test_without_marks_the_decision_is_the_answer_to_the_units_due_th_unit() -> None:
@@ -146,7 +221,9 @@ def test_without_marks_the_decision_is_the_answer_to_the_units_due_th_unit() -> 
     assert not tracker.poll(30.0, SETTLE).settled
     tracker.observe(listen(2.5))
     assert tracker.decided
-    assert tracker.poll(30.0, SETTLE).settled
+    assert not tracker.poll(2.5, SETTLE).settled
+    feed(tracker, listen(3.5), listen(4.5))
+    assert tracker.poll(4.5, SETTLE).settled
 
 
 def test_without_marks_a_reply_opening_on_the_committed_unit_is_the_decision() -> None:
@@ -158,4 +235,7 @@ def test_without_marks_a_reply_opening_on_the_committed_unit_is_the_decision() -
     assert tracker.decided
     tracker.observe(ev("response.audio.delta", 0.6, response_id="r", delta=""))
     tracker.observe(ev("response.done", 1.0, response={"id": "r", "status": "completed"}))
-    assert tracker.poll(3.0, SETTLE).settled
+    feed(tracker, listen(1.5))
+    assert not tracker.poll(1.5, SETTLE).settled
+    tracker.observe(listen(2.5))
+    assert tracker.poll(2.5, SETTLE).settled

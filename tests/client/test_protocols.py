@@ -9,6 +9,7 @@ from pathlib import Path
 
 import numpy as np
 import pytest
+import sphn
 
 from duplexkit.bench.runner import is_capacity_refusal
 from duplexkit.client import DuplexClient, SessionBounds, SessionError, converse
@@ -17,6 +18,7 @@ from duplexkit.client.protocols.openai import OpenAIBetaProtocol, OpenAIProtocol
 from duplexkit.client.wavfile import read_wav, write_wav
 from duplexkit.commands import talk
 from duplexkit.models import load_model
+from duplexkit.protocol.audio import encode_base64_audio
 from duplexkit.server import EmbeddedServer, ServerConfig
 from tests.client.protocol_peers import (
     MOSHI_MODEL_VERSION,
@@ -159,3 +161,26 @@ async def test_openai_server_vad_turns_need_no_commit(beta: bool) -> None:
     assert conversation.drain is not None and conversation.drain.settled
     assert [s.sentence for s in client.collector.sentences()] == [OPENAI_REPLY]
     assert any(e.type == "input_audio_buffer.speech_stopped" for e in client.events)
+
+
+def test_moshi_output_carries_its_place_in_the_output_stream_and_the_frames_are_counted() -> None:
+    # Full-Duplex-Bench's client concatenates the output frames: frame i plays at i x 80 ms. Three quiet
+    # frames, then speech: the reply's audio sits at 240 ms of the output stream, wherever it arrived.
+    adapter = protocol_for("moshi", "ws://h:1/api/chat")
+    assert adapter.placement == "concatenated"
+    writer = sphn.OpusStreamWriter(24_000)
+    tone = (0.3 * np.sin(2 * np.pi * 220 * np.arange(1920) / 24_000)).astype(np.float32)
+    events = []
+    for i in range(5):
+        pcm = tone if i >= 3 else np.zeros(1920, np.float32)
+        events += adapter.decode(b"\x01" + bytes(writer.append_pcm(pcm))) or []
+    deltas = [e for e in events if e["type"] == "response.output_audio.delta"]
+    assert [e["output_stream_ms"] for e in deltas] == [240, 320]
+    pcm = np.zeros(1920 * 7, np.float32)
+    adapter.encode({"type": "input_audio_buffer.append", "audio": encode_base64_audio(pcm, "pcm16")})
+    assert adapter.wire_report() == {
+        "protocol": "moshi",
+        "input_frames": 7,
+        "output_frames": 5,
+        "output_frames_missed": 2,
+    }

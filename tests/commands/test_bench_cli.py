@@ -78,3 +78,21 @@ def test_in_a_pipe_the_summary_keeps_every_label_whole_and_says_which_way_is_bet
     [ttfp] = [line for line in lines if "ttfp_ms" in line]
     assert source in ttfp and "↓" in ttfp and "…" not in "".join(lines)
     assert any("lower is better" in line for line in lines)
+
+
+def test_chunk_ms_defaults_to_one_moshi_frame_for_the_moshi_protocol_and_placement_is_recorded(
+    tmp_path: Path,
+) -> None:
+    out = tmp_path / "run"
+    assert main(["bench", "--dataset", "builtin", "--out", str(out), *FAST, "--protocol", "moshi"]) == 0
+    run = json.loads((out / "run.json").read_text())
+    assert run["config"]["chunk_ms"] == 80 and run["config"]["placement"] is None
+    [meta_path] = out.glob("records/*/*.meta.json")
+    meta = json.loads(meta_path.read_text())
+    assert meta["chunk_ms"] == 80 and meta["audio_placement"] == "concatenated"
+    other = tmp_path / "other"
+    argv = ["bench", "--dataset", "builtin", "--out", str(other), *FAST, "--placement", "arrival"]
+    assert main(argv) == 0
+    [meta_path] = other.glob("records/*/*.meta.json")
+    assert json.loads((other / "run.json").read_text())["config"]["chunk_ms"] == 200
+    assert json.loads(meta_path.read_text())["audio_placement"] == "arrival"

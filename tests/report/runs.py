@@ -46,6 +46,7 @@ PUBLISHED: dict[str, Any] = {
         "video_duration": 10.0,
     },
     "clock": "media",
+    "audio_placement": "arrival",
     "pace": "realtime",
     "fps": 1.0,
     "chunk_ms": 200,

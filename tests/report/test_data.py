@@ -43,6 +43,7 @@ def test_run_details_come_from_run_json(tmp_path: Path) -> None:
         200,
         4,
     )
+    assert run.placements == ("arrival",)
     assert run.command[:2] == ("duplexkit", "bench")
     assert data.problems == ()
 

@@ -85,7 +85,7 @@ def test_header_coverage_latency_and_samples_are_shown(tmp_path: Path) -> None:
         "ws://127.0.0.1:9/v1/realtime",
         "builtin",
         "splits: all",
-        "realtime · clock media",
+        "realtime · clock media · output placed by arrival",
     ):
         assert text in html
     assert "duplexkit 0.1.0" in html and "2026-01-01T00:00:00+00:00" in html and "(1 min 0 s)" in html

@@ -324,6 +324,41 @@ async def test_a_model_step_that_raises_fails_that_response_and_the_session_surv
         assert (await client.until("response.listen"))["response"]["metadata"]["reason"] == "model_listen"
 
 
+class _SlowSession(ScriptedSession):
+    """Each step takes `STEP_S` before the scripted decisions: units queue up behind one another."""
+
+    STEP_S = 0.3
+
+    async def step(self, unit: Unit, request_started_at: float) -> AsyncIterator[Decision]:
+        await asyncio.sleep(self.STEP_S)
+        async for decision in super().step(unit, request_started_at):
+            yield decision
+
+
+class _SlowModel(ScriptedModel):
+    def new_session(self) -> ScriptedSession:
+        return _SlowSession(self)
+
+
+async def test_server_ttfp_runs_from_the_unit_s_submission_and_its_queue_wait_is_reported() -> None:
+    # Five 1 s units arrive in one append; the model takes 0.3 s a step and speaks on the fifth, which
+    # waits for the four steps before it. Its TTFP starts when it was submitted, not when it was stepped.
+    script = json.dumps([{"listen": True}] * 4 + [{"speak": "Hello."}])
+    params = ScriptedParams.parse(ScriptedParams(), {"script": script, "first_output_ms": "0"})
+    async with EmbeddedServer(_SlowModel(params)) as server:
+        client = await connect(server.url)
+        await client.until("session.created")
+        await client.send(append(tone_pcm16(5.0)))
+        done = await client.until("response.done")
+        async with httpx.AsyncClient(base_url=server.http_url) as http:
+            metrics = (await http.get("/metrics")).text
+    timing = done["response_request_metrics"]
+    queued_s = 4 * _SlowSession.STEP_S
+    assert timing["queue_wait_ms"] >= 1000 * queued_s
+    assert timing["ttfp_ms"] >= timing["queue_wait_ms"] + 1000 * _SlowSession.STEP_S
+    assert "duplexkit_unit_queue_wait_seconds_count 5.0" in metrics
+
+
 async def test_fifty_concurrent_sessions_have_correct_isolated_metrics(server: EmbeddedServer) -> None:
     async def one(i: int) -> tuple[str, float, str]:
         client = await connect(server.url)

@@ -14,7 +14,8 @@ import numpy as np
 
 from duplexkit.bench.retry import AttemptOutcome
 from duplexkit.client import SessionBounds
-from duplexkit.client.protocols import detect_protocol
+from duplexkit.client.collector import Placement
+from duplexkit.client.protocols import PROTOCOLS, detect_protocol
 from duplexkit.client.reconnect import ResumePolicy
 
 DEADLINE_MARGIN_S = 5.0
@@ -43,11 +44,13 @@ class RunConfig:
     extra_body: dict[str, Any] = field(default_factory=dict)
     protocol: str = "auto"
     """The wire protocol (`client.protocols`); `auto` detects it from the URL."""
+    placement: Placement | None = None
+    """Where output sits on the input timeline (`collector.Placement`; `None`: the protocol's default,
+    `concatenated` for Moshi as Full-Duplex-Bench's client does, else `arrival`)."""
 
     def resume_policy(self) -> ResumePolicy | None:
         """The client's resume policy for this run's sessions (duplex protocol only; others cannot)."""
-        protocol = detect_protocol(self.url) if self.protocol == "auto" else self.protocol
-        return ResumePolicy() if self.resume and protocol == "duplex" else None
+        return ResumePolicy() if self.resume and self.resolved_protocol() == "duplex" else None
 
     def to_json(self) -> dict[str, Any]:
         """The config as recorded in `run.json`, with the bounds' fields inline."""
@@ -62,8 +65,15 @@ class RunConfig:
 
     def attempt_deadline_s(self, clip_s: float) -> float:
         """The outer bound of one attempt: every inner bound added up (`SessionBounds.total_s`, from the
-        connect to the close's grace), plus `DEADLINE_MARGIN_S`."""
-        return self.bounds.total_s(clip_s) + DEADLINE_MARGIN_S
+        connect to the close's grace), plus `DEADLINE_MARGIN_S`, plus the capacity wait a server that
+        admits by handshake may take (`SessionBounds.capacity_timeout_s`)."""
+        admits = PROTOCOLS[self.resolved_protocol()].admits_with_ready
+        capacity_s = (self.bounds.capacity_timeout_s or 0.0) if admits else 0.0
+        return self.bounds.total_s(clip_s) + DEADLINE_MARGIN_S + capacity_s
+
+    def resolved_protocol(self) -> str:
+        """The wire protocol's name, `auto` resolved from the URL."""
+        return detect_protocol(self.url) if self.protocol == "auto" else self.protocol
 
 
 @dataclass(slots=True)
@@ -77,3 +87,5 @@ class Attempt:
     """Benchmark payloads for its `write_artifacts` (e.g. FDB's `output.json`), not recorded in the meta."""
     server_url: str | None = None
     """The server this attempt ran on (`None`: it never got one)."""
+    capacity_wait_s: float = 0.0
+    """How long its open socket waited for a session slot (a server that admits by handshake)."""

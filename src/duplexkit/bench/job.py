@@ -19,6 +19,7 @@ from typing import Any
 from duplexkit.bench.benchmark import Benchmark
 from duplexkit.bench.judge import Judge
 from duplexkit.bench.summary import print_run_summary
+from duplexkit.client.collector import Placement
 from duplexkit.client.results import Pace
 from duplexkit.client.session import SessionBounds
 from duplexkit.models import ModelPlugin
@@ -46,6 +47,8 @@ class BenchJob:
     shard: Any = None
     api_key: str | None = None
     protocol: str = "auto"
+    placement: Placement | None = None
+    """Where output sits on the input timeline (`None`: the protocol's default)."""
     pace: Pace = "realtime"
     fps: float = 1.0
     chunk_ms: int = 200
@@ -88,6 +91,7 @@ async def run_job(job: BenchJob) -> int:
             resume=job.resume,
             extra_body=job.extra_body,
             protocol=job.protocol,
+            placement=job.placement,
         )
         run_info: dict[str, Any] = {
             "benchmark": job.benchmark.name,

@@ -4,8 +4,9 @@
   reopens (see `capacity_backoff_s`).
 - A server-reported error (other than the benign `playback_ack_too_late`) is deterministic: the sample
   fails after one attempt.
-- A transport stall (`input_timeout`, `commit_timeout`, `drain_timeout`) or a dropped connection is retried
-  once, also under a completed reply: a completed reply does not prove the whole input arrived.
+- A transport stall (`configure_timeout`, `input_timeout`, `commit_timeout`, `drain_timeout`) or a dropped
+  connection is retried once, also under a completed reply: a completed reply does not prove the whole
+  input arrived.
 - `close_timeout` after a drain that settled with nothing open is advisory: recorded, the sample is
   published, not retried, whether the model replied or chose silence (a stalled close says nothing about
   what the model decided). Without a settled drain it is retried like a stall.
@@ -37,7 +38,7 @@ class Verdict(StrEnum):
     FAIL = "fail"
 
 
-STALLS = ("input_timeout", "commit_timeout", "drain_timeout")
+STALLS = ("configure_timeout", "input_timeout", "commit_timeout", "drain_timeout")
 
 
 @dataclass(slots=True)
@@ -48,6 +49,8 @@ class AttemptOutcome:
     drain_settled: bool = False
     """The drain settled: the model decided on the committed unit and every response was done."""
     server_errors: list[str] = field(default_factory=list)
+    configure_timeout: float | None = None
+    """No `session.created` within its bound (a server that admits by handshake waits for capacity first)."""
     input_timeout: float | None = None
     commit_timeout: float | None = None
     drain_timeout: float | None = None

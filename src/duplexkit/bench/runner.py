@@ -39,9 +39,12 @@ from duplexkit.bench.retry import (
     verdict,
 )
 from duplexkit.client import (
+    CapacityTimeout,
     CloseResult,
+    ConfigureTimeout,
     ConnectionLost,
     DuplexClient,
+    SessionBounds,
     SessionError,
     SessionProgress,
 )
@@ -68,16 +71,24 @@ def is_capacity_refusal(event: dict[str, Any]) -> bool:
 
 
 def record_close(
-    close: CloseResult | None, outcome: AttemptOutcome, meta: dict[str, Any], bound_s: float
+    close: CloseResult | None, outcome: AttemptOutcome, meta: dict[str, Any], bounds: SessionBounds
 ) -> None:
-    """An attempt's close into its outcome and `meta["close"]`: a close that outlived its wait (`None`) or
-    was not answered cleanly is a `close_timeout` of `bound_s`."""
+    """An attempt's close into its outcome and `meta["close"]`: a close that outlived its outer wait
+    (`None`: `close_timeout_s + close_grace_s`) or was not answered cleanly is a `close_timeout` of the
+    bound that actually applied (`CloseResult.bound_s`: the wait for `session.closed`, or the socket's
+    closing handshake for a protocol that closes with the socket)."""
+    bound_s = bounds.close_timeout_s + bounds.close_grace_s if close is None else close.bound_s
     if close is None or not close.clean:
         outcome.close_timeout = bound_s
     meta["close"] = (
-        {"clean": False, "outcome": "timeout"}
+        {"clean": False, "outcome": "timeout", "bound_s": bound_s}
         if close is None
-        else {"clean": close.clean, "outcome": close.outcome, "elapsed_s": round(close.elapsed_s, 3)}
+        else {
+            "clean": close.clean,
+            "outcome": close.outcome,
+            "elapsed_s": round(close.elapsed_s, 3),
+            "bound_s": bound_s,
+        }
     )
 
 
@@ -93,6 +104,16 @@ class SampleResult:
     retried: bool = False
     error: str | None = None
     ttfp_ms: float | None = None
+
+
+def client_record(client: DuplexClient) -> dict[str, Any]:
+    """What every sample records about its client whatever the benchmark: where its output was placed on
+    the input timeline (`audio_placement`) and what the wire protocol counted (`wire`, Moshi's frames)."""
+    record: dict[str, Any] = {"audio_placement": client.collector.placement}
+    wire = client.protocol.wire_report()
+    if wire is not None:
+        record["wire"] = wire
+    return record
 
 
 def record_resumes(client: DuplexClient, meta: dict[str, Any], outcome: AttemptOutcome) -> None:
@@ -221,7 +242,9 @@ class BenchmarkRunner:
                 failed = _failed_attempt()
                 failed.outcome.capacity_exhausted = True
                 return failed, waited
-            attempt, how = await self._attempt_on(sample, media, lease)
+            capacity_left = self.config.capacity_wait_max_s - waited
+            attempt, how = await self._attempt_on(sample, media, lease, capacity_left)
+            waited += attempt.capacity_wait_s
             self.pool.release(lease, how)
             if how is not Release.REFUSED:
                 attempt.server_url = lease.url
@@ -238,19 +261,42 @@ class BenchmarkRunner:
                 await asyncio.sleep(pause)
                 waited += pause
 
-    async def _attempt_on(self, sample: Any, media: PreparedInput, lease: Lease) -> tuple[Attempt, Release]:
-        """One attempt against the leased server, and what it says about that server."""
-        deadline_s = self.config.attempt_deadline_s(media.duration_ms / 1000.0)
-        config = dataclasses.replace(self.config, url=lease.url)
-        started = time.monotonic()
+    async def _attempt_on(
+        self, sample: Any, media: PreparedInput, lease: Lease, capacity_s: float
+    ) -> tuple[Attempt, Release]:
+        """One attempt against the leased server, and what it says about that server. A server that admits
+        by handshake may keep the open socket waiting for a slot up to `capacity_s` (the capacity wait
+        left); that wait is the attempt's `capacity_wait_s`, not part of the session."""
+        bounds = dataclasses.replace(self.config.bounds, capacity_timeout_s=max(0.0, capacity_s))
+        config = dataclasses.replace(self.config, url=lease.url, bounds=bounds)
         progress = SessionProgress()
+        attempt, how = await self._run_attempt(sample, media, config, progress)
+        if progress.client is not None:
+            attempt.capacity_wait_s = progress.client.capacity_wait_s
+            attempt.meta.update(client_record(progress.client))
+        return attempt, how
+
+    async def _run_attempt(
+        self,
+        sample: Any,
+        media: PreparedInput,
+        config: RunConfig,
+        progress: SessionProgress,
+    ) -> tuple[Attempt, Release]:
+        """The benchmark's attempt within its outer deadline; what went wrong, as an attempt and a release."""
+        deadline_s = config.attempt_deadline_s(media.duration_ms / 1000.0)
+        started = time.monotonic()
         try:
             async with asyncio.timeout(deadline_s):
                 attempt = await self.benchmark.run_attempt(sample, media, config, progress)
             # a connection that closed under a session the hook otherwise finished: probe the server
             return attempt, Release.LOST if attempt.outcome.transport_error else Release.COMPLETED
-        except CapacityRefused:
+        except (CapacityRefused, CapacityTimeout):
             return _failed_attempt(), Release.REFUSED
+        except ConfigureTimeout:
+            failed = _failed_attempt()
+            failed.outcome.configure_timeout = config.bounds.configure_timeout_s
+            return failed, Release.OTHER
         except InvalidStatus as exc:
             if exc.response.status_code in CAPACITY_HTTP_STATUSES:
                 return _failed_attempt(), Release.REFUSED
@@ -340,6 +386,7 @@ def _attempt_summary(attempt: Attempt) -> dict[str, Any]:
 def _timeouts(outcome: AttemptOutcome) -> dict[str, float | None]:
     """The bounds that ran out in an attempt, by name (`None`: it did not)."""
     return {
+        "configure_timeout": outcome.configure_timeout,
         "input_timeout": outcome.input_timeout,
         "commit_timeout": outcome.commit_timeout,
         "drain_timeout": outcome.drain_timeout,

@@ -6,7 +6,13 @@ turns the events it receives into per-response and per-session timing (each valu
 clock), timed sentences and the output audio.
 """
 
-from duplexkit.client.client import ConnectionLost, DuplexClient, SessionError
+from duplexkit.client.client import (
+    CapacityTimeout,
+    ConfigureTimeout,
+    ConnectionLost,
+    DuplexClient,
+    SessionError,
+)
 from duplexkit.client.collector import (
     CLIENT_SOURCES,
     COMMIT_SOURCE,
@@ -42,7 +48,9 @@ __all__ = [
     "SERVER_SOURCE",
     "STREAM_SOURCE",
     "UNANCHORED_SOURCE",
+    "CapacityTimeout",
     "CloseResult",
+    "ConfigureTimeout",
     "ConnectionLost",
     "Conversation",
     "DeadlinePacer",

@@ -40,7 +40,7 @@ from pydantic import BaseModel
 from websockets.asyncio.client import ClientConnection, connect
 from websockets.exceptions import ConnectionClosed, InvalidHandshake
 
-from duplexkit.client.collector import EventCollector
+from duplexkit.client.collector import EventCollector, Placement
 from duplexkit.client.connection import ServerCapabilities
 from duplexkit.client.drain import CommitPoint, DrainTracker
 from duplexkit.client.events import (
@@ -83,6 +83,14 @@ class ConnectionLost(SessionError):
     """The connection closed while the client still needed it."""
 
 
+class ConfigureTimeout(TimeoutError):
+    """`configure` got no answer within its bound."""
+
+
+class CapacityTimeout(TimeoutError):
+    """The server kept the open socket waiting for a session slot (no handshake) past the capacity bound."""
+
+
 @dataclass(slots=True)
 class _Outgoing:
     frames: list[Wire]
@@ -112,6 +120,7 @@ class DuplexClient:
         protocol: ProtocolAdapter | str = "auto",
         resume: ResumePolicy | None = None,
         rng: random.Random | None = None,
+        placement: Placement | None = None,
     ) -> None:
         self.protocol = protocol_for(protocol, url) if isinstance(protocol, str) else protocol
         """The wire protocol; a name (`auto` detects it from the URL) or an adapter."""
@@ -119,13 +128,16 @@ class DuplexClient:
             raise ValueError(f"session resume needs the duplex protocol, not {self.protocol.name}")
         self.url = self.protocol.url(url, model=model)
         self.model = model
-        self.collector = EventCollector()
+        self.collector = EventCollector(placement=placement or self.protocol.placement)
+        """Where output sits on the input timeline: `placement`, else the protocol's default."""
         self.events: list[ReceivedEvent] = []
         self.streams: list[StreamReport] = []
         self.padded_ms = 0.0
         self.ignored_frames = 0
         """Server messages the protocol adapter could not read (for JSON protocols: not a JSON object)."""
         self.connected_at = 0.0
+        self._admission: tuple[float, float | None] | None = None
+        """`(wait start, admitted at)` while or after `configure` waited for a slot (`capacity_wait_s`)."""
         self._headers = self.protocol.headers() | ({"Authorization": f"Bearer {api_key}"} if api_key else {})
         self._open_timeout_s = open_timeout_s
         self._ack_interval_s = ack_interval_s
@@ -140,6 +152,8 @@ class DuplexClient:
         self._session: dict[str, Any] | None = None
         self._clock: MediaClock | None = None
         self._sent_audio_end_ms = 0.0
+        self._timeline_origin: tuple[float, float] | None = None
+        """`(wall time, media ms)` of the latest stream's start: the origin of where events are heard."""
         self._pacing: tuple[DeadlinePacer, float] | None = None
         self._drain: DrainTracker | None = None
         self._acked: dict[str, float] = {}
@@ -224,6 +238,17 @@ class DuplexClient:
         """The media clock: audio queued so far, in ms (what the next append's `audio_end_ms` builds on)."""
         return 0.0 if self._clock is None else self._clock.audio_end_ms
 
+    def heard_at_ms(self, at: float) -> float:
+        """Where an event received at `at` (monotonic) sits on the input timeline: its arrival on the
+        stream's clock, the latest stream's start media time plus the time since it started. Never before
+        the input already on the wire: in real time that is never later than the arrival, but a stream sent
+        as fast as possible (clock=invalid) runs ahead of the wall clock, and a reply cannot precede the
+        input it follows. Before any stream, the media clock on the wire (0 until audio is sent)."""
+        if self._timeline_origin is None:
+            return self._sent_audio_end_ms
+        started, start_ms = self._timeline_origin
+        return max(start_ms + max(0.0, at - started) * 1000.0, self._sent_audio_end_ms)
+
     @property
     def sent_audio_end_ms(self) -> float:
         """The media clock on the wire: `audio_end_ms` of the last append written to the socket."""
@@ -233,6 +258,15 @@ class DuplexClient:
     def connection_lost(self) -> bool:
         return self._lost is not None
 
+    @property
+    def capacity_wait_s(self) -> float:
+        """How long the open socket waited for a session slot (`ProtocolAdapter.admits_with_ready`), so
+        far if it still waits; 0 for a server that admits at once or refuses instead."""
+        if self._admission is None:
+            return 0.0
+        started, admitted = self._admission
+        return (time.monotonic() if admitted is None else admitted) - started
+
     async def configure(
         self,
         *,
@@ -241,13 +275,21 @@ class DuplexClient:
         voice: str | None = None,
         extra_body: Mapping[str, Any] | None = None,
         timeout_s: float = 10.0,
+        capacity_timeout_s: float | None = None,
     ) -> ServerCapabilities:
         """Send `session.update` (PCM16 in and out, `turn_detection: null`, `playback_commit_policy:
         ack_only`, `extra_body` as the session's model parameters); wait up to `timeout_s` for
         `session.created`.
 
-        Raises `TimeoutError`, or `SessionError` when the server answers with an error or hangs up.
+        With `capacity_timeout_s`, a server that admits a session by sending its ready event (Moshi's
+        one-lock server) is first waited for up to that long: the socket is open and waiting for a slot,
+        recorded as `capacity_wait_s`, not as configuring; `timeout_s` then bounds the rest.
+
+        Raises `ConfigureTimeout` (a `TimeoutError`), `CapacityTimeout` when no slot came in time, or
+        `SessionError` when the server answers with an error or hangs up.
         """
+        if capacity_timeout_s is not None and self.protocol.admits_with_ready:
+            await self._await_admission(capacity_timeout_s)
         session = ce.SessionConfig(
             model=self.model,
             modalities=list(modalities),
@@ -261,22 +303,42 @@ class DuplexClient:
         payload = ce.SessionUpdate(session=session).model_dump(mode="json", exclude_none=True)
         payload["session"]["turn_detection"] = None  # explicit null: model-native turn taking
         answer = None
-        ready = self.protocol.ready_event
         try:
             async with asyncio.timeout(timeout_s):
                 await self._written(self._enqueue(payload))
-                answer = await self._wait_for(
-                    lambda: next((e for e in self.events if e.type == ready or is_failure(e.data)), None)
-                )
+                answer = await self._wait_for(self._ready_or_refused)
+        except TimeoutError:
+            raise ConfigureTimeout(f"no {self.protocol.ready_event} within {timeout_s:g} s") from None
         except ConnectionLost:  # a refusal (e.g. capacity) is an error event and then a closed socket
             if self._reader is not None:  # let the reader deliver what arrived before the close
                 await asyncio.wait([self._reader], timeout=SOCKET_CLOSE_GRACE_S)
             answer = next((e for e in self.events if is_failure(e.data)), None)
             if answer is None:
                 raise
-        if answer.type != ready:
+        if answer.type != self.protocol.ready_event:
             raise SessionError(f"session refused: {_error_text(answer.data)}", answer.data)
         return self._capabilities
+
+    def _ready_or_refused(self) -> ReceivedEvent | None:
+        ready = self.protocol.ready_event
+        return next((e for e in self.events if e.type == ready or is_failure(e.data)), None)
+
+    async def _await_admission(self, timeout_s: float) -> None:
+        """Wait up to `timeout_s` for the ready event (or a refusal, or the loss that `configure` then
+        reports) of a server that admits with it; `CapacityTimeout` when neither came."""
+        started = time.monotonic()
+        self._admission = (started, None)
+        try:
+            async with asyncio.timeout(timeout_s):
+                await self._wait_for(self._ready_or_refused)
+        except TimeoutError:
+            raise CapacityTimeout(
+                f"no session slot within {timeout_s:g} s (socket open, no handshake)"
+            ) from None
+        except ConnectionLost:
+            pass
+        finally:
+            self._admission = (started, time.monotonic())
 
     # --- sending --------------------------------------------------------------------------------------
 
@@ -365,6 +427,7 @@ class DuplexClient:
         self.streams.append(report)
         started = time.monotonic()
         self.collector.stream_started(started)
+        self._timeline_origin = (started, start_ms)
         pacer = DeadlinePacer(started) if pace == "realtime" else None
         self._pacing = None if pacer is None else (pacer, start_ms)
         try:
@@ -411,6 +474,7 @@ class DuplexClient:
         duration_ms = samples_to_ms(samples, rate)
         if self._pacing is None:
             self._pacing = (DeadlinePacer(time.monotonic()), self.audio_end_ms)
+            self._timeline_origin = self._timeline_origin or (self._pacing[0].start, self._pacing[1])
         pacer, origin_ms = self._pacing
         while True:
             slot = pacer.slot(self.audio_end_ms + duration_ms - origin_ms, duration_ms, time.monotonic())
@@ -479,7 +543,9 @@ class DuplexClient:
             elif now >= deadline:
                 outcome = "timeout"
             if outcome is not None:
-                return DrainResult(outcome, now - started, tracker.listens, status.failure, tracker.rule)
+                return DrainResult(
+                    outcome, now - started, tracker.listens, status.failure, tracker.rule, tracker.settled_by
+                )
             wake = deadline if status.wake_at is None else min(deadline, status.wake_at)
             await self._next_event(wake - now)
 
@@ -512,6 +578,7 @@ class DuplexClient:
             reason=None if closed is None else as_str(closed.data.get("reason")),
             outcome=outcome,
             elapsed_s=time.monotonic() - started,
+            bound_s=timeout_s,
         )
 
     # --- internals ------------------------------------------------------------------------------------
@@ -527,6 +594,7 @@ class DuplexClient:
             reason=None,
             outcome="connection_closed" if lost else "closed",
             elapsed_s=time.monotonic() - started,
+            bound_s=SOCKET_CLOSE_GRACE_S,
         )
 
     async def _close_socket(self) -> None:
@@ -643,7 +711,7 @@ class DuplexClient:
                         if data.get("type") == "session.resync_required":
                             self.resync = data
                         continue
-                    self._on_event(ReceivedEvent(data, received_at, self._sent_audio_end_ms))
+                    self._on_event(ReceivedEvent(data, received_at, self.heard_at_ms(received_at)))
         except ConnectionClosed as exc:
             self._dropped(exc)
         else:

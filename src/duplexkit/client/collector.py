@@ -17,6 +17,14 @@ named on every response and never mixed:
   (Moshi: `synthesized_from` on its events): its opening is its first output, so nothing anchors it and
   its TTFT, TTFP and RTF are `None` rather than a meaningless 0.
 
+Placement (`Placement`). Every output event sits on the input timeline where it was heard: `arrival`, its
+arrival on the stream's clock (`ReceivedEvent.media_ms`), audio played serially (a chunk starts at its
+arrival, or where the audio before it ends if that is later). `concatenated` is Full-Duplex-Bench's Moshi
+client's rule: the server's output is one continuous stream of frames and frame i plays at i · 80 ms, so an
+event carrying `output_stream_ms` (its start in that stream; the Moshi adapter sets it) sits there. Timed
+sentences are the span of their own audio on that timeline (`client.voicing`): a sentence starts where its
+first character was voiced and ends where its last one was.
+
 A value that was not observed is `None`, never 0. Per session, `stream_ttft_ms`, `stream_ttfp_ms` and
 `stream_rtf` are always on the client clock, from the stream's start (the media clock's origin), labelled
 `client_stream_start_to_receive`.
@@ -25,7 +33,7 @@ A value that was not observed is `None`, never 0. Per session, `stream_ttft_ms`,
 from __future__ import annotations
 
 import itertools
-from dataclasses import dataclass, field
+from dataclasses import dataclass, field, replace
 from typing import Any, Literal
 
 import numpy as np
@@ -40,8 +48,9 @@ from duplexkit.client.events import (
     is_failure,
     response_id_of,
 )
-from duplexkit.client.sentences import SentenceBuilder, TimedSentence
+from duplexkit.client.sentences import SentenceBuilder, TimedSentence, media_seconds
 from duplexkit.client.stats import Distribution
+from duplexkit.client.voicing import voicings
 from duplexkit.protocol.audio import AudioDecodeError, decode_base64_audio, resample
 from duplexkit.protocol.units import ms_to_samples, samples_to_ms
 
@@ -60,6 +69,10 @@ output, so nothing anchors its TTFT/TTFP/RTF, which are `None`; the session's st
 STREAM_SOURCE: Literal["client_stream_start_to_receive"] = "client_stream_start_to_receive"
 CLIENT_SOURCES = frozenset({COMMIT_SOURCE, CREATED_SOURCE, UNANCHORED_SOURCE, STREAM_SOURCE})
 """Every label of a value measured on the client's own clock."""
+
+Placement = Literal["arrival", "concatenated"]
+"""Where output sits on the input timeline (module docstring)."""
+PLACEMENTS: tuple[Placement, ...] = ("arrival", "concatenated")
 
 WAV_RATE_HZ = 24_000
 """Rate of the assembled output audio."""
@@ -159,6 +172,8 @@ class _Response:
     audio_at: list[float] = field(default_factory=list)
     audio_ms: float = 0.0
     text: list[str] = field(default_factory=list)
+    text_chars: int = 0
+    """Characters of `text` so far: where the next delta starts in the response's text."""
     text_kind: str | None = None
 
     def metrics(self) -> ResponseMetrics:
@@ -212,8 +227,9 @@ class EventCollector:
     `output_rate_hz` (the server's advertised output rate).
     """
 
-    def __init__(self, output_rate_hz: int = WAV_RATE_HZ) -> None:
+    def __init__(self, output_rate_hz: int = WAV_RATE_HZ, placement: Placement = "arrival") -> None:
         self.output_rate_hz = output_rate_hz
+        self.placement: Placement = placement
         self.stream_started_at: float | None = None
         self.errors: list[dict[str, Any]] = []
         self.undecodable_audio_chunks = 0
@@ -223,6 +239,8 @@ class EventCollector:
         self._sentences = SentenceBuilder()
         self._text_owner: str | None = None
         self._audio: list[tuple[str, float, npt.NDArray[np.float32]]] = []
+        self._marks: dict[str, list[tuple[int, float]]] = {}
+        """Per response, the server's `audio_text_marks` as `(text_chars, audio_end_ms)`."""
 
     # --- inputs ---------------------------------------------------------------------------------------
 
@@ -251,6 +269,9 @@ class EventCollector:
                 if value is not None:
                     response.server.setdefault(name, value)
         response.item_id = response.item_id or as_str(data.get("item_id"))
+        marks = dig(data, "metadata", "audio_text_marks")
+        if kind in AUDIO_DELTAS and isinstance(marks, list):
+            self._marks.setdefault(response.id, []).extend(_marks(marks))
         if kind in TEXT_DELTAS:
             self._text(response, data, event)
         elif kind in AUDIO_DELTAS:
@@ -294,12 +315,26 @@ class EventCollector:
         return [e for e in self.errors if is_failure(e)]
 
     def sentences(self) -> list[TimedSentence]:
-        """Timed sentences so far, including the text still open (flushed without ending it)."""
-        return self._sentences.finished()
+        """Timed sentences so far, including the text still open (flushed without ending it), each the span
+        of its own audio on the timeline (text never voiced keeps the arrival of its deltas)."""
+        placed = [(c.response_id, c.start, len(c.samples)) for c in self.audio_placements()]
+        texts = {r.id: "".join(r.text) for r in self._responses.values()}
+        voiced = voicings(placed, texts, self._marks)
+        out = []
+        for sentence in self._sentences.finished():
+            voicing = voiced.get(sentence.response_id or "")
+            if voicing is None or sentence.chars is None or sentence.chars[0] >= voicing.voiced_chars:
+                out.append(sentence)
+                continue
+            first, last = sentence.chars
+            start = voicing.timeline_ms(first, opening=True)
+            end = max(start, voicing.timeline_ms(last, opening=False))
+            out.append(replace(sentence, start=media_seconds(start), end=media_seconds(end)))
+        return out
 
     def output_audio(self) -> npt.NDArray[np.float32]:
-        """All response audio at 24 kHz on its playback timeline: a chunk starts when the media clock read
-        at its receipt, or when the audio before it ends if that is later; silence fills the gaps."""
+        """All response audio at 24 kHz on its playback timeline (module docstring: placement); silence
+        fills the gaps."""
         placed = self.audio_placements()
         out = np.zeros(placed[-1].start + len(placed[-1].samples) if placed else 0, dtype=np.float32)
         for chunk in placed:
@@ -335,18 +370,27 @@ class EventCollector:
             self._current = response_id
         return response
 
+    def _heard_ms(self, data: dict[str, Any], event: ReceivedEvent) -> float:
+        """Where an output event sits on the input timeline, by the collector's placement rule."""
+        in_stream = as_ms(data.get("output_stream_ms"))
+        if self.placement == "concatenated" and in_stream is not None:
+            return in_stream
+        return event.media_ms
+
     def _text(self, response: _Response, data: dict[str, Any], event: ReceivedEvent) -> None:
         text = as_str(data.get("delta"))
         response.text_kind = response.text_kind or event.type
         if not text or response.text_kind != event.type:
             return  # a server sending both text kinds for one response would double the text
+        offset = response.text_chars
         response.text.append(text)
+        response.text_chars += len(text)
         if response.first_text_at is None and text.strip():
             response.first_text_at = event.received_at
         if self._text_owner not in (None, response.id):
             self._sentences.flush()
         self._text_owner = response.id
-        self._sentences.add(text, event.media_ms)
+        self._sentences.add(text, self._heard_ms(data, event), response_id=response.id, offset=offset)
 
     def _audio_delta(self, response: _Response, data: dict[str, Any], event: ReceivedEvent) -> None:
         b64 = as_str(data.get("delta"))
@@ -365,10 +409,21 @@ class EventCollector:
         self._audio.append(
             (
                 response.id,
-                event.media_ms,
+                self._heard_ms(data, event),
                 samples if rate == WAV_RATE_HZ else resample(samples, rate, WAV_RATE_HZ),
             )
         )
+
+
+def _marks(marks: list[Any]) -> list[tuple[int, float]]:
+    """The readable `(text_chars, audio_end_ms)` pairs of an `audio_text_marks` list."""
+    out = []
+    for mark in marks:
+        chars = as_positive_int(mark.get("text_chars")) if isinstance(mark, dict) else None
+        audio_ms = as_ms(mark.get("audio_end_ms")) if isinstance(mark, dict) else None
+        if chars is not None and audio_ms is not None:
+            out.append((chars, audio_ms))
+    return out
 
 
 def _since(anchor: float | None, at: float | None) -> float | None:
@@ -380,8 +435,9 @@ def _round(value: float | None, digits: int = 3) -> float | None:
 
 
 def dump_events(events: list[ReceivedEvent], origin: float) -> list[dict[str, Any]]:
-    """Events as JSON-ready dicts: `t_ms` since `origin` (client monotonic clock), `media_ms` at receipt,
-    and the event with audio payloads replaced by their decoded byte counts (`<field>_bytes`)."""
+    """Events as JSON-ready dicts: `t_ms` since `origin` (client monotonic clock), `media_ms` where it was
+    heard on the input timeline (`ReceivedEvent.media_ms`), and the event with audio payloads replaced by
+    their decoded byte counts (`<field>_bytes`)."""
     return [
         {
             "t_ms": round((event.received_at - origin) * 1000.0, 3),

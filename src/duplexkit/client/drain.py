@@ -2,7 +2,18 @@
 
 Settled means: the commit was acknowledged (`input_audio_buffer.committed`), the model decided on the unit
 that holds the commit (or a later one), every response created before or after the commit is done, and a
-quiet window passed with no reply activity.
+quiet window passed without the model speaking.
+
+The quiet window is measured in decided units, not wall seconds (`QuietRule`). `units`: the model decided
+⌈settle_window / unit⌉ units after the committed one (and after the last unit it spoke on) without
+speaking; a speaking answer (an output delta, `response.created`) restarts the count. A server slower than
+real time decides those units late, so its backlog never runs the window out before its reply. Only a
+server that has stopped answering units altogether (one that steps only on input, or a protocol without
+per-unit answers such as OpenAI Realtime) settles on the `wall_clock`: a whole window of seconds with no
+event from it at all but the answers to the client's own housekeeping (`playback.acknowledged`,
+`session.heartbeat_ack`, `rate_limits.updated`, a benign `error`). A server still deciding units, even a
+slow one, is never silent for a window at a time unless one unit takes it longer than the window. The
+caller's wall-clock bound on the whole drain stays the outer limit.
 
 Which decision answers the committed unit (`DecisionRule`). A model that lags behind real time answers the
 backlog of earlier units *after* the acknowledgement, so "the first decision after the commit" is not
@@ -13,14 +24,15 @@ not say (vLLM-Omni): every stepped unit is answered by one `response.listen` or 
 commit's unit is answered by the `units_due`-th answer, `units_due` counted on the advertised unit grid
 (`chunk_period_ms`, `first_unit_ms`) up to the commit, residual included.
 
-Acknowledgements are not activity: the `response.listen` a server sends for every padded unit, and the
-answers to the client's own housekeeping (`playback.acknowledged`, `session.heartbeat_ack`,
-`rate_limits.updated`, a benign `error`). So a committed clip answered only by a model listen on its unit
-settles once that listen has arrived and the window after the commit has passed.
+Which units count as decided in the window: with unit marks, a listen on a unit ending past the committed
+unit (and past the last unit spoken on), at least one unit after the previous one counted (a server that
+answers each append marks several per unit); by count, every unit answer after the one that decided the
+committed unit, a listen adding one, a speaking answer resetting the count to zero.
 """
 
 from __future__ import annotations
 
+import math
 from collections.abc import Iterable
 from dataclasses import dataclass
 from typing import Any, Literal
@@ -28,9 +40,8 @@ from typing import Any, Literal
 from duplexkit.client.events import ReceivedEvent, as_ms, is_failure, response_id_of
 from duplexkit.protocol.units import UnitGrid
 
-NOT_ACTIVITY = frozenset(
-    {"response.listen", "playback.acknowledged", "session.heartbeat_ack", "rate_limits.updated"}
-)
+HOUSEKEEPING = frozenset({"playback.acknowledged", "session.heartbeat_ack", "rate_limits.updated"})
+"""Answers to the client's own events: they say nothing about the model."""
 UNIT_ANSWERS = frozenset(
     {
         "response.listen",
@@ -46,7 +57,11 @@ DECISIONS = UNIT_ANSWERS | {"response.created"}
 UNIT_END_TOLERANCE_MS = 0.5
 """Media times are rounded on the wire; a unit ending this close before the commit holds it."""
 
+SPEAKING = DECISIONS - {"response.listen"}
+"""Decisions in which the model speaks: they restart the quiet window."""
+
 DecisionRule = Literal["server_unit_end", "unit_count"]
+QuietRule = Literal["units", "wall_clock"]
 
 
 @dataclass(frozen=True, slots=True)
@@ -59,6 +74,8 @@ class CommitPoint:
     """Units the server steps up to and including the one that holds the commit."""
     units_answered: int = 0
     """Unit answers (`UNIT_ANSWERS`) received before the commit."""
+    unit_ms: int = 1000
+    """The server's unit (`chunk_period_ms`): the quiet window is counted in these."""
 
     @classmethod
     def at(cls, media_ms: float, grid: UnitGrid, earlier: Iterable[ReceivedEvent]) -> CommitPoint:
@@ -67,7 +84,12 @@ class CommitPoint:
             media_ms=media_ms,
             units_due=grid.unit_count(media_ms, include_residual=True),
             units_answered=sum(1 for e in earlier if e.type in UNIT_ANSWERS),
+            unit_ms=grid.chunk_period_ms,
         )
+
+    def quiet_units(self, settle_s: float) -> int:
+        """The units a quiet window of `settle_s` seconds spans: ⌈settle_s / unit⌉."""
+        return max(0, math.ceil(settle_s * 1000.0 / self.unit_ms - 1e-9))
 
 
 class CommittedUnit:
@@ -82,6 +104,19 @@ class CommittedUnit:
         self._marked = False
         self._marked_decision = False
         self._counted_decision = False
+        self._quiet_counted = 0
+        self._quiet_after_ms = commit.media_ms
+        """With marks: listens on units ending after this (the commit, or the last unit spoken on) count."""
+        self._quiet_marked = 0
+        self._last_counted_ms: float | None = None
+        """With marks: the end of the last unit counted quiet (`None` while none is)."""
+        self._latest_marked_ms = commit.media_ms
+        """The latest unit end any decision named: where an unmarked output restarts the window."""
+
+    @property
+    def quiet_units(self) -> int:
+        """Units decided without speaking after the committed unit and after the last unit spoken on."""
+        return self._quiet_marked if self._marked else self._quiet_counted
 
     @property
     def rule(self) -> DecisionRule:
@@ -103,11 +138,16 @@ class CommittedUnit:
             self.acknowledged = True
         if kind not in DECISIONS:
             return
+        speaking = kind in SPEAKING
         unit_end_ms = as_ms(data.get("unit_end_ms"))
         if unit_end_ms is not None:
             self._marked = True
             if unit_end_ms >= self.commit.media_ms - UNIT_END_TOLERANCE_MS:
                 self._marked_decision = True
+            self._count_marked(unit_end_ms, speaking=speaking)
+        elif speaking:  # an unmarked output: the window restarts after every unit named so far
+            self._count_marked(self._latest_marked_ms, speaking=True)
+        was_decided = self._counted_decision
         if kind in UNIT_ANSWERS:
             self._answers += 1
         # A `response.created` opens on the unit its first delta (the next answer) answers. Answers before
@@ -115,12 +155,30 @@ class CommittedUnit:
         answered = self._answers + (kind == "response.created")
         if self.acknowledged and answered >= self.commit.units_due:
             self._counted_decision = True
+        if speaking:
+            self._quiet_counted = 0
+        elif was_decided:  # a listen on a unit after the one that decided the commit
+            self._quiet_counted += 1
+
+    def _count_marked(self, unit_end_ms: float, *, speaking: bool) -> None:
+        self._latest_marked_ms = max(self._latest_marked_ms, unit_end_ms)
+        if speaking:
+            self._quiet_after_ms = max(self._quiet_after_ms, unit_end_ms)
+            self._quiet_marked, self._last_counted_ms = 0, None
+            return
+        previous = self._last_counted_ms
+        past_start = unit_end_ms > self._quiet_after_ms + UNIT_END_TOLERANCE_MS
+        next_unit = previous is None or unit_end_ms >= previous + self.commit.unit_ms - UNIT_END_TOLERANCE_MS
+        if past_start and next_unit:
+            self._quiet_marked += 1
+            self._last_counted_ms = unit_end_ms
 
 
-def is_activity(data: dict[str, Any]) -> bool:
-    """Whether an event is reply activity that restarts the quiet window."""
+def is_heard_from(data: dict[str, Any]) -> bool:
+    """Whether an event shows the server still at work (it breaks the `wall_clock` window): anything but
+    housekeeping answers and benign errors."""
     kind = data.get("type")
-    if kind in NOT_ACTIVITY:
+    if kind in HOUSEKEEPING:
         return False
     return kind != "error" or is_failure(data)
 
@@ -142,9 +200,12 @@ class DrainTracker:
     ) -> None:
         self.unit = CommittedUnit(commit or CommitPoint())
         self.open_responses = set(open_responses)
-        self.last_activity = committed_at
+        self.last_heard = committed_at
+        """When the server was last heard from (`is_heard_from`): the start of the `wall_clock` window."""
         self.listens = 0
         self.failure: dict[str, Any] | None = None
+        self.settled_by: QuietRule | None = None
+        """Which window settled the drain (`None` until it settles)."""
 
     @property
     def commit_acknowledged(self) -> bool:
@@ -177,16 +238,21 @@ class DrainTracker:
             self.open_responses.discard(response_id_of(data) or "")
         elif self.failure is None and is_failure(data):
             self.failure = data
-        if is_activity(data):
-            self.last_activity = max(self.last_activity, event.received_at)
+        if is_heard_from(data):
+            self.last_heard = max(self.last_heard, event.received_at)
 
     def poll(self, now: float, settle_s: float) -> DrainStatus:
-        """Whether the replies have settled at `now` with a quiet window of `settle_s` seconds."""
+        """Whether the replies have settled at `now` with a quiet window of `settle_s` seconds: its units
+        decided quiet, or (a server that stopped answering units) that long without hearing from it."""
         if self.failure is not None:
             return DrainStatus(False, self.failure, None)
         if not (self.commit_acknowledged and self.decided and not self.open_responses):
             return DrainStatus(False, None, None)
-        quiet_until = self.last_activity + settle_s
-        if now >= quiet_until:
-            return DrainStatus(True, None, None)
-        return DrainStatus(False, None, quiet_until)
+        quiet_until = self.last_heard + settle_s
+        if self.unit.quiet_units >= self.unit.commit.quiet_units(settle_s):
+            self.settled_by = "units"
+        elif now >= quiet_until:
+            self.settled_by = "wall_clock"
+        else:
+            return DrainStatus(False, None, quiet_until)
+        return DrainStatus(True, None, None)

@@ -20,8 +20,9 @@ BENIGN_ERROR_CODES = frozenset(code.value for code in BENIGN_CODES)
 class ReceivedEvent:
     """One server event as the client received it.
 
-    `received_at` is the client's monotonic clock (`time.monotonic()`) at receipt; `media_ms` is the media
-    clock at receipt: the `audio_end_ms` of the last append the client had written to the socket.
+    `received_at` is the client's monotonic clock (`time.monotonic()`) at receipt; `media_ms` is where it
+    was heard on the input timeline: its arrival on the stream's clock (the stream's start media time plus
+    the time since the stream started; `DuplexClient.heard_at_ms`), not the end of the last append sent.
     """
 
     data: dict[str, Any]

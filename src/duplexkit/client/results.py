@@ -59,6 +59,9 @@ class DrainResult:
     error: dict[str, Any] | None = None
     decision_rule: Literal["server_unit_end", "unit_count"] = "unit_count"
     """How the drain told the decision on the committed unit from a backlog's (`client.drain`)."""
+    quiet_rule: Literal["units", "wall_clock"] | None = None
+    """Which quiet window settled it: its units decided quiet, or (a server that stopped answering units)
+    a window of seconds without hearing from the server (`client.drain`); `None` when it did not settle."""
 
     @property
     def settled(self) -> bool:
@@ -73,3 +76,6 @@ class CloseResult:
     """`session.closed.reason`, when it came."""
     outcome: Literal["closed", "timeout", "connection_closed"]
     elapsed_s: float
+    bound_s: float
+    """The bound that applied: the wait for `session.closed`, or for a protocol that closes with the
+    socket, the socket's closing handshake (`SOCKET_CLOSE_GRACE_S`)."""

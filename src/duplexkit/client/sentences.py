@@ -1,9 +1,11 @@
 """Timed sentences from text deltas, by the Omni-DuplexEval response-format rules.
 
-A sentence ends at `. ! ? 。 ！ ？` (a run of them stays with the sentence it ends); its `start` is the time
-of the delta that gave its first character, its `end` the time of the delta that completed it. Whitespace
-never opens a sentence. Text left without a terminator is flushed as a sentence of its own, ending at the
-delta that gave its last non-whitespace character. Times are media-clock seconds, 3 decimals.
+A sentence ends at `. ! ? 。 ！ ？` (a run of them stays with the sentence it ends). Whitespace never opens a
+sentence. Text left without a terminator is flushed as a sentence of its own. Each sentence remembers its
+response and the span of that response's characters it covers (`response_id`, `chars`), so the collector
+times it by the span of its own audio (`client.voicing`); what the builder itself gives, the arrival of the
+delta that gave its first character and of the one that completed it, is kept only for text never voiced
+(a text-only response). Times are seconds on the playback timeline, 3 decimals.
 """
 
 from __future__ import annotations
@@ -18,6 +20,9 @@ class TimedSentence:
     sentence: str
     start: float
     end: float
+    response_id: str | None = field(default=None, compare=False)
+    chars: tuple[int, int] | None = field(default=None, compare=False)
+    """Its first and past-the-last non-whitespace character in its response's text."""
 
     def to_json(self) -> dict[str, str | float]:
         return {"sentence": self.sentence, "start": self.start, "end": self.end}
@@ -37,20 +42,24 @@ class SentenceBuilder:
     _start: float | None = None
     _end: float = 0.0
     _terminated: bool = False
+    _response_id: str | None = None
+    _first: int = 0
+    _last: int = 0
 
-    def add(self, text: str, media_ms: float) -> None:
-        """Add one delta that arrived when the media clock read `media_ms`."""
+    def add(self, text: str, media_ms: float, *, response_id: str | None = None, offset: int = 0) -> None:
+        """Add one delta of `response_id` that arrived when the timeline read `media_ms`; `offset` is where
+        it starts in that response's text."""
         at = media_seconds(media_ms)
-        for char in text:
+        for position, char in enumerate(text, start=offset):
             if self._terminated and char not in TERMINATORS:
                 self.flush()
             if self._start is None:
                 if char.isspace():
                     continue
-                self._start = at
+                self._start, self._response_id, self._first = at, response_id, position
             self._chars.append(char)
             if not char.isspace():
-                self._end = at
+                self._end, self._last = at, position + 1
             if char in TERMINATORS:
                 self._terminated = True
 
@@ -65,4 +74,6 @@ class SentenceBuilder:
         """The sentences so far plus the open one as `flush` would close it; the builder is unchanged."""
         if self._start is None:
             return list(self.sentences)
-        return [*self.sentences, TimedSentence("".join(self._chars).rstrip(), self._start, self._end)]
+        text = "".join(self._chars).rstrip()
+        chars = (self._first, self._last)
+        return [*self.sentences, TimedSentence(text, self._start, self._end, self._response_id, chars)]

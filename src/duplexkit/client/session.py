@@ -5,7 +5,9 @@ connect (bound: `open_timeout_s`, the caller's `DuplexClient`) → configure →
 the padding still starts) → pad silence while draining (`DuplexClient.drain_while_padding`, bound:
 `drain_timeout_s`) → final playback ack (bound: `ack_timeout_s`) → close (bound: `close_timeout_s`; the outer
 wait gives the inner one `close_grace_s` more). `SessionBounds.total_s` is the sum of them all: an outer
-deadline of at least that never cuts a session that every inner bound would have let finish.
+deadline of at least that never cuts a session that every inner bound would have let finish. A server that
+admits one session at a time by withholding its handshake is waited for first (`capacity_timeout_s`): that
+wait is for capacity, outside the session's own bounds.
 `converse` records what happened (and, in a `SessionProgress`, where it is while it runs); deciding what
 counts as a failure is the caller's.
 """
@@ -34,12 +36,16 @@ class SessionBounds:
     """For the WebSocket handshake (`DuplexClient(open_timeout_s=...)`)."""
     configure_timeout_s: float = 10.0
     """For `session.created`."""
+    capacity_timeout_s: float | None = None
+    """For a server that admits a session by sending its handshake (Moshi's one-lock server keeps other
+    sockets open and silent): how long the open socket may wait for a slot. A capacity wait, not part of
+    the session, so not in `total_s`; `None`: `configure_timeout_s` covers that wait too."""
     input_slack_s: float = 10.0
     """The clip may take its own duration plus this to reach the server."""
     commit_timeout_s: float = 5.0
     """For the commit to reach the wire."""
     settle_s: float = 2.0
-    """The quiet window that ends the drain (`response.listen` acknowledgements are not activity)."""
+    """The quiet window that ends the drain, counted in the server's units (`client.drain`)."""
     drain_timeout_s: float = 60.0
     """For the replies to settle."""
     close_timeout_s: float = 5.0
@@ -127,14 +133,19 @@ async def converse(
 ) -> Conversation:
     """Run one session on a connected `client`, from configure to close, and record what happened.
 
-    Raises what `configure` raises (`SessionError` on a refusal, `TimeoutError` without `session.created`)
+    Raises what `configure` raises (`SessionError` on a refusal, `ConfigureTimeout` without
+    `session.created`, `CapacityTimeout` when a one-session server never admitted it)
     and any unexpected error while streaming or committing; a lost connection and a padding failure are
     recorded instead (`Conversation.interrupted`). `progress`, when given, follows the lifecycle's steps.
     """
     progress = progress or SessionProgress()
     progress.client = client
     progress.stage = "configure"
-    capabilities = await client.configure(extra_body=extra_body, timeout_s=bounds.configure_timeout_s)
+    capabilities = await client.configure(
+        extra_body=extra_body,
+        timeout_s=bounds.configure_timeout_s,
+        capacity_timeout_s=bounds.capacity_timeout_s,
+    )
     stream: StreamReport | None = None
     commit_timed_out = False
     interrupted: Exception | None = None

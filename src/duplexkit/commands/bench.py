@@ -14,6 +14,7 @@ from duplexkit.bench.job import BenchJob, run_job
 from duplexkit.commands.options import (
     add_bound_options,
     add_model_options,
+    add_placement_option,
     add_protocol_option,
     bounds_from_args,
     default_chunk_ms,
@@ -115,6 +116,7 @@ def register(commands: argparse._SubParsersAction[argparse.ArgumentParser]) -> N
     target.add_argument("--api-key", default=None, help="API key sent as a bearer token")
     target.add_argument("--served-model", default=None, help="`model` query parameter sent to --url")
     add_protocol_option(target)
+    add_placement_option(target)
     add_model_options(target)
 
     run = parser.add_argument_group("run")

@@ -7,6 +7,7 @@ import json
 import sys
 from typing import Any
 
+from duplexkit.client.collector import PLACEMENTS, Placement
 from duplexkit.client.protocols import PROTOCOL_CHOICES, detect_protocol
 from duplexkit.client.session import SessionBounds
 from duplexkit.models import MODELS, ModelPlugin, load_model
@@ -104,7 +105,7 @@ def add_bound_options(parser: argparse.ArgumentParser) -> None:
         ("--configure-timeout", defaults.configure_timeout_s, "for session.created"),
         ("--input-slack", defaults.input_slack_s, "the clip may take its own duration plus this to arrive"),
         ("--commit-timeout", defaults.commit_timeout_s, "for the commit to reach the wire"),
-        ("--settle", defaults.settle_s, "quiet window that ends the drain (listens do not count)"),
+        ("--settle", defaults.settle_s, "quiet window that ends the drain, counted in the server's units"),
         ("--drain-timeout", None, "for the replies to settle"),
         ("--close-timeout", defaults.close_timeout_s, "for session.closed"),
     ):
@@ -142,6 +143,22 @@ def add_protocol_option(parser: argparse.ArgumentParser | argparse._ArgumentGrou
         "for a /api/chat URL, else duplex. Without --url "
         "the embedded server is reached on the protocol's own endpoint (default: %(default)s)",
     )
+
+
+def add_placement_option(parser: argparse.ArgumentParser | argparse._ArgumentGroup) -> None:
+    parser.add_argument(
+        "--placement",
+        choices=("auto", *PLACEMENTS),
+        default="auto",
+        help="where output sits on the input timeline: arrival (when it arrived on the stream's clock) or "
+        "concatenated (Full-Duplex-Bench's Moshi client: output frame i at i x 80 ms); auto: concatenated "
+        "for the moshi protocol, else arrival (default: %(default)s)",
+    )
+
+
+def placement_from_args(args: argparse.Namespace) -> Placement | None:
+    """`--placement`, `None` for `auto` (the protocol's default)."""
+    return next((placement for placement in PLACEMENTS if placement == args.placement), None)
 
 
 def resolve_protocol(name: str, url: str | None) -> str:

@@ -1,9 +1,9 @@
 """`duplexkit talk`: stream a WAV file into a duplex server, let the replies settle, write what came back.
 
 The session: connect, configure, stream the file (paced), commit, pad silence until the replies settle
-(a quiet window; `response.listen` acknowledgements do not count), a final playback ack, close. Every wait
-is bounded. Outputs in `--out`: `output.wav` (the replies at 24 kHz on their playback timeline),
-`transcript.json` (timed sentences), `events.json` (received events, audio as byte counts) and
+(a quiet window counted in decided units: the model decides them without speaking), a final playback ack,
+close. Every wait is bounded. Outputs in `--out`: `output.wav` (the replies at 24 kHz where they were
+heard), `transcript.json` (timed sentences), `events.json` (received events, audio as byte counts) and
 `timing.json` (latencies with their clock, pacing, drain and close).
 """
 
@@ -38,18 +38,20 @@ from duplexkit.client import (
     converse,
     dump_events,
 )
-from duplexkit.client.collector import WAV_RATE_HZ
+from duplexkit.client.collector import WAV_RATE_HZ, Placement
 from duplexkit.client.events import ReceivedEvent, error_code_of, response_id_of
 from duplexkit.client.protocols import protocol_for
 from duplexkit.client.wavfile import read_wav, write_wav
 from duplexkit.commands.options import (
     add_bound_options,
     add_model_options,
+    add_placement_option,
     add_protocol_option,
     bounds_from_args,
     default_chunk_ms,
     json_object,
     model_from_args,
+    placement_from_args,
     positive_float,
     positive_int,
     resolve_protocol,
@@ -78,6 +80,8 @@ class TalkOptions:
     """Video frames (JPEG), frame k riding the append that closes unit k."""
     protocol: str = "auto"
     """The wire protocol (`client.protocols`); `auto` detects it from the URL."""
+    placement: Placement | None = None
+    """Where output sits on the input timeline (`None`: the protocol's default)."""
 
 
 @dataclass(slots=True)
@@ -103,7 +107,7 @@ def register(commands: argparse._SubParsersAction[argparse.ArgumentParser]) -> N
         "talk",
         help="stream a WAV file into a duplex server and record the replies",
         description="Stream a WAV file into a duplex server, commit, pad silence until the replies settle "
-        "(a quiet window; response.listen acknowledgements do not count), close, and write output.wav, "
+        "(a quiet window of units the model decides without speaking), close, and write output.wav, "
         "transcript.json (timed sentences), events.json and timing.json into --out.",
         epilog="Exit codes: 0 ok, "
         "1 the session failed (an error event, a lost connection, a configure/input/commit/drain timeout), "
@@ -138,6 +142,7 @@ def register(commands: argparse._SubParsersAction[argparse.ArgumentParser]) -> N
     )
     parser.add_argument("--served-model", help="model to request from --url's server (query and session)")
     add_protocol_option(parser)
+    add_placement_option(parser)
     parser.add_argument(
         "--extra-body", type=json_object, help="JSON object sent as session.extra_body (model parameters)"
     )
@@ -177,6 +182,7 @@ def options_from_args(args: argparse.Namespace, *, url: str | None, out: Path) -
         pace=args.pace,
         chunk_ms=args.chunk_ms or default_chunk_ms(resolve_protocol(args.protocol, url)),
         protocol=args.protocol,
+        placement=placement_from_args(args),
         api_key=args.api_key,
         served_model=args.served_model,
         extra_body=args.extra_body,
@@ -251,6 +257,7 @@ async def _session(options: TalkOptions, url: str, samples: Samples, rate: int) 
         model=options.served_model,
         open_timeout_s=options.connect_timeout_s,
         protocol=protocol_for(options.protocol, url),
+        placement=options.placement,
     )
     async with contextlib.AsyncExitStack() as stack:
         try:
@@ -354,8 +361,9 @@ def timing(result: TalkResult) -> dict[str, Any]:
             if client.protocol.carries_server_timing
             else f"client clock only: the {client.protocol.name} protocol has no server timing",
             "events_t_ms": "client monotonic ms since the connection opened",
-            "media_ms": "audio_end_ms the client had written when the event arrived",
+            "media_ms": "where the event was heard: its arrival on the stream's clock (start + elapsed)",
         },
+        "audio_placement": client.collector.placement,
         "capabilities": {
             "advertised": caps.advertised,
             "unit_ms": caps.chunk_period_ms,
@@ -379,6 +387,7 @@ def timing(result: TalkResult) -> dict[str, Any]:
             "outcome": result.drain.outcome,
             "waited_s": round(result.drain.waited_s, 3),
             "listens_after_commit": result.drain.listens,
+            "quiet_rule": result.drain.quiet_rule,
             "error": result.drain.error,
         },
         "close": None
@@ -388,6 +397,7 @@ def timing(result: TalkResult) -> dict[str, Any]:
             "outcome": result.close.outcome,
             "reason": result.close.reason,
             "elapsed_s": round(result.close.elapsed_s, 3),
+            "bound_s": result.close.bound_s,
         },
         "responses": [r.to_json() for r in client.collector.responses()],
         "session": client.collector.session().to_json(),

@@ -1,7 +1,10 @@
 """The request-start ledger and per-response timing: TTFT, TTFP and TPOT measured on the server.
 
-Every latency here is measured on the server's monotonic clock from the moment the model request that
-produced the response was accepted — not from when a client happened to receive something.
+Every latency here is measured on the server's monotonic clock from the moment the unit whose request
+produced the response was complete and submitted to the model's queue (the seeds' anchor: "when the append
+is submitted") — not from when the stepper got to it, so a model that falls behind shows its queueing in
+TTFT/TTFP, and not from when a client happened to receive something. How long that unit waited for the
+stepper is recorded beside them (`queue_wait_ms`).
 """
 
 from __future__ import annotations
@@ -19,12 +22,17 @@ class RequestStartLedger:
 
     def __init__(self) -> None:
         self._starts: dict[int, float] = {}
+        self._queue_waits: dict[int, float | None] = {}
         self._bound_turn: int | None = None
 
-    def mark_model_turn_request_started(self, turn: int, now: float) -> None:
+    def mark_model_turn_request_started(
+        self, turn: int, now: float, queue_wait_ms: float | None = None
+    ) -> None:
+        """The turn's unit was submitted at `now` and waited `queue_wait_ms` for the stepper."""
         if turn == self._bound_turn and turn in self._starts:
             return
         self._starts[turn] = now
+        self._queue_waits[turn] = queue_wait_ms
 
     def begin_response(self, turn: int) -> float | None:
         """Bind the turn's request start to the response now opening; `None` when no request was seen."""
@@ -34,16 +42,22 @@ class RequestStartLedger:
     def complete_model_turn(self, turn: int) -> None:
         """Forget every start of turns up to and including `turn`."""
         self._starts = {t: start for t, start in self._starts.items() if t > turn}
+        self._queue_waits = {t: wait for t, wait in self._queue_waits.items() if t > turn}
         if self._bound_turn is not None and self._bound_turn <= turn:
             self._bound_turn = None
 
     def clear(self) -> None:
         """Reset on response end, barge-in and close: nothing carries over to the next response."""
         self._starts.clear()
+        self._queue_waits.clear()
         self._bound_turn = None
 
     def start_of(self, turn: int) -> float | None:
         return self._starts.get(turn)
+
+    def queue_wait_ms_of(self, turn: int) -> float | None:
+        """How long the unit whose submission is the turn's request start waited for the stepper."""
+        return self._queue_waits.get(turn)
 
 
 @dataclass(frozen=True, slots=True)
@@ -64,6 +78,8 @@ class ResponseTiming:
     """
 
     request_start: float | None
+    queue_wait_ms: float | None = None
+    """How long the unit at `request_start` waited for the stepper (part of TTFT/TTFP, also on its own)."""
     ttft_ms: float | None = None
     ttfp_ms: float | None = None
     output_tokens: int = 0
@@ -71,10 +87,10 @@ class ResponseTiming:
     _text_seen: bool = False
     _audio_seen: bool = False
 
-    def adopt_request_start(self, start: float | None) -> None:
+    def adopt_request_start(self, start: float | None, queue_wait_ms: float | None = None) -> None:
         """Anchor an unanchored response at `start`, the first request start marked after it opened."""
         if self.request_start is None:
-            self.request_start = start
+            self.request_start, self.queue_wait_ms = start, queue_wait_ms
 
     def mark_response_first_outputs(self, now: float, *, text: bool, audio: bool) -> FirstOutputs:
         """Record the first non-empty text (TTFT) and first audio (TTFP); report only newly observed ones."""

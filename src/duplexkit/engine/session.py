@@ -424,13 +424,17 @@ class EngineSession:
 
     # --- model progress -------------------------------------------------------------------------------
 
-    def request_started(self, unit: Unit, now: float) -> None:
-        """The model accepted `unit`'s request at `now`: the anchor for TTFT/TTFP of the reply it produces."""
+    def request_started(self, unit: Unit, submitted_at: float, *, queue_wait_s: float | None = None) -> None:
+        """`unit` was complete and submitted to the model's queue at `submitted_at` (the anchor for TTFT/TTFP
+        of the reply it produces) and waited `queue_wait_s` for the stepper before its request started."""
         if self.fence.admits(unit.fence):
             turn = self.fence.turn_id
-            self._requests.mark_model_turn_request_started(turn, now)
+            wait_ms = None if queue_wait_s is None else max(0.0, queue_wait_s * 1000.0)
+            self._requests.mark_model_turn_request_started(turn, submitted_at, wait_ms)
             if self._response is not None and self._response.turn == turn:
-                self._response.timing.adopt_request_start(self._requests.start_of(turn))
+                self._response.timing.adopt_request_start(
+                    self._requests.start_of(turn), self._requests.queue_wait_ms_of(turn)
+                )
 
     def on_decision(self, unit: Unit, decision: Decision, now: float) -> Step:
         """Turn one model decision for `unit` into events; output of a stale fence is dropped."""
@@ -604,7 +608,10 @@ class EngineSession:
             id=self._new_id("resp"),
             item_id=self._new_id("item"),
             turn=turn,
-            timing=ResponseTiming(request_start=self._requests.begin_response(turn)),
+            timing=ResponseTiming(
+                request_start=self._requests.begin_response(turn),
+                queue_wait_ms=self._requests.queue_wait_ms_of(turn),
+            ),
             modalities=list(self.settings.modalities),
         )
         self._response = response
@@ -691,7 +698,9 @@ class EngineSession:
         """The response's metrics; without a request start they carry no server source (not measured)."""
         if timing.request_start is None:
             return se.ResponseRequestMetrics(source=None, measurement_origin=None)
-        return se.ResponseRequestMetrics(ttft_ms=timing.ttft_ms, ttfp_ms=timing.ttfp_ms)
+        return se.ResponseRequestMetrics(
+            ttft_ms=timing.ttft_ms, ttfp_ms=timing.ttfp_ms, queue_wait_ms=timing.queue_wait_ms
+        )
 
     # --- helpers --------------------------------------------------------------------------------------
 

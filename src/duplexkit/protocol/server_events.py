@@ -100,7 +100,9 @@ class MeasurementOrigin(BaseModel):
 
 
 class ResponseRequestMetrics(BaseModel):
-    """Per-response timings measured on the server's monotonic clock from the model request's start.
+    """Per-response timings measured on the server's monotonic clock from the model request's start: when
+    the unit that prompted the response was complete and submitted to the model's queue, so TTFT/TTFP
+    include the unit's wait for the stepper, which `queue_wait_ms` also gives on its own.
 
     A value that was not observed is `None` (omitted on the wire), never 0.
     """
@@ -113,6 +115,8 @@ class ResponseRequestMetrics(BaseModel):
     tpot_ms: float | None = None
     output_tokens: int | None = None
     output_audio_ms: float | None = None
+    queue_wait_ms: float | None = None
+    """How long the unit at the request start waited in the model's queue before it was stepped."""
 
 
 class StatusDetails(BaseModel):

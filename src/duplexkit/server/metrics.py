@@ -61,15 +61,21 @@ class ServerMetrics:
             buckets=_LATENCY_BUCKETS_S,
             registry=self.registry,
         )
+        self.unit_queue_wait_seconds = Histogram(
+            "duplexkit_unit_queue_wait_seconds",
+            "Time a unit waits in the model's queue, from its submission to its request start",
+            buckets=_LATENCY_BUCKETS_S,
+            registry=self.registry,
+        )
         self.ttft_seconds = Histogram(
             "duplexkit_response_ttft_seconds",
-            "Server-side TTFT from the model request start",
+            "Server-side TTFT from the unit's submission to the model's queue",
             buckets=_LATENCY_BUCKETS_S,
             registry=self.registry,
         )
         self.ttfp_seconds = Histogram(
             "duplexkit_response_ttfp_seconds",
-            "Server-side TTFP from the model request start",
+            "Server-side TTFP from the unit's submission to the model's queue",
             buckets=_LATENCY_BUCKETS_S,
             registry=self.registry,
         )

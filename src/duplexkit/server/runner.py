@@ -142,7 +142,8 @@ class SessionRunner:
         self.client_events_received = 0
         """Client frames this session has read, on every attachment (`session.resumed` reports it)."""
         self.expired: ExpiryReason | None = None
-        self._units: asyncio.Queue[Unit] = asyncio.Queue()
+        self._units: asyncio.Queue[tuple[Unit, float]] = asyncio.Queue()
+        """Units submitted to the model, each with the time it was complete and submitted."""
         self._pending_input_bytes = 0
         self._epoch = engine.fence.epoch
         self._vad: vad.VoiceActivityDetector | None = None
@@ -503,9 +504,10 @@ class SessionRunner:
 
     async def _step_units(self) -> None:
         while True:
-            unit = await self._units.get()
+            unit, submitted_at = await self._units.get()
             self._pending_input_bytes -= unit.samples.nbytes
             started = self.clock()
+            self.metrics.unit_queue_wait_seconds.observe(started - submitted_at)
             # A unit of an older epoch is still stepped (the model must hear all the input); the engine
             # drops whatever it decides.
             if not unit.continuation:
@@ -515,7 +517,8 @@ class SessionRunner:
                     log.exception("session %s: server VAD failed", self.engine.session_id)
                     self._apply(self.engine.vad_failed(f"{type(exc).__name__}: {exc}"))
                     self._vad = self._vad_config = None
-            self.engine.request_started(unit, started)
+            # TTFT/TTFP run from the unit's submission, so a model that falls behind shows its queueing.
+            self.engine.request_started(unit, submitted_at, queue_wait_s=started - submitted_at)
             await self._step_one(unit, started)
             finished = self.clock()
             self.engine.step_finished(unit, finished)
@@ -653,7 +656,7 @@ class SessionRunner:
                 self._send(attachment, sent)
         for unit in step.units:
             self._pending_input_bytes += unit.samples.nbytes
-            self._units.put_nowait(unit)
+            self._units.put_nowait((unit, self.clock()))
         if self.engine.fence.epoch != self._epoch:
             self._epoch = self.engine.fence.epoch
             self.model.interrupt()

@@ -85,6 +85,7 @@ def connect(config: RunConfig) -> DuplexClient:
         protocol=config.protocol,
         open_timeout_s=config.bounds.open_timeout_s,
         resume=config.resume_policy(),
+        placement=config.placement,
     )
 
 
@@ -117,7 +118,9 @@ async def run_attempt(
         progress.client, progress.stage = client, "configure"
         try:
             capabilities = await client.configure(
-                extra_body=config.extra_body, timeout_s=bounds.configure_timeout_s
+                extra_body=config.extra_body,
+                timeout_s=bounds.configure_timeout_s,
+                capacity_timeout_s=bounds.capacity_timeout_s,
             )
         except SessionError as exc:
             if is_capacity_refusal(exc.event or {}):
@@ -147,7 +150,7 @@ async def run_attempt(
         # streamed; a close that stalls after that is then advisory, as after a settled drain.
         outcome.drain_settled = not report.timed_out and not client.connection_lost
         progress.stage = "close"
-        record_close(await close_session(client, bounds), outcome, meta, bounds.close_timeout_s)
+        record_close(await close_session(client, bounds), outcome, meta, bounds)
         record_resumes(client, meta, outcome)
         collector = client.collector
         outcome.server_errors = [str(f.get("error", {}).get("code")) for f in collector.failures()]

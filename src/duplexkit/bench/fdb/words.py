@@ -18,7 +18,6 @@ import asyncio
 import functools
 import importlib
 import importlib.util
-import itertools
 import re
 from collections.abc import Sequence
 from dataclasses import dataclass
@@ -32,12 +31,12 @@ from duplexkit.bench.fdb.dataset import Sample
 from duplexkit.bench.fdb.metrics import Word
 from duplexkit.client import ReceivedEvent
 from duplexkit.client.collector import AUDIO_DELTAS, TEXT_DELTAS, PlacedAudio
+from duplexkit.client.voicing import voicings
 from duplexkit.client.wavfile import read_wav
 from duplexkit.protocol.audio import resample
 
 Source = Literal["server", "asr", "transcription"]
 SOURCES: tuple[Source, ...] = ("server", "asr", "transcription")
-_TIMELINE_RATE_HZ = 24_000
 _WORD = re.compile(r"\S+")
 
 
@@ -78,30 +77,17 @@ def server_words(
             for mark in (data.get("metadata") or {}).get("audio_text_marks") or []:
                 if isinstance(mark, dict):
                     marks.setdefault(rid, []).append((int(mark["text_chars"]), float(mark["audio_end_ms"])))
-    chunks: dict[str, list[tuple[float, float, float]]] = {}
-    for chunk in placements:
-        spans = chunks.setdefault(chunk.response_id, [])
-        reply_start = spans[-1][1] if spans else 0.0
-        reply_ms = 1000.0 * len(chunk.samples) / _TIMELINE_RATE_HZ
-        spans.append((reply_start, reply_start + reply_ms, 1000.0 * chunk.start / _TIMELINE_RATE_HZ))
+    voiced = voicings(((c.response_id, c.start, len(c.samples)) for c in placements), text, marks)
     words: list[Word] = []
-    without_marks = 0
     for rid, transcript in text.items():
-        placed = chunks.get(rid)
-        if not placed:
+        voicing = voiced.get(rid)
+        if voicing is None:
             continue  # text never voiced
-        spans = placed
-        points = sorted(marks.get(rid, []))
-        if not points:
-            without_marks += 1
-            points = [(len(transcript), spans[-1][1])]
-        points = [(0, 0.0), *points]
-        last_chars = points[-1][0]
         for match in _WORD.finditer(transcript):
-            if match.start() >= last_chars:
+            if match.start() >= voicing.voiced_chars:
                 break
-            start = _on_timeline(_reply_ms(points, match.start()), spans, opening=True)
-            end = _on_timeline(_reply_ms(points, min(match.end(), last_chars)), spans, opening=False)
+            start = voicing.timeline_ms(match.start(), opening=True)
+            end = voicing.timeline_ms(match.end(), opening=False)
             words.append(Word(match.group(), round(start / 1000, 3), round(end / 1000, 3)))
     words.sort(key=lambda w: w.start)
     if until_s is not None:
@@ -110,26 +96,8 @@ def server_words(
             for w in words
             if w.start < until_s
         ]
-    return Timed(words, {"source": "server", "marks": without_marks == 0, "responses": len(text)})
-
-
-def _reply_ms(points: Sequence[tuple[int, float]], chars: int) -> float:
-    """Reply-audio ms at character `chars`, linear between the marks."""
-    for (c0, a0), (c1, a1) in itertools.pairwise(points):
-        if chars <= c1:
-            return a0 if c1 == c0 else a0 + (chars - c0) / (c1 - c0) * (a1 - a0)
-    return points[-1][1]
-
-
-def _on_timeline(reply_ms: float, spans: Sequence[tuple[float, float, float]], *, opening: bool) -> float:
-    """Reply-audio ms → playback-timeline ms through the response's placed chunks; a position on the
-    boundary of two chunks belongs to the later one when it opens a word, to the earlier one when it
-    closes a word."""
-    for reply_start, reply_end, timeline_start in spans:
-        if reply_ms < reply_end or (reply_ms == reply_end and not opening):
-            return timeline_start + max(0.0, reply_ms - reply_start)
-    reply_start, reply_end, timeline_start = spans[-1]
-    return timeline_start + (reply_end - reply_start)
+    marked = all(voiced[rid].marked for rid in text if rid in voiced)
+    return Timed(words, {"source": "server", "marks": marked, "responses": len(text)})
 
 
 # --- asr: faster-whisper or pocketsphinx ----------------------------------------------------------------

@@ -4,7 +4,7 @@ One attempt, every wait bounded (`RunConfig.bounds`; the lifecycle is `duplexkit
 configure → stream on the media clock (bound: clip duration + slack; on a stall `input_timeout` is recorded
 and the sample still lands with its transcript) → commit (bound: `commit_timeout`; on a stall the commit
 stays queued ahead of the padding and the padding still starts) → pad silence until stopped, while draining
-on a quiet window in which `response.listen` acknowledgements are not activity (bound: `drain_timeout`) →
+on a quiet window of units the model decides without speaking (`client.drain`; bound: `drain_timeout`) →
 final playback ack → close (bound: `close_timeout`; the outer wait gives the inner one `close_grace` more).
 Padding that fails with anything but a closed transport surfaces as the sample's error. The retry policy
 around attempts is the shared runner's (`duplexkit.bench.runner`).
@@ -61,6 +61,7 @@ async def run_attempt(
         protocol=config.protocol,
         open_timeout_s=bounds.open_timeout_s,
         resume=config.resume_policy(),
+        placement=config.placement,
     ) as client:
         samples = np.frombuffer(media.pcm16, dtype="<i2").astype(np.float32) / 32768.0
         try:
@@ -101,6 +102,7 @@ async def run_attempt(
             "waited_s": round(drain.waited_s, 3),
             "listens": drain.listens,
             "decision_rule": drain.decision_rule,
+            "quiet_rule": drain.quiet_rule,
         }
         outcome.drain_settled = drain.settled
         if conversation.ack_timed_out:
@@ -109,7 +111,7 @@ async def run_attempt(
             outcome.drain_timeout = bounds.drain_timeout_s
         elif drain.outcome == "connection_closed":
             outcome.transport_error = "connection closed during the drain"
-        record_close(close, outcome, meta, bounds.close_timeout_s)
+        record_close(close, outcome, meta, bounds)
 
         collector = client.collector
         outcome.server_errors = [str(f.get("error", {}).get("code")) for f in collector.failures()]

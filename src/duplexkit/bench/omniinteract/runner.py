@@ -231,7 +231,9 @@ async def run_attempt(
         progress.client, progress.stage = client, "configure"
         try:
             capabilities = await client.configure(
-                extra_body=config.extra_body, timeout_s=bounds.configure_timeout_s
+                extra_body=config.extra_body,
+                timeout_s=bounds.configure_timeout_s,
+                capacity_timeout_s=bounds.capacity_timeout_s,
             )
             update = ce.SessionUpdate(session=ce.SessionConfig(overlap_policy="listen_only"))
             await client.send(update, timeout_s=bounds.configure_timeout_s)
@@ -284,7 +286,7 @@ async def run_attempt(
                 pass  # the close below says the connection is gone
             meta["final_acks"] = [{"response_id": r, "played_ms": ms} for r, _, ms in final]
             progress.stage = "close"
-            record_close(await close_session(client, bounds), outcome, meta, bounds.close_timeout_s)
+            record_close(await close_session(client, bounds), outcome, meta, bounds)
         record_resumes(client, meta, outcome)
         codes = [str(dig(e.data, "error", "code")) for e in client.events if e.type == "error"]
         outcome.server_errors = [code for code in codes if code not in TOLERATED_ERRORS]
@@ -314,7 +316,7 @@ async def run_attempt(
                 },
             }
         )
-        events = _events(client, sends) if config.keep_audio else []
+        events = _events(client, origin) if config.keep_audio else []
     return Attempt(outcome=outcome, sentences=chunks, meta=meta, events=events, audio=audio)
 
 
@@ -446,25 +448,13 @@ def _eligibility(
     return {"eligible": not reasons, "reasons": reasons}
 
 
-def _events(client: DuplexClient, sends: list[tuple[float, float]]) -> list[dict[str, Any]]:
-    """`dump_events` with `media_ms` from this runner's own appends (the client's media clock is unused)."""
+def _events(client: DuplexClient, origin: float) -> list[dict[str, Any]]:
+    """`dump_events` with `media_ms` where each event was heard: its arrival on this runner's stream clock
+    (`origin` is media time 0; the client's media clock is unused)."""
     dumped = dump_events(client.events, client.connected_at)
-    times = [at for at, _ in sends]
     for entry, event in zip(dumped, client.events, strict=True):
-        k = _last_at_or_before(times, event.received_at)
-        entry["media_ms"] = sends[k][1] if k is not None else 0.0
+        entry["media_ms"] = round(max(0.0, event.received_at - origin) * 1000.0, 3)
     return dumped
-
-
-def _last_at_or_before(times: list[float], at: float) -> int | None:
-    lo, hi = 0, len(times)
-    while lo < hi:
-        mid = (lo + hi) // 2
-        if times[mid] <= at:
-            lo = mid + 1
-        else:
-            hi = mid
-    return lo - 1 if lo else None
 
 
 def sample_meta(case: Case) -> dict[str, Any]:

@@ -17,7 +17,8 @@ Decision = Literal["listen", "speak"]
 
 @dataclass(frozen=True)
 class RunInfo:
-    """`run.json`, flattened for display; `clocks` are the distinct `clock` values of the samples."""
+    """`run.json`, flattened for display; `clocks` and `placements` are the distinct `clock` and
+    `audio_placement` values of the samples."""
 
     duplexkit_version: str | None
     started_at: str | None
@@ -32,6 +33,8 @@ class RunInfo:
     selection: str | None
     pace: str | None
     clocks: tuple[str, ...]
+    placements: tuple[str, ...]
+    """Where the samples' output was placed on the input timeline (`arrival`, `concatenated`)."""
     fps: float | None
     chunk_ms: float | None
     concurrency: int | None
@@ -213,6 +216,8 @@ class SampleReport:
     video_duration: float | None
     reminders: tuple[tuple[str, float], ...]
     clock: str | None
+    placement: str | None
+    """The sample's `audio_placement`: how its output was placed on the input timeline."""
     input_speech: tuple[tuple[float, float], ...]
     decisions: tuple[DecisionMark, ...]
     sentences: tuple[Sentence, ...] | None

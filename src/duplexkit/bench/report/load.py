@@ -111,6 +111,7 @@ def _run_info(run: Mapping[str, Any], samples: Iterable[SampleReport]) -> RunInf
         selection=_selection(dataset.get("selection")),
         pace=_str(config.get("pace")),
         clocks=tuple(sorted({s.clock for s in samples if s.clock is not None})),
+        placements=tuple(sorted({s.placement for s in samples if s.placement is not None})),
         fps=_num(config.get("fps")),
         chunk_ms=_num(config.get("chunk_ms")),
         concurrency=_int(config.get("concurrency")),
@@ -235,6 +236,7 @@ def _sample(run: RunDir, meta_path: Path, meta: Mapping[str, Any], problems: lis
             if t is not None
         ),
         clock=_str(meta.get("clock")),
+        placement=_str(meta.get("audio_placement")),
         input_speech=tuple(
             (a, b)
             for a, b in (_pair(item) for item in _list(timeline.get("input_speech")))

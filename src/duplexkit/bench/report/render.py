@@ -258,7 +258,8 @@ def _dataset(data: ReportData) -> str:
 def _pace(data: ReportData) -> str:
     clocks = ", ".join(data.run.clocks) or MISSING
     warn = ' <span class="badge failed">clock invalid</span>' if "invalid" in data.run.clocks else ""
-    return f"{esc(data.run.pace or MISSING)} · clock {esc(clocks)}{warn}"
+    placed = ", ".join(data.run.placements) or MISSING
+    return f"{esc(data.run.pace or MISSING)} · clock {esc(clocks)}{warn} · output placed by {esc(placed)}"
 
 
 def _streaming(data: ReportData) -> str:

@@ -12,6 +12,7 @@ import urllib.parse
 from abc import ABC, abstractmethod
 from typing import Any, ClassVar, Literal
 
+from duplexkit.client.collector import Placement
 from duplexkit.client.connection import ServerCapabilities
 
 Wire = str | bytes
@@ -22,6 +23,9 @@ class ProtocolAdapter(ABC):
     name: ClassVar[str]
     ready_event: ClassVar[str] = "session.created"
     """The event that answers `configure`."""
+    admits_with_ready: ClassVar[bool] = False
+    """The server sends `ready_event` only once the session has a slot (Moshi's one-lock server keeps
+    other sockets open and silent until then): the wait for it is a capacity wait, not a configure."""
     sends_commit: bool = True
     """The client's commit goes on the wire and is acknowledged (`input_audio_buffer.committed`); not so
     where the server decides turns by itself (Moshi, which has no commit; server VAD)."""
@@ -34,6 +38,8 @@ class ProtocolAdapter(ABC):
     transport: ClassVar[Literal["websocket", "webrtc"]] = "websocket"
     """What carries the messages: a WebSocket at `url`, or a WebRTC call to the calls endpoint at `url`
     (`client.webrtc`: text on its data channel, binary on its audio tracks)."""
+    placement: ClassVar[Placement] = "arrival"
+    """Where its output sits on the input timeline by default (`collector.Placement`)."""
 
     def url(self, url: str, *, model: str | None) -> str:
         """The WebSocket URL to open for `url` (http(s) → ws(s); `model` as a query parameter)."""
@@ -60,6 +66,11 @@ class ProtocolAdapter(ABC):
     def capabilities(self, session: dict[str, Any]) -> ServerCapabilities:
         """What a `session.created`/`session.updated` session object says the server can do."""
         return ServerCapabilities.from_session(session)
+
+    def wire_report(self) -> dict[str, Any] | None:
+        """What the protocol itself lets a client count about the session (Moshi: frames sent, received
+        and missed); `None` when it has nothing to add."""
+        return None
 
 
 def _ws_parts(url: str) -> urllib.parse.SplitResult:

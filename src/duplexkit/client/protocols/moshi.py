@@ -4,6 +4,12 @@ Out: input audio as Ogg-Opus 24 kHz kind 1 frames; nothing else has an equivalen
 (no session update: settings ride the URL's query; no commit: the client keeps streaming silence through
 the drain; no playback acks; closing the socket ends the session).
 
+Placement: the output is one continuous stream, one 80 ms frame per input frame, so every output event
+carries `output_stream_ms`, where it starts in that stream (frame i at i · 80 ms): Full-Duplex-Bench's own
+client builds `output.wav` by concatenating the frames, and that is this protocol's default placement
+(`concatenated`; `arrival` stays an option). The adapter counts the input frames it sent and the output
+frames it received (`wire_report`): a client that got fewer than it sent knows how many it missed.
+
 In: the server's one continuous stream is cut into replies on the client's side, since the protocol has
 no response events: a reply opens at the first output frame louder than `SPEECH_RMS` (or the first text
 piece) and ends after `END_SILENCE_MS` of quiet frames; a quiet frame outside a reply is the model
@@ -40,6 +46,8 @@ class MoshiProtocol(ProtocolAdapter):
     closes_with_event = False
     acks_playback = False
     carries_server_timing = False
+    placement = "concatenated"
+    admits_with_ready = True
 
     def __init__(self) -> None:
         self._encoder = moshi.OpusEncoder()
@@ -48,6 +56,9 @@ class MoshiProtocol(ProtocolAdapter):
         self._reply: str | None = None
         self._replies = 0
         self._quiet_frames = 0
+        self._input_samples = 0
+        self._output_frames = 0
+        """Whole output frames decoded so far: the next frame's index in the output stream."""
 
     def url(self, url: str, *, model: str | None) -> str:
         return super().url(url, model=None)  # a Moshi server serves one model; the query is its settings
@@ -61,7 +72,9 @@ class MoshiProtocol(ProtocolAdapter):
         rate = event.get("sample_rate_hz", moshi.SAMPLE_RATE_HZ)
         if rate != moshi.SAMPLE_RATE_HZ:
             raise ValueError(f"Moshi input is {moshi.SAMPLE_RATE_HZ} Hz, not {rate}")
-        ogg = self._encoder.encode(decode_base64_audio(event["audio"], "pcm16"))
+        pcm = decode_base64_audio(event["audio"], "pcm16")
+        self._input_samples += len(pcm)
+        ogg = self._encoder.encode(pcm)
         return [moshi.frame(moshi.Kind.AUDIO, ogg)] if ogg else []
 
     def decode(self, message: Wire) -> list[dict[str, Any]] | None:
@@ -83,7 +96,12 @@ class MoshiProtocol(ProtocolAdapter):
             assert self._reply is not None
             self._quiet_frames = 0
             events.append(
-                {"type": "response.output_audio_transcript.delta", "response_id": self._reply, "delta": text}
+                {
+                    "type": "response.output_audio_transcript.delta",
+                    "response_id": self._reply,
+                    "delta": text,
+                    "output_stream_ms": self._output_frames * moshi.FRAME_MS,
+                }
                 | _SYNTHESIZED
             )
             return events
@@ -99,6 +117,17 @@ class MoshiProtocol(ProtocolAdapter):
             output_sample_rate_hz=moshi.SAMPLE_RATE_HZ,
             advertised=False,
         )
+
+    def wire_report(self) -> dict[str, Any]:
+        """Input frames sent, output frames received, and the output frames missed (one is due per input
+        frame, so fewer received than sent is what the client missed)."""
+        sent = self._input_samples // moshi.FRAME_SAMPLES
+        return {
+            "protocol": self.name,
+            "input_frames": sent,
+            "output_frames": self._output_frames,
+            "output_frames_missed": max(0, sent - self._output_frames),
+        }
 
     # --- internals ------------------------------------------------------------------------------------
 
@@ -117,22 +146,27 @@ class MoshiProtocol(ProtocolAdapter):
         self._pending = np.concatenate([self._pending, samples])
         events: list[dict[str, Any]] = []
         reply_audio: list[np.ndarray[Any, np.dtype[np.float32]]] = []
+        first_frame = self._output_frames
         end_frames = END_SILENCE_MS // moshi.FRAME_MS
         while len(self._pending) >= moshi.FRAME_SAMPLES:
             chunk, self._pending = self._pending[: moshi.FRAME_SAMPLES], self._pending[moshi.FRAME_SAMPLES :]
+            index = self._output_frames
+            self._output_frames += 1
             loud = float(np.sqrt(np.mean(np.square(chunk)))) >= SPEECH_RMS
             if self._reply is None and not loud:
                 events.append(_listen())
                 continue
             if self._reply is None:
                 events += self._open()
+            if not reply_audio:
+                first_frame = index
             reply_audio.append(chunk)
             self._quiet_frames = 0 if loud else self._quiet_frames + 1
             if self._quiet_frames >= end_frames:
-                events += self._flush(reply_audio)
+                events += self._flush(reply_audio, first_frame)
                 reply_audio = []
                 events.append(self._close())
-        return events + self._flush(reply_audio)
+        return events + self._flush(reply_audio, first_frame)
 
     def _open(self) -> list[dict[str, Any]]:
         self._replies += 1
@@ -143,7 +177,10 @@ class MoshiProtocol(ProtocolAdapter):
             | _SYNTHESIZED
         ]
 
-    def _flush(self, audio: list[np.ndarray[Any, np.dtype[np.float32]]]) -> list[dict[str, Any]]:
+    def _flush(
+        self, audio: list[np.ndarray[Any, np.dtype[np.float32]]], first_frame: int
+    ) -> list[dict[str, Any]]:
+        """One delta of the reply frames `audio`, the first of them frame `first_frame` of the output."""
         if not audio or self._reply is None:
             return []
         return [
@@ -152,6 +189,7 @@ class MoshiProtocol(ProtocolAdapter):
                 "response_id": self._reply,
                 "delta": encode_base64_audio(np.concatenate(audio), "pcm16"),
                 "sample_rate_hz": moshi.SAMPLE_RATE_HZ,
+                "output_stream_ms": first_frame * moshi.FRAME_MS,
             }
             | _SYNTHESIZED
         ]
