@@ -622,7 +622,7 @@
         break;
       case "output_audio_buffer.started": // WebRTC: the reply's first frame left on the server's track
         window.duplexkitTransport.whenHeard(performance.now(), (at) => {
-          if (r.heardAt !== null || r.cut) return;
+          if (live !== conn || r.heardAt !== null || r.cut) return;
           r.heardAt = at;
           heardUpTo(conn, r, r.playedMs);
         });
