@@ -1,6 +1,8 @@
 // duplexkit playground: the connection. Microphone -> 200 ms appends on the media clock; reply audio ->
 // playback with honest acks; server events -> the view (view.js: the timeline and the transcript).
-// The realtime WebSocket is the transport: `send` and the `handle(conn, event)` switch are its two ends.
+// `send` and the `handle(conn, event)` switch are the two ends of the transport (transport.js): the
+// WebSocket, or a WebRTC call, whose audio rides its tracks, so the view is fed from what the page
+// observes of them instead (the microphone's and the speaker's levels, the channel's unit-stamped events).
 "use strict";
 (() => {
   const $ = (id) => document.getElementById(id);
