@@ -44,7 +44,12 @@ from openai.types.realtime import (
     SessionCreatedEvent,
     SessionUpdatedEvent,
 )
-from openai.types.realtime.realtime_server_event import ConversationItemRetrieved
+from openai.types.realtime.realtime_server_event import (
+    ConversationItemRetrieved,
+    OutputAudioBufferCleared,
+    OutputAudioBufferStarted,
+    OutputAudioBufferStopped,
+)
 from pydantic import TypeAdapter, ValidationError
 
 from duplexkit.protocol import SERVER_EVENT_TYPES, ErrorCode, ServerEventBase, ServerEventStamper, error_event
@@ -372,6 +377,21 @@ CASES: dict[str, tuple[Callable[[], ServerEventBase], type, Callable[[Any, Any],
         lambda: _response_done("completed", None),
         ResponseDoneEvent,
         lambda ours, theirs: _check_response(ours.response, theirs.response),
+    ),
+    "output_audio_buffer.started": (
+        lambda: se.OutputAudioBufferStarted(response_id="resp_3"),
+        OutputAudioBufferStarted,
+        _same("response_id"),
+    ),
+    "output_audio_buffer.stopped": (
+        lambda: se.OutputAudioBufferStopped(response_id="resp_3"),
+        OutputAudioBufferStopped,
+        _same("response_id"),
+    ),
+    "output_audio_buffer.cleared": (
+        lambda: se.OutputAudioBufferCleared(response_id="resp_3"),
+        OutputAudioBufferCleared,
+        _same("response_id"),
     ),
     "rate_limits.updated": (
         lambda: se.RateLimitsUpdated(

@@ -239,6 +239,9 @@ def _server_examples() -> dict[str, ServerEventBase]:
                 id="resp_2", metadata=se.ListenMetadata(reason="continuation_limit", model_listen=False)
             ),
         ),
+        se.OutputAudioBufferStarted(response_id="resp_1"),
+        se.OutputAudioBufferStopped(response_id="resp_1"),
+        se.OutputAudioBufferCleared(response_id="resp_1"),
         se.PlaybackAcknowledged(response_id="resp_1", item_id="item_1", played_ms=800.0, committed_ms=750.0),
         se.SessionHeartbeatAck(),
         se.SessionClosed(session_id="sess_1", reason="client_close"),

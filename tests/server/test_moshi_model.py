@@ -1,7 +1,7 @@
 """`duplexkit serve --model moshi` end to end on a tiny random-weight checkpoint: several sessions on one
-model behind every protocol (the openai SDK in GA and beta, a vLLM-Omni-style raw client, and Full-Duplex-
-Bench's Moshi client on `/api/chat`), the slots' capacity refusal, a persona prefilled before the Moshi
-handshake, and the slot metrics."""
+model behind every protocol (the openai SDK in GA and beta, a vLLM-Omni-style raw client, Full-Duplex-
+Bench's Moshi client on `/api/chat`, and a WebRTC call from OpenAI's calls contract), the slots' capacity
+refusal, a persona prefilled before the Moshi handshake, and the slot metrics."""
 
 from __future__ import annotations
 
@@ -89,6 +89,35 @@ async def test_the_openai_sdk_hears_moshi_and_two_sessions_share_the_model(serve
     plugin = server.duplex.plugin
     assert isinstance(plugin, MoshiModel)
     assert plugin.slot_stats().frames_stepped > 0
+
+
+async def test_a_webrtc_call_hears_moshi_on_the_track_and_frees_both_slots(server: EmbeddedServer) -> None:
+    """An aiortc peer from OpenAI's calls contract: Moshi's audio on the server's track (it speaks from its
+    first frame; random weights make no silence), its events on `oai-events`, and on `session.close` the
+    server's session and the model's slot are both given back."""
+    pytest.importorskip("aiortc")
+    from tests.server.webrtc_peer import CallPeer, tone
+
+    plugin = server.duplex.plugin
+    assert isinstance(plugin, MoshiModel)
+    peer = CallPeer(tone(1.2))
+    response = await peer.call(server.http_url)
+    assert response.status_code == 201, response.text
+    created = await peer.until("session.created")
+    assert created["session"]["capabilities"]["chunk_period_ms"] == 80
+    assert plugin.slot_stats().in_use == 1
+    await peer.until("response.created", timeout=20)
+    async with asyncio.timeout(20):
+        while peer.heard_audio_after(0.0) is None:  # noqa: ASYNC110 - the track's frames arrive on their own
+            await asyncio.sleep(0.05)
+    assert not peer.of_type("response.output_audio.delta")  # the audio rode the track, not the channel
+    await peer.until("playback.acknowledged")
+    peer.send({"type": "session.close"})
+    assert (await peer.until("session.closed"))["reason"] == "client_close"
+    async with asyncio.timeout(5):
+        while server.duplex.manager.active or plugin.slot_stats().in_use:  # noqa: ASYNC110 - server cleanup
+            await asyncio.sleep(0.02)
+    await peer.close()
 
 
 async def test_a_full_duplex_bench_moshi_client_hears_one_frame_per_frame(server: EmbeddedServer) -> None:

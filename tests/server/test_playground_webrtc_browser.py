@@ -1,7 +1,8 @@
 """The playground over WebRTC in headless Chromium: the default when the server offers calls. The fake
 microphone's speech goes on the call's track (with the browser's echo cancellation), the scripted reply
 comes back on the server's track and is heard (the receiver's audio energy), the events ride the
-`oai-events` channel, the page shows the transport, and nothing is reached but this server."""
+`oai-events` channel, the timeline's lanes are drawn from what the page observes of the call, the page
+shows the transport, and nothing is reached but this server."""
 
 from __future__ import annotations
 
@@ -59,6 +60,19 @@ async def test_the_page_talks_over_webrtc_and_hears_the_reply(
         state = await _until(browser, lambda s: s["stats"]["webrtc"]["audioEnergy"] > 0)
         assert state["stats"]["webrtc"]["samplesReceived"] >= REPLY_MS * 48
         assert stats["appends"] == 0  # no audio went over the channel: it rode the track
+        # The timeline from what the page observed over the call: its microphone's speech, the units the
+        # model listened and spoke (named by the channel's events), the reply as played from where the
+        # speaker first heard it (after `output_audio_buffer.started`) for as long as the server's track
+        # carried it; and the audio rows from the server's track.
+        lanes = state["lanes"]
+        assert lanes["speech"]["runs"] >= 1 and lanes["speech"]["ms"] > 1000
+        assert lanes["listen"]["runs"] >= 1 and lanes["speak"]["runs"] == 1
+        assert lanes["speak"]["ms"] >= 100 * stats["units"]["speak"] > 0
+        assert lanes["played"]["runs"] == 1
+        assert lanes["played"]["ms"] == pytest.approx(REPLY_MS, abs=25)
+        assert stats["receivedMs"] == stats["playedMs"] == pytest.approx(REPLY_MS, abs=25)
+        assert reply["heardAfterSpeech"] is not None and reply["heardAfterSpeech"] > 0
+        assert "0.0 s" not in await browser.evaluate("document.getElementById('stat-received').textContent")
         assert stats["errors"] == [] and state["alert"] is None and state["status"] == "live"
         assert browser.log.console_errors == []
         assert _outside(browser.log.requests, server) == []

@@ -1,7 +1,9 @@
 """duplexkit on Ray Serve: a local cluster on loopback, two replicas of the same app behind the Serve proxy.
 
 One cluster for the module (about 12 s to start on 2 cores, shut down at the end): 2 replicas of the
-scripted model, 2 sessions each. Which replica holds a session is read from the cluster's `/healthz`
+scripted model, 2 sessions each; the Moshi test redeploys the app in place as 2 replicas of `--model
+moshi` (a tiny checkpoint, 1 slot each), and a scripted test after it would put the scripted app back.
+Which replica holds a session is read from the cluster's `/healthz`
 (`per_replica` sessions), never from our own router's state. Routing keys are sent the way a client
 carries them: Ray Serve's `x-session-id` header (raw `websockets` client, as any peer would), or the
 `session_id` query parameter (`DuplexClient`, as a browser would: browsers cannot set WebSocket headers).
@@ -10,11 +12,13 @@ carries them: Ray Serve's `x-session-id` header (raw `websockets` client, as any
 from __future__ import annotations
 
 import asyncio
+import base64
 import json
 import socket
 import time
 import urllib.request
 from collections.abc import Callable, Iterator
+from pathlib import Path
 from typing import Any
 from urllib.parse import urlsplit
 
@@ -30,7 +34,7 @@ from websockets.asyncio.client import ClientConnection, connect
 from duplexkit.client import DuplexClient, SessionBounds, converse
 from duplexkit.client.reconnect import ResumePolicy
 from duplexkit.server.cluster import REPORT_INTERVAL_S, SESSION_HEADER
-from duplexkit.server.ray_serve import APP_NAME, DEPLOYMENT_NAME, RayServeOptions, ray_serve
+from duplexkit.server.ray_serve import APP_NAME, DEPLOYMENT_NAME, RayServeOptions, build_app, ray_serve
 from tests.bench.conftest import speech_like
 from tests.chaos import scenarios
 from tests.chaos.proxy import Fault, FaultProxy
@@ -45,13 +49,52 @@ def free_port() -> int:
         return int(sock.getsockname()[1])
 
 
+SCRIPTED = RayServeOptions(
+    model="scripted", model_args=FAST, replicas=2, max_sessions=MAX_SESSIONS, replica_cpus=0.5
+)
+
+
 @pytest.fixture(scope="module")
-def cluster() -> Iterator[str]:
-    options = RayServeOptions(
-        model="scripted", model_args=FAST, replicas=2, max_sessions=MAX_SESSIONS, replica_cpus=0.5
+def serving() -> Iterator[dict[str, Any]]:
+    """The module's cluster: its URL, and the options of the app it serves now (tests redeploy it in place
+    when they need another model, which is cheaper than a second cluster)."""
+    with ray_serve(SCRIPTED, port=free_port()) as url:
+        yield {"url": url, "options": SCRIPTED}
+
+
+def deployed(serving: dict[str, Any], options: RayServeOptions) -> str:
+    """The cluster's URL once it serves `options` (redeployed in place unless it already does)."""
+    if serving["options"] != options:
+        serve.run(build_app(options), name=APP_NAME, route_prefix="/")
+        serving["options"] = options
+    url: str = serving["url"]
+    return url
+
+
+@pytest.fixture
+def cluster(serving: dict[str, Any]) -> str:
+    return deployed(serving, SCRIPTED)
+
+
+@pytest.fixture(scope="module")
+def tiny_checkpoint(tmp_path_factory: pytest.TempPathFactory) -> Path:
+    pytest.importorskip("moshi")
+    from duplexkit.models.moshi.tiny import write_tiny_checkpoint
+
+    return write_tiny_checkpoint(tmp_path_factory.mktemp("moshi") / "tiny")
+
+
+@pytest.fixture
+def moshi_cluster(serving: dict[str, Any], tiny_checkpoint: Path) -> str:
+    """`--model moshi` on a tiny checkpoint, 1 slot per replica (fewer than `max_sessions`)."""
+    moshi = RayServeOptions(
+        model="moshi",
+        model_args={"checkpoint": str(tiny_checkpoint), "slots": "1"},
+        replicas=2,
+        max_sessions=MAX_SESSIONS,
+        replica_cpus=0.5,
     )
-    with ray_serve(options, port=free_port()) as url:
-        yield url
+    return deployed(serving, moshi)
 
 
 def healthz(url: str) -> dict[str, Any]:
@@ -240,3 +283,39 @@ async def test_a_burst_beyond_the_cluster_capacity_is_admitted_or_refused_retrya
     assert report.lost == 0, report.outcomes_lost
     assert report.admitted_per_round == [2 * MAX_SESSIONS] * 2
     assert report.refused_retryable == 2 * 2 * MAX_SESSIONS
+
+
+async def _moshi_audio(ws: ClientConnection) -> float:
+    """Speak to a Moshi session for 1.2 s; the peak of the reply audio it streams back."""
+    t = np.arange(round(1.2 * 24_000)) / 24_000
+    pcm = (0.2 * np.sin(2 * np.pi * 300 * t) * 32767).astype("<i2").tobytes()
+    await ws.send(json.dumps({"type": "input_audio_buffer.append", "audio": base64.b64encode(pcm).decode()}))
+    peak = 0.0
+    async with asyncio.timeout(20):
+        while peak == 0.0:
+            event = json.loads(await ws.recv())
+            assert event["type"] != "error", event
+            if event["type"] == "response.output_audio.delta":
+                delta = np.frombuffer(base64.b64decode(event["delta"]), "<i2")
+                peak = float(np.abs(delta).max()) / 32768 if len(delta) else 0.0
+    return peak
+
+
+async def test_moshi_replicas_each_hear_their_sessions_and_report_their_slots_as_capacity(
+    moshi_cluster: str,
+) -> None:
+    await until(moshi_cluster, lambda c: sum(c) == 0, timeout_s=30)
+    body = await asyncio.to_thread(healthz, moshi_cluster)
+    assert body["max_sessions"] == 2  # 1 slot per replica, not `max_sessions` 2 each
+    assert {r["max_sessions"] for r in body["per_replica"]} == {1}
+    held = [await open_admitted(moshi_cluster) for _ in range(2)]
+    try:
+        assert await until(moshi_cluster, lambda c: sum(c) == 2) == [1, 1]  # one session on each replica
+        peaks = await asyncio.gather(*(_moshi_audio(ws) for ws, _ in held))
+        assert all(peak > 0 for peak in peaks), peaks
+        ws, first = await open_session(moshi_cluster)  # every slot of the cluster is taken
+        await ws.close()
+        assert first["type"] == "error" and first["error"]["code"] == "session_capacity_exhausted"
+    finally:
+        for ws, _ in held:
+            await end(ws)

@@ -5,6 +5,7 @@ from __future__ import annotations
 
 import asyncio
 from collections.abc import AsyncIterator
+from typing import Any
 
 import httpx
 import numpy as np
@@ -61,6 +62,14 @@ async def _nothing_left(peer: CallPeer | None, tasks_before: set[asyncio.Task[ob
     raise AssertionError(f"tasks left: {sorted(repr(t.get_coro()) for t in left)}")
 
 
+def _openai_event(event: dict[str, Any]) -> Any:
+    """`event` as the openai SDK's realtime event union reads it (its WebRTC-only playout events)."""
+    from openai.types.realtime import RealtimeServerEvent
+    from pydantic import TypeAdapter
+
+    return TypeAdapter(RealtimeServerEvent).validate_python(event)
+
+
 def _metric(server: EmbeddedServer, name: str) -> float:
     for line in server.duplex.metrics.render().decode().splitlines():
         if line.startswith(name + " ") or line.startswith(name + "{"):
@@ -104,6 +113,9 @@ async def test_a_spoken_turn_over_webrtc(server: EmbeddedServer) -> None:
     transcript = "".join(e["delta"] for e in peer.of_type("response.output_audio_transcript.delta"))
     assert transcript == REPLY
     assert not peer.of_type("response.output_audio.delta")  # reply audio rides the track, not the channel
+    # The transcript deltas name the units the model spoke (the audio deltas that would have are gone).
+    spoken = [e["unit_end_ms"] for e in peer.of_type("response.output_audio_transcript.delta")]
+    assert spoken == sorted(spoken) and spoken[0] >= (await peer.until("response.created"))["unit_end_ms"]
     # The reply is heard on the track after the end of speech; what was sent is acknowledged as played.
     await peer.until("playback.acknowledged")
     assert peer.mic.clip_end_at is not None
@@ -113,6 +125,17 @@ async def test_a_spoken_turn_over_webrtc(server: EmbeddedServer) -> None:
         await asyncio.sleep(0.05)
     assert peer.heard_audio_after(peer.mic.clip_end_at) is not None
     assert peer.heard_audio_after(0.0) == peer.heard_audio_after(peer.mic.clip_end_at)  # silence before
+    # OpenAI's playout events, as its SDK reads them: the reply's audio started on the track, and stopped
+    # once it was finished and all sent.
+    stopped = _openai_event(await peer.until("output_audio_buffer.stopped"))
+    started = _openai_event(peer.of_type("output_audio_buffer.started")[0])
+    assert started.response_id == stopped.response_id == done["response"]["id"]
+    order = [e["type"] for e in peer.events]
+    assert order.index("response.created") < order.index("output_audio_buffer.started")
+    assert order.index("response.done") < order.index("output_audio_buffer.stopped")
+    assert not peer.of_type("output_audio_buffer.cleared")
+    playout = [e for e in peer.events if e["type"].startswith("output_audio_buffer.")]
+    assert all("server_event_seq" not in e for e in playout)  # the call's events, not the session's
     peer.send({"type": "session.close"})
     closed = await peer.until("session.closed")
     assert closed["reason"] == "client_close"
@@ -316,6 +339,8 @@ async def test_a_cleared_reply_stops_on_the_track_and_history_keeps_what_was_sen
         done = await peer.until("response.done")
         assert done["response"]["id"] == created["response"]["id"]
         assert done["response"]["status"] == "cancelled"
+        cleared = _openai_event(await peer.until("output_audio_buffer.cleared"))
+        assert cleared.response_id == done["response"]["id"]
         stopped_at = asyncio.get_running_loop().time()
         await asyncio.sleep(0.6)
         # What the track sent before the clear was acknowledged as played, and that is all that was.
@@ -325,4 +350,5 @@ async def test_a_cleared_reply_stops_on_the_track_and_history_keeps_what_was_sen
         late = [pcm for at, pcm in peer.heard if at >= stopped_at + 0.3]
         assert late and max(float(np.abs(pcm).max()) for pcm in late) < 0.01
         assert peer.of_type("error") == []
+        assert not peer.of_type("output_audio_buffer.stopped")  # cut, not drained
         await peer.close()

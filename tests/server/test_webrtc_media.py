@@ -52,15 +52,16 @@ def test_the_track_sends_silence_while_listening_and_the_reply_when_there_is_one
     sent = [playout.next_frame() for _ in range(6)]
     assert all((f == 0.25).all() for f, _ in sent[:5]) and not sent[5][0].any()
     acks = [ack for _, frame_acks in sent for ack in frame_acks]
-    assert acks == [Ack("resp_1", 100.0)]  # 100 ms sent: due, and its audio ran out
+    # Its first frame began it on the track; 100 ms sent: due, and its audio ran out (not finished yet).
+    assert acks == [Ack("resp_1", 20.0, first=True), Ack("resp_1", 100.0)]
 
 
 def test_acks_come_every_100_ms_and_a_cancelled_reply_is_never_sent() -> None:
     playout = Playout(ack_every_ms=100.0)
     playout.add("resp_1", np.full(TRACK_RATE_HZ, 0.25, np.float32), TRACK_RATE_HZ)  # one second
     acks = [ack for _ in range(12) for ack in playout.next_frame()[1]]
-    assert acks == [Ack("resp_1", 100.0), Ack("resp_1", 200.0)]
-    playout.drop("resp_1")
+    assert acks == [Ack("resp_1", 20.0, first=True), Ack("resp_1", 120.0), Ack("resp_1", 220.0)]
+    assert playout.drop("resp_1")  # it had started on the track: its audio is cut
     frame, acks = playout.next_frame()
     assert not frame.any() and acks == [] and playout.queued_samples == 0
 
@@ -69,10 +70,28 @@ def test_a_reply_at_the_models_rate_is_sent_whole_at_the_tracks_rate() -> None:
     playout = Playout()
     for _ in range(4):
         playout.add("resp_1", np.full(2_400, 0.25, np.float32), 24_000)  # 4 x 100 ms at 24 kHz
-    playout.finish("resp_1")
+    assert not playout.finish("resp_1")  # finished, its audio still to send
     assert playout.queued_samples == 4 * TRACK_RATE_HZ // 10
     acks = [ack for _ in range(25) for ack in playout.next_frame()[1]]
-    assert acks[-1] == Ack("resp_1", 400.0)
+    assert acks[0].first and acks[-1] == Ack("resp_1", 400.0, last=True)
+    assert [ack for ack in acks if ack.first or ack.last] == [acks[0], acks[-1]]
+
+
+def test_a_reply_sent_whole_before_it_finished_stops_when_it_finishes() -> None:
+    playout = Playout()
+    playout.add("resp_1", np.full(FRAME_SAMPLES, 0.25, np.float32), TRACK_RATE_HZ)
+    acks = [ack for _ in range(3) for ack in playout.next_frame()[1]]
+    assert acks == [Ack("resp_1", 20.0, first=True)]  # all sent, and it ran out; not finished: not last
+    assert playout.finish("resp_1")  # so it stops now
+    assert not playout.finish("resp_1") and not playout.drop("resp_1")  # once
+
+
+def test_a_reply_that_never_reached_the_track_neither_started_nor_stops() -> None:
+    playout = Playout()
+    playout.add("resp_1", np.zeros(0, np.float32), TRACK_RATE_HZ)
+    assert not playout.finish("resp_1")
+    playout.add("resp_2", np.full(FRAME_SAMPLES, 0.25, np.float32), TRACK_RATE_HZ)
+    assert not playout.drop("resp_2")  # cancelled before its first frame went out: nothing to clear
 
 
 @pytest.mark.parametrize("channels", [1, 2])

@@ -585,6 +585,7 @@ class EngineSession:
                     response_request_metrics=self._metrics(response.timing)
                     if first.ttft_ms is not None
                     else None,
+                    unit_end_ms=unit_end_ms,
                 )
             )
         else:

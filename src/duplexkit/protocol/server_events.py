@@ -355,6 +355,9 @@ class ResponseOutputAudioDelta(_ContentDelta):
 class ResponseOutputAudioTranscriptDelta(_ContentDelta):
     type: Literal["response.output_audio_transcript.delta"] = "response.output_audio_transcript.delta"
     delta: str
+    unit_end_ms: float | None = None
+    """End, on the input media clock, of the unit whose step produced this delta (and its audio delta):
+    where a WebRTC client, whose audio rides the track, sees the units the model spoke."""
 
 
 class ResponseOutputTextDelta(_ContentDelta):
@@ -393,6 +396,30 @@ class ResponseListen(ServerEventBase):
     unit_end_ms: float | None = None
     """End of the listened unit on the input media clock: which unit this decision answers, so a client
     draining a commit can tell a backlog's late listens from the decision on the committed unit."""
+
+
+class _OutputAudioBufferEvent(ServerEventBase):
+    """OpenAI's WebRTC-only playout events, sent by the call (not the session): no `server_event_seq`."""
+
+    response_id: str
+
+
+class OutputAudioBufferStarted(_OutputAudioBufferEvent):
+    """The call's track began carrying this response's audio."""
+
+    type: Literal["output_audio_buffer.started"] = "output_audio_buffer.started"
+
+
+class OutputAudioBufferStopped(_OutputAudioBufferEvent):
+    """All of this finished response's audio has gone out on the call's track (after its `response.done`)."""
+
+    type: Literal["output_audio_buffer.stopped"] = "output_audio_buffer.stopped"
+
+
+class OutputAudioBufferCleared(_OutputAudioBufferEvent):
+    """This cancelled response's audio was cut from the call's track (what was not sent never will be)."""
+
+    type: Literal["output_audio_buffer.cleared"] = "output_audio_buffer.cleared"
 
 
 class PlaybackAcknowledged(ServerEventBase):
@@ -491,6 +518,9 @@ ServerEvent = Annotated[
     | ResponseOutputTextDone
     | ResponseDone
     | ResponseListen
+    | OutputAudioBufferStarted
+    | OutputAudioBufferStopped
+    | OutputAudioBufferCleared
     | PlaybackAcknowledged
     | SessionHeartbeatAck
     | SessionClosed

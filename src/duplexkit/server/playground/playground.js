@@ -1,6 +1,8 @@
 // duplexkit playground: the connection. Microphone -> 200 ms appends on the media clock; reply audio ->
 // playback with honest acks; server events -> the view (view.js: the timeline and the transcript).
-// The realtime WebSocket is the transport: `send` and the `handle(conn, event)` switch are its two ends.
+// `send` and the `handle(conn, event)` switch are the two ends of the transport (transport.js): the
+// WebSocket, or a WebRTC call, whose audio rides its tracks, so the view is fed from what the page
+// observes of them instead (the microphone's and the speaker's levels, the channel's unit-stamped events).
 "use strict";
 (() => {
   const $ = (id) => document.getElementById(id);
@@ -8,6 +10,7 @@
   const APPEND_MS = 200;
   const SPEECH_RMS = 0.015; // a chunk louder than this counts as speech (the page's voice-activity hint)
   const ACK_EVERY_MS = 250;
+  const MIC_READING_MS = 10; // the transport reads the microphone's level this often
   const KEY_STORE = "duplexkit.playground.api-key";
   const authRequired = root.dataset.auth === "required";
 
@@ -61,6 +64,14 @@
   }
 
   function renderStats() {
+    if (stats.transport === "webrtc") { // the audio rides the call's tracks: what the page and the server saw of them
+      $("stat-sent").textContent = `${seconds(stats.sentMs)} on the call's track (as far as the server's units reached)`;
+      $("stat-received").textContent = `${seconds(stats.receivedMs)} on the server's track ` +
+        `(${stats.webrtc.samplesReceived} samples reached the browser)`;
+      $("stat-played").textContent = `${seconds(stats.playedMs)} (what the server sent, counted as played)`;
+      $("stat-acks").textContent = `${stats.acksAcknowledged} made by the server for its track`;
+      return;
+    }
     $("stat-sent").textContent = `${seconds(stats.sentMs)} in ${stats.appends} appends (${stats.speechChunks} with speech)`;
     $("stat-received").textContent = `${seconds(stats.receivedMs)} (${stats.workletReceived} samples reached the player)`;
     $("stat-played").textContent = seconds(stats.playedMs);
@@ -199,10 +210,12 @@
       ws, ctx, stream, capture: null, playback: null, session: null, opened: false, closedReason: null,
       responses: new Map(), heard: new Map(), sendChain: Promise.resolve(), refused: null,
       mediaOffsetMs: null, // page clock - input media clock: where on the page's clock the microphone started
+      micLoudAt: [], // over WebRTC: loud microphone readings (page clock) not on the timeline yet
     };
     timeline.reset();
     transcript.reset();
     const conn = live;
+    if (ws.kind === "webrtc") window.duplexkitTransport.onMicLoud((at) => micLoud(conn, at));
     ws.onopen = () => {
       conn.opened = true;
       send(conn, { type: "session.update", session });
@@ -372,6 +385,16 @@
     renderStats();
   }
 
+  // Over WebRTC the server acknowledges what its track sent (counted as played): that is the reply audio the
+  // page received, heard from where the page's speaker first read it loud (`output_audio_buffer.started`).
+  function sentOnTrack(conn, r, playedMs) {
+    r.receivedMs = r.playedMs = r.ackedMs = Math.max(r.ackedMs, playedMs);
+    const responses = [...conn.responses.values()];
+    stats.receivedMs = responses.reduce((sum, x) => sum + x.receivedMs, 0);
+    stats.playedMs = responses.reduce((sum, x) => sum + x.ackedMs, 0);
+    heardUpTo(conn, r, r.playedMs);
+  }
+
   function ack(conn, response, truncateHere) {
     const playedMs = Math.round(response.playedMs * 10) / 10;
     if (!truncateHere && playedMs <= response.ackedMs) return;
@@ -412,6 +435,43 @@
     renderResponse(conn, r);
   }
 
+  // Over WebRTC the page sends no appends: the input media clock is the call's track, whose units the server
+  // names in `unit_end_ms`. The event that arrived soonest after its unit ended places that clock on the
+  // page's (late by the uplink, the step and the channel: the page's own observations land that much early).
+  function placeMediaClock(conn, unitEndMs) {
+    const offset = performance.now() - unitEndMs;
+    if (conn.mediaOffsetMs === null || offset < conn.mediaOffsetMs) conn.mediaOffsetMs = offset;
+    stats.sentMs = Math.max(stats.sentMs, unitEndMs);
+    for (const at of conn.micLoudAt.splice(0)) micLoud(conn, at);
+  }
+
+  // Over WebRTC: a loud reading of the microphone (every 10 ms) is speech on the "you" lane.
+  function micLoud(conn, at) {
+    if (live !== conn) return;
+    if (conn.mediaOffsetMs === null) {
+      conn.micLoudAt.push(at);
+      return;
+    }
+    const endMs = at - conn.mediaOffsetMs;
+    timeline.span("you", "speech", Math.max(0, endMs - MIC_READING_MS), endMs,
+      { title: "you spoke (the page heard speech)", gapMs: 2 * MIC_READING_MS });
+  }
+
+  // A unit the model spoke (its audio delta; its transcript delta, which over WebRTC is all the page gets of
+  // it): on the model lane once per unit.
+  function spokeUnit(conn, r, event) {
+    if (event.unit_end_ms !== undefined && r.lastUnitMs === event.unit_end_ms) return;
+    r.lastUnitMs = event.unit_end_ms;
+    stats.units.speak += 1;
+    const [startMs, endMs] = unitSpan(conn, event);
+    if (r.firstUnitMs === null) {
+      r.firstUnitMs = startMs;
+      renderResponse(conn, r);
+    }
+    timeline.span("model", "speak", startMs, endMs, { key: r.id, title: `spoke (${r.id})`, gapMs: 1e9 });
+    renderStats();
+  }
+
   // Where on the input media clock a unit-stamped event belongs (the unit's span), else the present.
   function unitSpan(conn, event) {
     const period = (conn.session.capabilities || {}).chunk_period_ms || 100;
@@ -424,7 +484,7 @@
     if (!r) {
       r = { id, itemId: null, entry: transcript.entry("model", id), transcript: "", metrics: {},
         status: "in_progress", reason: null, receivedMs: 0, playedMs: 0, ackedMs: 0, lastAckAt: 0, cut: false,
-        drained: false, heardAt: null, heardAfterSpeechMs: null, firstUnitMs: null };
+        drained: false, heardAt: null, heardAfterSpeechMs: null, firstUnitMs: null, lastUnitMs: undefined };
       conn.responses.set(id, r);
       renderResponse(conn, r);
     }
@@ -461,6 +521,7 @@
   }
 
   function handle(conn, event) {
+    if (conn.ws.kind === "webrtc" && typeof event.unit_end_ms === "number") placeMediaClock(conn, event.unit_end_ms);
     const r = event.response_id ? responseEntry(conn, event.response_id) : null;
     if (r) adoptMetrics(r, event.response_request_metrics);
     switch (event.type) {
@@ -493,19 +554,13 @@
         if (!r.cut && conn.playback) {
           conn.playback.port.postMessage({ type: "audio", id: r.id, samples, rate }, [samples.buffer]);
         }
-        stats.units.speak += 1;
-        const [startMs, endMs] = unitSpan(conn, event);
-        if (r.firstUnitMs === null) {
-          r.firstUnitMs = startMs;
-          renderResponse(conn, r);
-        }
-        timeline.span("model", "speak", startMs, endMs, { key: r.id, title: `spoke (${r.id})`, gapMs: 1e9 });
-        renderStats();
+        spokeUnit(conn, r, event);
         break;
       }
       case "response.output_audio_transcript.delta":
       case "response.output_text.delta":
         r.transcript += event.delta || "";
+        if (event.unit_end_ms !== undefined) spokeUnit(conn, r, event);
         renderResponse(conn, r);
         break;
       case "response.output_audio_transcript.done":
@@ -564,7 +619,22 @@
       case "playback.acknowledged":
         stats.acksAcknowledged += 1;
         stats.acknowledgedMs[event.response_id] = event.played_ms;
+        if (conn.ws.kind === "webrtc") sentOnTrack(conn, r, event.played_ms);
         renderStats();
+        break;
+      case "output_audio_buffer.started": // WebRTC: the reply's first frame left on the server's track
+        window.duplexkitTransport.whenHeard(performance.now(), (at) => {
+          if (live !== conn || r.heardAt !== null || r.cut) return;
+          r.heardAt = at;
+          heardUpTo(conn, r, r.playedMs);
+        });
+        break;
+      case "output_audio_buffer.stopped": // WebRTC: its last frame left; nothing more will be played
+        r.drained = true;
+        break;
+      case "output_audio_buffer.cleared": // WebRTC: the server cut it from its track
+        r.cut = true;
+        timeline.flag("played", r.id, "cancelled");
         break;
       case "session.closed":
         conn.closedReason = event.reason;
@@ -618,6 +688,7 @@
 
   function stop(conn) {
     if (live === conn) live = null;
+    if (conn.ws.kind === "webrtc") window.duplexkitTransport.onMicLoud(null);
     for (const track of conn.stream.getTracks()) track.stop();
     if (conn.capture) conn.capture.port.postMessage({ type: "stop" });
     conn.ctx.close();

@@ -132,6 +132,7 @@
   const QUIET_MS = 200;
   const heard = { speechEndToReplyMs: [] };
   const meter = { mic: null, speaker: null, speaking: false, lastLoudAt: null, pendingEnd: null, replying: false };
+  const listeners = { micLoud: null, heard: [] };
 
   function analyser(ctx, source) {
     const node = ctx.createAnalyser();
@@ -151,6 +152,7 @@
     const now = performance.now();
     if (meter.mic) {
       if (rms(meter.mic) >= MIC_RMS) {
+        if (listeners.micLoud) listeners.micLoud(now);
         meter.speaking = true;
         meter.lastLoudAt = now;
         meter.pendingEnd = null;
@@ -164,6 +166,11 @@
       if (loud && !meter.replying && meter.pendingEnd !== null) {
         heard.speechEndToReplyMs.push(now - meter.pendingEnd);
         meter.pendingEnd = null;
+      }
+      if (loud && listeners.heard.length) {
+        const due = listeners.heard.filter((w) => w.since <= now);
+        listeners.heard = listeners.heard.filter((w) => w.since > now);
+        for (const w of due) w.callback(now);
       }
       meter.replying = loud;
     }
@@ -190,6 +197,17 @@
     meter.speaker = analyser(ctx, node);
   }
 
+  // What the page observes of the call's audio, for the timeline: `onMicLoud(callback)` calls back with the
+  // page time of every loud microphone reading (null to stop); `whenHeard(since, callback)` calls back once,
+  // with the page time of the first loud reading of what the page plays at or after `since`.
+  function onMicLoud(callback) {
+    listeners.micLoud = callback;
+  }
+
+  function whenHeard(since, callback) {
+    listeners.heard.push({ since, callback });
+  }
+
   // The WebSocket, as the page opened it before calls existed.
   function openSocket(url, protocols) {
     const ws = new WebSocket(url, protocols);
@@ -212,5 +230,5 @@
     return openSocket(url, protocols);
   }
 
-  window.duplexkitTransport = { open, CallRefused, webrtcStats, heard, hearPlayback };
+  window.duplexkitTransport = { open, CallRefused, webrtcStats, heard, hearPlayback, onMicLoud, whenHeard };
 })();

@@ -10,7 +10,11 @@ runner, the engine and the model do not change:
   pinned), and the playback acks the server's track makes.
 * Out (`send_text`): reply audio deltas go to the server's track (`media.Playout`, paced in real time by
   `ReplyTrack`), never on the channel; every other event goes on the channel as the runner rendered it (in
-  the session's dialect). A cancelled response's unsent audio is dropped.
+  the session's dialect). A cancelled response's unsent audio is dropped. The call adds OpenAI's
+  WebRTC-only `output_audio_buffer.started` (a response's first frame went out on the track), `.stopped`
+  (a finished response's last frame went out, after its `response.done`) and `.cleared` (a cancelled
+  response's audio was cut from the track); they are the call's, outside the session's
+  `server_event_seq`.
 * The call ends (`receive` returns `None`; the runner ends the session and closes this) when the channel
   closes, the peer connection fails or closes (ICE failure, DTLS close), the client opens a channel with
   another name (`invalid_data_channel` on that channel), or the call is not connected, with its channel when
@@ -26,6 +30,7 @@ import json
 import logging
 import secrets
 import time
+from collections.abc import Callable
 from typing import Any
 
 import numpy as np
@@ -39,14 +44,15 @@ from aiortc import (
 from aiortc.mediastreams import MediaStreamError
 from av import AudioFrame
 
+from duplexkit.protocol import server_events as se
 from duplexkit.protocol.audio import decode_base64_audio, encode_audio, encode_base64_audio
-from duplexkit.protocol.dialects import CANONICAL_NAMES, Dialect
+from duplexkit.protocol.dialects import CANONICAL_NAMES, Dialect, wire_name
 from duplexkit.protocol.errors import ErrorCode, ProtocolError
 from duplexkit.protocol.server_events import error_event
 from duplexkit.protocol.wire import ServerEventStamper
 from duplexkit.server.edge import NO_CLOSE_FRAME, SocketClosed
 from duplexkit.server.metrics import ServerMetrics
-from duplexkit.server.webrtc.media import FRAME_SAMPLES, TRACK_RATE_HZ, Playout, TrackInput, to_mono
+from duplexkit.server.webrtc.media import FRAME_SAMPLES, TRACK_RATE_HZ, Ack, Playout, TrackInput, to_mono
 from duplexkit.server.webrtc.signalling import EVENTS_CHANNEL, Offer, pinned_client_event
 
 log = logging.getLogger("duplexkit.server")
@@ -54,6 +60,8 @@ log = logging.getLogger("duplexkit.server")
 _TIME_BASE = fractions.Fraction(1, TRACK_RATE_HZ)
 _ACK_PREFIX = "evt_rtc_ack_"
 """The event ids of the playback acks the call makes; the runner's answers to them stay off the channel."""
+_EVENT_PREFIX = "evt_rtc_"
+"""The event ids of the events the call itself sends (`output_audio_buffer.*`)."""
 _CHANNEL_HIGH_BYTES = 1024 * 1024
 """Bytes queued on the channel past which sending waits (the runner's outbound bound then applies)."""
 _CHANNEL_CLOSE_S = 1.0
@@ -67,7 +75,7 @@ class ReplyTrack(MediaStreamTrack):
 
     kind = "audio"
 
-    def __init__(self, playout: Playout, on_acks: Any) -> None:
+    def __init__(self, playout: Playout, on_acks: Callable[[list[Ack]], None]) -> None:
         super().__init__()
         self._playout = playout
         self._on_acks = on_acks
@@ -188,11 +196,18 @@ class WebRTCCall:
             return
         if kind == "response.done":
             response = event.get("response", {})
+            response_id = response.get("id", "")
             if response.get("status") == "cancelled":
-                self._playout.drop(response.get("id", ""))
+                cleared = self._playout.drop(response_id)
+                await self._send_event(data)
+                if cleared:
+                    await self._send_event(self._own(se.OutputAudioBufferCleared(response_id=response_id)))
             else:
-                self._playout.finish(response.get("id", ""))
-        elif kind == "error" and _answers_own_ack(event.get("error")):
+                await self._send_event(data)
+                if self._playout.finish(response_id):  # its audio had all gone out: it stops now
+                    await self._send_event(self._own(se.OutputAudioBufferStopped(response_id=response_id)))
+            return
+        if kind == "error" and _answers_own_ack(event.get("error")):
             return  # an answer to the call's own ack (e.g. too late after a barge-in): not the client's
         await self._send_event(data)
 
@@ -284,11 +299,15 @@ class WebRTCCall:
                     }
                     self._inbound.put_nowait(json.dumps(append))
 
-    def _acknowledge(self, acks: list[Any]) -> None:
-        """What the track sent counts as played: a `playback.ack` per response it advanced."""
+    def _acknowledge(self, acks: list[Ack]) -> None:
+        """What the track sent counts as played: a `playback.ack` per response it advanced; its first and
+        last frames also start and stop the response's `output_audio_buffer` on the channel."""
         for ack in acks:
             if self._ended:
                 return
+            started, stopped = se.OutputAudioBufferStarted, se.OutputAudioBufferStopped
+            if ack.first:
+                self._spawn(self._mark(started(response_id=ack.response_id)), "webrtc-mark")
             event = {
                 "type": "playback.ack",
                 "event_id": f"{_ACK_PREFIX}{secrets.token_hex(6)}",
@@ -296,6 +315,21 @@ class WebRTCCall:
                 "played_ms": round(ack.played_ms, 3),
             }
             self._inbound.put_nowait(json.dumps(event))
+            if ack.last:
+                self._spawn(self._mark(stopped(response_id=ack.response_id)), "webrtc-mark")
+
+    async def _mark(self, event: se.ServerEventBase) -> None:
+        """Send one of the call's own events from the track (the call may be ending: then it is not sent)."""
+        with contextlib.suppress(SocketClosed):
+            await self._send_event(self._own(event))
+
+    def _own(self, event: se.ServerEventBase) -> str:
+        """One of the call's own events as JSON in the session's dialect: an `event_id`, no sequence number
+        (the session's `server_event_seq` counts the session's events only)."""
+        event.event_id = f"{_EVENT_PREFIX}{secrets.token_hex(6)}"
+        payload = event.model_dump(mode="json", exclude_none=True)
+        payload["type"] = wire_name(event.type, self._dialect)
+        return json.dumps(payload)
 
     async def _send_event(self, text: str) -> None:
         await self._channel_settled.wait()

@@ -9,8 +9,10 @@ onto the server's track.
   client's timeline exactly, whatever the network did.
 * `Playout`: reply audio queued per response at the track's rate, taken 20 ms at a time, silence when there
   is none, so the track never underruns. What it has handed out counts as played (the track sends it
-  now), and it says when to acknowledge that: every `ack_every_ms` of a response, and when the response's
-  queued audio runs out. A cancelled response's unsent audio is dropped: it is never said.
+  now), and it says when to acknowledge that: on a response's first frame, every `ack_every_ms` of it, and
+  when its queued audio runs out; and when a response's audio started and stopped on the track (OpenAI's
+  `output_audio_buffer.started` / `.stopped`). A cancelled response's unsent audio is dropped: it is
+  never said.
 """
 
 from __future__ import annotations
@@ -63,6 +65,10 @@ class Ack:
 
     response_id: str
     played_ms: float
+    first: bool = False
+    """This frame began the response's audio on the track."""
+    last: bool = False
+    """The response is finished and this frame sent the last of its audio."""
 
 
 class Playout:
@@ -84,18 +90,25 @@ class Playout:
             self._sent.setdefault(response_id, 0)
         self._push(response_id, self._resampling[1].process(samples))
 
-    def finish(self, response_id: str) -> None:
+    def finish(self, response_id: str) -> bool:
+        """End the response; True when all of its audio has already been sent (no frame will say so: it
+        stopped now)."""
         if self._resampling is not None and self._resampling[0] == response_id:
             self._end_resampling()
+        if response_id not in self._sent or any(rid == response_id for rid, _ in self._queue):
+            return False
+        self._acked.pop(response_id, None)
+        return self._sent.pop(response_id) > 0
 
-    def drop(self, response_id: str) -> None:
+    def drop(self, response_id: str) -> bool:
+        """Forget the response's unsent audio; True when it had started on the track and not stopped."""
         if self._resampling is not None and self._resampling[0] == response_id:
             self._resampling = None
         if self._queue and self._queue[0][0] == response_id:
             self._offset = 0
         self._queue = deque(item for item in self._queue if item[0] != response_id)
-        self._sent.pop(response_id, None)
         self._acked.pop(response_id, None)
+        return self._sent.pop(response_id, 0) > 0
 
     @property
     def queued_samples(self) -> int:
@@ -105,31 +118,31 @@ class Playout:
         """The next 20 ms for the track (reply audio, the rest silence) and the acks now due."""
         out = np.zeros(FRAME_SAMPLES, np.float32)
         filled = 0
-        touched: list[str] = []
+        touched: dict[str, bool] = {}  # response id -> whether this frame began its audio
         while filled < FRAME_SAMPLES and self._queue:
             response_id, samples = self._queue[0]
             take = min(FRAME_SAMPLES - filled, len(samples) - self._offset)
             out[filled : filled + take] = samples[self._offset : self._offset + take]
             filled += take
             self._offset += take
+            touched.setdefault(response_id, self._sent[response_id] == 0)
             self._sent[response_id] += take
-            if not touched or touched[-1] != response_id:
-                touched.append(response_id)
             if self._offset >= len(samples):
                 self._queue.popleft()
                 self._offset = 0
-        return out, [ack for rid in touched if (ack := self._due(rid)) is not None]
+        return out, [ack for rid, first in touched.items() if (ack := self._due(rid, first)) is not None]
 
-    def _due(self, response_id: str) -> Ack | None:
+    def _due(self, response_id: str, first: bool) -> Ack | None:
         played_ms = samples_to_ms(self._sent[response_id], TRACK_RATE_HZ)
         ran_out = not any(rid == response_id for rid, _ in self._queue)
-        if played_ms - self._acked.get(response_id, 0.0) < self._ack_every_ms and not ran_out:
+        if played_ms - self._acked.get(response_id, 0.0) < self._ack_every_ms and not ran_out and not first:
             return None
         self._acked[response_id] = played_ms
-        if ran_out and (self._resampling is None or self._resampling[0] != response_id):
+        last = ran_out and (self._resampling is None or self._resampling[0] != response_id)
+        if last:
             self._sent.pop(response_id)  # finished and all sent: nothing more to count
             self._acked.pop(response_id)
-        return Ack(response_id, played_ms)
+        return Ack(response_id, played_ms, first=first, last=last)
 
     def _push(self, response_id: str, samples: Samples) -> None:
         if len(samples):
