@@ -76,6 +76,7 @@ def make_run(
     fingerprint: str = "fp-1",
     pace: str = "realtime",
     protocol: str | None = None,
+    placement: str | None = None,
     shard: tuple[int, int] | None = None,
     url: str = "ws://a:8000/v1/realtime",
     model: str | None = "m",
@@ -87,6 +88,8 @@ def make_run(
     config: dict[str, Any] = {"url": url, "pace": pace, "fps": 1.0, "chunk_ms": 200}
     if protocol is not None:
         config["protocol"] = protocol
+    if placement is not None:
+        config["placement"] = placement
     write_json_atomic(
         root / "run.json",
         {
@@ -128,6 +131,7 @@ def make_run(
         ({"fingerprint": "fp-2"}, MergeCode.DATASET_MISMATCH),
         ({"pace": "as-fast-as-possible"}, MergeCode.PACE_MISMATCH),
         ({"protocol": "openai-realtime"}, MergeCode.PROTOCOL_MISMATCH),
+        ({"placement": "arrival"}, MergeCode.PLACEMENT_MISMATCH),
         ({"model": "other-model"}, MergeCode.MODEL_MISMATCH),
         ({"model": None}, MergeCode.MODEL_MISMATCH),
         ({"embedded": True}, MergeCode.SERVER_MISMATCH),

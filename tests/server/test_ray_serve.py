@@ -308,6 +308,11 @@ async def test_moshi_replicas_each_hear_their_sessions_and_report_their_slots_as
     body = await asyncio.to_thread(healthz, moshi_cluster)
     assert body["max_sessions"] == 2  # 1 slot per replica, not `max_sessions` 2 each
     assert {r["max_sessions"] for r in body["per_replica"]} == {1}
+    # The router ranks replicas by their own capacity, as each reports it, not by the deployment's option.
+    stats = await serve.get_deployment_handle(
+        DEPLOYMENT_NAME, app_name=APP_NAME
+    ).record_routing_stats.remote()
+    assert stats["max_sessions"] == 1
     held = [await open_admitted(moshi_cluster) for _ in range(2)]
     try:
         assert await until(moshi_cluster, lambda c: sum(c) == 2) == [1, 1]  # one session on each replica

@@ -43,6 +43,7 @@ class MergeCode(StrEnum):
     PACE_MISMATCH = "pace_mismatch"
     PROTOCOL_MISMATCH = "protocol_mismatch"
     STREAMING_MISMATCH = "streaming_mismatch"
+    PLACEMENT_MISMATCH = "placement_mismatch"
     MODEL_MISMATCH = "model_mismatch"
     SERVER_MISMATCH = "server_mismatch"
     DUPLICATE_SAMPLE = "duplicate_sample"
@@ -86,6 +87,7 @@ _SAME: tuple[tuple[MergeCode, tuple[str, ...], str], ...] = (
     (MergeCode.PROTOCOL_MISMATCH, ("config", "protocol"), "protocol"),
     (MergeCode.STREAMING_MISMATCH, ("config", "fps"), "fps"),
     (MergeCode.STREAMING_MISMATCH, ("config", "chunk_ms"), "chunk_ms"),
+    (MergeCode.PLACEMENT_MISMATCH, ("config", "placement"), "audio placement"),
     (MergeCode.MODEL_MISMATCH, ("server", "model"), "model"),
     (MergeCode.SERVER_MISMATCH, ("server", "embedded"), "embedded server"),
 )

@@ -209,10 +209,12 @@ class DuplexReplica:
 
     def record_routing_stats(self) -> dict[str, Any]:
         """What the router reads: the session ids and routing keys held here (to find a session's replica),
-        and the load (`cluster.ConnectionReport`)."""
+        the load (`cluster.ConnectionReport`) and the capacity (fewer than `max_sessions` when the model's
+        own slots are fewer)."""
         return {
             "keys": sorted(self.keys.held() | self.duplex.manager.session_ids),
             "sessions": self.duplex.manager.active,
+            "max_sessions": self.duplex.manager.max_sessions,
             **self.connections.stats(time.monotonic()),
         }
 
@@ -311,7 +313,7 @@ class SessionAffinityRouter(RequestRouter):
                 sessions=self._routed.load(
                     r.replica_id.unique_id, ConnectionReport.from_stats(r.routing_stats), now
                 ),
-                max_sessions=self._max_sessions,
+                max_sessions=int((r.routing_stats or {}).get("max_sessions", self._max_sessions)),
                 keys=frozenset((r.routing_stats or {}).get("keys", ())),
             )
             for r in candidate_replicas
