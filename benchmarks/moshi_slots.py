@@ -42,11 +42,12 @@ RATE = 24_000
 PERIOD_S = 0.08
 
 
-def serve_argv(checkpoint: Path, port: int, slots: int) -> list[str]:
+def serve_argv(checkpoint: Path, port: int, slots: int, batch_wait_ms: float | None) -> list[str]:
+    wait = [] if batch_wait_ms is None else ["--model-arg", f"batch_wait_ms={batch_wait_ms}"]
     return [
         sys.executable, "-m", "duplexkit", "serve", "--model", "moshi", "--port", str(port),
         "--max-sessions", str(slots), "--log-level", "warning",
-        "--model-arg", f"checkpoint={checkpoint}", "--model-arg", f"slots={slots}",
+        "--model-arg", f"checkpoint={checkpoint}", "--model-arg", f"slots={slots}", *wait,
     ]  # fmt: skip
 
 
@@ -81,9 +82,13 @@ async def session(url: str, seconds: float, lags: list[float], missed: list[int]
         missed.append(len(sent) - answered)
 
 
-async def run_mode(checkpoint: Path, mode: str, n: int, seconds: float) -> dict[str, float | int | bool]:
+async def run_mode(
+    checkpoint: Path, mode: str, n: int, seconds: float, batch_wait_ms: float | None
+) -> dict[str, float | int | bool]:
     ports = [free_port() for _ in range(1 if mode == "slotted" else n)]
-    procs = [await start(serve_argv(checkpoint, p, n if mode == "slotted" else 1), p) for p in ports]
+    procs = [
+        await start(serve_argv(checkpoint, p, n if mode == "slotted" else 1, batch_wait_ms), p) for p in ports
+    ]
     try:
         lags: list[float] = []
         missed: list[int] = []
@@ -152,6 +157,10 @@ async def main() -> None:
     parser.add_argument("--seconds", type=float, default=8.0, help="streaming time per session count")
     parser.add_argument("--ladder", default="1,2,4,8,12,16", help="session counts to try, comma-separated")
     parser.add_argument("--tick-slots", default="1,4,16,64", help="slot counts for the in-process tick curve")
+    parser.add_argument(
+        "--batch-wait-ms", type=float, default=None, help="the servers' batch wait (default: the model's)"
+    )
+    parser.add_argument("--modes", default="slotted,per-process", help="which ways to serve, comma-separated")
     args = parser.parse_args()
     os.environ.setdefault("NO_TORCH_COMPILE", "1")
     from duplexkit.models.moshi.tiny import write_tiny_checkpoint
@@ -159,14 +168,15 @@ async def main() -> None:
     with tempfile.TemporaryDirectory() as tmp:
         checkpoint = write_tiny_checkpoint(Path(tmp) / "tiny")
         print(f"load average before: {os.getloadavg()[0]:.2f}")
-        for row in await tick_curve(checkpoint, [int(x) for x in args.tick_slots.split(",")], 40):
-            print("tick", json.dumps(row))
-        held = {"slotted": 0, "per-process": 0}
+        if args.tick_slots:
+            for row in await tick_curve(checkpoint, [int(x) for x in args.tick_slots.split(",")], 40):
+                print("tick", json.dumps(row))
+        held = dict.fromkeys(args.modes.split(","), 0)
         failed: set[str] = set()
         for n in [int(x) for x in args.ladder.split(",")]:
-            for mode in held.keys() - failed:
+            for mode in [m for m in held if m not in failed]:
                 print(f"load average before {mode} {n}: {os.getloadavg()[0]:.2f}")
-                result = await run_mode(checkpoint, mode, n, args.seconds)
+                result = await run_mode(checkpoint, mode, n, args.seconds, args.batch_wait_ms)
                 print(mode, json.dumps(result))
                 if result["held"]:
                     held[mode] = n
