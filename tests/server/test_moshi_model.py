@@ -10,12 +10,12 @@ import base64
 import json
 from collections.abc import AsyncIterator
 from pathlib import Path
+from typing import Any
 
 import httpx
 import numpy as np
 import pytest
 import websockets
-from openai import AsyncOpenAI
 
 pytest.importorskip("moshi")
 
@@ -23,6 +23,7 @@ from duplexkit.models import load_model
 from duplexkit.models.moshi.plugin import MoshiModel
 from duplexkit.models.moshi.tiny import write_tiny_checkpoint
 from duplexkit.server import EmbeddedServer, ServerConfig
+from tests.server.test_dialects_e2e import _sdk, _speech_pcm16
 from tests.server.test_moshi_endpoint import FdbMoshiClient
 
 RATE = 24_000
@@ -41,27 +42,28 @@ async def server(checkpoint: Path) -> AsyncIterator[EmbeddedServer]:
 
 
 def _speech(seconds: float) -> bytes:
-    t = np.arange(round(RATE * seconds)) / RATE
-    return (0.2 * np.sin(2 * np.pi * 300 * t) * 32767).astype("<i2").tobytes()
-
-
-def _sdk(server: EmbeddedServer) -> AsyncOpenAI:
-    return AsyncOpenAI(
-        api_key="unused", base_url=f"{server.http_url}/v1", websocket_base_url=server.url[: -len("/realtime")]
-    )
+    return _speech_pcm16(RATE, seconds)
 
 
 async def test_the_openai_sdk_hears_moshi_and_two_sessions_share_the_model(server: EmbeddedServer) -> None:
-    async def ga() -> int:
+    sdk = _sdk(server)
+
+    async def hear(beta: bool) -> int:
+        """One SDK session (GA or beta) speaking 1.6 s at 24 kHz: the reply samples it heard."""
+        connect = sdk.beta.realtime.connect if beta else sdk.realtime.connect
+        delta_type = "response.audio.delta" if beta else "response.output_audio.delta"
+        session: dict[str, Any] = (
+            {"input_audio_format": "pcm16"}
+            if beta
+            else {"type": "realtime", "audio": {"input": {"format": {"type": "audio/pcm"}}}}
+        )
         heard = 0
-        async with _sdk(server).realtime.connect(model="moshi") as connection:
-            await connection.session.update(
-                session={"type": "realtime", "audio": {"input": {"format": {"type": "audio/pcm"}}}}
-            )
+        async with connect(model="moshi") as connection:
+            await connection.session.update(session=session)
             await connection.input_audio_buffer.append(audio=base64.b64encode(_speech(1.6)).decode())
             async with asyncio.timeout(20):
                 async for event in connection:
-                    if event.type == "response.output_audio.delta":
+                    if event.type == delta_type:
                         heard += len(base64.b64decode(event.delta)) // 2
                     elif event.type == "response.done":
                         break
@@ -69,22 +71,7 @@ async def test_the_openai_sdk_hears_moshi_and_two_sessions_share_the_model(serve
                         raise AssertionError(event.error)
         return heard
 
-    async def beta() -> int:
-        heard = 0
-        async with _sdk(server).beta.realtime.connect(model="moshi") as connection:
-            await connection.session.update(session={"input_audio_format": "pcm16"})
-            await connection.input_audio_buffer.append(audio=base64.b64encode(_speech(1.6)).decode())
-            async with asyncio.timeout(20):
-                async for event in connection:
-                    if event.type == "response.audio.delta":
-                        heard += len(base64.b64decode(event.delta)) // 2
-                    elif event.type == "response.done":
-                        break
-                    elif event.type == "error":
-                        raise AssertionError(event.error)
-        return heard
-
-    heard = await asyncio.gather(ga(), beta())
+    heard = await asyncio.gather(hear(beta=False), hear(beta=True))
     assert all(n >= 1920 for n in heard), heard  # each heard at least one 80 ms frame of the model
     plugin = server.duplex.plugin
     assert isinstance(plugin, MoshiModel)
