@@ -255,7 +255,7 @@ class EngineSession:
         self._continuations = 0
         frames = tuple(event.frames) if self.config.accepts_video else ()
         rate = event.sample_rate_hz or self.settings.input_sample_rate_hz
-        assembled = self._assembler.push(event.samples, rate, frames)
+        assembled = self._assembler.push(event.payload, rate, frames)
         step.extend(
             self._units(assembled, now, is_speech=event.is_speech, force_listen=bool(event.force_listen))
         )

@@ -427,7 +427,7 @@ class SessionRunner:
         self._apply(self.engine.protocol_error(ProtocolError(code, message, event_id=event.event_id)))
 
     def _over_input_limit(self, event: ce.InputAudioBufferAppend) -> bool:
-        if self._pending_input_bytes + event.samples.nbytes <= self.limits.max_pending_input_bytes:
+        if self._pending_input_bytes + event.decoded_nbytes <= self.limits.max_pending_input_bytes:
             return False
         self._apply(
             self.engine.protocol_error(
