@@ -251,26 +251,36 @@ class InputAudioBufferAppend(ClientEventBase):
         object.__setattr__(event, "__pydantic_private__", {"_payload": payload, "_frames": []})
         return event
 
+    # The properties read `__pydantic_private__` directly: pydantic's `__getattr__`, which serves private
+    # attributes otherwise, costs ~1.6 µs a read, a few times per append.
+
+    def _private(self) -> dict[str, Any]:
+        private = self.__pydantic_private__
+        assert private is not None  # the model declares private attributes, so pydantic sets them
+        return private
+
     @property
     def payload(self) -> EncodedAudio:
         """The audio, base64-decoded and checked in its format, not yet converted to float."""
-        return self._payload
+        payload: EncodedAudio = self._private()["_payload"]
+        return payload
 
     @property
     def samples(self) -> npt.NDArray[np.float32]:
         """The audio as a new float32 mono array in [-1, 1], at `sample_rate_hz` (or the session's input
         rate)."""
-        return self._payload.decode()
+        return self.payload.decode()
 
     @property
     def decoded_nbytes(self) -> int:
         """Bytes the audio takes as float32 (what the server's input backpressure counts)."""
-        return 4 * len(self._payload)
+        return 4 * len(self.payload)
 
     @property
     def frames(self) -> list[bytes]:
         """The decoded video frames (JPEG or PNG bytes) riding on this append."""
-        return self._frames
+        frames: list[bytes] = self._private()["_frames"]
+        return frames
 
 
 _PLAIN_APPEND_KEYS: Final = frozenset({"type", "event_id", "audio", "duration_ms", "audio_end_ms"})
