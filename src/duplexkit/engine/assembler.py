@@ -130,7 +130,8 @@ class UnitAssembler:
         """The next `count` buffered samples as a unit: the buffer goes with it, the rest to a new one."""
         head, tail = self._buffer[:count], self._buffer[count : self._pending_len]
         self._buffer = np.empty(max(self._unit_samples, len(tail)), dtype=np.float32)
-        self._buffer[: len(tail)] = tail
+        if len(tail):
+            self._buffer[: len(tail)] = tail
         self._pending_len = len(tail)
         start = self._emitted
         self._emitted += count
