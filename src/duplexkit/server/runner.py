@@ -488,7 +488,9 @@ class SessionRunner:
             started = self.clock()
             # A unit of an older epoch is still stepped (the model must hear all the input); the engine
             # drops whatever it decides.
-            if not unit.continuation and (self._vad is not None or self.engine.settings.turn_detection):
+            if not unit.continuation and (
+                self._vad is not None or self.engine.settings.turn_detection is not None
+            ):
                 try:
                     await self._detect_speech(unit)
                 except Exception as exc:  # the session goes on without server VAD, and says so
