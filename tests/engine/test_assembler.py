@@ -131,6 +131,22 @@ def test_a_payload_in_its_wire_encoding_gives_the_units_its_decoded_samples_give
         assert a.samples.dtype == np.float32 and np.array_equal(a.samples, b.samples)
 
 
+def test_a_unit_handed_out_keeps_its_samples_whatever_comes_after() -> None:
+    """Units are views of the assembler's buffer: later input, a clear or a commit never writes behind a
+    cut."""
+    assembler = UnitAssembler(UnitGrid(80), MODEL_RATE)
+    signal = _noise(3000, MODEL_RATE)
+    units = _feed(assembler, _pieces(signal[:20_000], 1280), MODEL_RATE)
+    kept = [u.samples.copy() for u in units]
+    assembler.push(signal[20_000:20_500], MODEL_RATE)
+    assembler.clear()
+    units += _feed(assembler, _pieces(signal[20_500:], 700), MODEL_RATE)
+    units.append(assembler.flush())
+    assert len(units) > 30
+    for unit, before in zip(units, kept, strict=False):
+        assert np.array_equal(unit.samples, before)
+
+
 # --- resampling -------------------------------------------------------------------------------------
 
 

@@ -4,9 +4,11 @@ Input arrives in appends of any size and rate; it is resampled to the model's in
 boundaries of the `UnitGrid`, so unit k always covers the same span of the media clock however the client
 chunked its audio. Video frames ride with the unit that the append carrying them closes (or fills).
 
-Input waits in the buffer of the unit it will be part of, and an append that needs no resampling is
-converted from its wire encoding straight into that buffer (`EncodedAudio.decode_into`): no float array
-per append, no joining at the cut. A cut hands the buffer to the unit and starts the next one's.
+Input waits in a buffer where the units are cut, and an append that needs no resampling is converted from
+its wire encoding straight into it (`EncodedAudio.decode_into`): no float array per append, no joining or
+copying at the cut. A unit's samples are a view of the buffer, which is never written behind a cut; a new
+block is allocated (with what is pending) when the buffer is full: about once a second of input, or once
+per unit when units are longer.
 """
 
 from __future__ import annotations
@@ -20,6 +22,10 @@ from duplexkit.protocol.audio import EncodedAudio, StreamingResampler
 from duplexkit.protocol.units import UnitGrid, ms_to_samples, samples_to_ms
 
 Samples = npt.NDArray[np.float32]
+
+_BLOCK_MS = 1000
+"""Input a new buffer block holds at least: one allocation per second for short units (12.5 at 80 ms),
+while a session's live block stays the size one 1 s unit took before."""
 
 
 @dataclass(frozen=True, slots=True)
@@ -36,8 +42,8 @@ class UnitAssembler:
         self.grid = grid
         self.model_rate_hz = model_rate_hz
         self._resampler: StreamingResampler | None = None
-        self._unit_samples = ms_to_samples(grid.chunk_period_ms, model_rate_hz)
-        self._buffer: Samples = np.empty(ms_to_samples(grid.first_end_ms, model_rate_hz), dtype=np.float32)
+        self._block = ms_to_samples(max(grid.chunk_period_ms, _BLOCK_MS), model_rate_hz)
+        self._buffer: Samples = np.empty(0, dtype=np.float32)
         self._pending_len = 0  # the buffer's first samples: input received, not yet part of a unit
         self._frames: dict[int, list[bytes]] = {}
         self._input_ms = 0.0  # the media clock of the input as sent, before resampling
@@ -116,7 +122,7 @@ class UnitAssembler:
             return
         end = self._pending_len + count
         if end > len(self._buffer):
-            grown = np.empty(max(end, 2 * len(self._buffer)), dtype=np.float32)
+            grown = np.empty(max(end, self._block), dtype=np.float32)
             grown[: self._pending_len] = self._buffer[: self._pending_len]
             self._buffer = grown
         into = self._buffer[self._pending_len : end]
@@ -127,12 +133,9 @@ class UnitAssembler:
         self._pending_len = end
 
     def _cut(self, count: int, *, final: bool) -> AssembledUnit:
-        """The next `count` buffered samples as a unit: the buffer goes with it, the rest to a new one."""
-        head, tail = self._buffer[:count], self._buffer[count : self._pending_len]
-        self._buffer = np.empty(max(self._unit_samples, len(tail)), dtype=np.float32)
-        if len(tail):
-            self._buffer[: len(tail)] = tail
-        self._pending_len = len(tail)
+        """The next `count` buffered samples as a unit (a view); the buffer goes on after them."""
+        head, self._buffer = self._buffer[:count], self._buffer[count:]
+        self._pending_len -= count
         start = self._emitted
         self._emitted += count
         frames: tuple[bytes, ...] = ()
