@@ -9,6 +9,8 @@ apart from the load generator's:
 - `floor` (the baseline): a bare `websockets` server that receives the same frames and answers one small
   event per unit (the protocol's cadence), permessage-deflate off on both sides. It does the transport
   part of our job and nothing else. Like duplexkit under uvicorn, it runs on uvloop when installed.
+- `floor-picows`: the same floor on `picows` (Cython WebSocket framing over asyncio), to weigh the
+  transport library: what a faster edge could save (`picows` is in the dev extra, not a dependency).
 - `echo`: a bare `websockets` server sending every frame back (five times the protocol's outbound bytes),
   compression off; the floor this benchmark used to quote.
 - `duplexkit`: `duplexkit serve` on its default edge (the native `websockets` server), compression off on
@@ -33,6 +35,7 @@ from __future__ import annotations
 import argparse
 import asyncio
 import base64
+import importlib.util
 import json
 import statistics
 import sys
@@ -96,6 +99,32 @@ except ImportError:
     asyncio.run(main())
 """
 """The bare servers; `EVENT` is the size of duplexkit's `response.listen` (170 bytes)."""
+
+PICOWS_FLOOR = """
+import sys, uvloop
+from picows import WSListener, WSMsgType, ws_create_server
+EVENT = (
+    b'{"type":"response.listen","event_id":"evt_000000000000_1","server_event_seq":1,'
+    b'"response":{"status":"listening","metadata":{"reason":"model_listen","model_listen":true}}}'
+)
+class Floor(WSListener):
+    count = 0
+    def on_ws_frame(self, transport, frame):
+        if frame.msg_type == WSMsgType.TEXT:
+            frame.get_payload_as_ascii_text()  # the message is read, as the websockets floor's recv does
+            self.count += 1
+            if self.count % int(sys.argv[2]) == 0:
+                transport.send(WSMsgType.TEXT, EVENT)
+        elif frame.msg_type == WSMsgType.CLOSE:
+            transport.send_close(frame.get_close_code())
+            transport.disconnect()
+async def main():
+    port = int(sys.argv[1])
+    server = await ws_create_server(lambda request: Floor(), "127.0.0.1", port, max_frame_size=1 << 24)
+    await server.serve_forever()
+uvloop.run(main())
+"""
+"""The floor on `picows` (one text frame per message: the load generator never fragments)."""
 
 
 @dataclass
@@ -207,6 +236,14 @@ def _argv(name: str, port: int, sessions: int, cadence: Cadence) -> tuple[list[s
     if name in ("floor", "echo"):
         argv = [sys.executable, "-c", BARE_SERVER, str(port), name, str(cadence.appends_per_unit)]
         return argv, f"ws://127.0.0.1:{port}"
+    if name == "floor-picows":
+        return [
+            sys.executable,
+            "-c",
+            PICOWS_FLOOR,
+            str(port),
+            str(cadence.appends_per_unit),
+        ], f"ws://127.0.0.1:{port}"
     if name in ("duplexkit", "duplexkit-asgi", "duplexkit+deflate"):
         compression = "--ws-compression" if name.endswith("+deflate") else "--no-ws-compression"
         edge = "asgi" if name.endswith("-asgi") else "websockets"
@@ -250,8 +287,8 @@ async def main() -> None:
     parser.add_argument(
         "--servers",
         default="floor,duplexkit,duplexkit-asgi",
-        help="which servers to run, in order, of floor, echo, duplexkit, duplexkit-asgi, duplexkit+deflate "
-        "(default: %(default)s)",
+        help="which servers to run, in order, of floor, floor-picows, echo, duplexkit, duplexkit-asgi, "
+        "duplexkit+deflate (default: %(default)s)",
     )
     args = parser.parse_args()
     try:
@@ -260,6 +297,8 @@ async def main() -> None:
             cadence.appends_per_unit  # noqa: B018  # validates the unit length
     except ValueError as exc:
         parser.error(f"--unit-ms: {exc}")
+    if "floor-picows" in args.servers.split(",") and importlib.util.find_spec("picows") is None:
+        parser.error("floor-picows needs picows (pip install picows==2.3.1, in the dev extra)")
 
     summary: dict[Cadence, dict[str, dict[str, float]]] = {}
     for cadence in cadences:
