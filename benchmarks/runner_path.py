@@ -8,14 +8,14 @@ assembling, stepping, rendering, the hand-offs between tasks), without the `webs
 kernel: the part of `server_load.py`'s gap to the floor that this project's code decides.
 
 The figure to compare is instructions per append under callgrind (repeatable on a shared machine, where
-CPU time is not): run it at two sizes and divide the difference by the difference in appends, which
-cancels start-up:
+CPU time is not): run it at two sizes and divide the difference by the difference in appends (here
+20 sessions x 100 rounds), which cancels start-up:
 
-    valgrind --tool=callgrind --callgrind-out-file=/tmp/cg.%p python benchmarks/runner_path.py --rounds 50
-    valgrind --tool=callgrind --callgrind-out-file=/tmp/cg.%p python benchmarks/runner_path.py --rounds 150
+    valgrind --tool=callgrind --callgrind-out-file=/tmp/cg.%p python benchmarks/runner_path.py --rounds 30
+    valgrind --tool=callgrind --callgrind-out-file=/tmp/cg.%p python benchmarks/runner_path.py --rounds 130
 
-(`callgrind_annotate /tmp/cg.PID | head` prints the total, "PROGRAM TOTALS"). Without valgrind it prints
-the process CPU time per append, which is only meaningful on a quiet machine.
+(the `summary:` line of each output file is the total). Without valgrind it prints the process
+CPU time per append, which is only meaningful on a quiet machine.
 """
 
 from __future__ import annotations
