@@ -22,7 +22,7 @@ import time
 import urllib.request
 from typing import Any
 
-from server_load import APPEND_MS, SessionStats, _append_frames, _session
+from server_load import DEFAULT_CADENCE, SessionStats, _append_frames, _session, stagger
 from serving import free_port
 
 from duplexkit.server.ray_serve import RayServeOptions, ray_serve
@@ -51,13 +51,21 @@ def healthz(http: str) -> dict[str, Any]:
 
 
 async def round_of(urls: list[str], sessions: int, seconds: float) -> dict[str, float]:
-    frames = _append_frames(seconds)
+    frames = _append_frames(seconds, DEFAULT_CADENCE.append_ms)
     stats = [SessionStats() for _ in range(sessions)]
     cpu0 = ray_cpu_seconds()
     begin = time.monotonic() + 1.0
     await asyncio.gather(
         *(
-            _session(urls[i % len(urls)], frames, False, begin + (i % 40) * APPEND_MS / 40_000, s)
+            _session(
+                urls[i % len(urls)],
+                frames,
+                DEFAULT_CADENCE,
+                False,
+                False,
+                begin + stagger(i, DEFAULT_CADENCE),
+                s,
+            )
             for i, s in enumerate(stats)
         )
     )
@@ -102,7 +110,10 @@ async def main() -> None:
             results["proxy"].append(await round_of([proxy_url], args.sessions, args.seconds))
             results["direct"].append(await round_of(direct, args.sessions, args.seconds))
     print(f"local Ray cluster up in {up_s:.1f} s; {args.replicas} replicas; {args.sessions} sessions x ")
-    print(f"{args.seconds:g} s per round, {APPEND_MS} ms appends, realtime; {args.rounds} round pairs")
+    print(
+        f"{args.seconds:g} s per round, {DEFAULT_CADENCE.append_ms} ms appends, realtime; "
+        f"{args.rounds} round pairs"
+    )
     print(
         f"{'path':<7} {'round':>5} {'held':>5} {'p50 ms':>8} {'p99 ms':>8} {'samples':>8} {'ray CPU s':>10}"
     )

@@ -1,12 +1,16 @@
 """Server load: N concurrent realtime sessions against `duplexkit serve --model scripted`, beside floors.
 
-Each session streams 16 kHz PCM16 speech in 200 ms appends on a deadline schedule; every server below gets
-the same traffic in the same run, one after another, each as a subprocess so its CPU time is measured
+Each session streams 16 kHz PCM16 speech on a deadline schedule, at each unit length (`--unit-ms`, default
+1 s and Moshi's 80 ms frame): 200 ms appends for units of 200 ms or more, one append per unit for shorter
+ones (the scripted model is served with `chunk_period_ms` set to the unit). For each unit length, every
+server below gets the same traffic, one after another, each as a subprocess so its CPU time is measured
 apart from the load generator's:
 
 - `floor` (the baseline): a bare `websockets` server that receives the same frames and answers one small
-  event per 1 s unit (the protocol's cadence), permessage-deflate off on both sides. It does the transport
+  event per unit (the protocol's cadence), permessage-deflate off on both sides. It does the transport
   part of our job and nothing else. Like duplexkit under uvicorn, it runs on uvloop when installed.
+- `floor-picows`: the same floor on `picows` (Cython WebSocket framing over asyncio), to weigh the
+  transport library: what a faster edge could save (`picows` is in the dev extra, not a dependency).
 - `echo`: a bare `websockets` server sending every frame back (five times the protocol's outbound bytes),
   compression off; the floor this benchmark used to quote.
 - `duplexkit`: `duplexkit serve` on its default edge (the native `websockets` server), compression off on
@@ -20,6 +24,7 @@ Latency of a unit is (append that closes the unit sent → its answer received: 
 floor's event); for the echo, (append sent → its echo received). Clock: the load generator's monotonic.
 
     .venv/bin/python benchmarks/server_load.py --sessions 1000 --seconds 10
+    .venv/bin/python benchmarks/server_load.py --sessions 500 --seconds 10 --unit-ms 80
 
 It prints /proc/loadavg before each server's turn: the machine may be shared, and a server that does not
 get the CPU it asks for falls behind realtime (its p99 says so).
@@ -30,6 +35,7 @@ from __future__ import annotations
 import argparse
 import asyncio
 import base64
+import importlib.util
 import json
 import statistics
 import sys
@@ -41,9 +47,29 @@ import numpy as np
 import websockets
 from serving import cpu_seconds, duplexkit_serve, free_port, start
 
-APPEND_MS = 200
-UNIT_MS = 1000
 RATE = 16_000
+LONGEST_APPEND_MS = 200
+"""Appends are this long, or one unit when the unit is shorter."""
+
+
+@dataclass(frozen=True, slots=True)
+class Cadence:
+    """A unit length and the append length the load generator sends at it."""
+
+    unit_ms: int
+
+    @property
+    def append_ms(self) -> int:
+        return min(self.unit_ms, LONGEST_APPEND_MS)
+
+    @property
+    def appends_per_unit(self) -> int:
+        if self.unit_ms % self.append_ms:
+            raise ValueError(f"a {self.unit_ms} ms unit is not a whole number of {self.append_ms} ms appends")
+        return self.unit_ms // self.append_ms
+
+
+DEFAULT_CADENCE = Cadence(1000)
 
 BARE_SERVER = """
 import asyncio, sys, websockets
@@ -74,6 +100,32 @@ except ImportError:
 """
 """The bare servers; `EVENT` is the size of duplexkit's `response.listen` (170 bytes)."""
 
+PICOWS_FLOOR = """
+import sys, uvloop
+from picows import WSListener, WSMsgType, ws_create_server
+EVENT = (
+    b'{"type":"response.listen","event_id":"evt_000000000000_1","server_event_seq":1,'
+    b'"response":{"status":"listening","metadata":{"reason":"model_listen","model_listen":true}}}'
+)
+class Floor(WSListener):
+    count = 0
+    def on_ws_frame(self, transport, frame):
+        if frame.msg_type == WSMsgType.TEXT:
+            frame.get_payload_as_ascii_text()  # the message is read, as the websockets floor's recv does
+            self.count += 1
+            if self.count % int(sys.argv[2]) == 0:
+                transport.send(WSMsgType.TEXT, EVENT)
+        elif frame.msg_type == WSMsgType.CLOSE:
+            transport.send_close(frame.get_close_code())
+            transport.disconnect()
+async def main():
+    port = int(sys.argv[1])
+    server = await ws_create_server(lambda request: Floor(), "127.0.0.1", port, max_frame_size=1 << 24)
+    await server.serve_forever()
+uvloop.run(main())
+"""
+"""The floor on `picows` (one text frame per message: the load generator never fragments)."""
+
 
 @dataclass
 class SessionStats:
@@ -81,18 +133,18 @@ class SessionStats:
     held: bool = False
 
 
-def _append_frames(seconds: float) -> list[str]:
-    t = np.arange(round(APPEND_MS * RATE / 1000)) / RATE
+def _append_frames(seconds: float, append_ms: int) -> list[str]:
+    t = np.arange(round(append_ms * RATE / 1000)) / RATE
     pcm = (0.2 * np.sin(2 * np.pi * 300 * t) * 32767).astype("<i2").tobytes()
     audio = base64.b64encode(pcm).decode()
-    count = round(seconds * 1000 / APPEND_MS)
+    count = round(seconds * 1000 / append_ms)
     return [
         json.dumps(
             {
                 "type": "input_audio_buffer.append",
                 "audio": audio,
-                "duration_ms": APPEND_MS,
-                "audio_end_ms": (k + 1) * APPEND_MS,
+                "duration_ms": append_ms,
+                "audio_end_ms": (k + 1) * append_ms,
             }
         )
         for k in range(count)
@@ -100,9 +152,16 @@ def _append_frames(seconds: float) -> list[str]:
 
 
 async def _session(
-    url: str, frames: list[str], echo: bool, deflate: bool, start_at: float, stats: SessionStats
+    url: str,
+    frames: list[str],
+    cadence: Cadence,
+    echo: bool,
+    deflate: bool,
+    start_at: float,
+    stats: SessionStats,
 ) -> None:
-    per_unit = UNIT_MS // APPEND_MS
+    per_unit = cadence.appends_per_unit
+    append_s = cadence.append_ms / 1000
     sent_at: dict[int, float] = {}
     compression = "deflate" if deflate else None
     async with websockets.connect(url, max_size=None, ping_interval=None, compression=compression) as ws:
@@ -126,7 +185,7 @@ async def _session(
 
         task = asyncio.create_task(reader())
         for k, frame in enumerate(frames):
-            delay = start_at + k * APPEND_MS / 1000 - time.monotonic()
+            delay = start_at + k * append_s - time.monotonic()
             if delay > 0:
                 await asyncio.sleep(delay)
             if echo:
@@ -138,19 +197,23 @@ async def _session(
         task.cancel()
 
 
+def stagger(i: int, cadence: Cadence) -> float:
+    """Session `i`'s start offset: spread over one append period so sessions do not all send at once."""
+    return (i % 40) * cadence.append_ms / 40_000
+
+
 async def _run(
-    name: str, argv: list[str], url: str, port: int, sessions: int, seconds: float
+    name: str, argv: list[str], url: str, port: int, sessions: int, seconds: float, cadence: Cadence
 ) -> dict[str, float]:
     proc = await start(argv, port)
-    frames = _append_frames(seconds)
+    frames = _append_frames(seconds, cadence.append_ms)
     stats = [SessionStats() for _ in range(sessions)]
     cpu0 = cpu_seconds(proc.pid)
     begin = time.monotonic() + 1.0
     deflate = name.endswith("+deflate")
-    # Stagger starts over one append period so sessions do not all send in the same millisecond.
     await asyncio.gather(
         *(
-            _session(url, frames, name == "echo", deflate, begin + (i % 40) * APPEND_MS / 40_000, s)
+            _session(url, frames, cadence, name == "echo", deflate, begin + stagger(i, cadence), s)
             for i, s in enumerate(stats)
         )
     )
@@ -168,44 +231,32 @@ async def _run(
     }
 
 
-async def main() -> None:
-    parser = argparse.ArgumentParser(
-        description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter
-    )
-    parser.add_argument("--sessions", type=int, default=200)
-    parser.add_argument("--seconds", type=float, default=20.0, help="audio streamed per session")
+def _argv(name: str, port: int, sessions: int, cadence: Cadence) -> tuple[list[str], str] | None:
+    """A server's command line and URL, or `None` for an unknown name."""
+    if name in ("floor", "echo"):
+        argv = [sys.executable, "-c", BARE_SERVER, str(port), name, str(cadence.appends_per_unit)]
+        return argv, f"ws://127.0.0.1:{port}"
+    if name == "floor-picows":
+        return [
+            sys.executable,
+            "-c",
+            PICOWS_FLOOR,
+            str(port),
+            str(cadence.appends_per_unit),
+        ], f"ws://127.0.0.1:{port}"
+    if name in ("duplexkit", "duplexkit-asgi", "duplexkit+deflate"):
+        compression = "--ws-compression" if name.endswith("+deflate") else "--no-ws-compression"
+        edge = "asgi" if name.endswith("-asgi") else "websockets"
+        serve = duplexkit_serve(port, sessions, (f"chunk_period_ms={cadence.unit_ms}",))
+        return [*serve, compression, "--edge", edge], f"ws://127.0.0.1:{port}/v1/realtime"
+    return None
 
-    parser.add_argument(
-        "--servers",
-        default="floor,duplexkit,duplexkit-asgi",
-        help="which servers to run, in order, of floor, echo, duplexkit, duplexkit-asgi, duplexkit+deflate "
-        "(default: %(default)s)",
-    )
-    args = parser.parse_args()
 
-    results = {}
-    for name in args.servers.split(","):
-        port = free_port()
-        if name in ("floor", "echo"):
-            argv = [sys.executable, "-c", BARE_SERVER, str(port), name, str(UNIT_MS // APPEND_MS)]
-            url = f"ws://127.0.0.1:{port}"
-        elif name in ("duplexkit", "duplexkit-asgi", "duplexkit+deflate"):
-            compression = "--ws-compression" if name.endswith("+deflate") else "--no-ws-compression"
-            edge = "asgi" if name.endswith("-asgi") else "websockets"
-            argv = [*duplexkit_serve(port, args.sessions), compression, "--edge", edge]
-            url = f"ws://127.0.0.1:{port}/v1/realtime"
-        else:
-            parser.error(f"unknown server {name!r}")
-        load = Path("/proc/loadavg").read_text().split()[:3]  # noqa: ASYNC240  # a tiny procfs read
-        print(f"{name}: load average before its turn {' '.join(load)}", flush=True)
-        results[name] = await _run(name, argv, url, port, args.sessions, args.seconds)
-        r = results[name]
-        print(
-            f"{name:<18} held {r['held']:>5.0f}  cpu s/session-s {r['cpu_per_session_second']:.6f}"
-            f"  p50 {r['p50_ms']:.2f} ms  p99 {r['p99_ms']:.2f} ms  samples {r['samples']:.0f}",
-            flush=True,
-        )
-    print(f"{args.sessions} sessions x {args.seconds:g} s of 16 kHz PCM16, {APPEND_MS} ms appends, realtime")
+def _report(sessions: int, seconds: float, cadence: Cadence, results: dict[str, dict[str, float]]) -> None:
+    print(
+        f"{sessions} sessions x {seconds:g} s of 16 kHz PCM16, {cadence.unit_ms} ms units, "
+        f"{cadence.append_ms} ms appends, realtime"
+    )
     print(f"{'server':<18} {'held':>5} {'cpu s/session-s':>16} {'p50 ms':>8} {'p99 ms':>8} {'samples':>8}")
     for name, r in results.items():
         print(
@@ -216,7 +267,62 @@ async def main() -> None:
         floor = results["floor"]["cpu_per_session_second"]
         for name, r in results.items():
             if name != "floor":
-                print(f"CPU per session-second, {name} / floor: {r['cpu_per_session_second'] / floor:.2f}x")
+                print(
+                    f"{cadence.unit_ms} ms units: CPU per session-second, {name} / floor: "
+                    f"{r['cpu_per_session_second'] / floor:.2f}x"
+                )
+
+
+async def main() -> None:
+    parser = argparse.ArgumentParser(
+        description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter
+    )
+    parser.add_argument("--sessions", type=int, default=200)
+    parser.add_argument("--seconds", type=float, default=20.0, help="audio streamed per session")
+    parser.add_argument(
+        "--unit-ms",
+        default="1000,80",
+        help="unit lengths to run, in order, comma-separated (default: %(default)s)",
+    )
+    parser.add_argument(
+        "--servers",
+        default="floor,duplexkit,duplexkit-asgi",
+        help="which servers to run, in order, of floor, floor-picows, echo, duplexkit, duplexkit-asgi, "
+        "duplexkit+deflate (default: %(default)s)",
+    )
+    args = parser.parse_args()
+    try:
+        cadences = [Cadence(int(ms)) for ms in args.unit_ms.split(",")]
+        for cadence in cadences:
+            cadence.appends_per_unit  # noqa: B018  # validates the unit length
+    except ValueError as exc:
+        parser.error(f"--unit-ms: {exc}")
+    if "floor-picows" in args.servers.split(",") and importlib.util.find_spec("picows") is None:
+        parser.error("floor-picows needs picows (pip install picows==2.3.1, in the dev extra)")
+
+    summary: dict[Cadence, dict[str, dict[str, float]]] = {}
+    for cadence in cadences:
+        results = summary.setdefault(cadence, {})
+        for name in args.servers.split(","):
+            port = free_port()
+            server = _argv(name, port, args.sessions, cadence)
+            if server is None:
+                parser.error(f"unknown server {name!r}")
+            argv, url = server
+            load = Path("/proc/loadavg").read_text().split()[:3]  # noqa: ASYNC240  # a tiny procfs read
+            print(
+                f"{name} ({cadence.unit_ms} ms units): load average before its turn {' '.join(load)}",
+                flush=True,
+            )
+            results[name] = await _run(name, argv, url, port, args.sessions, args.seconds, cadence)
+            r = results[name]
+            print(
+                f"{name:<18} held {r['held']:>5.0f}  cpu s/session-s {r['cpu_per_session_second']:.6f}"
+                f"  p50 {r['p50_ms']:.2f} ms  p99 {r['p99_ms']:.2f} ms  samples {r['samples']:.0f}",
+                flush=True,
+            )
+    for cadence, results in summary.items():
+        _report(args.sessions, args.seconds, cadence, results)
 
 
 if __name__ == "__main__":

@@ -19,7 +19,7 @@ from hypothesis import strategies as st
 
 from duplexkit.engine import EngineConfig, EngineSession
 from duplexkit.engine.assembler import AssembledUnit, UnitAssembler
-from duplexkit.protocol.audio import encode_base64_audio
+from duplexkit.protocol.audio import EncodedAudio, encode_audio, encode_base64_audio
 from duplexkit.protocol.units import UnitGrid
 from duplexkit.protocol.wire import parse_client_event
 
@@ -97,6 +97,54 @@ def test_units_do_not_depend_on_how_appends_are_chunked(rate: int, period: int, 
     assert _spans(actual) == _spans(expected)
     for got, want in zip(actual, expected, strict=True):
         assert np.array_equal(got.samples, want.samples)
+
+
+@settings(max_examples=40, deadline=None)
+@given(
+    rate=st.sampled_from([16_000, 24_000]),
+    fmt=st.sampled_from(["pcm16", "pcm_f32le", "g711_ulaw"]),
+    cuts=st.sets(st.integers(1, 1199), max_size=12),
+    clear_at=st.integers(0, 14),
+)
+def test_a_payload_in_its_wire_encoding_gives_the_units_its_decoded_samples_give(
+    rate: int, fmt: Any, cuts: set[int], clear_at: int
+) -> None:
+    """What the engine pushes (the append's payload, converted into the unit buffer) against the float
+    samples it decodes to, on a 200 ms grid, with a clear and a rate change on the way."""
+    signal = _noise(1200, rate)
+    bounds = [0, *sorted(c * rate // 1000 for c in cuts), len(signal)]
+    payloads = [EncodedAudio(encode_audio(signal[a:b], fmt), fmt) for a, b in itertools.pairwise(bounds)]
+    encoded, decoded = UnitAssembler(UnitGrid(200), MODEL_RATE), UnitAssembler(UnitGrid(200), MODEL_RATE)
+    got: list[AssembledUnit] = []
+    want: list[AssembledUnit] = []
+    for i, payload in enumerate([*payloads, *payloads]):
+        in_rate = rate if i < len(payloads) else MODEL_RATE
+        got += encoded.push(payload, in_rate)
+        want += decoded.push(payload.decode(), in_rate)
+        if i == clear_at:
+            encoded.clear()
+            decoded.clear()
+    got.append(encoded.flush())
+    want.append(decoded.flush())
+    assert _spans(got) == _spans(want)
+    for a, b in zip(got, want, strict=True):
+        assert a.samples.dtype == np.float32 and np.array_equal(a.samples, b.samples)
+
+
+def test_a_unit_handed_out_keeps_its_samples_whatever_comes_after() -> None:
+    """Units are views of the assembler's buffer: later input, a clear or a commit never writes behind a
+    cut."""
+    assembler = UnitAssembler(UnitGrid(80), MODEL_RATE)
+    signal = _noise(3000, MODEL_RATE)
+    units = _feed(assembler, _pieces(signal[:20_000], 1280), MODEL_RATE)
+    kept = [u.samples.copy() for u in units]
+    assembler.push(signal[20_000:20_500], MODEL_RATE)
+    assembler.clear()
+    units += _feed(assembler, _pieces(signal[20_500:], 700), MODEL_RATE)
+    units.append(assembler.flush())
+    assert len(units) > 30
+    for unit, before in zip(units, kept, strict=False):
+        assert np.array_equal(unit.samples, before)
 
 
 # --- resampling -------------------------------------------------------------------------------------

@@ -9,6 +9,7 @@ from __future__ import annotations
 
 import base64
 import json
+import math
 import re
 from typing import Any
 
@@ -539,6 +540,21 @@ def test_continuation_follows_the_chunk_period() -> None:
     assert h.engine.tick(1.15).units == []
     [unit] = h.engine.tick(1.25).units
     assert len(unit.samples) == 200 * IN_RATE // 1000
+
+
+def test_next_tick_at_is_when_a_tick_first_has_work() -> None:
+    """The shared ticker visits the session then: before it, ticks do nothing; at it, one does."""
+    h = Harness()
+    h.step(h.unit(), Listen(), at=1.0)
+    idle_due = h.engine.next_tick_at()  # listening: only the idle timeout
+    assert h.engine.tick(idle_due - 0.01) == Step()
+    h.open_response(now=1.0)
+    due = h.engine.next_tick_at()  # a reply: its continuation, one period after the last unit
+    assert due < idle_due
+    assert h.engine.tick(due - 0.01).units == []
+    assert len(h.engine.tick(due).units) == 1
+    h.engine.close("client_close", due)
+    assert h.engine.next_tick_at() == math.inf
 
 
 def test_no_continuation_without_an_active_response() -> None:

@@ -8,6 +8,7 @@ order, and units for the model to step, in order. It never sleeps, reads a clock
 
 from __future__ import annotations
 
+import math
 from dataclasses import dataclass, field
 from typing import Any, Literal
 
@@ -255,7 +256,7 @@ class EngineSession:
         self._continuations = 0
         frames = tuple(event.frames) if self.config.accepts_video else ()
         rate = event.sample_rate_hz or self.settings.input_sample_rate_hz
-        assembled = self._assembler.push(event.samples, rate, frames)
+        assembled = self._assembler.push(event.payload, rate, frames)
         step.extend(
             self._units(assembled, now, is_speech=event.is_speech, force_listen=bool(event.force_listen))
         )
@@ -500,6 +501,17 @@ class EngineSession:
     def step_finished(self, unit: Unit, now: float) -> None:
         self._outstanding = max(0, self._outstanding - 1)
         self._last_unit_at = max(self._last_unit_at, now)
+
+    def next_tick_at(self) -> float:
+        """The earliest `now` at which `tick` may have work (`math.inf`: none, whatever the time): the idle
+        timeout, and while a reply is active, one unit period after the last unit (a continuation)."""
+        if self.closed or self._last_input_at is None:
+            due = math.inf
+        else:
+            due = self._last_input_at + self.settings.idle_timeout_s
+        if self._response is not None and not self.closed:
+            due = min(due, self._last_unit_at + self.config.chunk_period_ms / 1000.0)
+        return due
 
     def tick(self, now: float) -> Step:
         """Time passed: enforce the idle timeout and step silence while a reply continues past the input."""

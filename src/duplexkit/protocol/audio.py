@@ -12,6 +12,7 @@ from __future__ import annotations
 
 import base64
 import binascii
+from dataclasses import dataclass
 from typing import Final, Literal, get_args
 
 import numpy as np
@@ -20,12 +21,15 @@ import pybase64
 import soxr
 
 __all__ = [
+    "BYTES_PER_SAMPLE",
     "AudioDecodeError",
     "AudioFormat",
+    "EncodedAudio",
     "StreamingResampler",
     "UnsupportedAudioFormat",
     "decode_audio",
     "decode_base64_audio",
+    "decode_base64_payload",
     "encode_audio",
     "encode_base64_audio",
     "normalize_audio_format",
@@ -173,37 +177,75 @@ del _table
 # --------------------------------------------------------------------------------------------------
 
 
+BYTES_PER_SAMPLE: Final[dict[AudioFormat, int]] = {"pcm16": 2, "pcm_f32le": 4, "g711_ulaw": 1, "g711_alaw": 1}
+"""Payload bytes per mono sample of each format."""
+
+
+@dataclass(frozen=True, slots=True)
+class EncodedAudio:
+    """A mono payload that passed its format's checks (`EncodedAudio.checked`), still in its wire encoding.
+
+    It is converted to float once, by whoever holds the buffer the samples belong in: `decode_into` writes
+    them into a caller's array (the unit assembler's unit buffer), `decode` into a new one.
+    """
+
+    data: bytes
+    format: AudioFormat
+
+    @classmethod
+    def checked(cls, data: bytes, fmt: AudioFormat) -> EncodedAudio:
+        """`data` in `fmt`, or AudioDecodeError for an odd pcm16 byte count, a pcm_f32le byte count that is
+        not a multiple of 4, or pcm_f32le NaN/inf (garbage must not reach a model). G.711 accepts any
+        length (1 byte each)."""
+        fmt = _require_format(fmt)
+        if fmt == "pcm16":
+            if len(data) % 2:
+                raise AudioDecodeError(
+                    f"pcm16 payload has an odd byte count ({len(data)}); expected 2 bytes/sample"
+                )
+        elif fmt == "pcm_f32le":
+            if len(data) % 4:
+                raise AudioDecodeError(
+                    f"pcm_f32le payload byte count ({len(data)}) is not a multiple of 4; "
+                    "expected 4 bytes/sample"
+                )
+            finite = np.isfinite(np.frombuffer(data, dtype="<f4"))
+            if not finite.all():
+                first_bad = int(np.argmin(finite))
+                raise AudioDecodeError(
+                    f"pcm_f32le payload contains NaN or infinity (first at sample {first_bad})"
+                )
+        return cls(data, fmt)
+
+    def __len__(self) -> int:
+        """Samples in the payload."""
+        return len(self.data) // BYTES_PER_SAMPLE[self.format]
+
+    def decode(self) -> Float32Array:
+        """The samples as a new, writable float32 array in [-1, 1]."""
+        out = np.empty(len(self), dtype=np.float32)
+        self.decode_into(out)
+        return out
+
+    def decode_into(self, out: Float32Array) -> None:
+        """Write the samples into `out` (float32, exactly `len(self)` long): pcm16 divided by 32768,
+        pcm_f32le clipped to [-1, 1], G.711 through its table."""
+        if self.format == "pcm16":
+            np.multiply(np.frombuffer(self.data, dtype="<i2"), np.float32(1.0 / _PCM16_SCALE), out=out)
+        elif self.format == "pcm_f32le":
+            np.clip(np.frombuffer(self.data, dtype="<f4"), -1.0, 1.0, out=out)
+        else:
+            table = _ULAW_TO_FLOAT if self.format == "g711_ulaw" else _ALAW_TO_FLOAT
+            np.take(table, np.frombuffer(self.data, dtype=np.uint8), out=out)
+
+
 def decode_audio(data: bytes, fmt: AudioFormat) -> Float32Array:
-    """Decode a mono payload to a new, writable float32 array in [-1, 1].
+    """Decode a mono payload to a new, writable float32 array in [-1, 1] (`EncodedAudio` holds the rules).
 
     pcm16 is little-endian int16 divided by 32768; pcm_f32le values outside [-1, 1] are clipped.
-    Raises AudioDecodeError for an odd pcm16 byte count, a pcm_f32le byte count that is not a multiple
-    of 4, or pcm_f32le NaN/inf (garbage must not reach a model). G.711 accepts any length (1 byte each).
+    Raises AudioDecodeError for a payload its format refuses.
     """
-    fmt = _require_format(fmt)
-    if fmt == "pcm16":
-        if len(data) % 2:
-            raise AudioDecodeError(
-                f"pcm16 payload has an odd byte count ({len(data)}); expected 2 bytes/sample"
-            )
-        ints = np.frombuffer(data, dtype="<i2")
-        return (ints.astype(np.float32) / np.float32(_PCM16_SCALE)).astype(np.float32)
-    if fmt == "pcm_f32le":
-        if len(data) % 4:
-            raise AudioDecodeError(
-                f"pcm_f32le payload byte count ({len(data)}) is not a multiple of 4; expected 4 bytes/sample"
-            )
-        floats = np.frombuffer(data, dtype="<f4").astype(np.float32)
-        finite = np.isfinite(floats)
-        if not finite.all():
-            first_bad = int(np.argmin(finite))
-            raise AudioDecodeError(
-                f"pcm_f32le payload contains NaN or infinity (first at sample {first_bad})"
-            )
-        return np.clip(floats, -1.0, 1.0, out=floats)
-    codes = np.frombuffer(data, dtype=np.uint8)
-    table = _ULAW_TO_FLOAT if fmt == "g711_ulaw" else _ALAW_TO_FLOAT
-    return table[codes]
+    return EncodedAudio.checked(data, fmt).decode()
 
 
 def _as_mono_float32(samples: npt.ArrayLike, what: str) -> Float32Array:
@@ -241,8 +283,8 @@ def encode_audio(samples: npt.ArrayLike, fmt: AudioFormat) -> bytes:
     return table[index].tobytes()
 
 
-def decode_base64_audio(b64: str, fmt: AudioFormat) -> Float32Array:
-    """Strict base64 (no whitespace, correct padding) then decode_audio; bad base64 is AudioDecodeError.
+def decode_base64_payload(b64: str, fmt: AudioFormat) -> EncodedAudio:
+    """Strict base64 (no whitespace, correct padding), checked in `fmt`; bad base64 is AudioDecodeError.
 
     pybase64 (SIMD, about 20x faster: base64 was the largest single cost of an append on the server) goes
     first; what it refuses goes to the standard library's strict decoder, which has the last word (it
@@ -255,7 +297,12 @@ def decode_base64_audio(b64: str, fmt: AudioFormat) -> Float32Array:
             data = base64.b64decode(b64, validate=True)
         except (binascii.Error, ValueError, TypeError) as exc:
             raise AudioDecodeError(f"audio payload is not valid base64: {exc}") from exc
-    return decode_audio(data, fmt)
+    return EncodedAudio.checked(data, fmt)
+
+
+def decode_base64_audio(b64: str, fmt: AudioFormat) -> Float32Array:
+    """`decode_base64_payload` then `EncodedAudio.decode`."""
+    return decode_base64_payload(b64, fmt).decode()
 
 
 def encode_base64_audio(samples: npt.ArrayLike, fmt: AudioFormat) -> str:

@@ -10,7 +10,7 @@ import math
 from dataclasses import dataclass
 from fractions import Fraction
 
-from .audio import AudioFormat, UnsupportedAudioFormat
+from .audio import BYTES_PER_SAMPLE, AudioFormat, UnsupportedAudioFormat
 
 __all__ = [
     "MediaClock",
@@ -20,8 +20,6 @@ __all__ = [
     "ms_to_samples",
     "samples_to_ms",
 ]
-
-_BYTES_PER_SAMPLE: dict[str, int] = {"pcm16": 2, "pcm_f32le": 4, "g711_ulaw": 1, "g711_alaw": 1}
 
 
 def _check_rate(rate: int) -> None:
@@ -56,7 +54,7 @@ def samples_to_ms(n: int, rate: int) -> float:
 def bytes_per_sample(fmt: AudioFormat) -> int:
     """Payload bytes per mono sample: pcm16 2, pcm_f32le 4, G.711 1."""
     try:
-        return _BYTES_PER_SAMPLE[fmt]
+        return BYTES_PER_SAMPLE[fmt]
     except (KeyError, TypeError):
         raise UnsupportedAudioFormat(fmt) from None
 

@@ -1,8 +1,9 @@
 """Bytes on the wire ↔ typed events: the client-event parser and the server-event stamper.
 
 `parse_client_event` is total: whatever it is given, it returns a typed event or raises `ProtocolError`
-with a wire code, never anything else. `ServerEventStamper` gives each outgoing event its `event_id` and
-the connection's next `server_event_seq`.
+with a wire code, never anything else. The hot event, `input_audio_buffer.append` (5-12.5 a second per
+session), takes its fast path when it has the common shape (`InputAudioBufferAppend.from_plain`).
+`ServerEventStamper` gives each outgoing event its `event_id` and the connection's next `server_event_seq`.
 """
 
 from __future__ import annotations
@@ -16,7 +17,7 @@ from pydantic import ValidationError
 from pydantic_core import ErrorDetails, from_json
 
 from duplexkit.protocol.audio import AudioFormat
-from duplexkit.protocol.client_events import CLIENT_EVENT_TYPES, ClientEventBase
+from duplexkit.protocol.client_events import CLIENT_EVENT_TYPES, ClientEventBase, InputAudioBufferAppend
 from duplexkit.protocol.dialects import Dialect, render, reshapes, resolve_alias, wire_name
 from duplexkit.protocol.errors import ErrorCode, ProtocolError
 from duplexkit.protocol.server_events import ServerEventBase, SessionCreated
@@ -90,6 +91,10 @@ def parse_client_event(
         exc.event_id = event_id
         raise
     event_type = obj["type"]
+    if event_type == "input_audio_buffer.append":
+        append = InputAudioBufferAppend.from_plain(obj, input_audio_format)
+        if append is not None:
+            return append
     model = CLIENT_EVENT_TYPES.get(event_type) if isinstance(event_type, str) else None
     if model is None:
         raise ProtocolError(

@@ -23,6 +23,7 @@ import asyncio
 import contextlib
 import json
 import logging
+import math
 import secrets
 import time
 from collections.abc import Callable
@@ -432,6 +433,7 @@ class SessionRunner:
         if any(isinstance(e, se.Error) for e in step.events):  # the engine refused it: undo the model's part
             self.model.configure(*previous)
         self._apply(step)
+        self._wake_ticker()
 
     def _resume_event(self, event: ce.SessionEventAck | ce.SessionResume) -> None:
         """`session.event_ack` trims the journal; `session.resume` is only valid as a connection's first."""
@@ -450,7 +452,7 @@ class SessionRunner:
         self._apply(self.engine.protocol_error(ProtocolError(code, message, event_id=event.event_id)))
 
     def _over_input_limit(self, event: ce.InputAudioBufferAppend) -> bool:
-        if self._pending_input_bytes + event.samples.nbytes <= self.limits.max_pending_input_bytes:
+        if self._pending_input_bytes + event.decoded_nbytes <= self.limits.max_pending_input_bytes:
             return False
         self._apply(
             self.engine.protocol_error(
@@ -510,7 +512,9 @@ class SessionRunner:
             self.metrics.unit_queue_wait_seconds.observe(started - submitted_at)
             # A unit of an older epoch is still stepped (the model must hear all the input); the engine
             # drops whatever it decides.
-            if not unit.continuation:
+            if not unit.continuation and (
+                self._vad is not None or self.engine.settings.turn_detection is not None
+            ):
                 try:
                     await self._detect_speech(unit)
                 except Exception as exc:  # the session goes on without server VAD, and says so
@@ -540,6 +544,7 @@ class SessionRunner:
         try:
             while True:
                 self._decision_due = self.clock() + self.limits.step_deadline_s
+                self.ticker.wake(self._on_tick, self.limits.step_deadline_s)
                 try:
                     decision = await anext(decisions)
                 except StopAsyncIteration:
@@ -598,11 +603,12 @@ class SessionRunner:
         finally:
             self.ticker.discard(self._on_tick)
 
-    def _on_tick(self) -> None:
+    def _on_tick(self) -> float:
         """One tick: the engine hears the time (idle timeout, continuation); the lease reaper runs every
-        `reap_interval_s`, attached or not (a detached session past its grace ends here)."""
+        `reap_interval_s`, attached or not (a detached session past its grace ends here). Returns in how
+        many seconds the session next has time-based work due (the ticker calls it then, or when woken)."""
         if self._done.is_set():
-            return
+            return math.inf
         now = self.clock()
         due = self._decision_due
         if due is not None and now >= due and not self._step_overdue and self._stepper is not None:
@@ -612,6 +618,16 @@ class SessionRunner:
         if self.resume_config is not None and now >= self._next_reap and not self._done.is_set():
             self._next_reap = now + self.resume_config.reap_interval_s
             self._reap(now)
+        dues = [self.engine.next_tick_at()]
+        if self._decision_due is not None and not self._step_overdue:
+            dues.append(self._decision_due)
+        if self.resume_config is not None:
+            dues.append(self._next_reap)
+        return min(dues) - now
+
+    def _wake_ticker(self) -> None:
+        """The engine's time-based work may be due sooner (a reply started, a shorter idle timeout)."""
+        self.ticker.wake(self._on_tick, self.engine.next_tick_at() - self.clock())
 
     def _reap(self, now: float) -> None:
         """The lease reaper: end a session past its grace or idle TTL; age the journal."""
@@ -660,6 +676,8 @@ class SessionRunner:
         if self.engine.fence.epoch != self._epoch:
             self._epoch = self.engine.fence.epoch
             self.model.interrupt()
+        if self.engine.active_response_id is not None:
+            self._wake_ticker()
         if step.close_reason:
             self._finish(step.close_reason)
         elif attachment is not None and attachment.outbound_bytes > self.limits.max_outbound_bytes:

@@ -1,0 +1,151 @@
+"""The server's own work per append, with no transport: `SessionRunner`s fed from memory.
+
+N sessions of the scripted model, each a `SessionRunner` on an in-memory socket, get one append frame each
+per round (16 kHz PCM16, `--unit-ms` units: one append per unit below 200 ms, else 200 ms appends); a
+round ends when every session has read its frame and every answer due is sent. What is counted is what
+the runner, the engine, the parser and the model do per append (parsing, validation, audio decoding,
+assembling, stepping, rendering, the hand-offs between tasks), without the `websockets` library or the
+kernel: the part of `server_load.py`'s gap to the floor that this project's code decides.
+
+The figure to compare is instructions per append under callgrind (repeatable on a shared machine, where
+CPU time is not): run it at two sizes and divide the difference by the difference in appends (here
+20 sessions x 100 rounds), which cancels start-up:
+
+    valgrind --tool=callgrind --callgrind-out-file=/tmp/cg.%p python benchmarks/runner_path.py --rounds 30
+    valgrind --tool=callgrind --callgrind-out-file=/tmp/cg.%p python benchmarks/runner_path.py --rounds 130
+
+(the `summary:` line of each output file is the total). Without valgrind it prints the process
+CPU time per append, which is only meaningful on a quiet machine.
+"""
+
+from __future__ import annotations
+
+import argparse
+import asyncio
+import base64
+import json
+import time
+
+import numpy as np
+
+from duplexkit.engine import EngineSession
+from duplexkit.models import load_model
+from duplexkit.server.metrics import ServerMetrics
+from duplexkit.server.runner import RunnerLimits, SessionRunner
+from duplexkit.server.ticker import SessionTicker
+
+RATE = 16_000
+
+
+class Round:
+    """What a round waits for: each session back at `receive` (its frame handled) and each answer due."""
+
+    def __init__(self) -> None:
+        self.pending = 0
+        self.done = asyncio.Event()
+
+    def expect(self, count: int) -> None:
+        self.pending = count
+        self.done.clear()
+
+    def arrived(self) -> None:
+        self.pending -= 1
+        if self.pending == 0:
+            self.done.set()
+
+
+class MemorySocket:
+    """A `SessionSocket` whose frames come from `feed`; its reads and `response.listen`s tick `round`."""
+
+    def __init__(self, round_: Round) -> None:
+        self._frames: asyncio.Queue[str | None] = asyncio.Queue()
+        self._round = round_
+        self._reads = 0
+
+    def feed(self, frame: str | None) -> None:
+        self._frames.put_nowait(frame)
+
+    async def receive(self) -> str | bytes | None:
+        if self._reads:
+            self._round.arrived()
+        self._reads += 1
+        return await self._frames.get()
+
+    async def send_text(self, data: str) -> None:
+        if '"response.listen"' in data:
+            self._round.arrived()
+
+    async def close(self, code: int = 1000) -> None:
+        return None
+
+
+def _frame(append_ms: int, end_ms: int) -> str:
+    t = np.arange(append_ms * RATE // 1000) / RATE
+    pcm = (0.2 * np.sin(2 * np.pi * 300 * t) * 32767).astype("<i2").tobytes()
+    return json.dumps(
+        {
+            "type": "input_audio_buffer.append",
+            "audio": base64.b64encode(pcm).decode(),
+            "duration_ms": append_ms,
+            "audio_end_ms": end_ms,
+        }
+    )
+
+
+async def _run(sessions: int, rounds: int, unit_ms: int) -> float:
+    append_ms = min(unit_ms, 200)
+    plugin = load_model("scripted", {"chunk_period_ms": str(unit_ms)})
+    # No tick during the run: ticks follow the wall clock, which valgrind slows ~50x, so they would count
+    # differently in every run. What a tick costs is per session-second, not per append.
+    ticker = SessionTicker(3600.0)
+    round_ = Round()
+    sockets = [MemorySocket(round_) for _ in range(sessions)]
+    runners = [
+        SessionRunner(
+            ws,
+            EngineSession(f"sess_{i}", plugin.capabilities.engine_config(plugin.name, max_sessions=sessions)),
+            plugin.new_session(),
+            ServerMetrics(),
+            RunnerLimits(),
+            ticker=ticker,
+        )
+        for i, ws in enumerate(sockets)
+    ]
+    tasks = [asyncio.create_task(r.run(autostart=True)) for r in runners]
+    frame = _frame(append_ms, append_ms)
+    per_unit = unit_ms // append_ms
+    start = time.process_time()
+    for k in range(rounds):
+        round_.expect(sessions * (2 if (k + 1) % per_unit == 0 else 1))
+        for ws in sockets:
+            ws.feed(frame)
+        await round_.done.wait()
+    cpu = time.process_time() - start
+    for ws in sockets:
+        ws.feed(None)
+    await asyncio.gather(*tasks)
+    return cpu / (sessions * rounds)
+
+
+def main() -> None:
+    parser = argparse.ArgumentParser(
+        description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter
+    )
+    parser.add_argument("--sessions", type=int, default=20)
+    parser.add_argument("--rounds", type=int, default=100, help="appends per session (default: %(default)s)")
+    parser.add_argument("--unit-ms", type=int, default=80, help="unit length (default: %(default)s)")
+    args = parser.parse_args()
+    try:
+        import uvloop  # the loop `duplexkit serve` runs on when it is installed
+    except ImportError:
+        per_append = asyncio.run(_run(args.sessions, args.rounds, args.unit_ms))
+    else:
+        per_append = uvloop.run(_run(args.sessions, args.rounds, args.unit_ms))
+    print(
+        f"{args.sessions} sessions x {args.rounds} appends at {args.unit_ms} ms units: "
+        f"{per_append * 1e6:.1f} µs of CPU per append"
+    )
+
+
+if __name__ == "__main__":
+    main()
