@@ -55,7 +55,7 @@ def main() -> None:
         for k in range(args.warmup + args.frames):
             torch.cuda.synchronize()
             started = time.perf_counter()
-            batch.step(frames, sampling, occupied=n)
+            batch.step({sampling: frames}, occupied=n)
             torch.cuda.synchronize()
             if k >= args.warmup:
                 times.append((time.perf_counter() - started) * 1e3)

@@ -546,3 +546,27 @@ def test_a_completed_reply_from_the_engine_differs_from_openai_only_in_its_docum
     assert [error["loc"] for error in rejected.value.errors()] == [("response", "status_details", "reason")]
     del wire["response"]["status_details"]["reason"]
     assert isinstance(OPENAI_EVENT.validate_python(wire), ResponseDoneEvent)
+
+
+@pytest.mark.parametrize(
+    ("session", "max_tokens", "voice"),
+    [
+        # The GA shape, as the openai SDK's `realtime.connect` sends it.
+        (
+            {"type": "realtime", "max_output_tokens": 300, "audio": {"output": {"voice": "alloy"}}},
+            300,
+            "alloy",
+        ),
+        ({"type": "realtime", "max_output_tokens": "inf"}, None, None),
+        # The beta shape.
+        ({"max_response_output_tokens": 120, "voice": "verse"}, 120, "verse"),
+        ({"max_response_output_tokens": "inf"}, None, None),
+    ],
+)
+def test_openai_reply_budgets_and_voices_reach_the_session_fields(
+    session: dict[str, Any], max_tokens: int | None, voice: str | None
+) -> None:
+    """OpenAI names the reply budget `max_output_tokens` (GA) or `max_response_output_tokens` (beta) and
+    puts GA's voice under `audio.output`; a server that dropped them would ignore what clients asked for."""
+    update = ce.SessionUpdate.model_validate({"type": "session.update", "session": session})
+    assert (update.session.max_tokens, update.session.voice) == (max_tokens, voice)

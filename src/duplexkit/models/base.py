@@ -92,7 +92,8 @@ class ModelSession(ABC):
     @abstractmethod
     def step(self, unit: Unit, request_started_at: float) -> AsyncIterator[Decision]:
         """Decide for one unit: yield `Listen`, or one or more `Speak` segments (the last may end the turn).
-        `request_started_at` is the server's monotonic time when this unit's request was accepted."""
+        `request_started_at` is the server's monotonic time when the stepper took this unit for the model
+        (the server's TTFT/TTFP clock starts earlier, when the unit was submitted to the queue)."""
 
     async def prepare(self) -> None:  # noqa: B027 - optional hook, nothing to do by default
         """Bring the model's state in line with the settings `configure` accepted (e.g. prefill a persona

@@ -135,14 +135,22 @@ class SessionConfig(BaseModel):
     @model_validator(mode="before")
     @classmethod
     def _accept_openai_ga_shape(cls, data: object) -> object:
-        """Map the OpenAI GA shape (`output_modalities`, `audio.input.format{type, rate}`) onto ours."""
+        """Map OpenAI's shapes onto ours: GA's `output_modalities`, `audio.input.format{type, rate}` and
+        `audio.output.voice`, and the reply budget (GA `max_output_tokens`, beta
+        `max_response_output_tokens`; `"inf"` sets none)."""
         if not isinstance(data, dict):
             return data
         data = dict(data)
         if "modalities" not in data and isinstance(data.get("output_modalities"), list):
             data["modalities"] = data["output_modalities"]
+        for budget in ("max_output_tokens", "max_response_output_tokens"):
+            if "max_tokens" not in data and budget in data and data[budget] != "inf":
+                data["max_tokens"] = data[budget]
         audio = data.get("audio")
         if isinstance(audio, dict):
+            output = audio.get("output")
+            if isinstance(output, dict) and isinstance(output.get("voice"), str):
+                data.setdefault("voice", output["voice"])
             for direction in ("input", "output"):
                 section = audio.get(direction)
                 fmt = section.get("format") if isinstance(section, dict) else None

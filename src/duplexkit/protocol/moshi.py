@@ -162,6 +162,9 @@ class QueryMapping:
 
 _FLOAT_PARAMS = {"text_temperature": "temperature"}
 _TEXT_PARAMS = {"text_prompt": "instructions", "voice_prompt": "voice"}
+_DECODER_PARAMS = {"audio_temperature": "temp", "text_topk": "top_k_text", "audio_topk": "top_k"}
+"""Moshi's decoder knobs beyond the text temperature, as `extra_body` keys (the `moshi` model reads them;
+other models ignore them)."""
 
 
 def map_query(query: dict[str, str]) -> QueryMapping:
@@ -169,7 +172,13 @@ def map_query(query: dict[str, str]) -> QueryMapping:
     session: dict[str, Any] = {}
     ignored: list[str] = []
     for key, value in query.items():
-        if key in _FLOAT_PARAMS:
+        if key in _DECODER_PARAMS:
+            number = _decoder_value(key, value)
+            if number is None:
+                ignored.append(key)
+            else:
+                session.setdefault("extra_body", {})[_DECODER_PARAMS[key]] = number
+        elif key in _FLOAT_PARAMS:
             try:
                 number = float(value)
             except ValueError:
@@ -184,3 +193,15 @@ def map_query(query: dict[str, str]) -> QueryMapping:
         else:
             ignored.append(key)
     return QueryMapping(session, ignored)
+
+
+def _decoder_value(key: str, value: str) -> float | int | None:
+    """A usable decoder knob's value (a temperature 0-2, a top-k of at least 1), else `None`."""
+    try:
+        if key == "audio_temperature":
+            number = float(value)
+            return number if 0.0 <= number <= 2.0 else None
+        count = int(value)
+    except ValueError:
+        return None
+    return count if count >= 1 else None

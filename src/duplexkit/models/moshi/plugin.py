@@ -92,8 +92,10 @@ class MoshiSession(ModelSession):
         plugin = self._plugin
         gen = plugin.gen_defaults
         changes: dict[str, Any] = {}
-        if sampling.temperature != plugin.default_sampling.temperature:
-            changes["temp"] = _number("temperature", sampling.temperature, 0.0, 2.0)
+        if (
+            sampling.temperature != plugin.default_sampling.temperature
+        ):  # the inner monologue's, as `/api/chat`'s
+            changes["temp_text"] = _number("temperature", sampling.temperature, 0.0, 2.0)
         for key, (low, high) in {"temp": (0.0, 2.0), "temp_text": (0.0, 2.0)}.items():
             if key in extra_body:
                 changes[key] = _number(key, extra_body[key], low, high)
@@ -102,7 +104,13 @@ class MoshiSession(ModelSession):
                 changes[key] = int(_number(key, extra_body[key], 1, 1_000_000, whole=True))
         persona = self._persona(sampling, extra_body)
         if persona.key != self.persona.key and self.frames > 0:
-            raise ValueError("text_prompt and voice_prompt can be set only before the session's first audio")
+            if "text_prompt" in extra_body or "voice_prompt" in extra_body:
+                raise ValueError(
+                    "text_prompt and voice_prompt can be set only before the session's first audio"
+                )
+            persona = (
+                self.persona
+            )  # `instructions`/`voice` updated mid-conversation: the slot keeps its persona
         budget = plugin.max_response_frames
         for key in ("max_tokens", "max_response_output_tokens"):
             if key in extra_body:
@@ -114,13 +122,19 @@ class MoshiSession(ModelSession):
         self.tracker.max_frames = budget
 
     def _persona(self, sampling: SamplingParams, extra_body: Mapping[str, Any]) -> Persona:
+        """The persona these settings ask for. `extra_body`'s `text_prompt`/`voice_prompt` are taken as
+        given (a bad one is an error); the session's `instructions` are the text prompt, and its `voice`
+        is a voice prompt only when it is one this server has (OpenAI clients send voice names such as
+        `alloy` by default, which mean nothing to Moshi and are left alone)."""
         text = extra_body.get("text_prompt", sampling.instructions)
-        voice = extra_body.get("voice_prompt", sampling.voice)
         persona = self._plugin.default_persona
         if text is not None:
             if not isinstance(text, str):
                 raise ValueError("text_prompt: must be a string")
             persona = replace(persona, text=text)
+        voice = extra_body.get("voice_prompt")
+        if voice is None and sampling.voice is not None and self._plugin.has_voice(sampling.voice):
+            voice = sampling.voice
         if voice is not None and voice != persona.voice_name:
             if not isinstance(voice, str):
                 raise ValueError("voice_prompt: must be a voice name or a data:audio/wav;base64 URI")
@@ -305,10 +319,7 @@ class MoshiModel(ModelPlugin):
     ) -> dict[int, SlotFrame]:
         for slot in resets:
             self._batch.reset(slot)
-        outputs: dict[int, SlotFrame] = {}
-        for sampling, frames in groups.items():
-            outputs.update(self._batch.step(frames, sampling, occupied))
-        return outputs
+        return self._batch.step(groups, occupied)
 
     def piece(self, text_id: int) -> str:
         """The text a token id stands for (display only; decisions come from the id)."""
@@ -317,6 +328,15 @@ class MoshiModel(ModelPlugin):
         return str(self.tokenizer.id_to_piece(text_id)).replace("\u2581", " ")
 
     # --- personas -------------------------------------------------------------------------------------
+
+    def has_voice(self, spec: str) -> bool:
+        """Whether `spec` names a voice prompt here: a WAV data URI, or a voice in the `voices` folder."""
+        if spec.startswith("data:audio/wav;base64,"):
+            return True
+        return bool(self.args.voices) and bool(_VOICE_NAME.match(spec)) and self._voice_path(spec).is_file()
+
+    def _voice_path(self, name: str) -> Path:
+        return Path(self.args.voices) / (name if name.endswith(".wav") else f"{name}.wav")
 
     def voice(self, spec: str) -> npt.NDArray[np.float32]:
         """A voice prompt's audio at 24 kHz: a name in the server's `voices` folder (`NAME.wav`), or a
@@ -333,7 +353,7 @@ class MoshiModel(ModelPlugin):
             raise ValueError("voice_prompt: this server has no voices folder (--model-arg voices=DIR)")
         if not _VOICE_NAME.match(spec):
             raise ValueError(f"voice_prompt: {spec!r} is not a voice name")
-        path = Path(self.args.voices) / (spec if spec.endswith(".wav") else f"{spec}.wav")
+        path = self._voice_path(spec)
         try:
             return _read_wav(path.read_bytes())
         except FileNotFoundError:

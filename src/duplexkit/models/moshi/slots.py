@@ -73,11 +73,24 @@ class SlotBatch:
         self.gen.reset_streaming(mask)
 
     def step(
-        self, frames: dict[int, npt.NDArray[np.float32]], sampling: Sampling, occupied: int
+        self, groups: dict[Sampling, dict[int, npt.NDArray[np.float32]]], occupied: int
     ) -> dict[int, SlotFrame]:
-        """One frame for each slot in `frames` (one batched encode, LM step and decode); the other slots
-        are frozen. `occupied`: slots in use, for the frozen-frame count."""
+        """One tick: a frame for each slot in `groups` (per sampling setting, one batched encode, LM step
+        and decode over the slots that share it; usually one group); every other slot is frozen.
+        `occupied`: slots in use, for the frozen-frame count."""
         started = time.perf_counter()
+        outputs: dict[int, SlotFrame] = {}
+        for sampling, frames in groups.items():
+            outputs.update(self._step_group(frames, sampling))
+        self.ticks += 1
+        self.tick_seconds += time.perf_counter() - started
+        self.frames_stepped += len(outputs)
+        self.frames_frozen += max(0, occupied - len(outputs))
+        return outputs
+
+    def _step_group(
+        self, frames: dict[int, npt.NDArray[np.float32]], sampling: Sampling
+    ) -> dict[int, SlotFrame]:
         active = self._mask(frames)
         pcm = torch.zeros(self.slots, 1, FRAME_SAMPLES, device=self.device)
         for slot, samples in frames.items():
@@ -96,10 +109,6 @@ class SlotBatch:
                 out = self.mimi.decode(tokens[:, 1 : 1 + self.agent_q].clamp(min=0))
                 audio = out[:, 0].float().cpu().numpy()
         valid = decodable.tolist()
-        self.ticks += 1
-        self.tick_seconds += time.perf_counter() - started
-        self.frames_stepped += len(frames)
-        self.frames_frozen += max(0, occupied - len(frames))
         return {
             slot: SlotFrame(
                 int(texts[slot]), audio[slot].copy() if valid[slot] else np.zeros(0, dtype=np.float32)
