@@ -206,3 +206,13 @@ async def test_each_edge_tells_a_close_from_a_loss(plugin: ModelPlugin, edge: Ed
         loser.ws.transport.abort()
         await asyncio.sleep(0.3)
         assert server.duplex.manager.active == 1  # detached, awaiting its resume
+
+
+async def test_on_the_native_edge_a_close_frame_without_a_code_is_a_close(plugin: ModelPlugin) -> None:
+    """A browser's `ws.close()` sends a close frame with no code (1005): on the native edge, which sees the
+    frame itself, the client has left and the resumable session ends at once."""
+    async with EmbeddedServer(plugin, ServerConfig(max_sessions=2), edge="websockets") as server:
+        closer, _ = await _open_resumable(server)
+        # An empty, masked close frame, written as a browser sends it (the client library will not send 1005).
+        closer.ws.transport.write(b"\x88\x80\x00\x00\x00\x00")
+        await _until_no_session(server)

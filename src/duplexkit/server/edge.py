@@ -20,15 +20,14 @@ class SocketClosed(Exception):
 NO_CLOSE_FRAME = 1006
 """The close code an edge reports for a connection lost without a close frame (RFC 6455: abnormal)."""
 NO_STATUS = 1005
-"""A close frame without a code. uvicorn's sansio and wsproto protocols (Ray Serve's proxy runs the
-former) also report a connection lost without a close frame so: the two cannot be told apart."""
+"""A close frame without a code (a browser's `ws.close()`)."""
 
 
 def left_on_purpose(close_code: int | None) -> bool:
-    """Whether a peer that is gone closed its connection itself, with a coded close frame (1000, 1001, or
-    any other code it chose), rather than losing it (a reset, a timeout: 1006, or 1005, which may be
-    either). A client that left on purpose will not come back for its session."""
-    return close_code is not None and close_code not in (NO_CLOSE_FRAME, NO_STATUS)
+    """Whether a peer that is gone closed its connection itself, with a close frame (1000, 1001, 1005 for
+    one without a code, or any other code it chose), rather than losing it (a reset, a timeout: 1006). A
+    client that left on purpose will not come back for its session."""
+    return close_code is not None and close_code != NO_CLOSE_FRAME
 
 
 class Connection(Protocol):

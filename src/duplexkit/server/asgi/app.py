@@ -39,13 +39,13 @@ class _StarletteConnection:
         try:
             message = await self._ws.receive()
         except WebSocketDisconnect as exc:
-            self.close_code = exc.code
+            self.close_code = _lost_if_unsure(exc.code)
             return None
         except (RuntimeError, OSError):
             self.close_code = NO_CLOSE_FRAME
             return None
         if message["type"] == "websocket.disconnect":
-            self.close_code = int(message.get("code", NO_STATUS))  # the ASGI spec's default: 1005
+            self.close_code = _lost_if_unsure(int(message.get("code", NO_STATUS)))  # the ASGI default: 1005
             return None
         text = message.get("text")
         return text if text is not None else message.get("bytes") or b""
@@ -117,3 +117,11 @@ def asgi_app(duplex: DuplexServer) -> Starlette:
     routes += [_http_route(path, build) for path, build in duplex.http_routes.items()]
     routes += [_post_route(path, answer) for path, answer in duplex.post_routes.items()]
     return Starlette(routes=routes)
+
+
+def _lost_if_unsure(code: int) -> int:
+    """An ASGI disconnect's code as `edge.Connection.close_code`. uvicorn's sansio and wsproto protocols
+    (Ray Serve's proxy runs the former) report a connection lost without a close frame as 1005, as they
+    report a close frame without a code: a 1005 here may be either, so it counts as lost (a resumable
+    session detaches and keeps its slot through the grace rather than losing its resume)."""
+    return NO_CLOSE_FRAME if code == NO_STATUS else code
