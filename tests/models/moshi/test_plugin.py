@@ -252,3 +252,17 @@ def test_the_makefile_installs_the_moshi_release_the_slots_were_written_against(
     makefile = (Path(__file__).parents[3] / "Makefile").read_text()
     pin = re.search(r"^MOSHI := moshi==(\S+)$", makefile, re.M)
     assert pin is not None and pin.group(1) == importlib.metadata.version("moshi") == "0.2.13"
+
+
+def test_on_cuda_a_session_may_change_only_the_text_sampling(tiny_checkpoint: Path) -> None:
+    """The depformer runs as a CUDA graph captured with the server's audio sampling, so on CUDA a session's
+    `temp`/`top_k` would be silently ignored: they are refused instead, and text sampling still applies."""
+    plugin = model(tiny_checkpoint, slots="1")
+    plugin.cuda_graphs = True  # what `device=cuda` sets; the rule needs no GPU to check
+    s = plugin.new_session()
+    s.configure(SamplingParams(temperature=0.3), {"top_k_text": 7})
+    assert (s.gen.temp_text, s.gen.top_k_text) == (0.3, 7)
+    for audio in ({"temp": 0.5}, {"top_k": 9}):
+        with pytest.raises(ValueError, match="CUDA graph"):
+            s.configure(SamplingParams(), audio)
+    assert (s.gen.temp_text, s.gen.top_k_text) == (0.3, 7)

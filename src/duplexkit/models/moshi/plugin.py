@@ -102,6 +102,13 @@ class MoshiSession(ModelSession):
         for key in ("top_k", "top_k_text"):
             if key in extra_body:
                 changes[key] = int(_number(key, extra_body[key], 1, 1_000_000, whole=True))
+        if plugin.cuda_graphs and any(
+            changes.get(k, getattr(gen, k)) != getattr(gen, k) for k in ("temp", "top_k")
+        ):
+            raise ValueError(
+                "temp, top_k: the audio sampling is the server's on CUDA (the depformer runs as a CUDA graph "
+                "captured with it); a session may change temp_text and top_k_text"
+            )
         persona = self._persona(sampling, extra_body)
         if persona.key != self.persona.key and self.frames > 0:
             if "text_prompt" in extra_body or "voice_prompt" in extra_body:
@@ -206,6 +213,8 @@ class MoshiModel(ModelPlugin):
             top_k_text=int(_pick(args.top_k_text, gen_config.get("top_k_text"), 25)),
         )
         self.pad_ids = frozenset({0, int(lm_config.get("existing_text_padding_id", 3))})
+        self.cuda_graphs = device.startswith("cuda")
+        """`LMGen` runs its depformer as a CUDA graph on CUDA, capturing the audio sampling settings."""
         self.context_frames = int(lm_config.get("context", 3000))
         self.max_response_frames = max(1, math.ceil(args.max_response_ms / FRAME_MS))
         self.capabilities = ModelCapabilities(
