@@ -88,16 +88,44 @@ def test_talk_streams_a_file_into_the_embedded_server_and_writes_every_output(
 
 
 def test_talk_prints_what_was_heard_before_the_reply_it_answers_even_when_the_transcript_comes_late() -> None:
+    """The server says where each item goes (`previous_item_id`, absent: first); talk follows it however
+    late a transcript completes, as the engine sends a user item it places before the reply to it."""
+
     def event(at: float, **data: object) -> ReceivedEvent:
         return ReceivedEvent(data=dict(data), received_at=at, media_ms=0.0)
 
-    heard = "conversation.item.input_audio_transcription.completed"
+    def reply(at: float, rid: str, item_id: str, previous: str | None) -> list[ReceivedEvent]:
+        added = {"item": {"id": item_id, "role": "assistant"}}
+        return [
+            event(at, type="response.created", response={"id": rid}),
+            event(
+                at,
+                type="conversation.item.added",
+                **added,
+                **({"previous_item_id": previous} if previous else {}),
+            ),
+            event(at, type="response.output_item.added", response_id=rid, item={"id": item_id}),
+        ]
+
+    def heard(at: float, item_id: str, previous: str | None, text: str) -> list[ReceivedEvent]:
+        placed = {"previous_item_id": previous} if previous else {}
+        return [
+            event(at, type="conversation.item.added", item={"id": item_id, "role": "user"}, **placed),
+            event(
+                at,
+                type="conversation.item.input_audio_transcription.completed",
+                item_id=item_id,
+                transcript=text,
+            ),
+        ]
+
     events = [
-        event(1.0, type=heard, item_id="item_1", transcript="hello"),
-        event(1.2, type="response.created", response={"id": "resp_1"}),
-        event(5.0, type="response.created", response={"id": "resp_2"}),  # decided before the ASR finished
-        event(5.4, type=heard, item_id="item_2", transcript="how are you"),
-        event(9.0, type=heard, item_id="item_3", transcript="bye"),  # long after resp_2: after it
+        *reply(1.2, "resp_1", "item_a1", None),  # decided before the ASR finished: first, for now
+        *heard(1.5, "item_1", None, "hello"),  # first of all
+        *reply(5.0, "resp_2", "item_a2", "item_a1"),
+        *heard(8.0, "item_2", "item_a1", "how are you"),  # 3 s after the reply it answers
+        *heard(9.0, "item_3", "item_a2", "bye"),
+        event(9.5, type="conversation.item.input_audio_transcription.completed", item_id="x", transcript="?"),
     ]
     assert talk.conversation_order(events) == [
         ("heard", "hello"),
@@ -105,6 +133,7 @@ def test_talk_prints_what_was_heard_before_the_reply_it_answers_even_when_the_tr
         ("heard", "how are you"),
         ("said", "resp_2"),
         ("heard", "bye"),
+        ("heard", "?"),  # its item was never placed: where it arrived
     ]
 
 

@@ -7,7 +7,7 @@ import json
 
 import numpy as np
 
-from duplexkit.engine import EngineConfig, EngineSession, Speak
+from duplexkit.engine import EngineConfig, EngineSession, Speak, Transcribed
 from duplexkit.protocol import server_events as se
 from duplexkit.protocol.wire import parse_client_event
 
@@ -93,3 +93,38 @@ def test_server_vad_is_refused_where_the_server_has_no_detector() -> None:
     [error] = engine.handle(parse_client_event(json.dumps(update)), 0.0).events
     assert isinstance(error, se.Error) and error.error.code == "invalid_value"
     assert error.error.param == "session.turn_detection"
+
+
+def _heard(engine: EngineSession, text: str, speech_end_ms: float) -> list[se.ServerEventBase]:
+    """The model's recogniser finishes the utterance (a step of a fresh unit)."""
+    pcm = np.zeros(16_000, dtype="<i2").tobytes()
+    append = {"type": "input_audio_buffer.append", "audio": base64.b64encode(pcm).decode()}
+    [unit] = engine.handle(parse_client_event(json.dumps(append)), 3.0).units
+    return engine.on_decision(unit, Transcribed(text, final=True, speech_end_ms=speech_end_ms), 3.1).events
+
+
+def test_the_committed_turn_is_the_speech_item_and_its_late_transcript_stays_before_the_reply() -> None:
+    engine = _session()
+    [started] = engine.speech_started(200.0, 0.5).events
+    committed = engine.speech_stopped(900.0, 1.0).events[-1]
+    assert isinstance(committed, se.InputAudioBufferCommitted) and committed.item_id == started.item_id
+    _speaking(engine)  # the reply opens before the recogniser is done
+    events = _heard(engine, "hello", 900.0)
+    assert [type(e) for e in events] == [se.InputAudioTranscriptionCompleted]  # no second user item
+    assert events[0].item_id == started.item_id
+    assert [item.role for item in engine.history] == ["user", "assistant"]
+    assert engine.history[0].id == started.item_id and engine.history[0].content[0].transcript == "hello"
+
+
+def test_without_create_response_the_transcript_names_the_speech_item_and_adds_it_where_it_ended() -> None:
+    engine = _session({**VAD, "create_response": False})
+    [started] = engine.speech_started(200.0, 0.5).events
+    engine.speech_stopped(900.0, 1.0)
+    _speaking(engine)  # the model answers on its own, at the end of a unit past the speech
+    events = _heard(engine, "hello", 900.0)
+    added = [e for e in events if isinstance(e, se.ConversationItemAdded)]
+    assert [e.item.id for e in added] == [started.item_id] and added[0].previous_item_id is None
+    assert [(item.id, item.role) for item in engine.history] == [
+        (started.item_id, "user"),
+        (engine.history[1].id, "assistant"),
+    ]

@@ -756,3 +756,53 @@ def test_a_transcript_completes_the_committed_user_item_instead_of_adding_one() 
     assert types(events) == ["conversation.item.input_audio_transcription.completed"]
     assert events[0].item_id == committed.item_id
     assert h.engine.history[-1].content[0].transcript == "hello"
+
+
+def _said(events: list[Any]) -> tuple[str, str | None]:
+    """The user item a completed transcript added, and the item it says goes before it."""
+    added = only(events, "conversation.item.added")
+    assert added.item.role == "user" and only(events, "conversation.item.done").previous_item_id == (
+        added.previous_item_id
+    )
+    return added.item.id, added.previous_item_id
+
+
+def test_a_transcript_completing_after_the_reply_opened_puts_the_user_item_before_that_reply() -> None:
+    h = Harness()
+    events = h.step(h.unit(0.0), Transcribed("hi", final=True, speech_end_ms=600.0), Listen(), at=1.0)
+    first, previous = _said(events)
+    assert previous is None
+    answer = h.step(h.unit(1.0), speak("Hello.", 500, end_of_turn=True), at=2.0)
+    answer_item = only(answer, "conversation.item.added").item.id
+    h.step(h.unit(2.0), Transcribed("how"), Listen(), at=3.0)  # the user speaks until 2.8 s
+    opened = h.step(h.unit(3.0), speak(), at=4.0)  # the model answers at the end of the speech
+    reply_item = only(opened, "conversation.item.added").item.id
+    late = h.step(h.unit(4.0), Transcribed("how are you", final=True, speech_end_ms=2800.0), at=5.0)
+    second, previous = _said(late)
+    assert previous == answer_item  # not the reply it came after
+    assert [item.id for item in h.engine.history] == [first, answer_item, second, reply_item]
+    assert only(late, "conversation.item.input_audio_transcription.completed").item_id == second
+
+
+def test_a_reply_opened_before_the_speech_ended_stays_before_its_user_item() -> None:
+    h = Harness()
+    opened = h.step(h.unit(0.0), speak("Go on", 500), at=1.0)  # the model talks while the user does
+    reply_item = only(opened, "conversation.item.added").item.id
+    events = h.step(h.unit(1.0), Transcribed("sure", final=True, speech_end_ms=1500.0), at=2.0)
+    user_item, previous = _said(events)
+    assert previous == reply_item
+    assert [item.id for item in h.engine.history] == [reply_item, user_item]
+
+
+def test_a_transcript_completing_after_the_reply_fills_the_committed_item_where_it_was_committed() -> None:
+    h = Harness()
+    h.append(500)
+    committed = only(h.send("input_audio_buffer.commit").events, "input_audio_buffer.committed")
+    opened = h.step(h.unit(1.0), speak("Hello", 500), at=1.5)
+    reply_item = only(opened, "conversation.item.added")
+    assert reply_item.previous_item_id == committed.item_id
+    events = h.step(h.unit(2.0), Transcribed("hello", final=True, speech_end_ms=450.0), at=2.5)
+    assert types(events) == ["conversation.item.input_audio_transcription.completed"]
+    assert events[0].item_id == committed.item_id
+    assert [item.id for item in h.engine.history] == [committed.item_id, reply_item.item.id]
+    assert h.engine.history[0].content[0].transcript == "hello"

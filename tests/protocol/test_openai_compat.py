@@ -548,6 +548,35 @@ def test_a_completed_reply_from_the_engine_differs_from_openai_only_in_its_docum
     assert isinstance(OPENAI_EVENT.validate_python(wire), ResponseDoneEvent)
 
 
+def test_a_user_item_the_engine_adds_before_the_reply_it_came_after_validates_with_its_place() -> None:
+    """A transcript that completes after the reply opened: its user item's `conversation.item.added` and
+    `.done` validate against the SDK and keep `previous_item_id`, which is how OpenAI says where it goes."""
+    import numpy as np
+
+    from duplexkit.engine import EngineConfig, EngineSession, Speak, Transcribed
+    from duplexkit.engine.units import Unit
+
+    engine = EngineSession("sess_compat", EngineConfig(model="m"))
+    engine.start(0.0)
+
+    def unit(index: int) -> Unit:
+        return Unit(index, engine.fence, np.zeros(16_000, np.float32), 16_000, index * 1e3, index * 1e3 + 1e3)
+
+    greeting = engine.on_decision(unit(0), Speak(end_of_turn=True), 0.1).events
+    [greeted] = [e.item.id for e in greeting if isinstance(e, se.ConversationItemAdded)]
+    engine.on_decision(unit(1), Speak(), 1.1)  # the reply opens at 2 s; the recogniser finishes after
+    heard = Transcribed("hello", final=True, audio_seconds=0.5, speech_end_ms=1700.0)
+    events = engine.on_decision(unit(2), heard, 2.1).events
+    added = [e for e in events if isinstance(e, se.ConversationItemAdded | se.ConversationItemDone)]
+    assert [e.type for e in added] == ["conversation.item.added", "conversation.item.done"]
+    for ours in added:
+        theirs = _validate(ours)
+        assert isinstance(theirs, ConversationItemAdded | ConversationItemDone)
+        _check_item(ours.item, theirs.item)
+        assert theirs.previous_item_id == greeted  # after the greeting, before the reply it came after
+    assert [item.role for item in engine.history] == ["assistant", "user", "assistant"]
+
+
 @pytest.mark.parametrize(
     ("session", "max_tokens", "voice"),
     [

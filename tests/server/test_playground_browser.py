@@ -24,7 +24,9 @@ import pytest
 import soxr
 import websockets
 
+from duplexkit.engine import Decision, Speak, Transcribed, Unit
 from duplexkit.models import load_model
+from duplexkit.models.scripted import ScriptedModel, ScriptedSession
 from duplexkit.server import EmbeddedServer, ServerConfig, playground
 from tests.report.devtools import HeadlessChromium, find_chromium
 
@@ -299,6 +301,53 @@ async def test_speaking_over_a_reply_barges_in_and_acks_what_was_played(
         assert state["stats"]["acknowledgedMs"][cut["id"]] == pytest.approx(truncated_at, abs=0.1)
         assert state["stats"]["errors"] == [] and browser.log.console_errors == []
         assert _outside(browser.log.requests, server) == []
+
+
+HEARD = "hello there can you hear me"
+LATE_MS = 2500.0
+
+
+class HearsLate(ScriptedSession):
+    """The scripted model with a recogniser that reports what it heard `LATE_MS` of input after the reply
+    to it opened: the cascade's late transcript, later than any reordering by arrival time would catch."""
+
+    def __init__(self, plugin: ScriptedModel) -> None:
+        super().__init__(plugin)
+        self._replied_at_ms: float | None = None
+        self._speaking = False
+
+    async def step(self, unit: Unit, request_started_at: float) -> AsyncIterator[Decision]:
+        if self._replied_at_ms is not None and unit.start_ms >= self._replied_at_ms + LATE_MS:
+            yield Transcribed(HEARD, final=True, speech_end_ms=self._replied_at_ms)
+            self._replied_at_ms = None
+        async for decision in super().step(unit, request_started_at):
+            if isinstance(decision, Speak) and not self._speaking:
+                self._replied_at_ms = unit.start_ms  # the speech it answers ended before this unit
+            self._speaking = isinstance(decision, Speak) and not decision.end_of_turn
+            yield decision
+
+
+class LateHearingModel(ScriptedModel):
+    def new_session(self) -> ScriptedSession:
+        return HearsLate(self)
+
+
+async def test_what_the_model_heard_after_its_reply_began_is_shown_before_that_reply(
+    speech_wav: Path,
+) -> None:
+    """The server inserts the late user item before the reply (`previous_item_id`); the page follows it."""
+    assert BROWSER is not None
+    plugin = LateHearingModel.from_args({"reply": REPLY, "first_output_ms": "150"})
+    async with (
+        EmbeddedServer(plugin) as server,
+        HeadlessChromium(BROWSER, flags=_mic(speech_wav), timeout_s=30) as browser,
+    ):
+        await browser.open(server.http_url + "/?transport=websocket")
+        await browser.click("#connect")
+        state = await _until(browser, lambda s: any(e["role"] == "user" for e in s["entries"]), 30)
+        entries = [(e["role"], e["text"], e["status"]) for e in state["entries"]]
+        assert entries[:2] == [("user", HEARD, "final"), ("model", REPLY, "completed")], entries
+        assert state["stats"]["errors"] == [] and browser.log.console_errors == []
 
 
 async def test_a_refused_microphone_shows_its_error_and_never_opens_a_socket(

@@ -39,7 +39,7 @@ from duplexkit.client import (
     dump_events,
 )
 from duplexkit.client.collector import WAV_RATE_HZ, Placement
-from duplexkit.client.events import ReceivedEvent, error_code_of, response_id_of
+from duplexkit.client.events import ReceivedEvent, as_str, dig, error_code_of, response_id_of
 from duplexkit.client.protocols import protocol_for
 from duplexkit.client.wavfile import read_wav, write_wav
 from duplexkit.commands.options import (
@@ -459,25 +459,27 @@ def summary(result: TalkResult, out: Path) -> str:
     return "\n".join(lines)
 
 
-REORDER_S = 1.5
-"""A transcript completed this soon after a reply was created is the speech that reply answers: the
-recogniser often finishes a beat after the model decided to speak (the playground orders it the same way)."""
-
-
 def conversation_order(events: list[ReceivedEvent]) -> list[tuple[str, str]]:
-    """The conversation as received: `("heard", transcript)` for each completed input transcription and
-    `("said", response_id)` for each response, in order, a transcript placed before the replies created
-    in the `REORDER_S` before it."""
-    order: list[tuple[str, str, float]] = []
+    """The conversation as the server ordered it: `("heard", transcript)` for each completed input
+    transcription and `("said", response_id)` for each response. Items go where their `previous_item_id`
+    puts them (`conversation.item.added`, `input_audio_buffer.committed`; OpenAI's rule, none: first), so
+    a user item whose transcript completed after the reply to it was created still comes before that
+    reply. A transcript or response whose item was never placed follows, in the order it arrived."""
+    items: list[str] = []
+    arrived: list[tuple[str | None, tuple[str, str]]] = []
     for event in events:
-        if event.type == "conversation.item.input_audio_transcription.completed":
-            at = len(order)
-            while at and order[at - 1][0] == "said" and order[at - 1][2] >= event.received_at - REORDER_S:
-                at -= 1
-            order.insert(at, ("heard", str(event.data.get("transcript", "")), event.received_at))
-        elif event.type == "response.created" and (rid := response_id_of(event.data)):
-            order.append(("said", rid, event.received_at))
-    return [(kind, value) for kind, value, _ in order]
+        data = event.data
+        if event.type in ("conversation.item.added", "input_audio_buffer.committed"):
+            item_id = as_str(dig(data, "item", "id")) or as_str(data.get("item_id"))
+            previous = as_str(data.get("previous_item_id"))
+            if item_id is not None and item_id not in items:
+                items.insert(items.index(previous) + 1 if previous in items else 0, item_id)
+        elif event.type == "conversation.item.input_audio_transcription.completed":
+            arrived.append((as_str(data.get("item_id")), ("heard", str(data.get("transcript", "")))))
+        elif event.type == "response.output_item.added" and (rid := response_id_of(data)):
+            arrived.append((as_str(dig(data, "item", "id")), ("said", rid)))
+    placed = {item_id: entry for item_id, entry in arrived if item_id in items}
+    return [placed[i] for i in items if i in placed] + [e for i, e in arrived if i not in placed]
 
 
 def _write_json(path: Path, data: Any) -> None:

@@ -48,11 +48,15 @@ class Interrupt:
 class Transcribed:
     """What the model heard the user say, reported beside its decision for the unit (it decides nothing):
     `final=False` adds `text` to the utterance's transcript so far, `final=True` gives the whole final
-    transcript of an utterance that lasted `audio_seconds`. Models without a recogniser never yield it."""
+    transcript of an utterance that lasted `audio_seconds` and ended at `speech_end_ms` on the input media
+    clock (the units' `start_ms`/`end_ms`): its user item goes there in the conversation, before the reply
+    opened after it, however long the recogniser took (`None`: not known, the item goes at the end). Models
+    without a recogniser never yield it."""
 
     text: str
     final: bool = False
     audio_seconds: float = 0.0
+    speech_end_ms: float | None = None
 
 
 Decision = Listen | Speak | Interrupt | Transcribed

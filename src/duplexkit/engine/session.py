@@ -108,6 +108,9 @@ class EngineSession:
         self._playback = PlaybackLedger(self.settings.playback_commit_policy)
         self._response: _ActiveResponse | None = None
         self._history: list[se.ConversationItem] = []
+        self._entered_ms: dict[str, float] = {}
+        """Where each history item entered the conversation on the input media clock (a reply: the end of
+        the unit it opened at), so that a transcript completing late puts its user item where it was said."""
         self._counter = 0
         self._unit_index = 0
         self._outstanding = 0
@@ -115,6 +118,8 @@ class EngineSession:
         self._last_input_at: float | None = None
         self._last_unit_at = 0.0
         self._vad_item: str | None = None
+        self._unheard: str | None = None
+        """The latest user item announced (server VAD's speech, a commit) whose transcript has not come."""
         self._transcript_item: str | None = None
 
     # --- client events --------------------------------------------------------------------------------
@@ -195,6 +200,7 @@ class EngineSession:
                 )
             case ce.ConversationItemDelete():
                 self._history.remove(self._item(event.item_id))
+                del self._entered_ms[event.item_id]
                 return Step(events=[se.ConversationItemDeleted(item_id=event.item_id)])
             case ce.ConversationItemTruncate():
                 return self._truncate(event)
@@ -262,12 +268,14 @@ class EngineSession:
         )
         return step
 
-    def _commit(self, now: float, *, is_speech: bool | None = None) -> Step:
-        item_id = self._new_id("item")
-        previous = self._history[-1].id if self._history else None
-        self._history.append(
-            se.ConversationItem(id=item_id, role="user", content=[se.ItemContent(type="input_audio")])
+    def _commit(self, now: float, *, is_speech: bool | None = None, item_id: str | None = None) -> Step:
+        """The buffered input becomes user item `item_id` (server VAD's speech names it; else a new one)."""
+        item_id = item_id or self._new_id("item")
+        previous = self._append_item(
+            se.ConversationItem(id=item_id, role="user", content=[se.ItemContent(type="input_audio")]),
+            self._assembler.media_ms,
         )
+        self._unheard = item_id
         committed = se.InputAudioBufferCommitted(
             item_id=item_id, previous_item_id=previous, audio_end_ms=self._assembler.media_ms
         )
@@ -280,7 +288,7 @@ class EngineSession:
         vad = self.settings.turn_detection
         if vad is None or self.closed:
             return Step()
-        self._vad_item = self._new_id("item")
+        self._vad_item = self._unheard = self._new_id("item")
         step = Step(
             events=[
                 se.InputAudioBufferSpeechStarted(audio_start_ms=round(audio_start_ms), item_id=self._vad_item)
@@ -313,7 +321,7 @@ class EngineSession:
         )
         self._vad_item = None
         if vad.create_response:
-            step.extend(self._commit(now, is_speech=True))
+            step.extend(self._commit(now, is_speech=True, item_id=item_id))
         return step
 
     def _units(
@@ -387,8 +395,7 @@ class EngineSession:
             raise ProtocolError(
                 ErrorCode.INVALID_VALUE, f"invalid conversation item: {exc}", param="item"
             ) from None
-        previous = self._history[-1].id if self._history else None
-        self._history.append(item)
+        previous = self._append_item(item, self._assembler.media_ms)
         return Step(
             events=[
                 se.ConversationItemAdded(item=item, previous_item_id=previous),
@@ -451,19 +458,18 @@ class EngineSession:
 
     def _transcribed(self, heard: Transcribed) -> Step:
         """Input transcription events for the utterance being heard. They name the user item of the
-        speech: server VAD's, else the latest committed item still without a transcript, else a new user
-        item added to the conversation when the transcript completes."""
+        speech: the latest one announced (server VAD's, a commit's) still without a transcript, else a new
+        user item added to the conversation when the transcript completes. That item goes where the speech
+        ended (`heard.speech_end_ms`), before the reply the model opened after it, however late the
+        recogniser finished: `previous_item_id` names the item before it."""
         if self._transcript_item is None:
-            pending = [
-                item.id
-                for item in self._history[-1:]
-                if item.role == "user" and item.content and item.content[0].transcript is None
-            ]
-            self._transcript_item = self._vad_item or (pending[0] if pending else self._new_id("item"))
+            self._transcript_item = self._unheard or self._new_id("item")
         item_id = self._transcript_item
         if not heard.final:
             return Step(events=[se.InputAudioTranscriptionDelta(item_id=item_id, delta=heard.text)])
         self._transcript_item = None
+        if self._unheard == item_id:
+            self._unheard = None
         step = Step()
         known = [item for item in self._history if item.id == item_id]
         if known:
@@ -472,8 +478,8 @@ class EngineSession:
             item = se.ConversationItem(
                 id=item_id, role="user", content=[se.ItemContent(type="input_audio", transcript=heard.text)]
             )
-            previous = self._history[-1].id if self._history else None
-            self._history.append(item)
+            said_ms = self._assembler.media_ms if heard.speech_end_ms is None else heard.speech_end_ms
+            previous = self._insert_item(item, said_ms)
             step.events.append(se.ConversationItemAdded(item=item, previous_item_id=previous))
             step.events.append(se.ConversationItemDone(item=item, previous_item_id=previous))
         step.events.append(
@@ -631,8 +637,7 @@ class EngineSession:
         self._continuations = 0
         self._playback.open(response.id, response.item_id)
         item = se.ConversationItem(id=response.item_id, role="assistant", status="in_progress")
-        previous = self._history[-1].id if self._history else None
-        self._history.append(item)
+        previous = self._append_item(item, unit_end_ms)
         part = se.ContentPart(type="audio" if "audio" in response.modalities else "text")
         step.events.extend(
             [
@@ -752,6 +757,23 @@ class EngineSession:
     def _new_id(self, kind: str) -> str:
         self._counter += 1
         return f"{kind}_{self.session_id.removeprefix('sess_')}_{self._counter}"
+
+    def _append_item(self, item: se.ConversationItem, entered_ms: float) -> str | None:
+        """Add `item` at the end of the conversation; the id of the item before it."""
+        previous = self._history[-1].id if self._history else None
+        self._history.append(item)
+        self._entered_ms[item.id] = entered_ms
+        return previous
+
+    def _insert_item(self, item: se.ConversationItem, said_ms: float) -> str | None:
+        """Add `item`, said up to `said_ms` on the input media clock, before the items that entered at or
+        after that time (the reply to it among them); the id of the item before it."""
+        at = len(self._history)
+        while at and self._entered_ms[self._history[at - 1].id] >= said_ms:
+            at -= 1
+        self._history.insert(at, item)
+        self._entered_ms[item.id] = said_ms
+        return self._history[at - 1].id if at else None
 
     def _item(self, item_id: str) -> se.ConversationItem:
         for item in self._history:

@@ -69,8 +69,12 @@ async def test_a_spoken_command_is_transcribed_and_answered_in_speech(
     log = await step_all(session, audio)
 
     heard = [d for _, d in log if isinstance(d, Transcribed)]
+    end_of_speech = LEAD_IN_MS + speech_end_ms(speech(QUESTION))
     assert heard[-1] == Transcribed(
-        "turn on the kitchen lights", final=True, audio_seconds=pytest.approx(1.3, abs=0.3)
+        "turn on the kitchen lights",
+        final=True,
+        audio_seconds=pytest.approx(1.3, abs=0.3),
+        speech_end_ms=pytest.approx(end_of_speech, abs=100.0),  # the VAD's end, on the units' media clock
     )
     assert "".join(d.text for d in heard if not d.final) == "turn on the kitchen lights"  # the pause's guess
     decided = [u.index for u, d in log if not isinstance(d, Transcribed)]
@@ -85,7 +89,6 @@ async def test_a_spoken_command_is_transcribed_and_answered_in_speech(
     assert sum(len(s.audio) for _, s in segments) == len(expected)  # all of it, at 24 kHz, exact count
     assert all(isinstance(d, Listen | Transcribed) for u, d in log if u.end_ms <= segments[0][0].start_ms)
     assert all(isinstance(d, Listen) for u, d in log if u.index > segments[-1][0].index)  # incl. playing tail
-    end_of_speech = LEAD_IN_MS + speech_end_ms(speech(QUESTION))
     assert segments[0][0].end_ms - end_of_speech <= 700.0  # the 500 ms silence window and one unit
     assert session.history == [
         Message("user", "turn on the kitchen lights"),

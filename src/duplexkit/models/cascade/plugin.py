@@ -381,7 +381,14 @@ class CascadeSession(ModelSession):
             reported, self._transcribed = self._transcribed, ""
             if utterance.text.startswith(reported) and utterance.text != reported:
                 out.append(Transcribed(utterance.text[len(reported) :], final=False))
-            out.append(Transcribed(utterance.text, final=True, audio_seconds=utterance.duration_ms / 1000.0))
+            out.append(
+                Transcribed(
+                    utterance.text,
+                    final=True,
+                    audio_seconds=utterance.duration_ms / 1000.0,
+                    speech_end_ms=utterance.speech_end_ms,
+                )
+            )
         partial = heard.partial if heard is not None else None
         if partial and partial.startswith(self._transcribed) and partial != self._transcribed:
             out.append(Transcribed(partial[len(self._transcribed) :], final=False))

@@ -209,6 +209,7 @@
     live = {
       ws, ctx, stream, capture: null, playback: null, session: null, opened: false, closedReason: null,
       responses: new Map(), heard: new Map(), sendChain: Promise.resolve(), refused: null,
+      items: [], // conversation item ids in the server's order (each after its `previous_item_id`)
       mediaOffsetMs: null, // page clock - input media clock: where on the page's clock the microphone started
       micLoudAt: [], // over WebRTC: loud microphone readings (page clock) not on the timeline yet
     };
@@ -502,14 +503,27 @@
       `end of your speech → first audio heard ${ms(r.heardAfterSpeechMs)} (this page's clock)`);
   }
 
-  // What the model heard of user item `id`: an entry in the transcript, in the order it began.
+  // What the model heard of user item `id`: an entry in the transcript, where the server put the item.
   function heardEntry(conn, id) {
     let h = conn.heard.get(id);
     if (!h) {
       h = { entry: transcript.entry("user", id), text: "" };
       conn.heard.set(id, h);
+      if (conn.items.includes(id)) transcript.place(h.entry, id, conn.items);
     }
     return h;
+  }
+
+  // Item `id` entered the conversation after `previousId` (absent: first), OpenAI's insertion rule; an
+  // entry already shown for it moves there.
+  function itemAdded(conn, id, previousId) {
+    if (!id || conn.items.includes(id)) return;
+    const before = previousId ? conn.items.indexOf(previousId) : -1; // an item never announced: the end
+    conn.items.splice(previousId && before < 0 ? conn.items.length : before + 1, 0, id);
+    const h = conn.heard.get(id);
+    const r = [...conn.responses.values()].find((x) => x.itemId === id);
+    const entry = h ? h.entry : r && r.entry;
+    if (entry) transcript.place(entry, id, conn.items);
   }
 
   // Server-anchored metrics ride several events; a later value never erases an earlier observed one.
@@ -541,7 +555,16 @@
         break;
       }
       case "response.output_item.added":
-        if (r && event.item) r.itemId = event.item.id;
+        if (r && event.item) {
+          r.itemId = event.item.id;
+          if (conn.items.includes(r.itemId)) transcript.place(r.entry, r.itemId, conn.items);
+        }
+        break;
+      case "conversation.item.added":
+        if (event.item) itemAdded(conn, event.item.id, event.previous_item_id);
+        break;
+      case "input_audio_buffer.committed":
+        itemAdded(conn, event.item_id, event.previous_item_id);
         break;
       case "response.speak":
         if (r && event.item_id) r.itemId = event.item_id;

@@ -9,7 +9,6 @@ const PlaygroundView = (() => {
   const TICK_STEPS_S = [1, 2, 5, 10, 15, 30, 60, 120, 300, 600];
   const MIN_TICK_PX = 56;
   const LANES = ["you", "model", "played"];
-  const REORDER_MS = 1500;
 
   function clock(seconds) {
     const s = Math.floor(seconds);
@@ -183,7 +182,7 @@ const PlaygroundView = (() => {
   }
 
   // The conversation as a list: what the model heard of each user utterance (streaming, then final) and
-  // each reply with its timing, in the order they began.
+  // each reply with its timing, in the server's order of their items.
   class Transcript {
     constructor(list, empty) {
       this.list = list;
@@ -195,30 +194,37 @@ const PlaygroundView = (() => {
       this.empty.hidden = false;
     }
 
-    // A new entry for `role` ("user" or "model"), in the order things began. The recogniser often finishes
-    // a beat after the model decided to answer, so what the model heard goes before the replies created in
-    // the last `REORDER_MS` (the replies to that speech), not after them.
+    // A new entry for `role` ("user" or "model"), last for now: `place` moves it where the server puts its
+    // item.
     entry(role, id) {
       const li = el("li");
       li.dataset.role = role;
       li.dataset[role === "user" ? "item" : "response"] = id;
-      li.dataset.createdAt = String(performance.now());
       const who = el("p", "who", role === "user" ? "You (as the model heard it)" : "Model");
       const text = el("p", "text", "…");
       const meta = el("p", "meta");
       li.append(who, text, meta);
-      let before = null;
-      if (role === "user") {
-        for (let other = this.list.lastElementChild; other && other.dataset.role === "model"; other = other.previousElementSibling) {
-          if (Number(other.dataset.createdAt) < performance.now() - REORDER_MS) break;
-          before = other;
-        }
-      }
+      this.show(li, null);
+      this.empty.hidden = true;
+      return { li, text, meta };
+    }
+
+    // Put `entry`, conversation item `itemId`, right after the entry of the nearest item before it in
+    // `order` (the item ids in the server's order), first when none is shown. A user item whose transcript
+    // completed after the reply to it was created is placed before that reply (its `previous_item_id`).
+    place(entry, itemId, order) {
+      entry.li.dataset.item = itemId;
+      const shown = new Map([...this.list.children].map((li) => [li.dataset.item, li]));
+      let after = null;
+      for (let at = order.indexOf(itemId) - 1; at >= 0 && !after; at -= 1) after = shown.get(order[at]) || null;
+      this.show(entry.li, after ? after.nextElementSibling : this.list.firstElementChild);
+    }
+
+    // Insert `li` before `before` (null: at the end), following the conversation unless scrolled back.
+    show(li, before) {
       const atEnd = this.list.scrollTop + this.list.clientHeight >= this.list.scrollHeight - 4;
       this.list.insertBefore(li, before);
-      this.empty.hidden = true;
-      if (atEnd) this.list.scrollTop = this.list.scrollHeight; // follows the conversation unless scrolled back
-      return { li, text, meta };
+      if (atEnd) this.list.scrollTop = this.list.scrollHeight;
     }
 
     // What the model heard of user item `id` so far; `final` once the utterance's transcript is complete.
