@@ -88,8 +88,9 @@ def test_talk_streams_a_file_into_the_embedded_server_and_writes_every_output(
 
 
 def test_talk_prints_what_was_heard_before_the_reply_it_answers_even_when_the_transcript_comes_late() -> None:
-    """The server says where each item goes (`previous_item_id`, absent: first); talk follows it however
-    late a transcript completes, as the engine sends a user item it places before the reply to it."""
+    """The server says where each item goes (`previous_item_id`, `null`: first); talk follows it however
+    late a transcript completes, as the engine sends a user item it places before the reply to it. A server
+    that never says gets arrival order."""
 
     def event(at: float, **data: object) -> ReceivedEvent:
         return ReceivedEvent(data=dict(data), received_at=at, media_ms=0.0)
@@ -102,15 +103,19 @@ def test_talk_prints_what_was_heard_before_the_reply_it_answers_even_when_the_tr
                 at,
                 type="conversation.item.added",
                 **added,
-                **({"previous_item_id": previous} if previous else {}),
+                previous_item_id=previous,
             ),
             event(at, type="response.output_item.added", response_id=rid, item={"id": item_id}),
         ]
 
     def heard(at: float, item_id: str, previous: str | None, text: str) -> list[ReceivedEvent]:
-        placed = {"previous_item_id": previous} if previous else {}
         return [
-            event(at, type="conversation.item.added", item={"id": item_id, "role": "user"}, **placed),
+            event(
+                at,
+                type="conversation.item.added",
+                item={"id": item_id, "role": "user"},
+                previous_item_id=previous,
+            ),
             event(
                 at,
                 type="conversation.item.input_audio_transcription.completed",
@@ -135,6 +140,13 @@ def test_talk_prints_what_was_heard_before_the_reply_it_answers_even_when_the_tr
         ("heard", "bye"),
         ("heard", "?"),  # its item was never placed: where it arrived
     ]
+    silent = [
+        event(e.received_at, **{k: v for k, v in e.data.items() if k != "previous_item_id"}) for e in events
+    ]
+    assert [entry for entry in talk.conversation_order(silent) if entry[0] == "said"] == [
+        ("said", "resp_1"),
+        ("said", "resp_2"),
+    ]  # a server that never says where items go: arrival order, not reversed
 
 
 def test_the_demo_clip_is_deterministic_speech_then_silence() -> None:

@@ -462,7 +462,8 @@ def summary(result: TalkResult, out: Path) -> str:
 def conversation_order(events: list[ReceivedEvent]) -> list[tuple[str, str]]:
     """The conversation as the server ordered it: `("heard", transcript)` for each completed input
     transcription and `("said", response_id)` for each response. Items go where their `previous_item_id`
-    puts them (`conversation.item.added`, `input_audio_buffer.committed`; OpenAI's rule, none: first), so
+    puts them (`conversation.item.added`, `input_audio_buffer.committed`; OpenAI's rule: `null` is first;
+    a server that does not say, or names an item never announced, gets arrival order), so
     a user item whose transcript completed after the reply to it was created still comes before that
     reply. A transcript or response whose item was never placed follows, in the order it arrived."""
     items: list[str] = []
@@ -473,7 +474,10 @@ def conversation_order(events: list[ReceivedEvent]) -> list[tuple[str, str]]:
             item_id = as_str(dig(data, "item", "id")) or as_str(data.get("item_id"))
             previous = as_str(data.get("previous_item_id"))
             if item_id is not None and item_id not in items:
-                items.insert(items.index(previous) + 1 if previous in items else 0, item_id)
+                if "previous_item_id" in data and previous is None:
+                    items.insert(0, item_id)
+                else:
+                    items.insert(items.index(previous) + 1 if previous in items else len(items), item_id)
         elif event.type == "conversation.item.input_audio_transcription.completed":
             arrived.append((as_str(data.get("item_id")), ("heard", str(data.get("transcript", "")))))
         elif event.type == "response.output_item.added" and (rid := response_id_of(data)):

@@ -20,7 +20,13 @@ from duplexkit.protocol.audio import AudioFormat
 from duplexkit.protocol.client_events import CLIENT_EVENT_TYPES, ClientEventBase, InputAudioBufferAppend
 from duplexkit.protocol.dialects import Dialect, render, reshapes, resolve_alias, wire_name
 from duplexkit.protocol.errors import ErrorCode, ProtocolError
-from duplexkit.protocol.server_events import ServerEventBase, SessionCreated
+from duplexkit.protocol.server_events import (
+    ConversationItemAdded,
+    ConversationItemDone,
+    InputAudioBufferCommitted,
+    ServerEventBase,
+    SessionCreated,
+)
 
 MAX_EVENT_BYTES = 15 * 1024 * 1024
 """Largest client frame accepted (vLLM-Omni's limit); larger frames are answered with `event_too_large`."""
@@ -151,11 +157,15 @@ class ServerEventStamper:
 
     def encode(self, event: ServerEventBase) -> str:
         """Stamp and serialise to the JSON text frame in the dialect; unobserved (`None`) values are
-        omitted."""
+        omitted, except an item's `previous_item_id`, whose `null` says "first in the conversation"
+        (OpenAI's insertion rule: a client places an item without one where it arrives)."""
         stamped = self.stamp(event)
         opened, self._opened = self._opened, self._opened or isinstance(stamped, SessionCreated)
-        if reshapes(stamped, self.dialect, opened=opened):
+        placed = isinstance(stamped, ConversationItemAdded | ConversationItemDone | InputAudioBufferCommitted)
+        if placed or reshapes(stamped, self.dialect, opened=opened):
             dumped = stamped.model_dump(mode="json", exclude_none=True)
+            if placed:
+                dumped.setdefault("previous_item_id", None)
             return json.dumps(render(dumped, self.dialect, opened=opened))
         # Only the name may differ: `type` is the first field serialised, so swap it in the text.
         text = stamped.model_dump_json(exclude_none=True)

@@ -518,8 +518,10 @@
   // entry already shown for it moves there.
   function itemAdded(conn, id, previousId) {
     if (!id || conn.items.includes(id)) return;
-    const before = previousId ? conn.items.indexOf(previousId) : -1; // an item never announced: the end
-    conn.items.splice(previousId && before < 0 ? conn.items.length : before + 1, 0, id);
+    // OpenAI's rule: `previous_item_id: null` is first; none given, or an item never announced: the end.
+    const before = previousId ? conn.items.indexOf(previousId) : -1;
+    const at = previousId === null ? 0 : before < 0 ? conn.items.length : before + 1;
+    conn.items.splice(at, 0, id);
     const h = conn.heard.get(id);
     const r = [...conn.responses.values()].find((x) => x.itemId === id);
     const entry = h ? h.entry : r && r.entry;
