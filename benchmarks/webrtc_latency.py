@@ -6,9 +6,10 @@ protocol `duplex`) and `webrtc` (`DuplexClient`, protocol `webrtc`: an aiortc ca
 aiortc's receive jitter buffer). Both stream the same clip (speech, then silence) as a microphone does:
 20 ms appends, each sent when its audio has happened (the client's deadline pacer), so the end of speech
 happens at stream start + the speech's end on the media clock. First reply audio is the first reply audio
-the client receives (WebSocket: the first audio delta; WebRTC: the first audible frame out of the
-server's track, decoded); both are on the client's monotonic clock, so the latency is
-`stream_ttfp_ms - speech_end_ms`. A WebSocket page would still have to schedule its playback; a WebRTC
+the client receives (WebSocket: the first audio delta; WebRTC: the reply's first frame out of the
+server's track, decoded, where `output_audio_buffer.started` put it; the scripted reply is audible from
+its first frame); both are on the client's monotonic clock, so the latency is `stream_ttfp_ms -
+speech_end_ms`. A WebSocket page would still have to schedule its playback; a WebRTC
 page plays what its jitter buffer releases, so the WebRTC figure is closer to what is heard.
 
 The model is `scripted` by default (it answers after speech and one silent unit, `first_output_ms` after
