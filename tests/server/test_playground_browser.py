@@ -138,11 +138,14 @@ def _mic(wav: Path) -> tuple[str, ...]:
     return (*FAKE_MIC, "--use-fake-ui-for-media-stream", f"--use-file-for-fake-audio-capture={wav}")
 
 
-async def _until(browser: HeadlessChromium, check: Any, timeout_s: float = 30.0) -> dict[str, Any]:
-    """Poll the page state until `check(state)` holds; fail with the last state otherwise."""
+async def _until(
+    browser: HeadlessChromium, check: Any, timeout_s: float = 30.0, state_script: str = STATE
+) -> dict[str, Any]:
+    """Poll the page state (`state_script`'s value) until `check(state)` holds; fail with the last state
+    otherwise."""
     deadline = asyncio.get_running_loop().time() + timeout_s
     while True:
-        state: dict[str, Any] = await browser.evaluate(STATE)
+        state: dict[str, Any] = await browser.evaluate(state_script)
         if check(state):
             return state
         if asyncio.get_running_loop().time() > deadline:

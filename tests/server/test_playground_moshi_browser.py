@@ -9,7 +9,6 @@ import asyncio
 import wave
 from collections.abc import AsyncIterator
 from pathlib import Path
-from typing import Any
 
 import numpy as np
 import pytest
@@ -22,6 +21,7 @@ from duplexkit.models.moshi.plugin import MoshiModel
 from duplexkit.models.moshi.tiny import write_tiny_checkpoint
 from duplexkit.server import EmbeddedServer, ServerConfig
 from tests.report.devtools import HeadlessChromium, find_chromium
+from tests.server.test_playground_browser import _until
 
 BROWSER = find_chromium()
 pytestmark = pytest.mark.skipif(BROWSER is None, reason="no Chromium on PATH: `apt-get install chromium`")
@@ -69,17 +69,6 @@ async def server(checkpoint: Path) -> AsyncIterator[EmbeddedServer]:
         yield srv
 
 
-async def _until(browser: HeadlessChromium, check: Any, timeout_s: float = 40.0) -> dict[str, Any]:
-    deadline = asyncio.get_running_loop().time() + timeout_s
-    while True:
-        state: dict[str, Any] = await browser.evaluate(STATE)
-        if check(state):
-            return state
-        if asyncio.get_running_loop().time() > deadline:
-            pytest.fail(f"page never reached the expected state: {state}")
-        await asyncio.sleep(0.2)
-
-
 async def test_the_page_hears_moshi_over_its_default_transport(
     server: EmbeddedServer, tone_wav: Path
 ) -> None:
@@ -90,7 +79,9 @@ async def test_the_page_hears_moshi_over_its_default_transport(
     async with HeadlessChromium(BROWSER, flags=flags, timeout_s=30) as browser:
         await browser.open(server.http_url + "/playground")
         await browser.click("#connect")
-        state = await _until(browser, lambda s: s["playedMs"] > 0 and s["stats"]["webrtc"]["audioEnergy"] > 0)
+        state = await _until(
+            browser, lambda s: s["playedMs"] > 0 and s["stats"]["webrtc"]["audioEnergy"] > 0, 40.0, STATE
+        )
         stats = state["stats"]
         assert stats["transport"] == "webrtc" and stats["fallback"] is None
         assert plugin.slot_stats().in_use == 1
@@ -104,7 +95,7 @@ async def test_the_page_hears_moshi_over_its_default_transport(
         assert [url for url in browser.log.requests if f"//{origin}/" not in url] == []
 
         await browser.click("#disconnect")
-        await _until(browser, lambda s: s["stats"]["closed"] is not None)
+        await _until(browser, lambda s: s["stats"]["closed"] is not None, 40.0, STATE)
     async with asyncio.timeout(5):
         while server.duplex.manager.active or plugin.slot_stats().in_use:  # noqa: ASYNC110 - server cleanup
             await asyncio.sleep(0.05)
