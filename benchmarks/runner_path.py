@@ -25,6 +25,7 @@ import asyncio
 import base64
 import json
 import time
+from collections.abc import Callable
 
 import numpy as np
 
@@ -55,23 +56,34 @@ class Round:
 
 
 class MemorySocket:
-    """A `SessionSocket` whose frames come from `feed`; its reads and `response.listen`s tick `round`."""
+    """A `SessionSocket` like the default edge's: it hands each frame fed to it to the runner at once
+    (`edge.PushReceive`), and sends never wait (`edge.DirectSend`), so the runner runs no reader or writer
+    task. Each frame handled and each `response.listen` ticks `round`."""
+
+    buffered_bytes = 0
+    close_code = 1000
+    """How the peer went when `feed(None)`: it closed (the session ends at once)."""
 
     def __init__(self, round_: Round) -> None:
-        self._frames: asyncio.Queue[str | None] = asyncio.Queue()
         self._round = round_
-        self._reads = 0
+        self._sink: Callable[[str | bytes | None], None] | None = None
+
+    def deliver(self, sink: Callable[[str | bytes | None], None]) -> None:
+        self._sink = sink
 
     def feed(self, frame: str | None) -> None:
-        self._frames.put_nowait(frame)
+        assert self._sink is not None
+        self._sink(frame)
+        if frame is not None:
+            self._round.arrived()
 
     async def receive(self) -> str | bytes | None:
-        if self._reads:
-            self._round.arrived()
-        self._reads += 1
-        return await self._frames.get()
+        raise AssertionError("the runner reads a pushing socket only through `deliver`")
 
     async def send_text(self, data: str) -> None:
+        self.send_now(data)
+
+    def send_now(self, data: str) -> None:
         if '"response.listen"' in data:
             self._round.arrived()
 
@@ -112,6 +124,7 @@ async def _run(sessions: int, rounds: int, unit_ms: int) -> float:
         for i, ws in enumerate(sockets)
     ]
     tasks = [asyncio.create_task(r.run(autostart=True)) for r in runners]
+    await asyncio.sleep(0)  # each runner starts and takes its socket's messages
     frame = _frame(append_ms, append_ms)
     per_unit = unit_ms // append_ms
     start = time.process_time()

@@ -11,6 +11,7 @@ from __future__ import annotations
 import itertools
 import json
 import secrets
+from json.encoder import encode_basestring
 from typing import Any
 
 from pydantic import ValidationError
@@ -24,6 +25,7 @@ from duplexkit.protocol.server_events import (
     ConversationItemAdded,
     ConversationItemDone,
     InputAudioBufferCommitted,
+    ResponseListen,
     ServerEventBase,
     SessionCreated,
 )
@@ -147,12 +149,16 @@ class ServerEventStamper:
         self._opened = False
         self._seq = itertools.count(1)
         self._prefix = f"evt_{secrets.token_hex(6)}_"
+        self._listen_name = wire_name("response.listen", dialect)
 
     def stamp(self, event: ServerEventBase) -> ServerEventBase:
         """Assign the next sequence number (in place) and return the event."""
         seq = next(self._seq)
-        event.server_event_seq = seq
-        event.event_id = f"{self._prefix}{seq}"
+        # Written into the model's dict: pydantic's `__setattr__` (no validation on assignment here) costs
+        # ~0.5 µs a field, twice per event.
+        fields = event.__dict__
+        fields["server_event_seq"] = seq
+        fields["event_id"] = f"{self._prefix}{seq}"
         return event
 
     def encode(self, event: ServerEventBase) -> str:
@@ -160,8 +166,12 @@ class ServerEventStamper:
         omitted, except an item's `previous_item_id`, whose `null` says "first in the conversation"
         (OpenAI's insertion rule: a client places an item without one where it arrives)."""
         stamped = self.stamp(event)
+        if type(stamped) is ResponseListen:  # one per unit per session: written by hand when it can be
+            text = _listen_json(stamped, self._listen_name)
+            if text is not None:
+                return text
         opened, self._opened = self._opened, self._opened or isinstance(stamped, SessionCreated)
-        placed = isinstance(stamped, ConversationItemAdded | ConversationItemDone | InputAudioBufferCommitted)
+        placed = isinstance(stamped, _PLACED)
         if placed or reshapes(stamped, self.dialect, opened=opened):
             dumped = stamped.model_dump(mode="json", exclude_none=True)
             if placed:
@@ -176,3 +186,42 @@ class ServerEventStamper:
         if not text.startswith(prefix):
             raise AssertionError(f"serialised {stamped.type} does not start with its type")
         return f'{{"type":"{name}"' + text[len(prefix) :]
+
+
+_PLACED = (ConversationItemAdded, ConversationItemDone, InputAudioBufferCommitted)
+"""Items whose `previous_item_id` is sent even when `null`."""
+
+
+def _listen_json(event: ResponseListen, name: str) -> str | None:
+    """`event` as `model_dump_json(exclude_none=True)` writes it, under the dialect's `name`, or `None`
+    when it holds something only the serialiser should write (extra fields; a number it might format
+    differently). The general path costs ~10 µs of a ~60 µs unit; `tests/protocol/test_listen_json.py`
+    holds the two to the same text."""
+    fields = event.__dict__
+    end_ms = fields["unit_end_ms"]
+    if event.__pydantic_extra__ or not (end_ms is None or (type(end_ms) is float and _plain_float(end_ms))):
+        return None
+    info = fields["response"].__dict__
+    metadata = info["metadata"].__dict__
+    text = f'{{"type":{_string(name)},"event_id":{_string(fields["event_id"])},"server_event_seq":'
+    text += str(fields["server_event_seq"])
+    if fields["response_id"] is not None:
+        text += f',"response_id":{_string(fields["response_id"])}'
+    text += ',"response":{'
+    if info["id"] is not None:
+        text += f'"id":{_string(info["id"])},'
+    text += f'"status":{_string(info["status"])},"metadata":{{"reason":{_string(metadata["reason"])}'
+    text += ',"model_listen":true}}' if metadata["model_listen"] else ',"model_listen":false}}'
+    if end_ms is not None:
+        text += f',"unit_end_ms":{end_ms!r}'
+    return text + "}"
+
+
+def _plain_float(value: float) -> bool:
+    """Whether `repr` writes `value` as the serialiser does: plain decimals (both switch to exponents,
+    spelt differently, for very large and very small magnitudes)."""
+    return value == 0.0 or 1e-4 <= abs(value) < 1e15
+
+
+_string = encode_basestring
+"""A JSON string as the serialiser writes it: non-ASCII as is, `"`, `\\` and control characters escaped."""

@@ -8,9 +8,9 @@ the routes' payloads) is the same on every edge.
 
 from __future__ import annotations
 
-from collections.abc import Mapping
+from collections.abc import Callable, Mapping
 from dataclasses import dataclass, field
-from typing import Literal, Protocol
+from typing import Literal, Protocol, runtime_checkable
 
 
 class SocketClosed(Exception):
@@ -49,6 +49,33 @@ class Connection(Protocol):
     async def send_bytes(self, data: bytes) -> None: ...
 
     async def close(self, code: int = 1000, reason: str = "") -> None: ...
+
+
+@runtime_checkable
+class PushReceive(Protocol):
+    """What a `Connection` offers when its library hands over each message as it arrives (picows calls
+    back per frame): the runner then handles each message in that callback, with no reader task."""
+
+    def deliver(self, sink: Callable[[str | bytes | None], None]) -> None:
+        """From now on, hand each message to `sink` as it arrives, in order (those already received first),
+        and `None` once the peer is gone (`close_code` says how); `receive` is not called after this."""
+        ...
+
+
+@runtime_checkable
+class DirectSend(Protocol):
+    """What a `Connection` offers when its transport takes a message without ever waiting (picows writes
+    into the socket's buffer): the runner then sends each event at once, with no outbound queue and no
+    writer task, and applies its slow-client bound to what the transport still holds."""
+
+    def send_now(self, data: str) -> None:
+        """Write one text message now; raises `SocketClosed` when the peer is gone."""
+        ...
+
+    @property
+    def buffered_bytes(self) -> int:
+        """Bytes written that the peer has not taken yet (the transport's write buffer)."""
+        ...
 
 
 @dataclass(frozen=True, slots=True)
