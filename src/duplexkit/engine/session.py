@@ -10,7 +10,7 @@ from __future__ import annotations
 
 import math
 from dataclasses import dataclass, field
-from typing import Any, Literal
+from typing import Any, Literal, get_args
 
 import numpy as np
 
@@ -253,20 +253,19 @@ class EngineSession:
         return step
 
     def _append(self, event: ce.InputAudioBufferAppend, now: float) -> Step:
-        step = Step()
-        response_active = self._response is not None
-        if response_active and (
+        barge_in = self._response is not None and (
             event.force_barge_in or (event.is_speech and self.settings.overlap_policy == "barge_in_on_speech")
-        ):
-            step.extend(self._interrupt("barge_in", now))
+        )
+        interrupted = self._interrupt("barge_in", now) if barge_in else None
         self._continuations = 0
         frames = tuple(event.frames) if self.config.accepts_video else ()
         rate = event.sample_rate_hz or self.settings.input_sample_rate_hz
         assembled = self._assembler.push(event.payload, rate, frames)
-        step.extend(
-            self._units(assembled, now, is_speech=event.is_speech, force_listen=bool(event.force_listen))
-        )
-        return step
+        step = self._units(assembled, now, is_speech=event.is_speech, force_listen=bool(event.force_listen))
+        if interrupted is None:
+            return step
+        interrupted.extend(step)
+        return interrupted
 
     def _commit(self, now: float, *, is_speech: bool | None = None, item_id: str | None = None) -> Step:
         """The buffered input becomes user item `item_id` (server VAD's speech names it; else a new one)."""
@@ -796,10 +795,15 @@ class EngineSession:
 def _listen_event(
     reason: se.ListenReason, unit_end_ms: float, response_id: str | None = None
 ) -> se.ResponseListen:
-    return se.ResponseListen(
-        response_id=response_id,
-        unit_end_ms=unit_end_ms,
-        response=se.ListenInfo(
-            id=response_id, metadata=se.ListenMetadata(reason=reason, model_listen=reason == "model_listen")
-        ),
+    info = _LISTENING[reason] if response_id is None else _listen_info(reason, response_id)
+    return se.ResponseListen(response_id=response_id, unit_end_ms=unit_end_ms, response=info)
+
+
+def _listen_info(reason: se.ListenReason, response_id: str | None) -> se.ListenInfo:
+    return se.ListenInfo(
+        id=response_id, metadata=se.ListenMetadata(reason=reason, model_listen=reason == "model_listen")
     )
+
+
+_LISTENING = {reason: _listen_info(reason, None) for reason in get_args(se.ListenReason)}
+"""A listen's `response` outside a reply, per reason (shared: the objects are frozen)."""

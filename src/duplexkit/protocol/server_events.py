@@ -162,11 +162,17 @@ class ContentPart(BaseModel):
 
 
 class ListenMetadata(BaseModel):
+    model_config = ConfigDict(frozen=True)
+
     reason: ListenReason
     model_listen: bool
 
 
 class ListenInfo(BaseModel):
+    """Frozen, so one object per reason can serve every listen outside a reply (one per unit)."""
+
+    model_config = ConfigDict(frozen=True)
+
     id: str | None = None
     status: Literal["listening"] = "listening"
     metadata: ListenMetadata

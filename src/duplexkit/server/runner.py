@@ -204,6 +204,8 @@ class SessionRunner:
         self._decision_due: float | None = None
         """When the decision the stepper awaits is overdue (`None`: it awaits none)."""
         self._step_overdue = False
+        self._tick_callback = self._on_tick
+        """The ticker's key for this session (one bound method, not a new one per wake)."""
 
     @property
     def attached(self) -> bool:
@@ -680,7 +682,7 @@ class SessionRunner:
     def _await_decision(self) -> None:
         """The next decision is due within `step_deadline_s`: the shared tick watches for it."""
         self._decision_due = self.clock() + self.limits.step_deadline_s
-        self.ticker.wake(self._on_tick, self.limits.step_deadline_s)
+        self.ticker.wake(self._tick_callback, self.limits.step_deadline_s)
 
     async def _detect_speech(self, unit: Unit) -> None:
         """Server VAD (`turn_detection: server_vad` or `semantic_vad`): run the detector on the unit, off the
@@ -701,11 +703,11 @@ class SessionRunner:
 
     async def _tick(self) -> None:
         """Hear the time from the server's shared ticker (one timer for all sessions) until cancelled."""
-        self.ticker.add(self._on_tick)
+        self.ticker.add(self._tick_callback)
         try:
             await asyncio.Event().wait()
         finally:
-            self.ticker.discard(self._on_tick)
+            self.ticker.discard(self._tick_callback)
 
     def _on_tick(self) -> float:
         """One tick: the engine hears the time (idle timeout, continuation); the lease reaper runs every
@@ -731,7 +733,7 @@ class SessionRunner:
 
     def _wake_ticker(self) -> None:
         """The engine's time-based work may be due sooner (a reply started, a shorter idle timeout)."""
-        self.ticker.wake(self._on_tick, self.engine.next_tick_at() - self.clock())
+        self.ticker.wake(self._tick_callback, self.engine.next_tick_at() - self.clock())
 
     def _reap(self, now: float) -> None:
         """The lease reaper: end a session past its grace or idle TTL; age the journal."""
@@ -765,6 +767,8 @@ class SessionRunner:
     def _apply(self, step: Step, *, deliver: bool = True) -> None:
         """Send the step's events in order (journal them only, `deliver=False`), queue its units, and act on
         an epoch change or a close."""
+        if not (step.events or step.units or step.close_reason) and self.engine.fence.epoch == self._epoch:
+            return  # most appends: input buffered, nothing to send, step or act on
         attachment = self._attachment if deliver else None
         for event in step.events:
             if type(event) is se.ResponseListen:  # one per unit: nothing to observe, tell or follow
