@@ -14,6 +14,7 @@ from typing import Any
 
 import httpx
 import pytest
+import uvloop
 import websockets
 
 from duplexkit.cli import main
@@ -22,6 +23,7 @@ from duplexkit.server import EmbeddedServer, ServerConfig
 from duplexkit.server.edge import MAX_POST_BYTES, Connection, HttpRequest, HttpResponse, WebSocketRoute
 from duplexkit.server.serve import edge_for
 from duplexkit.server.service import WS_MAX_FRAME_BYTES
+from tests.server import test_server_e2e
 from tests.server.conftest import connect
 
 
@@ -217,3 +219,25 @@ def test_compression_is_served_on_websockets_and_refused_on_an_explicit_picows(
     assert edge_for("asgi", ws_compression=True) == "asgi"
     assert main(["serve", "--model", "scripted", "--edge", "picows", "--ws-compression"]) == 2
     assert "picows edge has no permessage-deflate" in capsys.readouterr().err
+
+
+def test_on_uvloop_the_handover_a_split_post_and_paused_writes_hold() -> None:
+    """`duplexkit serve` runs on uvloop, whose transports are not asyncio's: the sniffer's handover to
+    picows, a POST read over several reads, and a client that stops reading (dropped), there too."""
+
+    async def scenario() -> None:
+        async with EmbeddedServer(load_model("scripted", {}), edge="picows") as server:
+            client = await connect(server.url)
+            assert (await client.until("session.created"))["type"] == "session.created"
+            await client.ws.close()
+            seen: list[HttpRequest] = []
+            server.duplex.post_routes = {"/echo": _echo_route(seen)}
+            head = b"POST /echo HTTP/1.1\r\nHost: x\r\nContent-Length: 5\r\nExpect: 100-continue\r\n\r\n"
+            answer = await _raw(server, head[:3], head[3:], b"he", b"llo")
+            assert answer.startswith(b"HTTP/1.1 100 Continue\r\n\r\nHTTP/1.1 201 Created\r\n")
+            assert seen[0].body == b"hello"
+        await test_server_e2e.test_a_client_that_stops_reading_is_dropped_instead_of_buffered_without_bound(
+            "picows"
+        )
+
+    uvloop.run(scenario())

@@ -20,7 +20,7 @@ import http
 import logging
 import socket
 from collections import deque
-from typing import Any
+from typing import Any, cast
 from urllib.parse import parse_qsl
 
 from multidict import CIMultiDict
@@ -247,10 +247,9 @@ class _Sniffer(asyncio.Protocol):
         self._timeout: asyncio.TimerHandle | None = None
 
     def connection_made(self, transport: asyncio.BaseTransport) -> None:
-        assert isinstance(transport, asyncio.Transport)
-        self._transport = transport
-        self._timeout = asyncio.get_running_loop().call_later(HANDSHAKE_TIMEOUT_S, transport.abort)
-        self._edge.pending.add(transport)
+        self._transport = cast(asyncio.Transport, transport)  # (uvloop's is not an asyncio subclass)
+        self._timeout = asyncio.get_running_loop().call_later(HANDSHAKE_TIMEOUT_S, self._transport.abort)
+        self._edge.pending.add(self._transport)
 
     def data_received(self, data: bytes) -> None:
         assert self._transport is not None
