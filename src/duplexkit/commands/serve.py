@@ -36,8 +36,9 @@ def register(commands: argparse._SubParsersAction[argparse.ArgumentParser]) -> N
         "--ws-compression",
         action=argparse.BooleanOptionalAction,
         default=False,
-        help="negotiate WebSocket permessage-deflate with clients that offer it; off by default, as on "
-        "base64 audio it costs more server CPU than it saves bytes (default: off)",
+        help="negotiate WebSocket permessage-deflate with clients that offer it (on the websockets edge: "
+        "picows has none); off by default, as on base64 audio it costs more server CPU than it saves "
+        "bytes (default: off)",
     )
     parser.add_argument(
         "--edge",

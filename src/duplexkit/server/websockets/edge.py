@@ -106,7 +106,7 @@ def _response(answer: HttpResponse) -> Response:
 
 
 class WebSocketsEdge:
-    """The native edge on `sock`; `stop` closes the listener and whatever connections remain."""
+    """The `websockets` edge on `sock`; `stop` closes the listener and whatever connections remain."""
 
     def __init__(self, duplex: DuplexServer, server: Server) -> None:
         self._duplex = duplex
