@@ -241,3 +241,41 @@ def test_on_uvloop_the_handover_a_split_post_and_paused_writes_hold() -> None:
         )
 
     uvloop.run(scenario())
+
+
+async def test_a_core_that_reads_slowly_stops_the_socket_being_read_and_loses_nothing(
+    picows: EmbeddedServer,
+) -> None:
+    """Received messages wait in a bounded queue: while the core does not read, the edge stops reading the
+    socket, so a flooding client is held back by TCP instead of filling the server's memory."""
+    release = asyncio.Event()
+    got: list[str | bytes] = []
+
+    async def slow(
+        route: WebSocketRoute, connection: Connection, query: Mapping[str, str], headers: Mapping[str, str]
+    ) -> None:
+        await release.wait()
+        while (message := await connection.receive()) is not None:
+            got.append(message)
+
+    picows.duplex.serve_websocket = slow  # type: ignore[method-assign]
+    ws = await websockets.connect(picows.url, max_size=None)
+    messages = [bytes([i % 256]) * 65536 for i in range(400)]  # 26 MB: past what loopback's buffers hold
+
+    async def flood() -> None:
+        for message in messages:
+            await ws.send(message)
+
+    sender = asyncio.create_task(flood())
+    try:
+        done, _ = await asyncio.wait({sender}, timeout=3)
+        assert not done  # held back: the server stopped reading
+    finally:
+        release.set()
+    await asyncio.wait_for(sender, 30)
+    await ws.close()
+    for _ in range(250):
+        if len(got) == len(messages):
+            break
+        await asyncio.sleep(0.02)
+    assert got == messages

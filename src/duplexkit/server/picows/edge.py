@@ -101,7 +101,8 @@ class _Listener(WSListener):
         self._messages: deque[str | bytes | None] = deque()
         """Received messages; `None` last once the peer is gone."""
         self._waiter: asyncio.Future[None] | None = None
-        self._fragments: list[bytes] = []
+        self._fragments: bytearray | None = None
+        """A fragmented message so far (`None` between messages)."""
         self._fragmented_text = False
         self._reading_paused = False
         self._writable: asyncio.Future[None] | None = None
@@ -120,7 +121,7 @@ class _Listener(WSListener):
 
     def on_ws_frame(self, transport: WSTransport, frame: WSFrame) -> None:
         kind = frame.msg_type
-        if frame.fin and not self._fragments:
+        if frame.fin and self._fragments is None:
             if kind is _TEXT:
                 self._deliver(_utf8(frame.get_payload_as_bytes()))
                 return
@@ -135,18 +136,19 @@ class _Listener(WSListener):
     def _on_fragment(self, frame: WSFrame) -> None:
         """A piece of a fragmented message (RFC 6455 §5.4): joined, held to the one message cap."""
         starts = frame.msg_type is not _CONTINUATION
-        if starts == bool(self._fragments):
+        if starts != (self._fragments is None):
             raise WSProtocolError(
                 WSCloseCode.PROTOCOL_ERROR, "unexpected continuation or interleaved message"
             )
-        if starts:
+        if self._fragments is None:
+            self._fragments = bytearray()
             self._fragmented_text = frame.msg_type is _TEXT
-        self._fragments.append(frame.get_payload_as_bytes())
-        if sum(map(len, self._fragments)) > WS_MAX_FRAME_BYTES:
+        self._fragments += frame.get_payload_as_memoryview()
+        if len(self._fragments) > WS_MAX_FRAME_BYTES:
             raise WSProtocolError(WSCloseCode.MESSAGE_TOO_BIG, "message too big")
         if frame.fin:
-            payload = b"".join(self._fragments)
-            self._fragments = []
+            payload = bytes(self._fragments)
+            self._fragments = None
             self._deliver(_utf8(payload) if self._fragmented_text else payload)
 
     def _on_close_frame(self, transport: WSTransport, payload: bytes) -> None:
@@ -161,7 +163,8 @@ class _Listener(WSListener):
     def on_ws_disconnected(self, transport: WSTransport) -> None:
         self._open = False
         if not self._messages or self._messages[-1] is not None:
-            self._deliver(None)
+            self._messages.append(None)
+            self._wake()
         if self._writable is not None and not self._writable.done():
             self._writable.set_result(None)
         if not self._lost.done():
@@ -177,11 +180,14 @@ class _Listener(WSListener):
 
     def _deliver(self, message: str | bytes | None) -> None:
         self._messages.append(message)
-        if self._waiter is not None and not self._waiter.done():
-            self._waiter.set_result(None)
+        self._wake()
         if len(self._messages) >= _QUEUE_HIGH and not self._reading_paused and self._transport is not None:
             self._reading_paused = True
             self._transport.underlying_transport.pause_reading()
+
+    def _wake(self) -> None:
+        if self._waiter is not None and not self._waiter.done():
+            self._waiter.set_result(None)
 
     # --- the core's side (`edge.Connection`) --------------------------------------------------------
 
@@ -195,11 +201,14 @@ class _Listener(WSListener):
             return None
         self._messages.popleft()
         if self._reading_paused and len(self._messages) <= _QUEUE_LOW:
-            self._reading_paused = False
-            assert self._transport is not None
-            if not self._transport.is_disconnected:
-                self._transport.underlying_transport.resume_reading()
+            self._resume_reading()
         return message
+
+    def _resume_reading(self) -> None:
+        self._reading_paused = False
+        assert self._transport is not None
+        if not self._transport.is_disconnected:
+            self._transport.underlying_transport.resume_reading()
 
     async def send_text(self, data: str) -> None:
         if self._writable is not None:
@@ -224,6 +233,8 @@ class _Listener(WSListener):
         if self._open:
             self._open = False
             transport.send_close(WSCloseCode(code), reason.encode())
+        if self._reading_paused:  # the peer's answer must be read
+            self._resume_reading()
         try:
             await asyncio.wait_for(asyncio.shield(self._lost), self._edge.close_timeout_s)
         except TimeoutError:
