@@ -20,6 +20,7 @@ import http
 import logging
 import socket
 from collections import deque
+from collections.abc import Coroutine
 from typing import Any, cast
 from urllib.parse import parse_qsl
 
@@ -417,7 +418,7 @@ class PicowsEdge:
 
         self._track(run())
 
-    def _track(self, work: Any) -> None:
+    def _track(self, work: Coroutine[Any, Any, None]) -> None:
         task = asyncio.create_task(work)
         self._tasks.add(task)
         task.add_done_callback(self._tasks.discard)
