@@ -10,15 +10,17 @@ apart from the load generator's:
   event per unit (the protocol's cadence), permessage-deflate off on both sides. It does the transport
   part of our job and nothing else. Like duplexkit under uvicorn, it runs on uvloop when installed.
 - `floor-picows`: the same floor on `picows` (Cython WebSocket framing over asyncio), to weigh the
-  transport library: what a faster edge could save (`picows` is in the dev extra, not a dependency).
+  transport library on its own.
 - `echo`: a bare `websockets` server sending every frame back (five times the protocol's outbound bytes),
   compression off; the floor this benchmark used to quote.
-- `duplexkit`: `duplexkit serve` on its default edge (the native `websockets` server), compression off on
-  both sides (what `DuplexClient` and the server's default do);
+- `duplexkit`: `duplexkit serve` on its default edge (`picows`), compression off on both sides (what
+  `DuplexClient` and the server's default do);
+- `duplexkit-websockets`: the same on the `websockets` edge (`--edge websockets`), the default before
+  picows, and the edge that serves permessage-deflate;
 - `duplexkit-asgi`: the same on the ASGI edge (`--edge asgi`: Starlette under uvicorn), the edge every
-  server ran before the native one: the "before" of the edge work;
-- `duplexkit+deflate`: the default edge with permessage-deflate negotiated by both sides
-  (`--ws-compression`, a client offering it).
+  server ran before the native ones;
+- `duplexkit+deflate`: permessage-deflate negotiated by both sides (`--ws-compression`, a client offering
+  it), which `duplexkit serve` then serves on the `websockets` edge.
 
 Latency of a unit is (append that closes the unit sent → its answer received: `response.listen` or the
 floor's event); for the echo, (append sent → its echo received). Clock: the load generator's monotonic.
@@ -35,7 +37,6 @@ from __future__ import annotations
 import argparse
 import asyncio
 import base64
-import importlib.util
 import json
 import statistics
 import sys
@@ -244,11 +245,15 @@ def _argv(name: str, port: int, sessions: int, cadence: Cadence) -> tuple[list[s
             str(port),
             str(cadence.appends_per_unit),
         ], f"ws://127.0.0.1:{port}"
-    if name in ("duplexkit", "duplexkit-asgi", "duplexkit+deflate"):
+    edges = {
+        "duplexkit": (),
+        "duplexkit-websockets": ("--edge", "websockets"),
+        "duplexkit-asgi": ("--edge", "asgi"),
+    }
+    if name in edges or name == "duplexkit+deflate":
         compression = "--ws-compression" if name.endswith("+deflate") else "--no-ws-compression"
-        edge = "asgi" if name.endswith("-asgi") else "websockets"
         serve = duplexkit_serve(port, sessions, (f"chunk_period_ms={cadence.unit_ms}",))
-        return [*serve, compression, "--edge", edge], f"ws://127.0.0.1:{port}/v1/realtime"
+        return [*serve, compression, *edges.get(name, ())], f"ws://127.0.0.1:{port}/v1/realtime"
     return None
 
 
@@ -287,8 +292,8 @@ async def main() -> None:
     parser.add_argument(
         "--servers",
         default="floor,duplexkit,duplexkit-asgi",
-        help="which servers to run, in order, of floor, floor-picows, echo, duplexkit, duplexkit-asgi, "
-        "duplexkit+deflate (default: %(default)s)",
+        help="which servers to run, in order, of floor, floor-picows, echo, duplexkit, duplexkit-websockets, "
+        "duplexkit-asgi, duplexkit+deflate (default: %(default)s)",
     )
     args = parser.parse_args()
     try:
@@ -297,8 +302,6 @@ async def main() -> None:
             cadence.appends_per_unit  # noqa: B018  # validates the unit length
     except ValueError as exc:
         parser.error(f"--unit-ms: {exc}")
-    if "floor-picows" in args.servers.split(",") and importlib.util.find_spec("picows") is None:
-        parser.error("floor-picows needs picows (pip install picows==2.3.1, in the dev extra)")
 
     summary: dict[Cadence, dict[str, dict[str, float]]] = {}
     for cadence in cadences:

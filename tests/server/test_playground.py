@@ -118,7 +118,8 @@ class _Records(logging.Handler):
 
 async def test_health_polls_are_logged_at_debug_and_page_loads_at_info(edge: Edge) -> None:
     """A pool or load balancer polls /healthz every few seconds: at INFO that drowned the server's log."""
-    loggers = [logging.getLogger(name) for name in ("websockets.server", "uvicorn.access")]
+    names = ("duplexkit.server.picows.edge", "websockets.server", "uvicorn.access")
+    loggers = [logging.getLogger(name) for name in names]
     seen = _Records()
     try:
         async with (

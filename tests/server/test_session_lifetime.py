@@ -196,8 +196,8 @@ async def test_model_output_renews_the_lease() -> None:
 
 
 async def test_each_edge_tells_a_close_from_a_loss(plugin: ModelPlugin, edge: Edge) -> None:
-    """Both edges (native and ASGI under uvicorn) report how the socket went: a resumable session whose
-    client closed ends; one whose socket was lost detaches and keeps its slot."""
+    """Every edge (the two native ones and ASGI under uvicorn) reports how the socket went: a resumable
+    session whose client closed ends; one whose socket was lost detaches and keeps its slot."""
     async with EmbeddedServer(plugin, ServerConfig(max_sessions=2), edge=edge) as server:
         closer, _ = await _open_resumable(server)
         await closer.ws.close()
@@ -208,10 +208,13 @@ async def test_each_edge_tells_a_close_from_a_loss(plugin: ModelPlugin, edge: Ed
         assert server.duplex.manager.active == 1  # detached, awaiting its resume
 
 
-async def test_on_the_native_edge_a_close_frame_without_a_code_is_a_close(plugin: ModelPlugin) -> None:
-    """A browser's `ws.close()` sends a close frame with no code (1005): on the native edge, which sees the
+@pytest.mark.parametrize("edge", ["picows", "websockets"])
+async def test_on_a_native_edge_a_close_frame_without_a_code_is_a_close(
+    plugin: ModelPlugin, edge: Edge
+) -> None:
+    """A browser's `ws.close()` sends a close frame with no code (1005): on a native edge, which sees the
     frame itself, the client has left and the resumable session ends at once."""
-    async with EmbeddedServer(plugin, ServerConfig(max_sessions=2), edge="websockets") as server:
+    async with EmbeddedServer(plugin, ServerConfig(max_sessions=2), edge=edge) as server:
         closer, _ = await _open_resumable(server)
         # An empty, masked close frame, written as a browser sends it (the client library will not send 1005).
         closer.ws.transport.write(b"\x88\x80\x00\x00\x00\x00")

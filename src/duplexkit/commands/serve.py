@@ -36,16 +36,17 @@ def register(commands: argparse._SubParsersAction[argparse.ArgumentParser]) -> N
         "--ws-compression",
         action=argparse.BooleanOptionalAction,
         default=False,
-        help="negotiate WebSocket permessage-deflate with clients that offer it; off by default, as on "
-        "base64 audio it costs more server CPU than it saves bytes (default: off)",
+        help="negotiate WebSocket permessage-deflate with clients that offer it (on the websockets edge: "
+        "picows has none); off by default, as on base64 audio it costs more server CPU than it saves "
+        "bytes (default: off)",
     )
     parser.add_argument(
         "--edge",
-        choices=["websockets", "asgi"],
-        default="websockets",
-        help="the I/O edge: the native websockets server, or the Starlette ASGI app under uvicorn (the "
-        "app Ray Serve and embedding use; costs more CPU per frame, docs/performance.md) "
-        "(default: %(default)s)",
+        choices=["picows", "websockets", "asgi"],
+        default=None,
+        help="the I/O edge: picows (the least CPU per frame), the websockets server (the one with "
+        "--ws-compression), or the Starlette ASGI app under uvicorn (the app Ray Serve and embedding use; "
+        "costs more CPU per frame, docs/performance.md) (default: picows, websockets with --ws-compression)",
     )
     parser.add_argument(
         "--disconnect-grace",
@@ -85,6 +86,7 @@ def run(args: argparse.Namespace) -> int:
     from duplexkit.engine.journal import ResumeConfig
     from duplexkit.server import DuplexServer, ServerConfig, run_server
     from duplexkit.server.playground import playground_url
+    from duplexkit.server.serve import edge_for
 
     env_keys = [k.strip() for k in os.environ.get("DUPLEXKIT_API_KEYS", "").split(",") if k.strip()]
     if args.max_sessions < 1:
@@ -95,6 +97,11 @@ def run(args: argparse.Namespace) -> int:
     )
     if args.disconnect_grace < 0:
         print("duplexkit serve: --disconnect-grace must be 0 or more", file=sys.stderr)
+        return 2
+    try:
+        edge = edge_for(args.edge, ws_compression=args.ws_compression)
+    except ValueError as exc:
+        print(f"duplexkit serve: {exc}", file=sys.stderr)
         return 2
     if args.ray:
         return _run_on_ray(args, frozenset(args.api_key + env_keys))
@@ -109,7 +116,7 @@ def run(args: argparse.Namespace) -> int:
     )
     print(f"duplexkit serve: playground at {playground_url(args.host, args.port)}", flush=True)
     duplex = DuplexServer(plugin, config)
-    run_server(duplex, host=args.host, port=args.port, log_level=args.log_level, edge=args.edge)
+    run_server(duplex, host=args.host, port=args.port, log_level=args.log_level, edge=edge)
     return 0
 
 

@@ -112,5 +112,11 @@ WEBSOCKET_ROUTES: Mapping[str, WebSocketRoute] = {
 }
 """WebSocket paths and what each serves: JSON realtime events (`/v1/duplex` is an alias) or Moshi frames."""
 
+BACKLOG = 2048
+"""Pending TCP connections a listening socket holds (a thousand clients may connect at once)."""
+
+HANDSHAKE_TIMEOUT_S = 10.0
+"""How long a new connection may take to send its whole request (as `websockets`'s `open_timeout`)."""
+
 QUIET_PATHS = frozenset({"/healthz"})
 """Paths polled by load balancers and pools every few seconds: each edge logs their requests at DEBUG."""

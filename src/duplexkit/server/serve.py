@@ -1,7 +1,8 @@
 """Running the server on an edge: in the foreground with a SIGTERM drain, or embedded in a running loop.
 
-`EDGES` names the I/O edges: `websockets` (the native `websockets` server, the default) and `asgi` (the
-Starlette app under uvicorn). SIGTERM (or Ctrl-C) first stops admission and closes every live session with
+`EDGES` names the I/O edges: `picows` (the default: the least CPU per frame), `websockets` (the one with
+permessage-deflate, served when compression is asked for) and `asgi` (the Starlette app under uvicorn;
+`edge_for` holds the rule). SIGTERM (or Ctrl-C) first stops admission and closes every live session with
 `session.closed{reason: server_shutdown}`, then stops the edge; the process exits 0.
 """
 
@@ -18,8 +19,20 @@ from typing import Literal, Protocol
 from duplexkit.models import ModelPlugin
 from duplexkit.server.service import DuplexServer, ServerConfig
 
-Edge = Literal["websockets", "asgi"]
-EDGES: tuple[Edge, ...] = ("websockets", "asgi")
+Edge = Literal["picows", "websockets", "asgi"]
+EDGES: tuple[Edge, ...] = ("picows", "websockets", "asgi")
+
+
+def edge_for(edge: Edge | None, *, ws_compression: bool) -> Edge:
+    """The edge to serve on: `edge` when one was asked for, else `picows`, or `websockets` when
+    `ws_compression` is on (picows has no permessage-deflate). `ValueError` for picows with compression."""
+    if edge is None:
+        return "websockets" if ws_compression else "picows"
+    if edge == "picows" and ws_compression:
+        raise ValueError(
+            "the picows edge has no permessage-deflate: drop --ws-compression or name another edge"
+        )
+    return edge
 
 
 class RunningEdge(Protocol):
@@ -33,10 +46,14 @@ async def start_edge(edge: Edge, duplex: DuplexServer, sock: socket.socket, *, l
         from duplexkit.server.asgi.serve import AsgiEdge
 
         start = AsgiEdge.start
-    else:
+    elif edge == "websockets":
         from duplexkit.server.websockets import WebSocketsEdge
 
         start = WebSocketsEdge.start
+    else:
+        from duplexkit.server.picows import PicowsEdge
+
+        start = PicowsEdge.start
     return await start(duplex, sock, log_level=log_level)
 
 
@@ -50,9 +67,11 @@ def bind(host: str, port: int) -> socket.socket:
 
 
 def run_server(
-    duplex: DuplexServer, *, host: str, port: int, log_level: str = "info", edge: Edge = "websockets"
+    duplex: DuplexServer, *, host: str, port: int, log_level: str = "info", edge: Edge | None = None
 ) -> None:
-    """Serve until SIGTERM/SIGINT, then drain; on uvloop when it is installed (as uvicorn would)."""
+    """Serve until SIGTERM/SIGINT, then drain; on uvloop when it is installed (as uvicorn would). `edge`:
+    see `edge_for`."""
+    edge = edge_for(edge, ws_compression=duplex.config.ws_compression)
     try:
         import uvloop
     except ImportError:
@@ -89,10 +108,10 @@ class EmbeddedServer:
         config: ServerConfig | None = None,
         *,
         log_level: str = "warning",
-        edge: Edge = "websockets",
+        edge: Edge | None = None,
     ):
         self.duplex = DuplexServer(plugin, config)
-        self.edge = edge
+        self.edge = edge_for(edge, ws_compression=self.duplex.config.ws_compression)
         self._log_level = log_level
         self._running: RunningEdge | None = None
         self.url = ""

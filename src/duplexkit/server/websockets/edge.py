@@ -1,10 +1,10 @@
 """`WebSocketsEdge`: the core (`server.service.DuplexServer`) served by `websockets.asyncio.server`.
 
 The handshake is answered in `process_request`, before any upgrade: a plain GET gets its route's answer
-from `DuplexServer.http_routes` (the playground pages included, so both edges serve the same table), a
+from `DuplexServer.http_routes` (the playground pages included, so every edge serves the same table), a
 POST from `DuplexServer.post_routes` (the WebRTC signalling), an unknown path gets 404, and a refused API
 key gets HTTP 403. The library reads only bodiless requests, so a POST's body is taken off the stream
-before its parser sees the head (`_BodySplitter`). An authorized upgrade is accepted with the
+before its parser sees the head (`server.http1.PostSplitter`). An authorized upgrade is accepted with the
 subprotocol `DuplexServer.authorize` chose, and the accepted connection goes to
 `DuplexServer.serve_websocket` as an `edge.Connection`. Each frame then costs one `recv` of the library's
 connection, with no ASGI message in between.
@@ -13,11 +13,9 @@ connection, with no ASGI message in between.
 from __future__ import annotations
 
 import http
-import logging
 import socket
 from collections.abc import Sequence
 from dataclasses import dataclass
-from typing import Any, Literal
 from urllib.parse import parse_qsl
 
 from websockets.asyncio.server import Server, ServerConnection, serve
@@ -27,7 +25,7 @@ from websockets.http11 import Request, Response
 from websockets.typing import Subprotocol
 
 from duplexkit.server.edge import (
-    MAX_POST_BYTES,
+    BACKLOG,
     NO_CLOSE_FRAME,
     QUIET_PATHS,
     WEBSOCKET_ROUTES,
@@ -36,18 +34,8 @@ from duplexkit.server.edge import (
     SocketClosed,
     WebSocketRoute,
 )
+from duplexkit.server.http1 import AtDebug, PostSplitter, joined
 from duplexkit.server.service import WS_MAX_FRAME_BYTES, DuplexServer
-
-
-class _AtDebug(logging.LoggerAdapter):  # type: ignore[type-arg]
-    """A connection's log with its INFO lines at DEBUG (a health poll's response and close)."""
-
-    def log(self, level: int, msg: object, *args: Any, **kwargs: Any) -> None:
-        super().log(logging.DEBUG if level == logging.INFO else level, msg, *args, **kwargs)
-
-
-BACKLOG = 2048
-"""Pending TCP connections the listening socket holds (a thousand clients may connect at once)."""
 
 
 @dataclass(frozen=True, slots=True)
@@ -60,77 +48,16 @@ class _Upgrade:
     headers: dict[str, str]
 
 
-class _BodySplitter:
-    """Takes a POST's body off the front of a connection's stream (Sans-I/O). The library's parser refuses
-    a request with a body, so it gets the head without `Content-Length`, and the body (at most
-    `MAX_POST_BYTES`; `too_large` past that, without reading the rest) waits for the POST route. Any other
-    request passes through untouched."""
-
-    _HEAD_LIMIT = 16 * 1024
-
-    def __init__(self) -> None:
-        self._buffer = bytearray()
-        self._state: Literal["sniff", "head", "body", "done", "through"] = "sniff"
-        self._head = b""
-        self._length = 0
-        self.body = b""
-        self.too_large = False
-        self.expects_continue = False
-        """The client waits for `100 Continue` before sending the body (curl does for a few KiB)."""
-
-    def feed(self, data: bytes) -> bytes:
-        """The bytes the library's parser gets now."""
-        if self._state == "through":
-            return data
-        if self._state == "done":
-            return b""  # after the POST: nothing more is read (the answer closes the connection)
-        self._buffer += data
-        if self._state == "sniff":
-            if len(self._buffer) < 5 and b"POST ".startswith(bytes(self._buffer)):
-                return b""
-            if not self._buffer.startswith(b"POST "):
-                return self._pass_through()
-            self._state = "head"
-        if self._state == "head":
-            end = self._buffer.find(b"\r\n\r\n")
-            if end < 0:
-                return self._pass_through() if len(self._buffer) > self._HEAD_LIMIT else b""
-            lines = bytes(self._buffer[:end]).split(b"\r\n")
-            kept = [line for line in lines if not line.lower().startswith(b"content-length:")]
-            lengths = [line.split(b":", 1)[1].strip() for line in lines if line not in kept]
-            self._length = int(lengths[0]) if lengths and lengths[0].isdigit() else 0
-            self.expects_continue = any(
-                line.lower().replace(b" ", b"") == b"expect:100-continue" for line in kept
-            )
-            self._head = b"\r\n".join(kept) + b"\r\n\r\n"
-            del self._buffer[: end + 4]
-            self._state = "body"
-        if self._length > MAX_POST_BYTES:
-            self.too_large = True
-        elif len(self._buffer) < self._length:
-            return b""
-        else:
-            self.body = bytes(self._buffer[: self._length])
-        self._buffer.clear()
-        self._state = "done"
-        return self._head
-
-    def _pass_through(self) -> bytes:
-        self._state = "through"
-        data, self._buffer = bytes(self._buffer), bytearray()
-        return data
-
-
 class _Connection(ServerConnection):
     """The library's connection, carrying its `_Upgrade` from the handshake to the handler (and a POST's
     body past the library's parser)."""
 
     upgrade: _Upgrade | None = None
-    splitter: _BodySplitter | None = None
+    splitter: PostSplitter | None = None
 
     def data_received(self, data: bytes) -> None:
         if self.splitter is None:
-            self.splitter = _BodySplitter()
+            self.splitter = PostSplitter()
         data = self.splitter.feed(data)
         if self.splitter.expects_continue:
             self.splitter.expects_continue = False
@@ -171,11 +98,6 @@ class _NativeConnection:
         await self._ws.close(code, reason)
 
 
-def _joined(headers: Headers) -> dict[str, str]:
-    """Lower-case names, repeated headers joined with ", " (what `DuplexServer.authorize` reads)."""
-    return {name.lower(): ", ".join(headers.get_all(name)) for name in headers}
-
-
 def _response(answer: HttpResponse) -> Response:
     headers = Headers(answer.headers)
     headers["Content-Type"] = answer.media_type
@@ -184,7 +106,7 @@ def _response(answer: HttpResponse) -> Response:
 
 
 class WebSocketsEdge:
-    """The native edge on `sock`; `stop` closes the listener and whatever connections remain."""
+    """The `websockets` edge on `sock`; `stop` closes the listener and whatever connections remain."""
 
     def __init__(self, duplex: DuplexServer, server: Server) -> None:
         self._duplex = duplex
@@ -202,18 +124,18 @@ class WebSocketsEdge:
                 if post is None:
                     return connection.respond(http.HTTPStatus.NOT_FOUND, "Not Found\n")
                 split = connection.splitter
-                headers = _joined(request.headers)
+                headers = joined(request.headers.raw_items())
                 body = HttpRequest(dict(parse_qsl(query, True)), headers, split.body, split.too_large)
                 return _response(await post(body))
             route = WEBSOCKET_ROUTES.get(path)
             if route is None:
                 if path in QUIET_PATHS:
-                    connection.protocol.logger = _AtDebug(connection.protocol.logger, {})
+                    connection.protocol.logger = AtDebug(connection.protocol.logger, {})
                 build = duplex.http_routes.get(path)
                 if build is None:
                     return connection.respond(http.HTTPStatus.NOT_FOUND, "Not Found\n")
                 return _response(build())
-            headers = _joined(request.headers)
+            headers = joined(request.headers.raw_items())
             subprotocol = duplex.authorize(headers)
             if subprotocol is False:
                 return connection.respond(http.HTTPStatus.FORBIDDEN, "unauthorized\n")
