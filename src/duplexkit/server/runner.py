@@ -105,6 +105,7 @@ class _Attachment:
     updating: asyncio.Task[None] | None = None
     """A `session.update`'s asynchronous part (the model's prepare); the messages after it wait in `held`."""
     held: deque[str | bytes | None] = field(default_factory=deque)
+    held_bytes: int = 0
     first_deadline: asyncio.TimerHandle | None = None
     """A new session's first message is due before this fires (`config_timeout_s`)."""
 
@@ -404,6 +405,7 @@ class SessionRunner:
     def _stop_reading(attachment: _Attachment) -> None:
         attachment.reading = False
         attachment.held.clear()
+        attachment.held_bytes = 0
         if attachment.first_deadline is not None:
             attachment.first_deadline.cancel()
             attachment.first_deadline = None
@@ -462,7 +464,7 @@ class SessionRunner:
         if not attachment.reading:
             return
         if attachment.updating is not None:
-            attachment.held.append(message)
+            self._hold(attachment, message)
             return
         if message is None:
             self._stop_reading(attachment)
@@ -478,6 +480,21 @@ class SessionRunner:
         if update is not None:
             attachment.updating = asyncio.create_task(self._update(attachment, *update), name="update")
 
+    def _hold(self, attachment: _Attachment, message: str | bytes | None) -> None:
+        """Keep a message until the update before it is prepared; past `max_pending_input_bytes` held, it
+        is refused with `input_backpressure` instead (a socket that pushes is not paused meanwhile)."""
+        size = 0 if message is None else len(message)
+        if message is not None and attachment.held_bytes + size > self.limits.max_pending_input_bytes:
+            error = ProtocolError(
+                ErrorCode.INPUT_BACKPRESSURE,
+                f"{attachment.held_bytes} bytes wait for a session.update to be prepared; this message "
+                "was dropped",
+            )
+            self._apply(self.engine.protocol_error(error))
+            return
+        attachment.held_bytes += size
+        attachment.held.append(message)
+
     async def _update(self, attachment: _Attachment, event: ce.SessionUpdate, now: float) -> None:
         """A `session.update`, then the messages that arrived while it was prepared, in order."""
         try:
@@ -485,7 +502,9 @@ class SessionRunner:
         finally:
             attachment.updating = None
         while attachment.held and attachment.updating is None:
-            self._on_message(attachment, attachment.held.popleft())
+            message = attachment.held.popleft()
+            attachment.held_bytes -= 0 if message is None else len(message)
+            self._on_message(attachment, message)
 
     def _first_overdue(self, attachment: _Attachment) -> None:
         attachment.first_deadline = None

@@ -20,7 +20,7 @@ import http
 import logging
 import socket
 from collections import deque
-from collections.abc import Coroutine
+from collections.abc import Callable, Coroutine
 from typing import Any, cast
 from urllib.parse import parse_qsl
 
@@ -88,7 +88,9 @@ def _text(status: http.HTTPStatus, body: str) -> HttpResponse:
 
 
 class _Listener(WSListener):
-    """One accepted WebSocket: picows's callbacks on one side, an `edge.Connection` on the other."""
+    """One accepted WebSocket: picows's callbacks on one side, an `edge.Connection` on the other. It
+    pushes each message to the runner from picows's callback (`edge.PushReceive`) and writes events into
+    the transport at once (`edge.DirectSend`): a session on this edge runs no reader or writer task."""
 
     def __init__(
         self, edge: PicowsEdge, route: WebSocketRoute, query: dict[str, str], headers: dict[str, str]
@@ -102,6 +104,8 @@ class _Listener(WSListener):
         self._messages: deque[str | bytes | None] = deque()
         """Received messages; `None` last once the peer is gone."""
         self._waiter: asyncio.Future[None] | None = None
+        self._sink: Callable[[str | bytes | None], None] | None = None
+        """Where messages go as they arrive, once `deliver` is called (until then they queue)."""
         self._fragments: bytearray | None = None
         """A fragmented message so far (`None` between messages)."""
         self._fragmented_text = False
@@ -111,6 +115,8 @@ class _Listener(WSListener):
         self._open = True
         """Sends go out: no close frame sent, the transport not lost."""
         self._peer_code: int | None = None
+        self._gone = False
+        """The peer is gone (`None` delivered, or queued last)."""
         self._lost = asyncio.get_running_loop().create_future()
         self.close_code: int | None = None
 
@@ -163,9 +169,7 @@ class _Listener(WSListener):
 
     def on_ws_disconnected(self, transport: WSTransport) -> None:
         self._open = False
-        if not self._messages or self._messages[-1] is not None:
-            self._messages.append(None)
-            self._wake()
+        self._deliver(None)
         if self._writable is not None and not self._writable.done():
             self._writable.set_result(None)
         if not self._lost.done():
@@ -180,6 +184,15 @@ class _Listener(WSListener):
         self._writable = None
 
     def _deliver(self, message: str | bytes | None) -> None:
+        """A received message (`None`: the peer is gone; only the first `None` counts)."""
+        if self._gone:
+            return
+        if message is None:
+            self._gone = True
+            self.close_code = NO_CLOSE_FRAME if self._peer_code is None else self._peer_code
+        if self._sink is not None:
+            self._sink(message)
+            return
         self._messages.append(message)
         self._wake()
         if len(self._messages) >= _QUEUE_HIGH and not self._reading_paused and self._transport is not None:
@@ -198,12 +211,26 @@ class _Listener(WSListener):
             await self._waiter
         message = self._messages[0]
         if message is None:
-            self.close_code = NO_CLOSE_FRAME if self._peer_code is None else self._peer_code
             return None
         self._messages.popleft()
         if self._reading_paused and len(self._messages) <= _QUEUE_LOW:
             self._resume_reading()
         return message
+
+    def deliver(self, sink: Callable[[str | bytes | None], None]) -> None:
+        self._sink = sink
+        while self._messages:  # those received before, in order (a `None` is the last)
+            sink(self._messages.popleft())
+        if self._reading_paused:
+            self._resume_reading()
+
+    def send_now(self, data: str) -> None:
+        self._send(_TEXT, data.encode())
+
+    @property
+    def buffered_bytes(self) -> int:
+        assert self._transport is not None
+        return int(self._transport.underlying_transport.get_write_buffer_size())
 
     def _resume_reading(self) -> None:
         self._reading_paused = False
