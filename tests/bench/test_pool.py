@@ -30,7 +30,7 @@ from duplexkit.cli import main
 from duplexkit.client import DuplexClient, SessionBounds
 from duplexkit.models import load_model
 from duplexkit.server import EmbeddedServer, ServerConfig
-from duplexkit.server.websockets import WebSocketsEdge
+from duplexkit.server.picows import PicowsEdge
 from tests.bench.conftest import clip_sample
 
 FAST = {"first_output_ms": "30", "token_ms": "2", "ms_per_char": "10"}
@@ -136,11 +136,11 @@ async def servers(*max_sessions: int, **scripted: str) -> AsyncIterator[list[Emb
 def kill(server: EmbeddedServer) -> None:
     """Die like a killed process: stop listening and reset every connection, with no goodbye."""
     edge = server._running
-    assert isinstance(edge, WebSocketsEdge)  # the default edge
-    ws_server = edge._server
-    ws_server.server.close()
-    for connection in list(ws_server.connections):
-        connection.transport.abort()
+    assert isinstance(edge, PicowsEdge) and edge._server is not None  # the default edge
+    edge._server.close()
+    for listener in list(edge._listeners):
+        assert listener._transport is not None
+        listener._transport.disconnect(graceful=False)
 
 
 def pool_config(url: str, *, pace: str = "as-fast-as-possible", concurrency: int = 4) -> RunConfig:
