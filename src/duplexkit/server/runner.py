@@ -1,12 +1,16 @@
 """One session's runner: the I/O edge around the Sans-I/O engine.
 
-Two tasks per session: the stepper runs the model on units, in order, off the event loop's critical path
-(with a deadline per decision, through the server's `BatchScheduler` when the model batches); the tick
-task registers with the server's shared `SessionTicker`, which feeds the passage of time and reaps the
-resume lease, attached or not. Two tasks
-per attachment (a WebSocket the session is attached to): the reader parses frames and feeds the engine;
-the writer sends events in order. The outbound queue is bounded in bytes: a client that stops reading is
-dropped with a logged reason instead of making the server buffer without bound.
+Per session, one stepper task runs the model on units, in order, off the event loop's critical path (with
+a deadline per decision, through the server's `BatchScheduler` when the model batches); the server's
+shared `SessionTicker` feeds it the passage of time and reaps the resume lease, attached or not. Per
+attachment (a WebSocket the session is attached to), messages are handled as they arrive: a socket that
+pushes them (`edge.PushReceive`: the default picows edge) calls the runner back per message; any other is
+read by a reader task. A `session.update` the model must prepare for holds the messages after it until it
+is prepared, within the pending-input bound. Events go to the socket at once when its sends never wait
+(`edge.DirectSend`); any other socket gets a writer task and an outbound queue. Either way what a client
+has not taken is bounded in bytes: a client that stops reading is dropped with a logged reason instead of
+making the server buffer without bound. On the default edge a unit costs one task wake-up (the stepper's),
+not three hand-offs between a reader, a stepper and a writer.
 
 How a session ends follows what its client did. A client that closed its socket on purpose (a coded
 close frame: 1000, 1001, ...) has left: the session ends at once (`client_close`) and frees its slot; no
