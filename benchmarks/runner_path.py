@@ -111,13 +111,14 @@ async def _run(sessions: int, rounds: int, unit_ms: int) -> float:
     # differently in every run. What a tick costs is per session-second, not per append.
     ticker = SessionTicker(3600.0)
     round_ = Round()
+    metrics = ServerMetrics()  # one per server, as `duplexkit serve` has
     sockets = [MemorySocket(round_) for _ in range(sessions)]
     runners = [
         SessionRunner(
             ws,
             EngineSession(f"sess_{i}", plugin.capabilities.engine_config(plugin.name, max_sessions=sessions)),
             plugin.new_session(),
-            ServerMetrics(),
+            metrics,
             RunnerLimits(),
             ticker=ticker,
         )

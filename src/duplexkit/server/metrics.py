@@ -2,10 +2,12 @@
 
 from __future__ import annotations
 
+import bisect
+import itertools
 from collections.abc import Callable, Iterator
 
 from prometheus_client import CollectorRegistry, Counter, Gauge, Histogram, generate_latest
-from prometheus_client.core import CounterMetricFamily, GaugeMetricFamily, Metric
+from prometheus_client.core import CounterMetricFamily, GaugeMetricFamily, HistogramMetricFamily, Metric
 from prometheus_client.registry import Collector
 
 from duplexkit.models import SlotStats
@@ -41,6 +43,32 @@ class _SlotCollector(Collector):
         )
 
 
+class _UnitHistogram(Collector):
+    """A histogram observed once per unit per session (12.5 times a second per session at Moshi's
+    80 ms frames). Only the event loop's thread observes it and scrapes it, so it counts without
+    `prometheus_client.Histogram`'s locks and per-call checks (0.12 µs an observation against 0.76);
+    it is exposed as the same histogram (`_bucket`, `_count`, `_sum`)."""
+
+    def __init__(self, name: str, documentation: str, registry: CollectorRegistry) -> None:
+        self._name = name
+        self._documentation = documentation
+        self._bounds = _LATENCY_BUCKETS_S
+        self._counts = [0] * (len(self._bounds) + 1)
+        self._sum = 0.0
+        registry.register(self)
+
+    def observe(self, value: float) -> None:
+        self._counts[bisect.bisect_left(self._bounds, value)] += 1
+        self._sum += value
+
+    def collect(self) -> Iterator[Metric]:
+        family = HistogramMetricFamily(self._name, self._documentation)
+        cumulative = list(itertools.accumulate(self._counts))
+        bounds = [repr(bound) for bound in self._bounds] + ["+Inf"]  # as prometheus_client writes them
+        family.add_metric([], list(zip(bounds, cumulative, strict=True)), sum_value=self._sum)
+        yield family
+
+
 class ServerMetrics:
     def __init__(self, slot_stats: Callable[[], SlotStats | None] | None = None) -> None:
         self.registry = CollectorRegistry()
@@ -55,17 +83,15 @@ class ServerMetrics:
         self.sessions_rejected = Counter(
             "duplexkit_sessions_rejected", "Sessions refused", ["reason"], registry=self.registry
         )
-        self.unit_step_seconds = Histogram(
+        self.unit_step_seconds = _UnitHistogram(
             "duplexkit_unit_step_seconds",
             "Model step time per unit (request start to last decision)",
-            buckets=_LATENCY_BUCKETS_S,
-            registry=self.registry,
+            self.registry,
         )
-        self.unit_queue_wait_seconds = Histogram(
+        self.unit_queue_wait_seconds = _UnitHistogram(
             "duplexkit_unit_queue_wait_seconds",
             "Time a unit waits in the model's queue, from its submission to its request start",
-            buckets=_LATENCY_BUCKETS_S,
-            registry=self.registry,
+            self.registry,
         )
         self.ttft_seconds = Histogram(
             "duplexkit_response_ttft_seconds",
