@@ -125,6 +125,11 @@ class _Attachment:
         self.outbound_bytes += len(text)
         self.outbound.put_nowait(text)
 
+    def cancel_first_deadline(self) -> None:
+        if self.first_deadline is not None:
+            self.first_deadline.cancel()
+            self.first_deadline = None
+
     @property
     def backlog(self) -> int:
         """Bytes sent to this socket that its peer has not taken yet (what the slow-client bound counts)."""
@@ -410,9 +415,7 @@ class SessionRunner:
         attachment.reading = False
         attachment.held.clear()
         attachment.held_bytes = 0
-        if attachment.first_deadline is not None:
-            attachment.first_deadline.cancel()
-            attachment.first_deadline = None
+        attachment.cancel_first_deadline()
 
     async def _close_lost(self, attachment: _Attachment) -> None:
         """Finish a lost socket's closing handshake (its unsent events are in the journal)."""
@@ -474,9 +477,7 @@ class SessionRunner:
             self._stop_reading(attachment)
             self._gone(attachment)
             return
-        if attachment.first_deadline is not None:
-            attachment.first_deadline.cancel()
-            attachment.first_deadline = None
+        attachment.cancel_first_deadline()
         if self._done.is_set():
             return
         self.client_events_received += 1
