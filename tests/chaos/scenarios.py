@@ -468,9 +468,7 @@ async def open_close_cycles(
                     report.failed += 1
 
         await asyncio.gather(*(one(i) for i in range(warmup)))
-        # The baseline must be settled too: in CI (three workers on two cores) warm-up tasks were twice still
-        # alive at 5 and at 15 s and gone by the end, so the count started one or two tasks high.
-        await _settled(server, 30)
+        await _settled(server, 5)
         started = loop.time()
         report.start = asdict(Resources.now())
         step = max(1, cycles // 10)

@@ -27,7 +27,10 @@ async def test_open_close_cycles_leave_tasks_fds_and_slots_as_they_were() -> Non
     assert report.completed + report.cancelled == 15 and report.failed == 0
     assert report.cancelled == report.kinds["cancelled_open"] == 5
     assert report.slots_in_use_after == 0
-    assert report.end["tasks"] == report.start["tasks"] and report.end["fds"] == report.start["fds"]
+    # Nothing is left running but the test itself, and no descriptor more than after the warm-up. (Under
+    # CI's load, warm-up tasks have outlived the baseline's settling and been gone by the end: counted
+    # against the start, that read as fewer tasks at the end. Not understood yet; see docs/reliability.md.)
+    assert report.end["tasks"] == 1 and report.end["fds"] <= report.start["fds"]
     assert report.end["rss_mib"] - report.start["rss_mib"] < scenarios.RSS_TOLERANCE_MIB
 
 
