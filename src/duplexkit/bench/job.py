@@ -8,7 +8,11 @@ a job from its options; `duplexkit demo` builds one for the built-in dataset and
 
 from __future__ import annotations
 
+import asyncio
 import contextlib
+import json
+import urllib.parse
+import urllib.request
 import datetime as dt
 import sys
 from collections.abc import AsyncIterator, Awaitable, Callable
@@ -44,6 +48,9 @@ class BenchJob:
     """The command line recorded in run.json (secrets already redacted)."""
     urls: list[str] = field(default_factory=list)
     plugin: ModelPlugin | None = None
+    model_args: dict[str, str] | None = None
+    """The embedded model's `--model-arg` pairs (its checkpoint among them), recorded in run.json so that
+    `duplexkit merge` tells two embedded models apart; `None` for servers given by URL."""
     shard: Any = None
     api_key: str | None = None
     protocol: str = "auto"
@@ -75,7 +82,7 @@ async def run_job(job: BenchJob) -> int:
     from duplexkit.bench.pool import ServerPool
     from duplexkit.bench.runner import BenchmarkRunner
 
-    run_dir = RunDir(job.out)
+    run_dir = RunDir.open(job.out, job.benchmark.sentences)
     started_at = previous_start(run_dir.root) or _now()
     async with _servers(job) as urls:
         config = RunConfig(
@@ -95,6 +102,7 @@ async def run_job(job: BenchJob) -> int:
         )
         run_info: dict[str, Any] = {
             "benchmark": job.benchmark.name,
+            "layout": run_dir.layout_json(),
             "duplexkit_version": __version__,
             "versions": _versions(),
             "started_at": started_at,
@@ -108,7 +116,14 @@ async def run_job(job: BenchJob) -> int:
                 "shard": None if job.shard is None else job.shard.to_json(),
                 "samples": len(job.samples),
             },
-            "server": {"url": urls[0], "urls": urls, "model": config.model, "embedded": not job.urls},
+            "server": {
+                "url": urls[0],
+                "urls": urls,
+                "model": config.model,
+                "embedded": not job.urls,
+                "model_args": None if job.urls else dict(job.model_args or {}),
+                "health": {url: await asyncio.to_thread(probe_health, url) for url in urls},
+            },
         }
         write_json_atomic(run_dir.root / "run.json", run_info)
         pool = ServerPool(urls, per_server=job.concurrency)
@@ -151,6 +166,24 @@ async def run_job(job: BenchJob) -> int:
         print(f"duplexkit bench: {failed}: {'; '.join(reasons)}", file=sys.stderr)
         return EXIT_FAILED
     return EXIT_OK if scored_ok else EXIT_FAILED
+
+
+def probe_health(url: str, timeout_s: float = 5.0) -> dict[str, Any] | None:
+    """What the server at `url` (a ws(s) session URL) says of itself at `/healthz`: its `model` and
+    `version` as it names them; `None` when it has no such route or does not answer (a peer's server)."""
+    parts = urllib.parse.urlsplit(url)
+    scheme = {"ws": "http", "wss": "https"}.get(parts.scheme, parts.scheme)
+    if scheme not in ("http", "https"):
+        return None
+    health = urllib.parse.urlunsplit((scheme, parts.netloc, "/healthz", "", ""))
+    try:
+        with urllib.request.urlopen(health, timeout=timeout_s) as answer:  # noqa: S310 (http(s) only)
+            body = json.loads(answer.read(65536))
+    except (OSError, ValueError):
+        return None
+    if not isinstance(body, dict):
+        return None
+    return {key: body.get(key) for key in ("model", "version")}
 
 
 async def _judge(job: BenchJob, judge: Judge, root: Path) -> bool:

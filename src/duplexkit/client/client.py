@@ -234,6 +234,12 @@ class DuplexClient:
         return as_str(dig(self._session, "id"))
 
     @property
+    def server_model(self) -> str | None:
+        """The model the server named in its latest `session.created`/`session.updated` (`None` until one
+        arrives or when it names none): what served the session, whatever the client asked for."""
+        return as_str(dig(self._session, "model"))
+
+    @property
     def audio_end_ms(self) -> float:
         """The media clock: audio queued so far, in ms (what the next append's `audio_end_ms` builds on)."""
         return 0.0 if self._clock is None else self._clock.audio_end_ms

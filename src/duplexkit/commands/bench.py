@@ -19,6 +19,7 @@ from duplexkit.commands.options import (
     bounds_from_args,
     default_chunk_ms,
     json_object,
+    model_args_from_args,
     model_from_args,
     resolve_protocol,
 )
@@ -255,6 +256,7 @@ def run_command(args: argparse.Namespace, parser: argparse.ArgumentParser) -> in
         command=_redacted(sys.argv),
         urls=list(args.url),
         plugin=plugin,
+        model_args=None if args.url else model_args_from_args(args),
         api_key=args.api_key,
         protocol=args.protocol,
         pace=args.pace,
