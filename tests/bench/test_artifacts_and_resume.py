@@ -292,7 +292,9 @@ def test_a_run_killed_mid_way_resumes_to_every_sample_published_exactly_once(tmp
     for key in keys:  # exactly once: one sentences file and one published meta per sample, nothing else
         split, sample_id = key.split("/")
         assert [p.name for p in (out / split).glob(f"{sample_id}.*")] == [f"{sample_id}.json"]
-        assert [p.name for p in (out / "records" / split).glob(f"{sample_id}.*")] == [f"{sample_id}.meta.json"]
+        assert [p.name for p in (out / "records" / split).glob(f"{sample_id}.*")] == [
+            f"{sample_id}.meta.json"
+        ]
         meta = json.loads((out / "records" / f"{key}.meta.json").read_text(encoding="utf-8"))
         assert (meta["split"], meta["id"], meta["status"]) == (split, sample_id, "published")
     # The rerun skipped what the first run had published: same files (same inodes), same bytes.

@@ -238,7 +238,9 @@ def test_a_shard_stopped_before_every_sample_was_attempted_is_not_complete(tmp_p
     }
 
 
-def test_whole_runs_keep_their_selected_count_and_say_whether_every_sample_was_attempted(tmp_path: Path) -> None:
+def test_whole_runs_keep_their_selected_count_and_say_whether_every_sample_was_attempted(
+    tmp_path: Path,
+) -> None:
     # Two pool runs of one five-sample selection, stopped early: three samples attempted in all.
     a = make_run(tmp_path / "a", {("S", "1"): "published", ("S", "2"): "failed"}, selected=5)
     b = make_run(tmp_path / "b", {("S", "3"): "published"}, selected=5)
@@ -248,7 +250,11 @@ def test_whole_runs_keep_their_selected_count_and_say_whether_every_sample_was_a
     run = json.loads((merged.out / "run.json").read_text())
     assert run["dataset"]["samples"] == 5 and run["completeness"]["complete"] is False
     c = make_run(tmp_path / "c", {("S", "4"): "failed", ("S", "5"): "published"}, selected=5)
-    assert merge_runs([a, b, c], tmp_path / "m2").completeness == {"selected": 5, "attempted": 5, "complete": True}
+    assert merge_runs([a, b, c], tmp_path / "m2").completeness == {
+        "selected": 5,
+        "attempted": 5,
+        "complete": True,
+    }
 
 
 def test_servers_that_named_no_model_are_compared_by_the_rest(tmp_path: Path) -> None:
@@ -303,8 +309,10 @@ def test_a_merged_omniinteract_run_gets_its_official_run_files(tmp_path: Path) -
     assert (batch["total"], batch["success"], batch["incomplete"]) == (2, 1, 1)
     assert [r["status"] for r in batch["results"]] == ["incomplete", "ok"]
     # every path the official files name exists after the merge (they were once inside the staging folder)
-    assert all(Path(r["output_dir"]).is_dir() and Path(r["output_dir"]).is_relative_to(merged.resolve())
-               for r in batch["results"])
+    assert all(
+        Path(r["output_dir"]).is_dir() and Path(r["output_dir"]).is_relative_to(merged.resolve())
+        for r in batch["results"]
+    )
     (row,) = [json.loads(line) for line in (merged / "manifest.jsonl").read_text().splitlines()]
     assert row["sample_id"] == "1q1a__0002" and Path(row["model_json"]).is_file()
     assert Path(row["model_json"]).is_relative_to(merged.resolve())

@@ -10,11 +10,11 @@ from __future__ import annotations
 
 import asyncio
 import contextlib
+import datetime as dt
 import json
+import sys
 import urllib.parse
 import urllib.request
-import datetime as dt
-import sys
 from collections.abc import AsyncIterator, Awaitable, Callable
 from dataclasses import dataclass, field
 from pathlib import Path
@@ -177,7 +177,7 @@ def probe_health(url: str, timeout_s: float = 5.0) -> dict[str, Any] | None:
         return None
     health = urllib.parse.urlunsplit((scheme, parts.netloc, "/healthz", "", ""))
     try:
-        with urllib.request.urlopen(health, timeout=timeout_s) as answer:  # noqa: S310 (http(s) only)
+        with urllib.request.urlopen(health, timeout=timeout_s) as answer:
             body = json.loads(answer.read(65536))
     except (OSError, ValueError):
         return None

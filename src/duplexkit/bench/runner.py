@@ -111,7 +111,10 @@ def client_record(client: DuplexClient) -> dict[str, Any]:
     the input timeline (`audio_placement`), the model the server said served the session (`server_model`,
     from `session.created`; `None` when it named none) and what the wire protocol counted (`wire`, Moshi's
     frames)."""
-    record: dict[str, Any] = {"audio_placement": client.collector.placement, "server_model": client.server_model}
+    record: dict[str, Any] = {
+        "audio_placement": client.collector.placement,
+        "server_model": client.server_model,
+    }
     wire = client.protocol.wire_report()
     if wire is not None:
         record["wire"] = wire

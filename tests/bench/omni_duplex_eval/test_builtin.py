@@ -78,6 +78,7 @@ def test_datasets_load_dataset_reads_the_folder_as_the_official_batch_scorers_do
     """`batch_*.py` call `datasets.load_dataset(PATH, split=SPLIT)` and read `id`, `question_text`,
     `answer1/2`, `reminder1/2`, `video` (a path, `{bytes, path}` or bytes) per row."""
     import datasets
+
     monkeypatch.setenv("HF_HUB_OFFLINE", "1")
     monkeypatch.setenv("HF_DATASETS_CACHE", str(tmp_path / "hf"))
     for sample in dataset.samples:

@@ -367,7 +367,8 @@ def test_a_later_qna_step_weighs_its_core_fully_and_its_ack_not_at_all() -> None
 
 def test_the_core_part_split_off_at_the_answer_time_starts_there_without_a_trigger() -> None:
     """match_slots.py gives the core part of a chunk that straddles t_a the hint t_a, and
-    compute_unified_eval.py's fallback start is max(min(first word, t_a), t_a) = t_a: decay(10, 10, 20) = 1."""
+    compute_unified_eval.py's fallback start is max(min(first word, t_a), t_a) = t_a:
+    decay(10, 10, 20) = 1."""
     s = slot(5.0, 10.0, 20.0)
     words = (Word("so", 8.0, 8.5), Word("the", 12.0, 12.5), Word("cup", 13.0, 13.5))
     out = match([s], [Chunk("so the cup", 8.0, 13.5, words)]).outputs[0]
@@ -390,6 +391,12 @@ def test_a_trigger_phrase_in_a_chunk_without_words_has_no_time() -> None:
 def test_nested_walk_skips_the_questions_between_an_outer_and_its_inner() -> None:
     """build_slots.py's nested walk goes on after the inner: the question at 15 (answered after the outer)
     makes no slot; the next outer is the one at 50."""
-    case = Case("1q1a", "n", "nested", (qa(10.0, 40.0), qa(15.0, 45.0), qa(20.0, 25.0), qa(50.0, 55.0)), "a.json")
+    case = Case(
+        "1q1a", "n", "nested", (qa(10.0, 40.0), qa(15.0, 45.0), qa(20.0, 25.0), qa(50.0, 55.0)), "a.json"
+    )
     got = [(s.start, s.end, s.scenario, s.role) for s in build_slots(case)]
-    assert got == [(10.0, 50.0, "nested", "outer"), (20.0, 40.0, "nested", "inner"), (50.0, 115.0, "realtime", None)]
+    assert got == [
+        (10.0, 50.0, "nested", "outer"),
+        (20.0, 40.0, "nested", "inner"),
+        (50.0, 115.0, "realtime", None),
+    ]

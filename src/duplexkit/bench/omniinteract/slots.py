@@ -106,7 +106,9 @@ def build_slots(case: Case) -> list[Slot]:
     if case.scene_type == "nested":
         return _nested_slots(qas)
     return [
-        _slot(i, qa, qas[i + 1].question_time if i + 1 < len(qas) else None, qa.question_type, qa.question_time)
+        _slot(
+            i, qa, qas[i + 1].question_time if i + 1 < len(qas) else None, qa.question_type, qa.question_time
+        )
         for i, qa in enumerate(qas)
     ]
 
@@ -154,7 +156,9 @@ def _nested_slots(qas: list[QA]) -> list[Slot]:
             slots.append(_slot(i, qas[i], following, qas[i].question_type, qas[i].question_time))
             continue
         slots.append(_slot(i, qas[i], following, "nested", qas[i].answer_time, pair=pair, role="outer"))
-        slots.append(_slot(j, qas[j], qas[i].answer_time, "nested", qas[j].question_time, pair=pair, role="inner"))
+        slots.append(
+            _slot(j, qas[j], qas[i].answer_time, "nested", qas[j].question_time, pair=pair, role="inner")
+        )
         pair += 1
     return sorted(slots, key=lambda slot: (slot.start, slot.index))
 
