@@ -23,7 +23,7 @@ from typing import Any
 from duplexkit.bench.benchmark import Benchmark
 from duplexkit.bench.judge import Judge
 from duplexkit.bench.summary import print_run_summary
-from duplexkit.client.collector import Placement
+from duplexkit.client.collector import Placement, SentenceTiming
 from duplexkit.client.results import Pace
 from duplexkit.client.session import SessionBounds
 from duplexkit.models import ModelPlugin
@@ -56,6 +56,8 @@ class BenchJob:
     protocol: str = "auto"
     placement: Placement | None = None
     """Where output sits on the input timeline (`None`: the protocol's default)."""
+    sentence_timing: SentenceTiming = "audio"
+    """How Omni-DuplexEval sentences are timed (`RunConfig.sentence_timing`)."""
     pace: Pace = "realtime"
     fps: float = 1.0
     chunk_ms: int = 200
@@ -99,6 +101,7 @@ async def run_job(job: BenchJob) -> int:
             extra_body=job.extra_body,
             protocol=job.protocol,
             placement=job.placement,
+            sentence_timing=job.sentence_timing,
         )
         run_info: dict[str, Any] = {
             "benchmark": job.benchmark.name,

@@ -101,6 +101,7 @@ _SAME: tuple[tuple[MergeCode, tuple[str, ...], str], ...] = (
     (MergeCode.STREAMING_MISMATCH, ("config", "fps"), "fps"),
     (MergeCode.STREAMING_MISMATCH, ("config", "chunk_ms"), "chunk_ms"),
     (MergeCode.PLACEMENT_MISMATCH, ("config", "placement"), "audio placement"),
+    (MergeCode.PLACEMENT_MISMATCH, ("config", "sentence_timing"), "sentence timing"),
     (MergeCode.MODEL_MISMATCH, ("server", "model"), "model"),
     (MergeCode.MODEL_ARGS_MISMATCH, ("server", "model_args"), "embedded model arguments"),
     (MergeCode.SERVER_MISMATCH, ("server", "embedded"), "embedded server"),

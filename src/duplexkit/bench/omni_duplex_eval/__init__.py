@@ -50,7 +50,7 @@ class OmniDuplexEval:
     title = "Omni-DuplexEval"
     artifacts = runner.ARTIFACTS
     report = REPORT
-    options = ("--split", "--family", "--exclude-ids")
+    options = ("--split", "--family", "--exclude-ids", "--sentence-timing")
     bounds = SessionBounds()
     folder_scorer = None
     sentences = SPLIT_SENTENCES
