@@ -113,7 +113,7 @@ def make_run(
                 "model": model,
                 "embedded": embedded,
                 "model_args": model_args,
-                "health": {url: None if health_model is None else {"model": health_model, "version": "1"}},
+                "pool": [{"url": url, "max_sessions": 4, "model": health_model}],
             },
         },
     )

@@ -8,13 +8,9 @@ a job from its options; `duplexkit demo` builds one for the built-in dataset and
 
 from __future__ import annotations
 
-import asyncio
 import contextlib
 import datetime as dt
-import json
 import sys
-import urllib.parse
-import urllib.request
 from collections.abc import AsyncIterator, Awaitable, Callable
 from dataclasses import dataclass, field
 from pathlib import Path
@@ -125,7 +121,6 @@ async def run_job(job: BenchJob) -> int:
                 "model": config.model,
                 "embedded": not job.urls,
                 "model_args": None if job.urls else dict(job.model_args or {}),
-                "health": {url: await asyncio.to_thread(probe_health, url) for url in urls},
             },
         }
         write_json_atomic(run_dir.root / "run.json", run_info)
@@ -169,24 +164,6 @@ async def run_job(job: BenchJob) -> int:
         print(f"duplexkit bench: {failed}: {'; '.join(reasons)}", file=sys.stderr)
         return EXIT_FAILED
     return EXIT_OK if scored_ok else EXIT_FAILED
-
-
-def probe_health(url: str, timeout_s: float = 5.0) -> dict[str, Any] | None:
-    """What the server at `url` (a ws(s) session URL) says of itself at `/healthz`: its `model` and
-    `version` as it names them; `None` when it has no such route or does not answer (a peer's server)."""
-    parts = urllib.parse.urlsplit(url)
-    scheme = {"ws": "http", "wss": "https"}.get(parts.scheme, parts.scheme)
-    if scheme not in ("http", "https"):
-        return None
-    health = urllib.parse.urlunsplit((scheme, parts.netloc, "/healthz", "", ""))
-    try:
-        with urllib.request.urlopen(health, timeout=timeout_s) as answer:
-            body = json.loads(answer.read(65536))
-    except (OSError, ValueError):
-        return None
-    if not isinstance(body, dict):
-        return None
-    return {key: body.get(key) for key in ("model", "version")}
 
 
 async def _judge(job: BenchJob, judge: Judge, root: Path) -> bool:

@@ -7,7 +7,7 @@ Contract:
   model served on several machines). The model is what each run was told (`server.model`: the embedded
   model's name or `--served-model`), the embedded model's arguments (`server.model_args`: its checkpoint
   among them; `model_args_mismatch`), and what the servers said they serve: each sample's `server_model`
-  (from `session.created`) and each server's `/healthz` `model` (`server.health`); two inputs whose servers
+  (from `session.created`) and each server's `/healthz` `model` (`server.pool`); two inputs whose servers
   named different models are refused (`reported_model_mismatch`), an input whose servers named none is
   compared by the rest. Anything else is refused with a `MergeError` whose `code` names what differed, and
   nothing is written.
@@ -184,9 +184,9 @@ def _check_alike(inputs: Sequence[_Input]) -> None:
 def _reported_models(source: _Input) -> set[str]:
     """The models the input's servers named: its samples' `server_model` and its servers' `/healthz`."""
     named = {m.get("server_model") for m in source.metas.values()}
-    health = source.setting("server", "health")
-    if isinstance(health, dict):
-        named |= {h.get("model") for h in health.values() if isinstance(h, dict)}
+    pool = source.setting("server", "pool")
+    if isinstance(pool, list):
+        named |= {server.get("model") for server in pool if isinstance(server, dict)}
     return {n for n in named if isinstance(n, str) and n}
 
 
