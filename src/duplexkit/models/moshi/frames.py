@@ -23,8 +23,9 @@ class ForcedFrame:
 
 @dataclass(frozen=True, slots=True)
 class SlotFrame:
-    """What one step produced for one slot: the text token id (`-2`: still warming up) and the agent's
-    decoded audio (empty while warming up)."""
+    """What one step produced for one slot: the text token id (`-2`: still warming up), the agent's
+    decoded audio and the audio codes it was decoded from (both empty while warming up)."""
 
     text_id: int
     audio: npt.NDArray[np.float32]
+    codes: tuple[int, ...] = ()

@@ -221,6 +221,7 @@ class MoshiModel(ModelPlugin):
             chunk_period_ms=FRAME_MS,
             input_sample_rate_hz=SAMPLE_RATE_HZ,
             output_sample_rate_hz=SAMPLE_RATE_HZ,
+            input_clocked=True,
         )
         self.default_sampling = SamplingParams(
             temperature=self.gen_defaults.temp,

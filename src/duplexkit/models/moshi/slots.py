@@ -5,6 +5,11 @@ slot); every call steps only the slots it was given and freezes the others (`set
 whose frame is late keeps its state and never holds the others back. Everything here runs on the one
 thread that owns the model (see `plugin.MoshiModel`): these calls are not thread-safe and never awaited.
 
+A slot's first frame follows the server its family ships with. Kyutai's `moshi.server` resets the codec
+after encoding a session's first frame (the encoder's left padding makes that first encoding special; its
+codes still go to the LM), so a Moshi slot's codec is reset once more right after its first encode. NVIDIA's
+PersonaPlex server does not (it resets the codec after the prompt phase), so a PersonaPlex slot is not.
+
 PersonaPlex's layout (`dep_q=16`, the depformer also predicting the user's 8 codebooks) takes the user's
 codes through the same cache the upstream `LMGen` keeps for generated tokens: the user's codebooks are
 written over the predicted ones, at their delays, before and after each step (`_feed_user`).
@@ -13,7 +18,7 @@ written over the predicted ones, at their delays, before and after each step (`_
 from __future__ import annotations
 
 import time
-from collections.abc import Sequence
+from collections.abc import Iterable, Sequence
 from contextlib import ExitStack
 
 import numpy as np
@@ -47,6 +52,8 @@ class SlotBatch:
             support_out_of_sync=True,
         )
         self._silence_codes = self._codes_of_silence()
+        self._first_frame: set[int] = set()
+        """Moshi slots whose next frame is their first since a reset (the codec is reset after it)."""
         self._streams = ExitStack()
         self._streams.enter_context(self.mimi.streaming(slots))
         self._streams.enter_context(self.gen.streaming(slots))
@@ -71,6 +78,8 @@ class SlotBatch:
         mask[slot] = True
         self.mimi.reset_streaming(mask)
         self.gen.reset_streaming(mask)
+        if not self.user_fed:
+            self._first_frame.add(slot)
 
     def step(
         self, groups: dict[Sampling, dict[int, npt.NDArray[np.float32]]], occupied: int
@@ -100,6 +109,11 @@ class SlotBatch:
         with torch.no_grad():
             self._set_mask(active)
             codes = self.mimi.encode(pcm)
+            first = self._first_frame.intersection(frames)
+            if first:  # as `moshi.server` does after a session's first frame: the codec starts again
+                self._first_frame.difference_update(first)
+                self.mimi.reset_streaming(self._mask(first))
+                self.mimi.set_exec_mask(active)
             tokens = self._lm_step(codes, active)
             texts = tokens[:, 0, 0].tolist()
             decodable = active & (tokens[:, 1 : 1 + self.agent_q, 0] >= 0).all(dim=1)
@@ -109,9 +123,12 @@ class SlotBatch:
                 out = self.mimi.decode(tokens[:, 1 : 1 + self.agent_q].clamp(min=0))
                 audio = out[:, 0].float().cpu().numpy()
         valid = decodable.tolist()
+        codes_out = tokens[:, 1 : 1 + self.agent_q, 0].tolist()
         return {
             slot: SlotFrame(
-                int(texts[slot]), audio[slot].copy() if valid[slot] else np.zeros(0, dtype=np.float32)
+                int(texts[slot]),
+                audio[slot].copy() if valid[slot] else np.zeros(0, dtype=np.float32),
+                tuple(codes_out[slot]) if valid[slot] else (),
             )
             for slot in frames
         }
@@ -119,7 +136,7 @@ class SlotBatch:
     def force(self, slot: int, frames: Sequence[ForcedFrame]) -> None:
         """Step `slot` alone through prompt frames with the agent's audio and text forced (the persona
         prefill: the model has "said" its prompt when the session starts)."""
-        active = self._mask({slot: np.zeros(0, dtype=np.float32)})
+        active = self._mask([slot])
         forced_text = 0
 
         def force_text(text: torch.Tensor) -> None:
@@ -185,9 +202,9 @@ class SlotBatch:
             rows = torch.nonzero(state.exec_mask).flatten()
             cache[rows, first + k, positions[rows]] = codes[rows, k, 0]
 
-    def _mask(self, frames: dict[int, npt.NDArray[np.float32]]) -> torch.Tensor:
+    def _mask(self, slots: Iterable[int]) -> torch.Tensor:
         mask = torch.zeros(self.slots, dtype=torch.bool, device=self.device)
-        mask[list(frames)] = True
+        mask[list(slots)] = True
         return mask
 
     def _set_mask(self, mask: torch.Tensor) -> None:
