@@ -18,7 +18,7 @@ import pytest
 import sphn
 import websockets
 
-from duplexkit.models import ModelPlugin
+from duplexkit.models import ModelPlugin, load_model
 from duplexkit.protocol.audio import encode_base64_audio
 from duplexkit.server import EmbeddedServer, ServerConfig
 from duplexkit.server.moshi import MoshiSocket, session_from_query
@@ -26,6 +26,12 @@ from duplexkit.server.moshi import MoshiSocket, session_from_query
 RATE = 24_000
 FRAME = 1_920
 REPLY = "This is a scripted reply."
+
+
+@pytest.fixture
+def plugin() -> ModelPlugin:
+    """A scripted model on Moshi's 80 ms frames: `/api/chat` sends an output frame per frame it steps."""
+    return load_model("scripted", {"first_output_ms": "50", "token_ms": "5", "chunk_period_ms": "80"})
 
 
 def _clip(speech_s: float = 1.5, silence_s: float = 3.0) -> np.ndarray:
@@ -163,25 +169,28 @@ class _FakeWebSocket:
 
 
 async def test_a_cancelled_reply_stops_at_once_and_the_stream_goes_on_in_silence() -> None:
-    writer = sphn.OpusStreamWriter(RATE)
-    frames = [b"\x01" + writer.append_pcm(np.zeros(FRAME, dtype=np.float32)) for _ in range(6)]
-    ws = _FakeWebSocket(frames)
+    """One output frame per stepped frame (each decision's `unit_end_ms`): reply audio with its piece right
+    after it, as `moshi.server` sends them, then silence for the listens after a cancel."""
+    ws = _FakeWebSocket([])
     socket = MoshiSocket(ws, session_from_query({}))  # type: ignore[arg-type]
     update = await socket.receive()
     assert update is not None and json.loads(update)["type"] == "session.update"
     await socket.send_text(json.dumps({"type": "session.created", "session": {}}))
-    reply = encode_base64_audio(_clip(2.0, 0.0), "pcm16")  # 2 s of reply tone
-    await socket.send_text(json.dumps({"type": "response.output_audio.delta", "delta": reply}))
-    await socket.send_text(json.dumps({"type": "response.output_audio_transcript.delta", "delta": "Hi"}))
-    for _ in range(3):  # three input frames: three reply frames, the text piece before the first
-        assert json.loads(await socket.receive() or "")["type"] == "input_audio_buffer.append"
+    tone = _clip(2.0, 0.0)
+    for k in range(3):  # three frames of a reply, the text piece with the first
+        delta = encode_base64_audio(tone[k * FRAME : (k + 1) * FRAME], "pcm16")
+        audio = {"type": "response.output_audio.delta", "delta": delta, "unit_end_ms": 80.0 * (k + 1)}
+        await socket.send_text(json.dumps(audio))
+        if k == 0:
+            text = {"type": "response.output_audio_transcript.delta", "delta": "Hi", "unit_end_ms": 80.0}
+            await socket.send_text(json.dumps(text))
     done = {"type": "response.done", "response": {"id": "r", "status": "cancelled"}}
     await socket.send_text(json.dumps(done))
-    for _ in range(3):
-        await socket.receive()
+    for k in range(3, 6):
+        await socket.send_text(json.dumps({"type": "response.listen", "unit_end_ms": 80.0 * (k + 1)}))
     reader = sphn.OpusStreamReader(RATE)
     kinds = [m[0] for m in ws.sent]
-    assert kinds[:3] == [0, 2, 1] and ws.sent[1] == b"\x02Hi"
+    assert kinds[:3] == [0, 1, 2] and ws.sent[2] == b"\x02Hi"
     pcm = np.concatenate([reader.append_bytes(m[1:]) for m in ws.sent if m[0] == 1])
     rms = _frame_rms(pcm)
     assert len(rms) == 6 and all(v > 0.05 for v in rms[1:3]) and all(v < 0.01 for v in rms[4:]), rms

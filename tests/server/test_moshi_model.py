@@ -120,7 +120,9 @@ async def test_a_full_duplex_bench_moshi_client_hears_one_frame_per_frame(server
         receiver = asyncio.create_task(client.receive())
         clip = (np.frombuffer(_speech(1.2), dtype="<i2") / 32768).astype(np.float32)
         await client.send_realtime(clip)
-        await asyncio.sleep(0.5)
+        async with asyncio.timeout(30):  # one output frame per frame stepped, however slow the machine
+            while client.audio_frames < 10:  # noqa: ASYNC110 - frames arrive on their own
+                await asyncio.sleep(0.05)
         await ws.close()
         await receiver
     assert client.errors == []

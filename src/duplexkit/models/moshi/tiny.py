@@ -20,6 +20,7 @@ from __future__ import annotations
 import copy
 import io
 import json
+import os
 from pathlib import Path
 from typing import Any
 
@@ -126,6 +127,7 @@ def _teach_codebooks(mimi: Any) -> None:
 
 def write_tiny_checkpoint(folder: Path, *, dep_q: int = 4, seed: int = 0) -> Path:
     """Build and save a tiny random checkpoint that hears into `folder` (created); returns `folder`."""
+    os.environ.setdefault("NO_TORCH_COMPILE", "1")  # before moshi is imported: compiling costs ~20 s on CPU
     import sentencepiece
     import torch
     from moshi.models import loaders
