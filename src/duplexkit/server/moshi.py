@@ -87,7 +87,9 @@ class MoshiSocket:
                 samples = resample(samples, rate, moshi.SAMPLE_RATE_HZ)
             await self._release_held()
             self._reply.append((samples, ""))
-            if len(samples) > moshi.FRAME_SAMPLES:  # a long unit's audio: its transcript rides its first frame
+            if (
+                len(samples) > moshi.FRAME_SAMPLES
+            ):  # a long unit's audio: its transcript rides its first frame
                 self._held_ms = event.get("unit_end_ms")
             else:
                 await self._decided(event.get("unit_end_ms"))

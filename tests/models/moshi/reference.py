@@ -22,6 +22,7 @@ import torch
 os.environ.setdefault("NO_TORCH_COMPILE", "1")  # read when moshi is imported
 torch.set_num_threads(1)  # as the plugin runs (two threads on two shared cores stall for seconds)
 
+
 @dataclass(frozen=True)
 class ReferenceFrame:
     """What the reference produced for one input frame: `None` while `LMGen.step` warms up."""

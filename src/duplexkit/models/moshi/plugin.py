@@ -191,7 +191,7 @@ class MoshiModel(ModelPlugin):
 
         torch.set_num_threads(1)  # one torch thread per process: two stalled steps for seconds on 2 cores
         self.args = args
-        self.checkpoint: Checkpoint = resolve(args.checkpoint)
+        self.checkpoint: Checkpoint = resolve(args.checkpoint, args.config)
         device = args.device
         dtype = {"float32": torch.float32, "bfloat16": torch.bfloat16, "float16": torch.float16}[
             args.dtype or ("bfloat16" if device.startswith("cuda") else "float32")
@@ -200,10 +200,19 @@ class MoshiModel(ModelPlugin):
         mimi_q = max(lm_config["dep_q"], lm_config["n_q"] - lm_config["dep_q"])
         if lm_config["dep_q"] >= lm_config["n_q"]:
             mimi_q = lm_config["n_q"] // 2
-        mimi = loaders.get_mimi(
-            self.checkpoint.mimi_weights, self.checkpoint.mimi_config, device=device, num_codebooks=mimi_q
-        )
-        lm = loaders.get_moshi_lm(self.checkpoint.lm_weights, lm_kwargs=lm_config, device=device, dtype=dtype)
+        try:
+            mimi = loaders.get_mimi(
+                self.checkpoint.mimi_weights, self.checkpoint.mimi_config, device=device, num_codebooks=mimi_q
+            )
+            lm = loaders.get_moshi_lm(
+                self.checkpoint.lm_weights, lm_kwargs=lm_config, device=device, dtype=dtype
+            )
+        except RuntimeError as exc:  # load_state_dict: the weights are not of this configuration
+            where = "moshi's built-in 7B configuration" if self.checkpoint.builtin else "its configuration"
+            raise ValueError(
+                f"checkpoint {args.checkpoint}: the weights do not fit {where} (give the right one with "
+                f"--model-arg config=PATH): {str(exc)[:300]}"
+            ) from None
         self.tokenizer = sentencepiece.SentencePieceProcessor(str(self.checkpoint.tokenizer))
         gen_config = self.checkpoint.lm_gen_config
         self.gen_defaults = Sampling(

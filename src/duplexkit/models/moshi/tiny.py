@@ -170,3 +170,38 @@ def write_tiny_checkpoint(folder: Path, *, dep_q: int = 4, seed: int = 0) -> Pat
     }
     (folder / "config.json").write_text(json.dumps(config, indent=1))
     return folder
+
+
+PUBLISHED_REPOS = {"moshiko": "kyutai/moshiko-pytorch-bf16", "personaplex": "nvidia/personaplex-7b-v1"}
+"""The Hugging Face repos whose file layout `write_published_layout` reproduces."""
+
+
+def write_published_layout(folder: Path, family: str, *, seed: int = 0) -> Path:
+    """A tiny checkpoint under the file names of `PUBLISHED_REPOS[family]` and, like those repos, without
+    `config.json` (PersonaPlex's with its `voices/` folder, as `voices.tgz` unpacks); the tiny LM's
+    configuration (a random tiny model is not the built-in 7B one) goes beside the folder, in
+    `TINY_CONFIG_NAME`, for `--model-arg config=` (as `moshi.server --config-path` takes one).
+    Returns the configuration file's path."""
+    from moshi.models import loaders
+
+    if family not in PUBLISHED_REPOS:
+        raise ValueError(f"family: one of {', '.join(PUBLISHED_REPOS)}")
+    build = folder.parent / f".{folder.name}-build"
+    write_tiny_checkpoint(build, dep_q=16 if family == "personaplex" else 4, seed=seed)
+    folder.mkdir(parents=True, exist_ok=True)
+    (build / "model.safetensors").rename(folder / loaders.MOSHI_NAME)
+    (build / "mimi.safetensors").rename(folder / loaders.MIMI_NAME)
+    (build / "tokenizer.model").rename(folder / loaders.TEXT_TOKENIZER_NAME)
+    if family == "personaplex":
+        (folder / "voices").mkdir(exist_ok=True)
+    config = json.loads((build / "config.json").read_text())
+    mimi_config = folder.parent / f"{folder.name}-mimi_config.json"
+    (build / "mimi_config.json").rename(mimi_config)
+    for key in ("moshi_name", "mimi_name", "tokenizer_name"):
+        config.pop(key)
+    config["mimi_config_name"] = str(mimi_config.resolve())
+    path = folder.parent / f"{folder.name}-{TINY_CONFIG_NAME}"
+    path.write_text(json.dumps(config, indent=1))
+    (build / "config.json").unlink()
+    build.rmdir()
+    return path
