@@ -39,7 +39,7 @@ def _slots_hear(checkpoint: Path, frames: int = 10) -> None:
     a, b = plugin.new_session(), plugin.new_session()
     rng = np.random.default_rng(11)
     differing = 0
-    for i in range(frames):
+    for _ in range(frames):
         noise = (0.1 * rng.standard_normal(1920)).astype(np.float32)
         tone = (0.3 * np.sin(np.arange(1920) / 7)).astype(np.float32)
         out = plugin._batch.step({plugin.gen_defaults: {a.slot: noise, b.slot: tone}}, 2)

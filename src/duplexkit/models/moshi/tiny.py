@@ -142,8 +142,9 @@ def write_tiny_checkpoint(folder: Path, *, dep_q: int = 4, seed: int = 0) -> Pat
     lm = loaders.get_moshi_lm(None, lm_kwargs=lm_kwargs, dtype=torch.float32)
     n_agent = dep_q if dep_q < lm_kwargs["n_q"] else lm_kwargs["n_q"] // 2
     with torch.no_grad():
-        for emb in lm.emb[n_agent:]:
-            emb.weight.mul_(USER_EMBEDDING_SCALE)
+        for emb in list(lm.emb)[n_agent:]:
+            weight: torch.Tensor = emb.weight
+            weight.mul_(USER_EMBEDDING_SCALE)
     save_file({k: v.contiguous() for k, v in lm.state_dict().items()}, str(folder / "model.safetensors"))
     model = io.BytesIO()
     sentencepiece.SentencePieceTrainer.train(
