@@ -143,8 +143,8 @@ def write_tiny_checkpoint(folder: Path, *, dep_q: int = 4, seed: int = 0) -> Pat
     n_agent = dep_q if dep_q < lm_kwargs["n_q"] else lm_kwargs["n_q"] // 2
     with torch.no_grad():
         for emb in list(lm.emb)[n_agent:]:
-            weight: torch.Tensor = emb.weight
-            weight.mul_(USER_EMBEDDING_SCALE)
+            assert isinstance(emb, torch.nn.Embedding)
+            emb.weight.mul_(USER_EMBEDDING_SCALE)
     save_file({k: v.contiguous() for k, v in lm.state_dict().items()}, str(folder / "model.safetensors"))
     model = io.BytesIO()
     sentencepiece.SentencePieceTrainer.train(
