@@ -372,6 +372,11 @@ class MoshiModel(ModelPlugin):
             raise ValueError("voice_prompt: this server has no voices folder (--model-arg voices=DIR)")
         if not _VOICE_NAME.match(spec):
             raise ValueError(f"voice_prompt: {spec!r} is not a voice name")
+        if spec.endswith(".pt"):
+            raise ValueError(
+                f"voice_prompt: {spec}: PersonaPlex's .pt voice embeddings are not served here; put the "
+                f"voice as a WAV in the voices folder ({spec[:-3]}.wav) and ask for {spec[:-3]}"
+            )
         path = self._voice_path(spec)
         try:
             return _read_wav(path.read_bytes())
