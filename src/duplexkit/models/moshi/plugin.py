@@ -242,7 +242,12 @@ class MoshiModel(ModelPlugin):
         self.max_sessions = args.slots
         self._executor = ThreadPoolExecutor(max_workers=1, thread_name_prefix="moshi")
         self._batch: SlotBatch = self._executor.submit(
-            SlotBatch, mimi, lm, args.slots, self.gen_defaults
+            SlotBatch,
+            mimi,
+            lm,
+            args.slots,
+            self.gen_defaults,
+            published_mimi=self.checkpoint.mimi_config is None,
         ).result()
         self._free = list(range(args.slots))
         self._needs_reset: set[int] = set()
@@ -397,21 +402,32 @@ class MoshiModel(ModelPlugin):
         for start in range(0, len(frames), PREFILL_CHUNK_FRAMES):
             chunk = frames[start : start + PREFILL_CHUNK_FRAMES]
             await loop.run_in_executor(self._executor, self._batch.force, slot, chunk)
+        await loop.run_in_executor(self._executor, self._batch.prompted, slot)
 
     def _prompt_frames(self, persona: Persona) -> list[ForcedFrame]:
+        """NVIDIA's prompt phase (`LMGen.step_system_prompts`): the voice prompt's frames, 0.5 s of silence,
+        the text prompt (in `<system>` tags unless it has them) one token per frame, 0.5 s of silence."""
+        if persona.empty:
+            return []
         pad = min(self.pad_ids - {0}, default=3)
-        silence = [ForcedFrame(None, None, pad)] * PROMPT_SILENCE_FRAMES
+        silence = [ForcedFrame(None, pad)] * PROMPT_SILENCE_FRAMES
         frames: list[ForcedFrame] = []
         if persona.voice is not None:
             voice = persona.voice
             for start in range(0, len(voice), FRAME_SAMPLES):
-                frames.append(ForcedFrame(None, voice[start : start + FRAME_SAMPLES], pad))
-            frames += silence
+                frames.append(ForcedFrame(voice[start : start + FRAME_SAMPLES], pad))
+        frames += silence
         if persona.text:
-            ids = self.tokenizer.encode(f"<system> {persona.text} <system>")
-            frames += [ForcedFrame(None, None, int(i)) for i in ids]
-            frames += silence
-        return frames
+            frames += [ForcedFrame(None, int(i)) for i in self.tokenizer.encode(system_prompt(persona.text))]
+        return frames + silence
+
+
+def system_prompt(text: str) -> str:
+    """The text prompt as PersonaPlex's model expects it: in `<system>` tags, unless it already is."""
+    cleaned = text.strip()
+    if cleaned.startswith("<system>") and cleaned.endswith("<system>"):
+        return cleaned
+    return f"<system> {cleaned} <system>"
 
 
 def _frame(unit: Unit) -> npt.NDArray[np.float32]:

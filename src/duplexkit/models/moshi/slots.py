@@ -30,11 +30,25 @@ from moshi.models.lm import LMGen, LMModel
 from duplexkit.models.moshi.frames import FRAME_SAMPLES, ForcedFrame, SlotFrame
 from duplexkit.models.moshi.params import Sampling
 
+PERSONAPLEX_SILENCE_CODES = (948, 243, 1178, 546, 1736, 1030, 1978, 2008)
+"""The agent's audio during PersonaPlex's prompt frames: digital silence as the published Mimi's codes
+(NVIDIA/personaplex, `moshi/models/lm.py`)."""
+PERSONAPLEX_SINE_CODES = (430, 1268, 381, 1611, 1095, 1495, 56, 472)
+"""The user's audio during every PersonaPlex prompt frame: a 440 Hz sine as the published Mimi's codes."""
+
 
 class SlotBatch:
     """The streaming state of `slots` sessions over one Mimi and one LM."""
 
-    def __init__(self, mimi: MimiModel, lm: LMModel, slots: int, gen_defaults: Sampling) -> None:
+    def __init__(
+        self,
+        mimi: MimiModel,
+        lm: LMModel,
+        slots: int,
+        gen_defaults: Sampling,
+        *,
+        published_mimi: bool = False,
+    ) -> None:
         self.mimi = mimi
         self.lm = lm
         self.slots = slots
@@ -51,7 +65,8 @@ class SlotBatch:
             top_k_text=gen_defaults.top_k_text,
             support_out_of_sync=True,
         )
-        self._silence_codes = self._codes_of_silence()
+        self.silence_codes, self.sine_codes = self._prompt_codes(published_mimi)
+        """The agent's and the user's codes during prompt frames (see `_prompt_codes`)."""
         self._first_frame: set[int] = set()
         """Moshi slots whose next frame is their first since a reset (the codec is reset after it)."""
         self._streams = ExitStack()
@@ -62,14 +77,28 @@ class SlotBatch:
         self.frames_stepped = 0
         self.frames_frozen = 0
 
+    def _prompt_codes(self, published_mimi: bool) -> tuple[torch.Tensor, torch.Tensor]:
+        """PersonaPlex's prompt codes: digital silence (the agent's channel) and a 440 Hz sine of amplitude
+        0.5 (the user's), as Mimi codes. For the published Mimi they are NVIDIA's constants; another codec
+        (a test's tiny Mimi) gets its own, derived the same way."""
+        if published_mimi and self.mimi.num_codebooks == 8:
+            return (
+                torch.tensor(PERSONAPLEX_SILENCE_CODES, dtype=torch.long, device=self.device),
+                torch.tensor(PERSONAPLEX_SINE_CODES, dtype=torch.long, device=self.device),
+            )
+        t = np.arange(FRAME_SAMPLES) / self.mimi.sample_rate
+        tone = (0.5 * np.sin(2 * np.pi * 440.0 * t)).astype(np.float32)
+        return self._steady_codes(np.zeros(FRAME_SAMPLES, dtype=np.float32)), self._steady_codes(tone)
+
     def close(self) -> None:
         """Leave streaming mode: the codec and LM can then be given to another `SlotBatch`."""
         self._streams.close()
 
-    def _codes_of_silence(self) -> torch.Tensor:
-        """The codec's codes for a frame of silence in steady state ([K], K = Mimi's codebooks)."""
+    def _steady_codes(self, pcm: npt.NDArray[np.float32]) -> torch.Tensor:
+        """The codec's codes for the last of four frames of `pcm` repeated ([K], K = Mimi's codebooks)."""
         with torch.no_grad():
-            codes = self.mimi.encode(torch.zeros(1, 1, 4 * FRAME_SAMPLES, device=self.device))
+            signal = torch.from_numpy(np.tile(pcm, 4)).to(self.device)
+            codes = self.mimi.encode(signal[None, None])
         return codes[0, :, -1]
 
     def reset(self, slot: int) -> None:
@@ -134,22 +163,29 @@ class SlotBatch:
         }
 
     def force(self, slot: int, frames: Sequence[ForcedFrame]) -> None:
-        """Step `slot` alone through prompt frames with the agent's audio and text forced (the persona
-        prefill: the model has "said" its prompt when the session starts)."""
+        """Step `slot` alone through prompt frames, as NVIDIA's prompt phase does: the user's channel
+        carries the sine codes, the agent's the voice prompt's codes or the silence codes, the text is
+        forced (the persona prefill: the model has "said" its prompt when the session starts). Call
+        `prompted` after the last frame."""
         active = self._mask([slot])
         forced_text = 0
 
         def force_text(text: torch.Tensor) -> None:
             text[slot] = forced_text
 
+        user = self.sine_codes[None, :, None].expand(self.slots, -1, 1).clone()
         self.gen.on_text_hook = force_text
         try:
             with torch.no_grad():
                 for frame in frames:
                     forced_text = frame.text_id
                     self._set_mask(active)
-                    user = self._encode_or_silence(frame.user_pcm, slot)
-                    agent = self._encode_or_silence(frame.agent_pcm, slot)
+                    agent = self.silence_codes[None, :, None].expand(self.slots, -1, 1).clone()
+                    if frame.agent_pcm is not None:
+                        batch = torch.zeros(self.slots, 1, FRAME_SAMPLES, device=self.device)
+                        pcm = frame.agent_pcm[:FRAME_SAMPLES]
+                        batch[slot, 0, : len(pcm)] = torch.from_numpy(pcm)
+                        agent[slot] = self.mimi.encode(batch)[slot]
                     replace = torch.zeros(self.slots, self.lm.dep_q, 1, dtype=torch.long, device=self.device)
                     replace[:, : self.agent_q, 0] = agent[:, : self.agent_q, 0]
                     if self.lm.dep_q > self.agent_q:  # PersonaPlex: the user's predicted codebooks too
@@ -157,17 +193,10 @@ class SlotBatch:
                     self._lm_step(user, active, replace)
         finally:
             self.gen.on_text_hook = None
-        mask = torch.zeros(self.slots, dtype=torch.bool, device=self.device)
-        mask[slot] = True
-        self.mimi.reset_streaming(mask)  # the codec starts clean on the user's first real frame
 
-    def _encode_or_silence(self, pcm: npt.NDArray[np.float32] | None, slot: int) -> torch.Tensor:
-        codes = self._silence_codes[None, :, None].expand(self.slots, -1, 1).clone()
-        if pcm is not None:
-            batch = torch.zeros(self.slots, 1, FRAME_SAMPLES, device=self.device)
-            batch[slot, 0, : len(pcm)] = torch.from_numpy(pcm[:FRAME_SAMPLES])
-            codes[slot] = self.mimi.encode(batch)[slot]
-        return codes
+    def prompted(self, slot: int) -> None:
+        """The prompt phase is over: the codec starts clean on the user's first real frame."""
+        self.mimi.reset_streaming(self._mask([slot]))
 
     def _lm_step(
         self, codes: torch.Tensor, active: torch.Tensor, replace: torch.Tensor | None = None
