@@ -162,6 +162,10 @@ class MoshiSession(ModelSession):
             raise decision
         yield decision
 
+    @property
+    def closed(self) -> bool:
+        return self._closed
+
     def interrupt(self) -> None:
         self.tracker.interrupt()
 
@@ -312,28 +316,47 @@ class MoshiModel(ModelPlugin):
     # --- stepping -------------------------------------------------------------------------------------
 
     async def step_batch(self, items: Sequence[BatchItem]) -> Sequence[Decision | Exception]:
-        """Every item's frame in one pass per distinct sampling setting (usually one)."""
-        sessions: list[MoshiSession] = []
+        """Every item's frame in one pass per distinct sampling setting (usually one). A closed session's
+        item is refused (its slot may be another session's already) and the others step."""
+        live: list[tuple[MoshiSession, BatchItem]] = []
         for item in items:
             if not isinstance(item.session, MoshiSession):
                 raise TypeError(f"not a moshi session: {type(item.session).__name__}")
-            sessions.append(item.session)
-        resets = [s.slot for s in sessions if s.slot in self._needs_reset]
+            if not item.session.closed:
+                live.append((item.session, item))
+        resets = [s.slot for s, _ in live if s.slot in self._needs_reset]
         self._needs_reset.difference_update(resets)
         groups: dict[Sampling, dict[int, npt.NDArray[np.float32]]] = {}
-        for session, item in zip(sessions, items, strict=True):
+        for session, item in live:
             groups.setdefault(session.gen, {})[session.slot] = _frame(item.unit)
         occupied = self.args.slots - len(self._free)
-        loop = asyncio.get_running_loop()
-        outputs = await loop.run_in_executor(self._executor, self._step_groups, resets, groups, occupied)
+        outputs: dict[int, SlotFrame] = {}
+        if live:
+            loop = asyncio.get_running_loop()
+            outputs = await loop.run_in_executor(self._executor, self._step_groups, resets, groups, occupied)
         results: list[Decision | Exception] = []
-        for session in sessions:
-            out = outputs[session.slot]
-            session.frames += 1
-            results.append(
-                session.tracker.decide(FrameOutput(out.text_id, self.piece(out.text_id), out.audio))
-            )
+        for item in items:
+            moshi_session = item.session
+            assert isinstance(moshi_session, MoshiSession)
+            if moshi_session.closed or moshi_session.slot not in outputs:
+                results.append(RuntimeError(f"the moshi session on slot {moshi_session.slot} is closed"))
+                continue
+            out = outputs[moshi_session.slot]
+            moshi_session.frames += 1
+            frame = FrameOutput(out.text_id, self.piece(out.text_id), out.audio)
+            speaking = self._user_speaking(item.unit)
+            results.append(moshi_session.tracker.decide(frame, user_speaking=speaking))
         return results
+
+    def _user_speaking(self, unit: Unit) -> bool:
+        """Whether the user speaks in this frame (what lifts a spent budget's mute): the server's VAD where
+        it runs, else the input's RMS at `speech_rms` or above."""
+        if unit.is_speech is not None:
+            return unit.is_speech
+        samples = unit.samples
+        return len(samples) > 0 and float(np.sqrt(np.mean(np.square(samples, dtype=np.float64)))) >= (
+            self.args.speech_rms
+        )
 
     def _step_groups(
         self,
