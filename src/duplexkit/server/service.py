@@ -33,11 +33,18 @@ from duplexkit.protocol import server_events as se
 from duplexkit.protocol.dialects import DIALECTS, Dialect, select_dialect
 from duplexkit.protocol.errors import ERROR_SPECS, ErrorCode, ProtocolError
 from duplexkit.protocol.server_events import error_event
-from duplexkit.protocol.wire import ServerEventStamper, parse_client_event
+from duplexkit.protocol.wire import ServerEventStamper
 from duplexkit.server import webrtc
 from duplexkit.server.auth import is_authorized, presented_keys
 from duplexkit.server.batching import BatchScheduler
-from duplexkit.server.edge import MAX_POST_BYTES, Connection, HttpRequest, HttpResponse, WebSocketRoute
+from duplexkit.server.edge import (
+    MAX_POST_BYTES,
+    Connection,
+    EventSocket,
+    HttpRequest,
+    HttpResponse,
+    WebSocketRoute,
+)
 from duplexkit.server.manager import SessionManager, Slot
 from duplexkit.server.metrics import ServerMetrics
 from duplexkit.server.moshi import MoshiSocket, session_from_query
@@ -211,7 +218,7 @@ class DuplexServer:
     async def _admit_and_run(
         self,
         connection: Connection,
-        socket: SessionSocket,
+        socket: SessionSocket | EventSocket,
         refuse: Callable[[str], Awaitable[None]],
         *,
         dialect: Dialect,
@@ -261,7 +268,7 @@ class DuplexServer:
     def _start_session(
         self,
         slot: Slot,
-        socket: SessionSocket,
+        socket: SessionSocket | EventSocket,
         config: EngineConfig,
         *,
         dialect: Dialect,
@@ -319,7 +326,7 @@ class DuplexServer:
         try:
             dialect = select_dialect(request.query, request.headers)
             offer = parse_offer(request.headers.get("content-type", ""), request.body)
-            opening = opening_update(offer.session, config.input_sample_rate_hz, dialect)
+            opening = opening_update(offer.session, config.input_sample_rate_hz)
         except ValueError as exc:
             return _http_error(400, ErrorCode.INVALID_VALUE, str(exc), "dialect")
         except ProtocolError as exc:
@@ -327,7 +334,7 @@ class DuplexServer:
         slot = self.manager.try_admit()
         if slot is None:
             return _http_error(429, ErrorCode.SESSION_CAPACITY_EXHAUSTED, self._capacity_message())
-        refusal = await self._opening_refusal(opening, config, dialect)
+        refusal = await self._opening_refusal(opening, config)
         if (
             refusal is not None
         ):  # answered before any call exists: never a 201 for a session that cannot start
@@ -341,7 +348,7 @@ class DuplexServer:
                 opening,
                 dialect=dialect,
                 input_rate_hz=config.input_sample_rate_hz,
-                output_rate_hz=config.output_sample_rate_hz,
+                max_event_bytes=self.config.limits.max_event_bytes,
                 metrics=self.metrics,
                 connect_timeout_s=self.config.limits.config_timeout_s,
             )
@@ -354,13 +361,9 @@ class DuplexServer:
         headers = {"Location": f"/v1/realtime/calls/{slot.session_id}"}
         return HttpResponse(201, answer.encode(), "application/sdp", headers)
 
-    async def _opening_refusal(
-        self, opening: str, config: EngineConfig, dialect: Dialect
-    ) -> ProtocolError | None:
+    async def _opening_refusal(self, event: ce.SessionUpdate, config: EngineConfig) -> ProtocolError | None:
         """Try a call's opening `session.update` on a fresh engine and a probe model session, as its runner
         will apply it: the coded error it would be refused with, or `None`."""
-        event = parse_client_event(opening, input_audio_format="pcm16", dialect=dialect)
-        assert isinstance(event, ce.SessionUpdate)
         probe = self.plugin.new_session()
         try:
             refusal = configure_model(probe, {}, event)
