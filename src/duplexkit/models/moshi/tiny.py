@@ -200,7 +200,7 @@ def write_published_layout(folder: Path, family: str, *, seed: int = 0) -> Path:
     (build / "mimi_config.json").rename(mimi_config)
     for key in ("moshi_name", "mimi_name", "tokenizer_name"):
         config.pop(key)
-    config["mimi_config_name"] = str(mimi_config.resolve())
+    config["mimi_config_name"] = f"file://{mimi_config.resolve()}"  # as moshi.server reads a local file
     path = folder.parent / f"{folder.name}-{TINY_CONFIG_NAME}"
     path.write_text(json.dumps(config, indent=1))
     (build / "config.json").unlink()
