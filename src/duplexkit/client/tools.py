@@ -7,7 +7,8 @@ protocol carries too:
 - a call is complete when one of these arrives with its `call_id`, `name` and `arguments`:
   `response.function_call_arguments.done` (GA carries `name`; beta does not, so the name comes from the
   `function_call` item announced before it: `response.output_item.added`, `conversation.item.added` or
-  `conversation.item.created`), `response.output_item.done` or `conversation.item.done` with a
+  `conversation.item.created`, which carry no arguments yet), `response.output_item.done` or
+  `conversation.item.done` with a
   `function_call` item, or a `function_call` item listed in `response.done`'s `output`. vLLM-Omni's duplex
   dialect sends `function_call.done` with the three fields flat. Whichever comes first counts; a `call_id`
   is answered once.
@@ -227,6 +228,14 @@ def load_tools_file(path: Path) -> ToolBox:
     return ToolBox(functions, definitions=definitions if isinstance(definitions, list) else None)
 
 
+_ANNOUNCING = frozenset(
+    {"response.output_item.added", "conversation.item.added", "conversation.item.created"}
+)
+"""Events that announce a `function_call` item as it starts (its name; its arguments still empty)."""
+_FINISHING = frozenset({"response.output_item.done", "conversation.item.done"})
+"""Events that carry a finished `function_call` item."""
+
+
 @dataclass
 class _Pending:
     """A response's calls: how many are still running, whether it is done and how it ended."""
@@ -252,17 +261,11 @@ class ToolCallTracker:
         """The calls this event completes (each `call_id` once)."""
         kind = data.get("type")
         found: list[dict[str, Any]] = []
-        if kind in (
-            "response.output_item.added",
-            "conversation.item.added",
-            "conversation.item.created",
-            "response.output_item.done",
-            "conversation.item.done",
-        ):
+        if kind in _ANNOUNCING or kind in _FINISHING:
             item = data.get("item")
             if isinstance(item, dict) and item.get("type") == "function_call":
                 self._remember(item)
-                if kind != "response.output_item.added" and kind != "conversation.item.added":
+                if kind in _FINISHING:
                     found.append({**item, "response_id": data.get("response_id")})
         elif kind in ("response.function_call_arguments.done", "function_call.done"):  # the latter: vLLM-Omni
             found.append(dict(data))
