@@ -217,6 +217,7 @@ def run_command(args: argparse.Namespace, parser: argparse.ArgumentParser) -> in
             "tasks": args.task,
             "tool_latency": args.tool_latency,
             "scenarios_file": args.scenarios,
+            "oracle_calls": args.oracle_calls,
             "ids": args.ids,
             "exclude_ids": args.exclude_ids,
             "limit": args.limit,

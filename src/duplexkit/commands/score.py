@@ -124,6 +124,13 @@ def add_fdb3_options(parser: argparse.ArgumentParser, *, run: bool) -> None:
             "per-api: FDB-v3's per-API table), drawn from a generator seeded by the recording "
             "(default: %(default)s, FDB-v3's)",
         )
+        group.add_argument(
+            "--oracle-calls",
+            action="store_true",
+            help="fdb3, a self-check of the harness: send each recording's expected calls as the session's "
+            "extra_body tool_calls, which the scripted model makes (its results are flagged; they measure "
+            "no model)",
+        )
     else:
         group.add_argument(
             "--provider",

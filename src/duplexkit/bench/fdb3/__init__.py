@@ -67,7 +67,7 @@ class FullDuplexBenchV3:
     title = "Full-Duplex-Bench v3"
     artifacts = runner.ARTIFACTS
     report = REPORT
-    options = ("--tool-latency", "--scenarios")
+    options = ("--tool-latency", "--scenarios", "--oracle-calls")
     bounds = SessionBounds()
     folder_scorer = Fdb3Scorer()
 
@@ -86,6 +86,7 @@ class FullDuplexBenchV3:
             limit=raw.get("limit"),
             latency_profile=raw.get("tool_latency") or "instant",
             scenarios_file=Path(scenarios) if scenarios else None,
+            oracle_calls=bool(raw.get("oracle_calls")),
         )
 
     def selection_to_json(self, selection: Selection) -> dict[str, Any]:
@@ -94,6 +95,7 @@ class FullDuplexBenchV3:
             "limit": selection.limit,
             "tool_latency": selection.latency_profile,
             "scenarios_file": None if selection.scenarios_file is None else str(selection.scenarios_file),
+            "oracle_calls": selection.oracle_calls,
         }
 
     def check_config(self, *, keep_audio: bool, score: bool, scoring: Mapping[str, Any]) -> None:
@@ -115,9 +117,7 @@ class FullDuplexBenchV3:
     async def run_attempt(
         self, sample: Sample, media: runner.Fdb3Input, config: RunConfig, progress: SessionProgress
     ) -> Attempt:
-        return await runner.run_attempt(
-            sample, media, config, progress, latency_profile=sample.latency_profile
-        )
+        return await runner.run_attempt(sample, media, config, progress)
 
     def sample_meta(self, sample: Sample) -> dict[str, Any]:
         return runner.sample_meta(sample)

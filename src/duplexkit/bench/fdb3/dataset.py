@@ -50,6 +50,9 @@ class Selection:
     limit: int | None = None
     latency_profile: str = "instant"
     scenarios_file: Path | None = None
+    oracle_calls: bool = False
+    """Send each recording's expected calls as the session's `extra_body.tool_calls` (the scripted model
+    makes exactly those): a self-check of the harness, not a measurement of a model."""
 
 
 @dataclass(frozen=True)
@@ -65,6 +68,8 @@ class Sample:
     synthetic: bool = False
     latency_profile: str = "instant"
     """The mock APIs' latency profile its run injects (from the selection)."""
+    oracle_calls: bool = False
+    """Its session asks the scripted model for its expected calls (`Selection.oracle_calls`)."""
 
     @property
     def input_wav(self) -> Path:
@@ -216,12 +221,14 @@ def load_dataset(
         samples = samples[: selection.limit]
     if not samples:
         raise Fdb3DatasetError("no_samples", f"{root}: the selection matches no recording")
-    samples = [replace(s, latency_profile=selection.latency_profile) for s in samples]
+    samples = [
+        replace(s, latency_profile=selection.latency_profile, oracle_calls=selection.oracle_calls)
+        for s in samples
+    ]
     digest = hashlib.sha256()
     for s in samples:
-        digest.update(
-            f"{s.split}/{s.id}:{s.latency_profile}:{json.dumps(s.scenario, sort_keys=True)}\n".encode()
-        )
+        scenario = json.dumps(s.scenario, sort_keys=True)
+        digest.update(f"{s.split}/{s.id}:{s.latency_profile}:{s.oracle_calls}:{scenario}\n".encode())
         digest.update(hashlib.sha256(s.input_wav.read_bytes()).digest())
     return Dataset(
         source=source or str(spec), fingerprint=digest.hexdigest(), samples=samples, scenarios_file=used

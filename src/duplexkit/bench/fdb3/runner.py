@@ -113,10 +113,15 @@ async def run_attempt(
     media: Fdb3Input,
     config: RunConfig,
     progress: SessionProgress | None = None,
-    *,
-    latency_profile: str = "instant",
 ) -> Attempt:
-    """One session over the recording; raises `CapacityRefused` when the server has no slot."""
+    """One session over the recording, with the mock APIs' latency profile the sample carries; raises
+    `CapacityRefused` when the server has no slot."""
+    latency_profile = sample.latency_profile
+    extra_body = dict(config.extra_body)
+    if sample.oracle_calls:
+        extra_body["tool_calls"] = [
+            {"name": c["function"], "arguments": c["args"]} for c in sample.expected_calls
+        ]
     progress = progress or SessionProgress()
     outcome = AttemptOutcome()
     bounds = config.bounds
@@ -127,6 +132,7 @@ async def run_attempt(
         "bounds": {"configure_timeout": bounds.configure_timeout_s, "input_timeout": input_bound},
         "input_s": round(media.duration_s, 3),
         "tool_latency": latency_profile,
+        "oracle_calls": sample.oracle_calls,
     }
     client_box: list[DuplexClient] = []
 
@@ -150,7 +156,7 @@ async def run_attempt(
         try:
             capabilities = await client.configure(
                 instructions=apis.INSTRUCTIONS,
-                extra_body=config.extra_body,
+                extra_body=extra_body,
                 timeout_s=bounds.configure_timeout_s,
                 capacity_timeout_s=bounds.capacity_timeout_s,
                 tool_choice="auto",
@@ -196,6 +202,7 @@ async def run_attempt(
             stream_start_time=stream_start_time,
             inference_time_s=time.monotonic() - started,
             session_id=client.session_id,
+            oracle_calls=sample.oracle_calls,
         )
         meta.update(
             {
@@ -245,6 +252,7 @@ def result_json(
     stream_start_time: float,
     inference_time_s: float,
     session_id: str | None,
+    oracle_calls: bool = False,
 ) -> dict[str, Any]:
     """`result_duplexkit.json` in FDB-v3's shape (`run_tool_benchmark.py`'s `process_single`): the same
     fields, from duplexkit's observations (see the `duplexkit` block for each one's source)."""
@@ -285,6 +293,7 @@ def result_json(
         "bridged), FDB-v3's rule: the end before the first gap over 2 s, else the last end",
         "asr_chunks": "the server's transcript as sentences where their audio played (no ASR run)",
         "input_speech": media.segments,
+        "oracle_calls": oracle_calls,
     }
     return result
 

@@ -119,6 +119,7 @@ async def score_one(sample: Sample, result: Mapping[str, Any], judge: ArgumentJu
         "latencies": m.latency_breakdown(result),
         "retracted_values_used": m.uses_retracted(actual, scenario.get("retracted_values") or []),
         "transcript": str(result.get("transcript") or ""),
+        "oracle_calls": bool((result.get("duplexkit") or {}).get("oracle_calls")),
     }
 
 
@@ -172,6 +173,7 @@ async def score_samples(
         "provider": options.provider,
         "evaluated_at": datetime.datetime.now().isoformat(),
         "synthetic": any(s.synthetic for s in samples),
+        "oracle_calls": any(r["oracle_calls"] for r in rows),
         "judge": judge.info.to_json()
         if judge is not None
         else {"kind": "rules", "model": "exact match (FDB-v3's rule without --use-llm)"},
@@ -233,6 +235,11 @@ def format_summary(scores: Mapping[str, Any]) -> str:
         lines.append(f"not scored: {len(scores['errors'])} example(s) ({scores['errors'][0]['message']} ...)")
     if scores.get("synthetic"):
         lines.append("note: synthetic built-in data; not comparable to published FDB-v3 numbers")
+    if scores.get("oracle_calls"):
+        lines.append(
+            "note: --oracle-calls: the model was told each recording's expected calls; these numbers check "
+            "the harness, they measure no model"
+        )
     return "\n".join(lines)
 
 
