@@ -43,6 +43,7 @@ _BETA_NAMES: dict[str, str] = {
     "response.output_audio_transcript.done": "response.audio_transcript.done",
     "response.output_text.delta": "response.text.delta",
     "response.output_text.done": "response.text.done",
+    "conversation.item.added": "conversation.item.created",
 }
 
 _VLLM_OMNI_ALIASES: dict[str, str] = {
@@ -83,12 +84,16 @@ class DialectSpec:
     """Its clients reconnect with `session.resume` after a lost socket (vLLM-Omni's contract), so a lost
     socket may detach the session (with resume on). GA and beta clients have no resume: their sessions end
     with their socket."""
+    call_name_in_arguments_done: bool = True
+    """`response.function_call_arguments.done` names the function (GA); the beta event has no `name`."""
 
 
 DIALECTS: dict[Dialect, DialectSpec] = {
     Dialect.GA: DialectSpec({}, True, False, False, {}, False, None, False),
-    Dialect.BETA: DialectSpec(_BETA_NAMES, False, False, False, {}, False, 24_000, False),
-    Dialect.VLLM_OMNI: DialectSpec(_BETA_NAMES, False, True, True, _VLLM_OMNI_ALIASES, True, None, True),
+    Dialect.BETA: DialectSpec(_BETA_NAMES, False, False, False, {}, False, 24_000, False, False),
+    Dialect.VLLM_OMNI: DialectSpec(
+        _BETA_NAMES, False, True, True, _VLLM_OMNI_ALIASES, True, None, True, False
+    ),
 }
 
 CANONICAL_NAMES: dict[str, str] = {dialect_name: ga for ga, dialect_name in _BETA_NAMES.items()}
@@ -130,6 +135,8 @@ def reshapes(event: se.ServerEventBase, dialect: Dialect, *, opened: bool = True
         return spec.flat_handshake_errors and not opened
     if isinstance(event, se.ResponseCreated | se.ResponseOutputAudioDelta):
         return spec.vllm_omni_metrics and event.response_request_metrics is not None
+    if isinstance(event, se.ResponseFunctionCallArgumentsDone):
+        return not spec.call_name_in_arguments_done
     return False
 
 
@@ -151,6 +158,8 @@ def render(payload: dict[str, Any], dialect: Dialect, *, opened: bool = True) ->
         return {**payload, "error": error["message"], "code": code}
     if isinstance(kind, str):
         payload["type"] = spec.names.get(kind, kind)
+    if kind == "response.function_call_arguments.done" and not spec.call_name_in_arguments_done:
+        payload.pop("name", None)
     if spec.ga_session and kind in ("session.created", "session.updated", "session.resumed"):
         payload["session"] = _ga_session(payload["session"])
     if spec.vllm_omni_metrics and "response_request_metrics" in payload:

@@ -39,6 +39,13 @@ class ErrorCode(StrEnum):
     NO_ACTIVE_RESPONSE = "no_active_response"
     UNKNOWN_ITEM = "unknown_item"
     PLAYBACK_ACK_TOO_LATE = "playback_ack_too_late"
+    # Tool (function) calls: the model's calls and the client's outputs for them.
+    TOOLS_UNSUPPORTED = "tools_unsupported"
+    INVALID_FUNCTION_CALL = "invalid_function_call"
+    UNKNOWN_FUNCTION_CALL = "unknown_function_call"
+    DUPLICATE_FUNCTION_CALL = "duplicate_function_call"
+    DUPLICATE_FUNCTION_CALL_OUTPUT = "duplicate_function_call_output"
+    STALE_FUNCTION_CALL_OUTPUT = "stale_function_call_output"
     # Session resume (vLLM-Omni's contract): a client treats every one of these as final.
     INVALID_SESSION_RESUME = "invalid_session_resume"
     SESSION_RESUME_EXPIRED = "session_resume_expired"

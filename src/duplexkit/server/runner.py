@@ -592,11 +592,20 @@ class SessionRunner:
 
     def _configure_model(self, event: ce.SessionUpdate) -> bool:
         update = event.session
+        refusal = self.model.tools_refusal() if update.tools else None
+        if refusal is not None:
+            error = ProtocolError(
+                ErrorCode.TOOLS_UNSUPPORTED, refusal, param="session.tools", event_id=event.event_id
+            )
+            self._apply(self.engine.protocol_error(error))
+            return False
         sampling = self.model.sampling.with_overrides(
             temperature=update.temperature,
             max_tokens=update.max_tokens,
             instructions=update.instructions,
             voice=update.voice,
+            tools=update.tools,
+            tool_choice=update.tool_choice,
         )
         try:
             extra = self.engine.settings.extra_body if update.extra_body is None else update.extra_body
