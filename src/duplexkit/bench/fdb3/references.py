@@ -12,16 +12,16 @@ from dataclasses import dataclass
 
 LOWER, HIGHER = "↓", "↑"
 
-METRICS: dict[str, tuple[str, str]] = {
-    "tool_selection": ("tool selection F1", HIGHER),
-    "argument": ("argument accuracy", HIGHER),
-    "response_quality": ("response quality", HIGHER),
-    "pass_at_1": ("Pass@1", HIGHER),
-    "turn_take": ("turn-take rate", HIGHER),
-    "latency_s": ("latency s", LOWER),
-    "interruption": ("interruption rate", LOWER),
+METRICS: dict[str, tuple[str, str, str]] = {
+    "tool_selection": ("tool selection F1", HIGHER, "tool sel"),
+    "argument": ("argument accuracy", HIGHER, "args"),
+    "response_quality": ("response quality", HIGHER, "resp qual"),
+    "pass_at_1": ("Pass@1", HIGHER, "Pass@1"),
+    "turn_take": ("turn-take rate", HIGHER, "turn-take"),
+    "latency_s": ("latency s", LOWER, "latency s"),
+    "interruption": ("interruption rate", LOWER, "interrupt"),
 }
-"""Metric key → (label, the direction that is better)."""
+"""Metric key → (label, the direction that is better, a short label for the terminal)."""
 
 
 @dataclass(frozen=True)

@@ -205,11 +205,11 @@ def format_summary(scores: Mapping[str, Any]) -> str:
     """The terminal summary: our numbers with their directions beside every published row."""
     ours = headline(scores)
     keys = list(METRICS)
-    head = f"{'system':<32}" + "".join(f"{METRICS[k][0] + ' ' + METRICS[k][1]:>21}" for k in keys)
+    head = f"{'system':<32}" + "".join(f"{METRICS[k][2] + ' ' + METRICS[k][1]:>13}" for k in keys)
     lines = ["↑ higher is better · ↓ lower is better", head, "-" * len(head)]
 
     def cell(value: float | None) -> str:
-        return f"{'-' if value is None else f'{value:.3f}':>21}"
+        return f"{'-' if value is None else f'{value:.3f}':>13}"
 
     label = f"this run ({scores['provider']}, n={len(scores['samples'])})"
     lines.append(f"{label:<32}" + "".join(cell(ours[k]) for k in keys))
