@@ -16,6 +16,8 @@ from duplexkit.bench.fdb3 import metrics as m
 from duplexkit.bench.fdb3.judge import PROMPT_SHA256, ArgumentJudge, parse_verdict, prompt_digest
 from duplexkit.bench.judge import JudgeSettings
 from duplexkit.client.wavfile import write_wav
+from tests.bench.fdb.conftest import FakeOpenAI
+from tests.bench.fdb.conftest import fake_openai as fake_openai  # the fixture, by its name
 from tests.bench.fdb3.official_scorers import evaluate
 
 LONDON = {"function": "search_flights", "args": {"destination": "London", "date": "August 20"}}
@@ -231,3 +233,33 @@ async def test_a_folder_of_fdb3_results_scores_as_fdb3s_scorers_score_it(tmp_pat
         data, JudgeSettings(), {"provider": "grok"}, allow_invalid_clock=False, warn=warnings.append
     )
     assert not missing.complete and len(warnings) == 3 and "no_result" in warnings[0]
+
+
+async def test_the_argument_judge_decides_through_an_openai_compatible_endpoint(
+    tmp_path: Path,
+    fake_openai: FakeOpenAI,
+) -> None:
+    def chat(body: dict[str, Any]) -> str:
+        sent = next(
+            line for line in body["messages"][0]["content"].splitlines() if line.startswith("Arguments")
+        )
+        if "2026-08-20" in sent:  # rule 2: a date formatted differently is the same date
+            return '```json\n{"correct": true, "explanation": "same date"}\n```'
+        return "I cannot say."  # unreadable: the exact-match rule decides, and says so
+
+    fake_openai.chat = chat
+    data = _released_folder(tmp_path)
+    settings = JudgeSettings(url=fake_openai.url, model="judge-x", concurrency=2)
+    scored = await BENCHMARK.folder_scorer.score(  # type: ignore[union-attr]
+        data, settings, {"provider": "gpt_realtime"}, allow_invalid_clock=False, warn=lambda _: None
+    )
+    scores = json.loads((data / "fdb3_scores.json").read_text())
+    assert scores["judge"]["model"] == "judge-x" and "judge-x" in scored.text
+    # travel_09 now passes: its ISO date was judged right; travel_10 still misses book_flight
+    assert scores["pass_rate"]["overall_pass_rate"] == round(1 / 3, 3)
+    details = {r["scenario_id"]: r["metrics"]["argument_acc"]["details"] for r in scores["samples"]}
+    assert details["travel_09"][0]["explanation"] == "same date"
+    assert details["travel_09"][1]["explanation"].startswith("judge reply unreadable")
+    requests = fake_openai.chat_requests
+    assert len(requests) == 3  # one per (expected, actual) pair: 2 + 1, none for the missing call
+    assert {(r["seed"], r["temperature"], r["max_tokens"]) for r in requests} == {(0, 0.0, 200)}
