@@ -134,3 +134,27 @@ def test_tools_files_that_cannot_be_loaded(tmp_path: Path) -> None:
         with pytest.raises(ToolsFileError) as info:
             load_tools_file(tmp_path / name)
         assert info.value.code == code
+
+
+def test_talk_answers_our_servers_function_call_on_the_duplex_protocol(tmp_path: Path) -> None:
+    """The embedded server's scripted model calls the declared tool after the commit; the client answers
+    from a JSON of fixed results and the model speaks the output."""
+    wav = tmp_path / "speech.wav"
+    write_wav(wav, speech_like()[: round(1.2 * DEMO_RATE_HZ)], DEMO_RATE_HZ)
+    tools = tmp_path / "tools.json"
+    tools.write_text(json.dumps({"get_weather": {"celsius": 21}}))
+    out = tmp_path / "out"
+    calls = json.dumps([{"name": "get_weather", "arguments": {"city": "Paris"}}])
+    code = cli(
+        "talk", "--model", "scripted", "--model-arg", f"tool_calls={calls}",
+        "--model-arg", "reply=It is {output}", "--tools", str(tools), "--input", str(wav),
+        "--out", str(out), "--settle", "0.5", "--pace", "as-fast-as-possible",
+    )  # fmt: skip
+    assert code == 0
+    [call] = json.loads((out / "tool_calls.json").read_text())
+    assert (call["name"], call["arguments"], call["output"]) == (
+        "get_weather",
+        '{"city": "Paris"}',
+        '{"celsius": 21}',
+    )
+    assert json.loads((out / "transcript.json").read_text())[-1]["sentence"] == 'It is {"celsius": 21}'
