@@ -129,7 +129,7 @@ def add_fdb3_options(parser: argparse.ArgumentParser, *, run: bool) -> None:
             action="store_true",
             help="fdb3, a self-check of the harness: send each recording's expected calls as the session's "
             "extra_body tool_calls, which the scripted model makes (its results are flagged; they measure "
-            "no model)",
+            "no model); the duplex protocol only, as the OpenAI dialects carry no extra_body",
         )
     else:
         group.add_argument(
