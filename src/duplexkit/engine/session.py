@@ -24,7 +24,7 @@ from duplexkit.engine.tools import FunctionOutput, ToolLedger, check_arguments
 from duplexkit.engine.units import Unit
 from duplexkit.protocol import client_events as ce
 from duplexkit.protocol import server_events as se
-from duplexkit.protocol.audio import AudioFormat, encode_base64_audio
+from duplexkit.protocol.audio import AudioFormat, EncodedAudio
 from duplexkit.protocol.errors import ErrorCode, ProtocolError
 from duplexkit.protocol.units import UnitGrid, ms_to_samples, samples_to_ms
 
@@ -656,9 +656,9 @@ class EngineSession:
         response.audio_ms = audio_end_ms
         if speaks_audio:
             step.events.append(
-                se.ResponseOutputAudioDelta(
+                se.ResponseOutputAudioDelta.of_audio(
+                    EncodedAudio.of_samples(audio, self.settings.output_audio_format),
                     **ids,
-                    delta=encode_base64_audio(audio, self.settings.output_audio_format),
                     sample_rate_hz=self.config.output_sample_rate_hz,
                     metadata=se.AudioDeltaMetadata(
                         audio_duration_ms=audio_end_ms,
