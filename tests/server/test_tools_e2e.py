@@ -14,7 +14,10 @@ import pytest
 from openai import AsyncOpenAI
 
 from duplexkit.models import ModelPlugin, load_model
+from duplexkit.models.base import ModelSession
+from duplexkit.models.scripted import ScriptedModel, ScriptedSession
 from duplexkit.server import EmbeddedServer
+from tests.server.conftest import connect
 
 WEATHER = {
     "type": "function",
@@ -119,3 +122,29 @@ async def test_a_stale_output_gets_its_code_and_the_session_goes_on(server: Embe
         await connection.input_audio_buffer.append(audio=_speech(16_000))
         await connection.input_audio_buffer.commit()
         assert (await _until(connection, "response.function_call_arguments.done", seen)).call_id != call_id
+
+
+class _NoToolsSession(ScriptedSession):
+    """A third-party model's session that says nothing about tools: the base class refuses them."""
+
+    tools_refusal = ModelSession.tools_refusal
+
+
+class _NoToolsModel(ScriptedModel):
+    def new_session(self) -> ScriptedSession:
+        return _NoToolsSession(self)
+
+
+async def test_a_model_that_cannot_call_tools_refuses_them_with_a_code_and_goes_on() -> None:
+    async with EmbeddedServer(_NoToolsModel()) as server:
+        client = await connect(server.url)
+        await client.until("session.created")
+        await client.send({"type": "session.update", "session": {"tools": [WEATHER], "instructions": "Hi."}})
+        error = await client.until("error")
+        assert (error["error"]["code"], error["error"]["param"]) == ("tools_unsupported", "session.tools")
+        await client.send({"type": "session.update", "session": {"instructions": "Be brief."}})
+        updated = (await client.until("session.updated"))["session"]
+        assert (updated["tools"], updated["instructions"]) == (
+            [],
+            "Be brief.",
+        )  # the refused update changed nothing

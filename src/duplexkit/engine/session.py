@@ -630,12 +630,12 @@ class EngineSession:
             response = None
         if response is None:
             response = self._begin_response(step, unit_end_ms)
-        opened = response.item_id is None
+        text, audio = segment.text, segment.audio
+        empty = not text and not len(audio) and not segment.end_of_turn
+        opened = response.item_id is None and not (empty and self.settings.tools)
+        # With tools offered, an empty segment opens only the response: what follows may be a call
         if opened:
             self._open_message(step, response, unit_end_ms)
-        item_id = response.item_id
-        assert item_id is not None
-        text, audio = segment.text, segment.audio
         speaks_audio = "audio" in response.modalities
         first = response.timing.mark_response_first_outputs(
             now, text=bool(text.strip()), audio=speaks_audio and len(audio) > 0
@@ -646,9 +646,12 @@ class EngineSession:
             # the response opened with this segment: created carries what it already observed
             created.response_request_metrics = self._metrics(response.timing)
         if opened:
-            step.events.append(se.ResponseSpeak(response_id=response.id, item_id=item_id))
-        if not text and not len(audio) and not segment.end_of_turn:
+            assert response.item_id is not None
+            step.events.append(se.ResponseSpeak(response_id=response.id, item_id=response.item_id))
+        if empty:
             return step  # nothing to say yet: the response is open, its output follows
+        item_id = response.item_id
+        assert item_id is not None
         ids = {"response_id": response.id, "item_id": item_id}
         audio_ms = samples_to_ms(len(audio), self.config.output_sample_rate_hz) if speaks_audio else 0.0
         text_chars, audio_end_ms = self._playback.generated(response.id, text, audio_ms)

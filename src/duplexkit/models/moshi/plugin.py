@@ -162,6 +162,12 @@ class MoshiSession(ModelSession):
             raise decision
         yield decision
 
+    def tools_refusal(self) -> str | None:
+        return (
+            "Moshi and PersonaPlex have no tool-call tokens: they cannot call tools (serve the cascade "
+            "with --model-arg responder=openai for tool calls)"
+        )
+
     def interrupt(self) -> None:
         self.tracker.interrupt()
 
