@@ -16,6 +16,13 @@ from duplexkit.client.wavfile import write_wav
 from tests.bench.fdb3.official_scorers import evaluate
 
 SPEAKER = "0123456789abcdef01234567"
+FDB3_RESULT_FIELDS = {
+    # FDB-v3's `run_tool_benchmark.py` (`process_single`) writes these for a completed example
+    *("pid", "example_id", "category", "title", "provider", "evaluated_at", "status", "room_name"),
+    *("stream_start_time", "inference_time_s", "input_transcript", "input_asr_chunks", "user_speech_end_rel"),
+    *("latency", "user_done_unix", "transcript", "asr_chunks", "audio_agent_speech_start"),
+    *("perceived_total_latency", "actual_tool_calls"),
+}
 SCENARIO = {
     "id": "ecommerce_77",
     "domain": "ecommerce_support",
@@ -49,6 +56,8 @@ def test_bench_fdb3_runs_scores_and_reports(
     assert "GPT-Realtime" in printed and "--oracle-calls" in printed
     recording = out / "ecommerce_support" / folder.name
     result = json.loads((recording / "result_duplexkit.json").read_text())
+    assert set(result) >= FDB3_RESULT_FIELDS and result["status"] == "completed"
+    assert set(result["latency"]) == {"input_duration_s", "output_duration_s", "first_speech_s"}
     [call] = result["actual_tool_calls"]
     assert (call["function"], call["args"]) == ("track_order", {"order_id": "BOB12"})
     # the call came after the user's speech ended, and the answer after the call, on the stream's clock
