@@ -159,3 +159,17 @@ def test_talk_answers_our_servers_function_call_on_the_duplex_protocol(tmp_path:
         '{"celsius": 21}',
     )
     assert json.loads((out / "transcript.json").read_text())[-1]["sentence"] == 'It is {"celsius": 21}'
+
+
+def test_a_call_completed_before_its_response_is_named_is_still_continued() -> None:
+    """A server that sends `conversation.item.done` (no `response_id`) first: the call is run at once and
+    the response that `arguments.done` names later is continued."""
+    tracker = ToolCallTracker()
+    item = {"type": "function_call", "id": "i9", "call_id": "c9", "name": "f", "arguments": "{}"}
+    [call] = tracker.observe({"type": "conversation.item.done", "item": item}, 1.0, 0.0)
+    assert call.response_id is None
+    tracker.finished(call, sent=True)
+    done = {"type": "response.function_call_arguments.done", "response_id": "r9", "call_id": "c9"}
+    assert tracker.observe({**done, "arguments": "{}"}, 1.1, 0.0) == []
+    tracker.observe({"type": "response.done", "response": {"id": "r9", "status": "completed"}}, 1.2, 0.0)
+    assert tracker.continuations() == ["r9"]

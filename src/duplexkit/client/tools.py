@@ -256,6 +256,10 @@ class ToolCallTracker:
         """call_id or item id → the function name announced for it (beta's `arguments.done` has none)."""
         self._seen: set[str] = set()
         self._responses: dict[str, _Pending] = {}
+        self._response_of: dict[str, str | None] = {}
+        """call_id → its response (`None` until an event names it: `conversation.item.done` does not)."""
+        self._through: dict[str, bool] = {}
+        """call_id → whether its output went out, once the client is through with it."""
 
     def observe(self, data: Mapping[str, Any], received_at: float, media_ms: float) -> list[ToolCall]:
         """The calls this event completes (each `call_id` once)."""
@@ -295,25 +299,40 @@ class ToolCallTracker:
 
     def _complete(self, raw: Mapping[str, Any], received_at: float, media_ms: float) -> ToolCall | None:
         call_id = as_str(raw.get("call_id"))
+        rid = as_str(raw.get("response_id"))
+        if call_id in self._seen:  # a later event may be the first to name the call's response
+            if rid is not None and call_id and self._response_of.get(call_id) is None:
+                self._attach(call_id, rid)
+            return None
         arguments = raw.get("arguments")
         item_id = as_str(raw.get("item_id")) or as_str(raw.get("id"))
         name = as_str(raw.get("name")) or self._names.get(call_id or "") or self._names.get(item_id or "")
-        if not call_id or not name or not isinstance(arguments, str) or call_id in self._seen:
+        if not call_id or not name or not isinstance(arguments, str):
             return None
         self._seen.add(call_id)
-        rid = as_str(raw.get("response_id"))
+        self._response_of[call_id] = None
         if rid is not None:
-            self._responses.setdefault(rid, _Pending()).running.add(call_id)
+            self._attach(call_id, rid)
         return ToolCall(call_id, name, arguments, rid, item_id, received_at, media_ms)
+
+    def _attach(self, call_id: str, rid: str) -> None:
+        """`call_id` belongs to response `rid`: running there, or already through with (then counted)."""
+        self._response_of[call_id] = rid
+        pending = self._responses.setdefault(rid, _Pending())
+        if call_id in self._through:
+            pending.answered += int(self._through[call_id])
+        else:
+            pending.running.add(call_id)
 
     def cancelled(self, call: ToolCall) -> bool:
         """The call's response ended cancelled (or failed): its output would be stale."""
-        pending = self._responses.get(call.response_id or "")
+        pending = self._responses.get(self._response_of.get(call.call_id) or "")
         return pending is not None and pending.done and pending.status in ("cancelled", "failed")
 
     def finished(self, call: ToolCall, *, sent: bool) -> None:
         """The client is through with `call` (`sent`: its output went out)."""
-        pending = self._responses.get(call.response_id or "")
+        self._through[call.call_id] = sent
+        pending = self._responses.get(self._response_of.get(call.call_id) or "")
         if pending is not None:
             pending.running.discard(call.call_id)
             pending.answered += int(sent)
