@@ -240,9 +240,12 @@ async def test_the_argument_judge_decides_through_an_openai_compatible_endpoint(
     fake_openai: FakeOpenAI,
 ) -> None:
     def chat(body: dict[str, Any]) -> str:
-        sent = next(
-            line for line in body["messages"][0]["content"].splitlines() if line.startswith("Arguments")
-        )
+        content = body["messages"][0]["content"]
+        if "completed what the user asked" in content:  # response quality: the whole answer
+            return (
+                '{"correct": true, "explanation": "done"}' if '"Booked."' in content else '{"correct": false}'
+            )
+        sent = next(line for line in content.splitlines() if line.startswith("Arguments"))
         if "2026-08-20" in sent:  # rule 2: a date formatted differently is the same date
             return '```json\n{"correct": true, "explanation": "same date"}\n```'
         return "I cannot say."  # unreadable: the exact-match rule decides, and says so
@@ -260,6 +263,8 @@ async def test_the_argument_judge_decides_through_an_openai_compatible_endpoint(
     details = {r["scenario_id"]: r["metrics"]["argument_acc"]["details"] for r in scores["samples"]}
     assert details["travel_09"][0]["explanation"] == "same date"
     assert details["travel_09"][1]["explanation"].startswith("judge reply unreadable")
+    # response quality over the two examples that spoke (the silent one is 0 without asking the judge)
+    assert scores["evaluation"]["by_metric"]["response_qual"] == 0.5
     requests = fake_openai.chat_requests
-    assert len(requests) == 3  # one per (expected, actual) pair: 2 + 1, none for the missing call
+    assert len(requests) == 3 + 2  # one per (expected, actual) pair (2 + 1) and per spoken answer (2)
     assert {(r["seed"], r["temperature"], r["max_tokens"]) for r in requests} == {(0, 0.0, 200)}

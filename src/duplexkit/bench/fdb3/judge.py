@@ -2,6 +2,8 @@
 endpoint (`bench.judge.client.ChatClient`), temperature 0, `seed: 0`, at most 200 tokens, one request per
 (expected, actual) pair.
 
+It also rates response quality as FDB-v3's `llm_judge_response` does (`response_quality`).
+
 FDB-v3's judge (`llm_judge_argument`, gpt-4o) is told five rules: a `$`-reference (`$RESULT_0...`) accepts
 any plausible value from an earlier call; formatting differences are fine ("August 20" = "2026-08-20",
 case); common aliases and abbreviations are fine ("Vegas" = "Las Vegas"); numbers within ±5 %; `_` and a
@@ -25,7 +27,7 @@ from duplexkit.bench.fdb3.metrics import Verdict, exact_match
 from duplexkit.bench.judge.base import JudgeInfo
 from duplexkit.bench.judge.client import ChatClient
 
-PROMPT_VERSION = "duplexkit-fdb3-arguments-1"
+PROMPT_VERSION = "duplexkit-fdb3-2"
 SEED = 0
 TEMPERATURE = 0.0
 MAX_TOKENS = 200
@@ -46,13 +48,32 @@ Judge by these rules:
 
 Reply with a JSON object and nothing else: {{"correct": true or false, "explanation": "<short reason>"}}"""
 
-PROMPT_SHA256 = "acce2d1cb5f64a7f45301f774dc9b5550be0590c112132b48832eac2a51d809f"
-"""sha256 of `PROMPT` for `PROMPT_VERSION` (recorded with every score; a test keeps the two together)."""
+RESPONSE_PROMPT = """You check whether a voice agent completed what the user asked for.
+
+What the agent should have done: "{expected}"
+What the agent said: "{said}"
+
+Judge by these criteria:
+1. It took the right actions (the right tools with the right values).
+2. What it said shows the task was done or is being handled.
+3. Saying more than expected (results, prices, confirmation numbers) is fine, never a fault.
+4. Saying it cannot do it, has no tool for it, or refusing is incorrect.
+5. Doing something else (another destination, another document type) is incorrect.
+6. Finishing only part of a task of several steps is incorrect.
+
+Reply with a JSON object and nothing else: {{"correct": true or false, "explanation": "<short reason>"}}"""
+
+PROMPT_SHA256 = "984af9c067928ce06daa9d99a979544eea1af7ef397f2f17fafb0023583869ad"
+"""sha256 of the prompts of `PROMPT_VERSION` (recorded with every score; a test keeps the two together)."""
 _OBJECT = re.compile(r"\{.*\}", re.DOTALL)
 
 
 def prompt_digest() -> str:
-    return hashlib.sha256(PROMPT.encode("utf-8")).hexdigest()
+    """sha256 over the argument prompt and the response-quality prompt."""
+    digest = hashlib.sha256()
+    for text in (PROMPT, RESPONSE_PROMPT):
+        digest.update(text.encode("utf-8") + b"\0")
+    return digest.hexdigest()
 
 
 def parse_verdict(text: str) -> Verdict:
@@ -116,6 +137,21 @@ class ArgumentJudge:
         except ValueError as exc:
             correct, why = exact_match(expected, actual)
             return correct, f"judge reply unreadable ({exc}); exact match: {why}"
+
+    async def response_quality(self, expected: str, said: str) -> tuple[float | None, str]:
+        """FDB-v3's response quality: 1.0 when the whole answer completes the scenario's last expected `ai`
+        turn, else 0.0; 0.0 without asking when nothing was said; `None` (no evidence, left out of the mean)
+        when the reply cannot be read, as upstream."""
+        if not said.strip():
+            return 0.0, "No transcript available."
+        reply = await self.chat.complete(
+            [{"role": "user", "content": RESPONSE_PROMPT.format(expected=expected, said=said)}]
+        )
+        try:
+            correct, why = parse_verdict(reply)
+        except ValueError as exc:
+            return None, f"judge reply unreadable ({exc})"
+        return (1.0 if correct else 0.0), why
 
     async def aclose(self) -> None:
         await self.chat.aclose()

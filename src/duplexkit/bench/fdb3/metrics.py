@@ -212,10 +212,11 @@ def uses_retracted(actual: Sequence[Call], retracted: Sequence[Any]) -> list[str
     return found
 
 
-def evaluation_report(rows: Sequence[Mapping[str, Any]]) -> dict[str, Any]:
+def evaluation_report(rows: Sequence[Mapping[str, Any]], *, judged: bool = False) -> dict[str, Any]:
     """Upstream's `{provider}_evaluation_report.json` aggregates over per-example rows (each with
-    `domain`, `difficulty`, `turn_take_success`, `metrics{tool_selection_acc, argument_acc}`, `latency`):
-    metrics on turn-taken examples, `*_all` over every example, latency excluding interruptions."""
+    `domain`, `difficulty`, `turn_take_success`, `metrics{tool_selection_acc, argument_acc, response_qual}`,
+    `latency`): metrics on turn-taken examples, `*_all` over every example, latency excluding interruptions;
+    response quality (only when `judged`) over the turn-taken examples the judge could rate."""
     taken = [r for r in rows if r["turn_take_success"]]
     timed = [r["latency"] for r in taken if r["latency"].get("available")]
     interruptions = [t for t in timed if t["is_interruption"]]
@@ -224,9 +225,14 @@ def evaluation_report(rows: Sequence[Mapping[str, Any]]) -> dict[str, Any]:
     def by(key: str, group: Sequence[Mapping[str, Any]]) -> dict[str, Any]:
         out: dict[str, dict[str, list[float]]] = {}
         for r in group:
-            slot = out.setdefault(str(r[key]), {"tool_selection_acc": [], "argument_acc": []})
+            slot = out.setdefault(
+                str(r[key]), {"tool_selection_acc": [], "argument_acc": [], "response_qual": []}
+            )
             slot["tool_selection_acc"].append(r["metrics"]["tool_selection_acc"]["score"])
             slot["argument_acc"].append(r["metrics"]["argument_acc"]["score"])
+            quality = (r["metrics"].get("response_qual") or {}).get("score")
+            if quality is not None:
+                slot["response_qual"].append(quality)
         return {k: {m: mean(v) for m, v in metrics.items() if v} for k, metrics in out.items()}
 
     return {
@@ -240,7 +246,15 @@ def evaluation_report(rows: Sequence[Mapping[str, Any]]) -> dict[str, Any]:
         "by_metric": {
             "tool_selection_acc": mean([r["metrics"]["tool_selection_acc"]["score"] for r in taken]),
             "argument_acc": mean([r["metrics"]["argument_acc"]["score"] for r in taken]),
-            "response_qual": None,
+            "response_qual": mean(
+                [
+                    q
+                    for r in taken
+                    if (q := (r["metrics"].get("response_qual") or {}).get("score")) is not None
+                ]
+            )
+            if judged
+            else None,
             "tool_selection_acc_all": mean([r["metrics"]["tool_selection_acc"]["score"] for r in rows]),
             "argument_acc_all": mean([r["metrics"]["argument_acc"]["score"] for r in rows]),
             "note": "*_all includes no-response samples (scored 0); default metrics are turn-taken only",

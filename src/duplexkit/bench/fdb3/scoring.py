@@ -95,6 +95,13 @@ async def score_one(sample: Sample, result: Mapping[str, Any], judge: ArgumentJu
 
     verdicts = await asyncio.gather(*(verdict(want, got) for want, got in pairs))
     argument = m.argument_accuracy(pairs, verdicts)
+    transcript = str(result.get("transcript") or "")
+    quality: dict[str, Any] = {"score": None, "explanation": "LLM judge disabled; response accuracy skipped."}
+    if judge is not None:
+        dialogue = scenario.get("dialogue") or [{}]
+        expected_intent = str(dialogue[-1].get("ai", "")) if isinstance(dialogue[-1], dict) else ""
+        score, why = await judge.response_quality(expected_intent, transcript)
+        quality = {"score": score, "explanation": why}
     passed = m.strict_pass(expected, selection, argument)
     return {
         "split": sample.split,
@@ -107,7 +114,7 @@ async def score_one(sample: Sample, result: Mapping[str, Any], judge: ArgumentJu
         "metrics": {
             "tool_selection_acc": selection,
             "argument_acc": argument,
-            "response_qual": {"score": None},
+            "response_qual": quality,
         },
         "latency": m.response_latency(result),
         "expected_calls_count": len(expected),
@@ -118,7 +125,7 @@ async def score_one(sample: Sample, result: Mapping[str, Any], judge: ArgumentJu
         **passed,
         "latencies": m.latency_breakdown(result),
         "retracted_values_used": m.uses_retracted(actual, scenario.get("retracted_values") or []),
-        "transcript": str(result.get("transcript") or ""),
+        "transcript": transcript,
         "oracle_calls": bool((result.get("duplexkit") or {}).get("oracle_calls")),
     }
 
@@ -177,7 +184,7 @@ async def score_samples(
         "judge": judge.info.to_json()
         if judge is not None
         else {"kind": "rules", "model": "exact match (FDB-v3's rule without --use-llm)"},
-        "evaluation": m.evaluation_report(rows),
+        "evaluation": m.evaluation_report(rows, judged=judge is not None),
         "pass_rate": m.pass_rate_report(rows),
         "latencies": latency_summary(rows),
         "self_correction": self_correction(rows),
@@ -193,7 +200,7 @@ def headline(scores: Mapping[str, Any]) -> dict[str, float | None]:
     return {
         "tool_selection": evaluation["by_metric"]["tool_selection_acc"],
         "argument": evaluation["by_metric"]["argument_acc"],
-        "response_quality": None,
+        "response_quality": evaluation["by_metric"]["response_qual"],
         "pass_at_1": passing["overall_pass_rate"] if rows else None,
         "turn_take": evaluation["turn_taking"]["turn_take_rate"],
         "latency_s": evaluation["latency"]["avg_response_latency_s"],
@@ -230,7 +237,11 @@ def format_summary(scores: Mapping[str, Any]) -> str:
             f"self-correction: Pass@1 {_s(sc['pass_at_1'])} ↑ on {sc['samples']} example(s); "
             f"{sc['used_retracted_value']} used a value the user took back ↓"
         )
-    lines.append(f"argument judge: {scores['judge'].get('model')}; response quality not judged (-)")
+    judged = scores["judge"].get("kind") == "llm"
+    lines.append(
+        f"judge: {scores['judge'].get('model')}"
+        + ("" if judged else "; response quality needs an LLM judge (--judge-url, --judge-model): -")
+    )
     if scores["errors"]:
         lines.append(f"not scored: {len(scores['errors'])} example(s) ({scores['errors'][0]['message']} ...)")
     if scores.get("synthetic"):
