@@ -40,7 +40,7 @@ from pydantic import BaseModel
 from websockets.asyncio.client import ClientConnection, connect
 from websockets.exceptions import ConnectionClosed, InvalidHandshake
 
-from duplexkit.client.collector import EventCollector, Placement
+from duplexkit.client.collector import EventCollector, Placement, SentenceTiming
 from duplexkit.client.connection import ServerCapabilities
 from duplexkit.client.drain import CommitPoint, DrainTracker
 from duplexkit.client.events import (
@@ -124,6 +124,7 @@ class DuplexClient:
         placement: Placement | None = None,
         tools: ToolBox | None = None,
         tool_timeout_s: float | None = None,
+        sentence_timing: SentenceTiming = "audio",
     ) -> None:
         self.protocol = protocol_for(protocol, url) if isinstance(protocol, str) else protocol
         """The wire protocol; a name (`auto` detects it from the URL) or an adapter."""
@@ -131,8 +132,11 @@ class DuplexClient:
             raise ValueError(f"session resume needs the duplex protocol, not {self.protocol.name}")
         self.url = self.protocol.url(url, model=model)
         self.model = model
-        self.collector = EventCollector(placement=placement or self.protocol.placement)
-        """Where output sits on the input timeline: `placement`, else the protocol's default."""
+        self.collector = EventCollector(
+            placement=placement or self.protocol.placement, sentence_timing=sentence_timing
+        )
+        """Where output sits on the input timeline: `placement`, else the protocol's default; how sentences
+        are timed: `sentence_timing` (`collector.SentenceTiming`)."""
         self.events: list[ReceivedEvent] = []
         self.streams: list[StreamReport] = []
         self.padded_ms = 0.0
@@ -245,6 +249,12 @@ class DuplexClient:
     @property
     def session_id(self) -> str | None:
         return as_str(dig(self._session, "id"))
+
+    @property
+    def server_model(self) -> str | None:
+        """The model the server named in its latest `session.created`/`session.updated` (`None` until one
+        arrives or when it names none): what served the session, whatever the client asked for."""
+        return as_str(dig(self._session, "model"))
 
     @property
     def audio_end_ms(self) -> float:
@@ -732,7 +742,8 @@ class DuplexClient:
                         if data.get("type") == "session.resync_required":
                             self.resync = data
                         continue
-                    self._on_event(ReceivedEvent(data, received_at, self.heard_at_ms(received_at)))
+                    heard = self.heard_at_ms(received_at)
+                    self._on_event(ReceivedEvent(data, received_at, heard, self._sent_audio_end_ms))
         except ConnectionClosed as exc:
             self._dropped(exc)
         else:

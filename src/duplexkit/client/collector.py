@@ -23,7 +23,11 @@ arrival, or where the audio before it ends if that is later). `concatenated` is 
 client's rule: the server's output is one continuous stream of frames and frame i plays at i · 80 ms, so an
 event carrying `output_stream_ms` (its start in that stream; the Moshi adapter sets it) sits there. Timed
 sentences are the span of their own audio on that timeline (`client.voicing`): a sentence starts where its
-first character was voiced and ends where its last one was.
+first character was voiced and ends where its last one was. With `sentence_timing="arrival"` (vLLM-Omni's
+benchmark runner's rule, for comparing with its nightly numbers) a sentence starts at the arrival of the
+delta that gave its first character and ends at the arrival of the one that completed it, each arrival
+read as the media clock on the wire then (the `audio_end_ms` of the last append sent,
+`ReceivedEvent.sent_ms`).
 
 A value that was not observed is `None`, never 0. Per session, `stream_ttft_ms`, `stream_ttfp_ms` and
 `stream_rtf` are always on the client clock, from the stream's start (the media clock's origin), labelled
@@ -77,6 +81,11 @@ CLIENT_SOURCES = frozenset({COMMIT_SOURCE, CREATED_SOURCE, UNANCHORED_SOURCE, ST
 Placement = Literal["arrival", "concatenated"]
 """Where output sits on the input timeline (module docstring)."""
 PLACEMENTS: tuple[Placement, ...] = ("arrival", "concatenated")
+
+SentenceTiming = Literal["audio", "arrival"]
+"""How a sentence is timed: the span of its own audio (the default) or its deltas' arrival (module
+docstring)."""
+SENTENCE_TIMINGS: tuple[SentenceTiming, ...] = ("audio", "arrival")
 
 WAV_RATE_HZ = 24_000
 """Rate of the assembled output audio."""
@@ -231,9 +240,15 @@ class EventCollector:
     `output_rate_hz` (the server's advertised output rate).
     """
 
-    def __init__(self, output_rate_hz: int = WAV_RATE_HZ, placement: Placement = "arrival") -> None:
+    def __init__(
+        self,
+        output_rate_hz: int = WAV_RATE_HZ,
+        placement: Placement = "arrival",
+        sentence_timing: SentenceTiming = "audio",
+    ) -> None:
         self.output_rate_hz = output_rate_hz
         self.placement: Placement = placement
+        self.sentence_timing: SentenceTiming = sentence_timing
         self.stream_started_at: float | None = None
         self.errors: list[dict[str, Any]] = []
         self.undecodable_audio_chunks = 0
@@ -320,7 +335,10 @@ class EventCollector:
 
     def sentences(self) -> list[TimedSentence]:
         """Timed sentences so far, including the text still open (flushed without ending it), each the span
-        of its own audio on the timeline (text never voiced keeps the arrival of its deltas)."""
+        of its own audio on the timeline (text never voiced keeps the arrival of its deltas), or with
+        `sentence_timing="arrival"` the arrival of its deltas (module docstring)."""
+        if self.sentence_timing == "arrival":
+            return self._sentences.finished()
         placed = [(c.response_id, c.start, len(c.samples)) for c in self.audio_placements()]
         texts = {r.id: "".join(r.text) for r in self._responses.values()}
         voiced = voicings(placed, texts, self._marks)
@@ -394,7 +412,10 @@ class EventCollector:
         if self._text_owner not in (None, response.id):
             self._sentences.flush()
         self._text_owner = response.id
-        self._sentences.add(text, self._heard_ms(data, event), response_id=response.id, offset=offset)
+        at = self._heard_ms(data, event)
+        if self.sentence_timing == "arrival" and event.sent_ms is not None:
+            at = event.sent_ms
+        self._sentences.add(text, at, response_id=response.id, offset=offset)
 
     def _audio_delta(self, response: _Response, data: dict[str, Any], event: ReceivedEvent) -> None:
         b64 = as_str(data.get("delta"))

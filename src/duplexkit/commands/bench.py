@@ -11,6 +11,7 @@ from pathlib import Path
 
 from duplexkit.bench.benchmark import BENCHMARKS, DEFAULT_BENCHMARK, FolderScorer
 from duplexkit.bench.job import BenchJob, run_job
+from duplexkit.client.collector import SENTENCE_TIMINGS
 from duplexkit.commands.options import (
     add_bound_options,
     add_model_options,
@@ -19,7 +20,9 @@ from duplexkit.commands.options import (
     bounds_from_args,
     default_chunk_ms,
     json_object,
+    model_args_from_args,
     model_from_args,
+    placement_from_args,
     resolve_protocol,
 )
 from duplexkit.commands.score import (
@@ -122,6 +125,15 @@ def register(commands: argparse._SubParsersAction[argparse.ArgumentParser]) -> N
     target.add_argument("--served-model", default=None, help="`model` query parameter sent to --url")
     add_protocol_option(target)
     add_placement_option(target)
+    target.add_argument(
+        "--sentence-timing",
+        choices=SENTENCE_TIMINGS,
+        default="audio",
+        help="Omni-DuplexEval: how a sentence is timed: 'audio' (default), the span of its own audio on the "
+        "timeline; 'arrival', the arrival of its first and last deltas read on the media clock sent, as "
+        "vLLM-Omni's benchmark runner times them (to compare with its nightly numbers); run.json and each "
+        "sample's meta record which",
+    )
     add_model_options(target)
 
     run = parser.add_argument_group("run")
@@ -264,8 +276,11 @@ def run_command(args: argparse.Namespace, parser: argparse.ArgumentParser) -> in
         command=_redacted(sys.argv),
         urls=list(args.url),
         plugin=plugin,
+        model_args=None if args.url else model_args_from_args(args),
         api_key=args.api_key,
         protocol=args.protocol,
+        placement=placement_from_args(args),
+        sentence_timing=args.sentence_timing,
         pace=args.pace,
         fps=args.fps,
         chunk_ms=args.chunk_ms

@@ -53,9 +53,15 @@ _VLLM_OMNI_ALIASES: dict[str, str] = {
     "close_session": "session.close",
     "close": "session.close",
 }
-"""vLLM-Omni's input aliases whose canonical event this server implements. (Its text input and turn signal
-aliases, `input_text.append`/`push_text`/`signal_turn`, name events this server does not have; they get
-`unknown_event` like any other unknown type.)"""
+"""vLLM-Omni's input aliases whose canonical event this server implements."""
+
+_VLLM_OMNI_REFUSED: dict[str, str] = {
+    "input_text.append": "input.text.append",
+    "push_text": "input.text.append",
+    "signal_turn": "turn.signal",
+}
+"""vLLM-Omni's aliases whose canonical event (text appended to the user's input, a turn signal) this server
+does not have: refused with `unsupported_event`, naming the event, so a client can tell them from a typo."""
 
 _WAV_BY_DEFAULT = frozenset({"input.audio.append", "push_chunk"})
 """Aliases whose audio is a base64 WAV file unless the event names another `input_audio_format`."""
@@ -201,9 +207,17 @@ def resolve_alias(obj: dict[str, Any], dialect: Dialect) -> dict[str, Any]:
     """A parsed client frame with the dialect's alias resolved to the canonical event (else unchanged).
 
     WAV-by-default aliases carry a base64 WAV file: it is unpacked to PCM16 at its own rate. Raises
-    `ProtocolError(invalid_audio)` for a WAV this server cannot read.
+    `ProtocolError(invalid_audio)` for a WAV this server cannot read, `ProtocolError(unsupported_event)`
+    for an alias of an event this server does not have (`_VLLM_OMNI_REFUSED`).
     """
     alias = obj.get("type")
+    if dialect is Dialect.VLLM_OMNI and alias in _VLLM_OMNI_REFUSED:
+        raise ProtocolError(
+            ErrorCode.UNSUPPORTED_EVENT,
+            f"{alias!r} (vLLM-Omni's {_VLLM_OMNI_REFUSED[alias]}) is not supported by this server: it takes "
+            "input as audio (input_audio_buffer.append) and decides turns itself",
+            param="type",
+        )
     canonical = DIALECTS[dialect].aliases.get(alias) if isinstance(alias, str) else None
     if canonical is None:
         return obj

@@ -20,6 +20,8 @@ class ErrorCode(StrEnum):
     INVALID_JSON = "invalid_json"
     NOT_AN_OBJECT = "not_an_object"
     UNKNOWN_EVENT = "unknown_event"
+    UNSUPPORTED_EVENT = "unsupported_event"
+    """A known event (a dialect's documented alias) this server does not implement; see docs/protocol.md."""
     MISSING_FIELD = "missing_field"
     INVALID_VALUE = "invalid_value"
     EVENT_TOO_LARGE = "event_too_large"
