@@ -14,6 +14,7 @@ from collections.abc import Callable, Mapping, Sequence
 from pathlib import Path
 from typing import Any
 
+from duplexkit.bench.artifacts import RECORDS_SENTENCES
 from duplexkit.bench.attempt import Attempt, RunConfig
 from duplexkit.bench.benchmark import FolderScores
 from duplexkit.bench.errors import ConfigError
@@ -70,6 +71,8 @@ class FullDuplexBenchV3:
     options = ("--tool-latency", "--scenarios", "--oracle-calls")
     bounds = SessionBounds()
     folder_scorer = Fdb3Scorer()
+    sentences = RECORDS_SENTENCES
+    """FDB-v3's scorers read no sentences: ours stay among the records, out of the recording folders."""
 
     def load_dataset(self, spec: str, selection: Selection, *, cache_dir: Path | None = None) -> Dataset:
         """FDB-v3 recording folders under `spec` (or a hub id in the local cache), or the built-in set."""
