@@ -73,7 +73,8 @@ def _slots(gt: Any, scene_type: str) -> list[_Slot]:
                 for a in gt["answers"]
             ]
         steps.sort()
-        q = _seconds(gt["question_time"])
+        users = [t for t in gt.get("conversations") or [] if t.get("from") == "user"]
+        q = _seconds(users[0]["timestamp"] if users else gt["question_time"])  # the first user turn asks
         out = []
         for k, (t_a, interrupted) in enumerate(steps):
             start = q if k == 0 else t_a

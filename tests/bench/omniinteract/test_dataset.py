@@ -67,6 +67,24 @@ def test_the_archive_layout_loads_both_annotation_forms(tmp_path: Path) -> None:
     assert dataset.source == str(tmp_path.resolve())
 
 
+def test_a_conversations_annotation_asks_at_its_first_user_turn(tmp_path: Path) -> None:
+    """build_slots.py (de304ce) `_parse_1qna_answers`: with `conversations`, the first user turn's timestamp
+    and value are the question (over `question_time`), and `inferred_knowledge` goes before the text."""
+    write_layout(tmp_path)
+    annotation = {
+        "question_time": "00:01",
+        "question_text": "ignored",
+        "inferred_knowledge": "It is green tea.",
+        "conversations": [
+            {"from": "user", "value": "Guide me.", "timestamp": "00:03"},
+            {"from": "assistant", "value": "Boil.", "timestamp": "00:06", "label": "step"},
+        ],
+    }
+    (tmp_path / "data" / "1qna" / "annotations" / "egoper" / "tea.json").write_text(json.dumps(annotation))
+    (qa,) = load_dataset(str(tmp_path), Selection(subsets=("1qna",))).samples[0].qas
+    assert (qa.question_time, qa.question_text) == (3.0, "It is green tea.\n\nGuide me.")
+
+
 @pytest.mark.parametrize(
     ("rows", "scene", "message"),
     [

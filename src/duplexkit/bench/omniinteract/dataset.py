@@ -9,9 +9,11 @@ A map entry's paths are read relative to the subset folder, else to its `videos*
 Annotations: a 1Q1A file is a list of `{question_time "MM:SS", question_text, answer_time, answer_text,
 question_type realtime|proactive, is_interrupted}`; a 1QnA file is one object with `question_time`,
 `question_text` and either `conversations` (`from: user|assistant`, `value`, `timestamp`, `label`,
-`interrupted`) or `answers` (`answer_time`, `answer_text`, `interrupted` or `is_interrupted`, `label`).
-Times may be `MM:SS`, `H:MM:SS` (fractions allowed) or a number of seconds. Every malformed field is a
-`DatasetError` naming the file and the field, raised while loading, never in the middle of a run.
+`interrupted`) or `answers` (`answer_time`, `answer_text`, `interrupted` or `is_interrupted`, `label`). As
+upstream's `build_slots.py` reads it, a `conversations` annotation's question is its first user turn (its
+`timestamp` and `value`, with `inferred_knowledge` put before the text). Times may be `MM:SS`, `H:MM:SS`
+(fractions allowed) or a number of seconds. Every malformed field is a `DatasetError` naming the file and
+the field, raised while loading, never in the middle of a run.
 
 Spec forms: `builtin`; a directory; a Hugging Face dataset id (`Owner/Name[@revision]`) already in the local
 cache, whose snapshot holds the extracted `data/` or `data.tar.gz` (then extracted once, safely, into
@@ -335,9 +337,25 @@ def _one_q_one_a(raw: Any, path: str) -> tuple[QA, ...]:
 def _qna(raw: Any, path: str) -> tuple[QA, ...]:
     if not isinstance(raw, dict):
         raise DatasetError(f"{path}: a 1QnA annotation must be one object")
-    q = parse_time(raw.get("question_time"), path, "question_time")
-    question = _text(raw, "question_text", path)
     steps: list[tuple[float, str, bool, str]] = []
+    first_user = None
+    if isinstance(raw.get("conversations"), list):
+        # upstream (build_slots.py): the first user turn is the question, its time and text; the inferred
+        # knowledge is put before its text
+        turns = raw["conversations"]
+        users = [i for i, t in enumerate(turns) if isinstance(t, dict) and t.get("from") == "user"]
+        first_user = users[0] if users else None
+    if first_user is None:
+        q = parse_time(raw.get("question_time"), path, "question_time")
+        question = _text(raw, "question_text", path)
+    else:
+        where = f"{path}: conversations[{first_user}]"
+        turn = raw["conversations"][first_user]
+        q = parse_time(turn.get("timestamp"), where, "timestamp")
+        question = _text(turn, "value", where)
+        inferred = raw.get("inferred_knowledge")
+        if isinstance(inferred, str) and inferred.strip():
+            question = f"{inferred.strip()}\n\n{question}"
     if isinstance(raw.get("conversations"), list):
         for index, turn in enumerate(raw["conversations"]):
             where = f"{path}: conversations[{index}]"
