@@ -8,7 +8,7 @@ render a report. What differs between benchmarks is behind one object per packag
 - **data**: `load_dataset(spec, selection)` → a `BenchDataset`; `selection_from_json` / `selection_to_json`
   round-trip the selection recorded in `run.json` so `duplexkit score` reloads the same samples;
 - **runner hooks**: `prepare_media(sample, config)` (off the event loop), `run_attempt(sample, media,
-  config, progress)` (one session: what to send and what an attempt observed, as `runner.Attempt`,
+  config, progress)` (one session: what to send and what an attempt observed, as `attempt.Attempt`,
   keeping `progress`, a `client.SessionProgress`, current so an outer deadline can say where it stopped),
   `sample_meta` (the dataset fields recorded in each `<id>.meta.json`), `write_artifacts` (per-sample
   extras of a published sample), `artifacts` (their names, withdrawn when a redo fails),
