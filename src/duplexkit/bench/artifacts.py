@@ -47,7 +47,9 @@ def write_json_atomic(path: Path, payload: Any) -> None:
 
 RECORDS_DIR = "records"
 """Where the harness's per-sample records live, apart from the sample folders."""
-RESERVED_SPLITS = frozenset({RECORDS_DIR, "scores"})
+SCORES_DIR = "scores"
+"""Where a scored run's per-sample scores and summary live (`duplexkit score`, a benchmark's scorer)."""
+RESERVED_SPLITS = frozenset({RECORDS_DIR, SCORES_DIR})
 """Names a split may not have: they are the run folder's own."""
 META_SUFFIX = ".meta.json"
 
@@ -57,7 +59,7 @@ class ReservedSplit(ConfigError):
 
 
 class RunDir:
-    """Paths and publication state of one run folder."""
+    """Paths and publication state of one run folder: every path of a run is spelled here."""
 
     def __init__(self, root: Path) -> None:
         self.root = root
@@ -71,6 +73,18 @@ class RunDir:
 
     def meta_path(self, split: str, sample_id: str) -> Path:
         return self.records / split / f"{sample_id}{META_SUFFIX}"
+
+    @property
+    def scores(self) -> Path:
+        return self.root / SCORES_DIR
+
+    def score_path(self, split: str, sample_id: str, suffix: str = ".json") -> Path:
+        """A sample's score (`.json`), or its judge trace (`.trace.jsonl`)."""
+        return self.scores / split / f"{sample_id}{suffix}"
+
+    @property
+    def scores_summary(self) -> Path:
+        return self.scores / "summary.json"
 
     def sample_dir(self, split: str, sample_id: str) -> Path:
         """Where optional per-sample extras (output.wav, events.json) live."""

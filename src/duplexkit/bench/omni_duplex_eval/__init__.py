@@ -53,6 +53,11 @@ class OmniDuplexEval:
     bounds = SessionBounds()
     folder_scorer = None
 
+    @property
+    def judge_scoring(self) -> OmniDuplexEval:
+        """Scored by `judge.score_run`: these hooks are its `JudgeScoring`."""
+        return self
+
     def load_dataset(self, spec: str, selection: Selection, *, cache_dir: Path | None = None) -> Dataset:
         return load_dataset(spec, selection, cache_dir=cache_dir)
 

@@ -37,6 +37,11 @@ class OmniInteract:
     bounds = SessionBounds(drain_timeout_s=runner.COMPLETION_TIMEOUT_S)
     folder_scorer = None
 
+    @property
+    def judge_scoring(self) -> OmniInteract:
+        """Scored by `judge.score_run`: these hooks are its `JudgeScoring`."""
+        return self
+
     def load_dataset(self, spec: str, selection: Selection, *, cache_dir: Path | None = None) -> Dataset:
         return load_dataset(spec, selection, cache_dir=cache_dir)
 
