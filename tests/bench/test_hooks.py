@@ -36,6 +36,11 @@ async def test_judge_scoring_is_an_optional_part_of_a_benchmark(tmp_path: Path) 
     for name in ("omni-duplex-eval", "omniinteract"):
         scoring = get_benchmark(name).judge_scoring
         assert scoring is not None and callable(scoring.summarise) and callable(scoring.score_request)
+    for name in BENCHMARKS:  # each is scored one way or the other, and carries no hooks it refuses
+        benchmark = get_benchmark(name)
+        assert benchmark.judge_scoring is not None or benchmark.folder_scorer is not None
+        if benchmark.judge_scoring is None:
+            assert not hasattr(benchmark, "summarise") and not hasattr(benchmark, "score_request")
     (tmp_path / "run.json").write_text(json.dumps({"benchmark": "fdb"}))
     judge = make_judge(get_benchmark("omni-duplex-eval").judge_scoring, JudgeSettings(), "builtin")  # type: ignore[arg-type]
     with pytest.raises(RunError, match="--benchmark fdb"):
@@ -75,7 +80,7 @@ def test_fdb_refuses_a_run_it_cannot_score(tmp_path: Path) -> None:
 async def test_fdb_scores_a_folder_by_its_own_rules(tmp_path: Path) -> None:
     scorer = get_benchmark("fdb").folder_scorer
     assert scorer is not None
-    assert all(get_benchmark(n).folder_scorer is None for n in BENCHMARKS if n != "fdb")
+    assert all(get_benchmark(n).folder_scorer is None for n in BENCHMARKS if n not in ("fdb", "fdb3"))
     sample_folder(tmp_path / "pause" / "p1", task_file="pause.json", words=[], output=False)
     warnings: list[str] = []
     scores = await scorer.score(

@@ -18,7 +18,7 @@ import numpy as np
 
 from duplexkit.bench.retry import AttemptOutcome
 from duplexkit.client import CloseResult, DuplexClient, SessionBounds, SessionError
-from duplexkit.client.collector import EventCollector, Placement
+from duplexkit.client.collector import EventCollector, Placement, SentenceTiming
 from duplexkit.client.protocols import PROTOCOLS, detect_protocol
 from duplexkit.client.reconnect import ResumePolicy
 from duplexkit.protocol.errors import ErrorCode
@@ -52,6 +52,9 @@ class RunConfig:
     placement: Placement | None = None
     """Where output sits on the input timeline (`collector.Placement`; `None`: the protocol's default,
     `concatenated` for Moshi as Full-Duplex-Bench's client does, else `arrival`)."""
+    sentence_timing: SentenceTiming = "audio"
+    """How Omni-DuplexEval sentences are timed (`collector.SentenceTiming`): `audio`, the span of their own
+    audio, or `arrival`, their deltas' arrival as vLLM-Omni's runner times them."""
 
     def client(self, bounds: SessionBounds | None = None, **overrides: Any) -> DuplexClient:
         """The client of one attempt, as every benchmark opens it: this run's server, key, model,
@@ -168,8 +171,13 @@ def record_responses(collector: EventCollector, outcome: AttemptOutcome) -> None
 
 def client_record(client: DuplexClient) -> dict[str, Any]:
     """What every sample records about its client whatever the benchmark: where its output was placed on
-    the input timeline (`audio_placement`) and what the wire protocol counted (`wire`, Moshi's frames)."""
-    record: dict[str, Any] = {"audio_placement": client.collector.placement}
+    the input timeline (`audio_placement`), the model the server said served the session (`server_model`,
+    from `session.created`; `None` when it named none) and what the wire protocol counted (`wire`, Moshi's
+    frames)."""
+    record: dict[str, Any] = {
+        "audio_placement": client.collector.placement,
+        "server_model": client.server_model,
+    }
     wire = client.protocol.wire_report()
     if wire is not None:
         record["wire"] = wire

@@ -15,6 +15,7 @@ from collections.abc import Callable, Mapping, Sequence
 from pathlib import Path
 from typing import Any
 
+from duplexkit.bench.artifacts import RECORDS_SENTENCES
 from duplexkit.bench.attempt import Attempt, RunConfig
 from duplexkit.bench.benchmark import FolderScores
 from duplexkit.bench.errors import ConfigError
@@ -67,6 +68,7 @@ class FullDuplexBench:
     folder_scorer = FdbScorer()
     judge_scoring = None
     """Its metrics are rules (one optional judge inside `folder_scorer`), not `judge.score_run`'s."""
+    sentences = RECORDS_SENTENCES
 
     def load_dataset(self, spec: str, selection: Selection, *, cache_dir: Path | None = None) -> Dataset:
         """FDB sample folders under `spec`, or the built-in set (`builtin`, generated on first use)."""

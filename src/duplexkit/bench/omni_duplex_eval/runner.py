@@ -47,15 +47,16 @@ async def run_attempt(
     bounds = config.bounds
     input_bound = bounds.input_bound_s(media.duration_ms / 1000.0)
     meta: dict[str, Any] = {
+        "sentence_timing": config.sentence_timing,
         "bounds": {
             "configure_timeout": bounds.configure_timeout_s,
             "input_timeout": input_bound,
             "commit_timeout": bounds.commit_timeout_s,
             "drain_timeout": bounds.drain_timeout_s,
             "close_timeout": bounds.close_timeout_s,
-        }
+        },
     }
-    async with config.client(bounds) as client:
+    async with config.client(bounds, sentence_timing=config.sentence_timing) as client:
         samples = np.frombuffer(media.pcm16, dtype="<i2").astype(np.float32) / 32768.0
         try:
             conversation = await converse(
