@@ -287,6 +287,7 @@ def write_run_scores(root: Path, scores: Mapping[str, Any]) -> None:
     per task folder) and `scores/<split>/<id>.json` per sample."""
     from duplexkit.bench.artifacts import RunDir, write_json_atomic
     from duplexkit.bench.fdb.report import MEANS
+    from duplexkit.bench.judge.run import rules_coverage
 
     run = RunDir(root)
 
@@ -320,7 +321,7 @@ def write_run_scores(root: Path, scores: Mapping[str, Any]) -> None:
         if scores.get("synthetic")
         else None,
         "complete": errors == 0,
-        "coverage": {"total": total, "scored": total - errors, "skipped": 0, "errors": errors},
+        "coverage": rules_coverage(scored=total - errors, errors=errors),
         "fdb": {"samples": total - errors, "errors": errors, "by_task": by_task},
     }
     write_json_atomic(run.scores_summary, summary)

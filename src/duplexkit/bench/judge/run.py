@@ -65,6 +65,12 @@ def coverage(
 _COVERED_AS = {"scored": "scored", "cached": "scored", "skipped": "skipped", "error": "errors"}
 
 
+def rules_coverage(*, scored: int, errors: int) -> dict[str, int]:
+    """`coverage` of a summary written by a benchmark's own rules (`folder_scorer`): every sample it
+    found was scored or failed; nothing is skipped or cached."""
+    return {"total": scored + errors, "scored": scored, "skipped": 0, "errors": errors}
+
+
 class Summary(Protocol):
     """A benchmark's `scores/summary.json`: `coverage` has total, scored, skipped, errors, cached."""
 
