@@ -157,6 +157,21 @@ class CapacityRefused(Exception):
     """The server has no free session slot right now (retryable, not an attempt)."""
 
 
+def bounds_record(
+    bounds: SessionBounds, input_bound_s: float, *waits: str, **more: float | None
+) -> dict[str, float | None]:
+    """What a sample's `meta["bounds"]` records of the bounds its attempt ran under: the configure bound
+    and the input's (`input_bound_s`), each of `bounds`' named `waits` (`commit`, `drain`, `ack`, `close`:
+    `<wait>_timeout`), then `more` under their own names (a benchmark's own words for a bound)."""
+    record: dict[str, float | None] = {
+        "configure_timeout": bounds.configure_timeout_s,
+        "input_timeout": input_bound_s,
+    }
+    for wait in waits:
+        record[f"{wait}_timeout"] = getattr(bounds, f"{wait}_timeout_s")
+    return record | more
+
+
 def refused_for_capacity(exc: SessionError) -> SessionError | CapacityRefused:
     """What a session error that ends an attempt's opening is: `CapacityRefused` when the server refused
     for capacity (`is_capacity_refusal`), else itself. `raise refused_for_capacity(exc) from None`."""

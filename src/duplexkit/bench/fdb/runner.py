@@ -34,6 +34,7 @@ from duplexkit.bench.artifacts import write_json_atomic
 from duplexkit.bench.attempt import (
     Attempt,
     RunConfig,
+    bounds_record,
     record_close,
     record_responses,
     record_resumes,
@@ -95,12 +96,7 @@ async def run_attempt(
     bounds = config.bounds
     input_bound = bounds.input_bound_s(media.duration_s)
     meta: dict[str, Any] = {
-        "bounds": {
-            "configure_timeout": bounds.configure_timeout_s,
-            "input_timeout": input_bound,
-            "ack_timeout": bounds.ack_timeout_s,
-            "close_timeout": bounds.close_timeout_s,
-        },
+        "bounds": bounds_record(bounds, input_bound, "ack", "close"),
         "input_s": round(media.duration_s, 3),
     }
     async with config.client() as client:

@@ -34,6 +34,7 @@ from duplexkit.bench.artifacts import write_json_atomic
 from duplexkit.bench.attempt import (
     Attempt,
     RunConfig,
+    bounds_record,
     record_close,
     record_resumes,
     refused_for_capacity,
@@ -134,7 +135,7 @@ async def run_attempt(
     input_bound = bounds.input_bound_s(len(clip) / INPUT_RATE_HZ)
     started = time.monotonic()
     meta: dict[str, Any] = {
-        "bounds": {"configure_timeout": bounds.configure_timeout_s, "input_timeout": input_bound},
+        "bounds": bounds_record(bounds, input_bound),
         "input_s": round(media.duration_s, 3),
         "tool_latency": latency_profile,
         "oracle_calls": sample.oracle_calls,

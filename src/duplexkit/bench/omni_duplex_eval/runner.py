@@ -21,6 +21,7 @@ from duplexkit.bench.artifacts import write_json_atomic
 from duplexkit.bench.attempt import (
     Attempt,
     RunConfig,
+    bounds_record,
     record_close,
     record_responses,
     record_resumes,
@@ -48,13 +49,7 @@ async def run_attempt(
     input_bound = bounds.input_bound_s(media.duration_ms / 1000.0)
     meta: dict[str, Any] = {
         "sentence_timing": config.sentence_timing,
-        "bounds": {
-            "configure_timeout": bounds.configure_timeout_s,
-            "input_timeout": input_bound,
-            "commit_timeout": bounds.commit_timeout_s,
-            "drain_timeout": bounds.drain_timeout_s,
-            "close_timeout": bounds.close_timeout_s,
-        },
+        "bounds": bounds_record(bounds, input_bound, "commit", "drain", "close"),
     }
     async with config.client(bounds, sentence_timing=config.sentence_timing) as client:
         samples = np.frombuffer(media.pcm16, dtype="<i2").astype(np.float32) / 32768.0

@@ -47,6 +47,7 @@ from duplexkit.bench.artifacts import RunDir, write_bytes_atomic, write_json_ato
 from duplexkit.bench.attempt import (
     Attempt,
     RunConfig,
+    bounds_record,
     record_close,
     record_resumes,
     refused_for_capacity,
@@ -207,14 +208,14 @@ async def run_attempt(
     bounds = config.bounds
     input_bound = bounds.input_bound_s(media.duration_ms / 1000.0)
     meta: dict[str, Any] = {
-        "bounds": {
-            "configure_timeout": bounds.configure_timeout_s,
-            "input_timeout": input_bound,
-            "commit_timeout": bounds.commit_timeout_s,
-            "completion_timeout": bounds.drain_timeout_s,
-            "quiet": bounds.settle_s,
-            "close_timeout": bounds.close_timeout_s,
-        },
+        "bounds": bounds_record(
+            bounds,
+            input_bound,
+            "commit",
+            "close",
+            completion_timeout=bounds.drain_timeout_s,
+            quiet=bounds.settle_s,
+        ),
         "input_ms": media.duration_ms,
         "frames": len(media.frames),
     }
