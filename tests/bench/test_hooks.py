@@ -11,7 +11,7 @@ import pytest
 
 from duplexkit.bench.benchmark import BENCHMARKS, get_benchmark
 from duplexkit.bench.errors import ConfigError
-from duplexkit.bench.judge import JudgeSettings, make_judge
+from duplexkit.bench.judge import JudgeSettings, RunError, make_judge, score_run
 from duplexkit.cli import build_parser
 from tests.bench.fdb.helpers import sample_folder
 
@@ -27,6 +27,24 @@ def test_every_benchmark_owns_distinct_bench_options() -> None:
     owned = [flag for name in BENCHMARKS for flag in get_benchmark(name).options]
     assert set(owned) <= flags
     assert len(owned) == len(set(owned)), "an option belongs to one benchmark only"
+
+
+async def test_judge_scoring_is_an_optional_part_of_a_benchmark(tmp_path: Path) -> None:
+    """FDB is scored by its own rules: it has no judge scoring, and `score_run` refuses its runs with the
+    command that scores them; the judged benchmarks hand `score_run` their scoring hooks."""
+    assert get_benchmark("fdb").judge_scoring is None
+    for name in ("omni-duplex-eval", "omniinteract"):
+        scoring = get_benchmark(name).judge_scoring
+        assert scoring is not None and callable(scoring.summarise) and callable(scoring.score_request)
+    for name in BENCHMARKS:  # each is scored one way or the other, and carries no hooks it refuses
+        benchmark = get_benchmark(name)
+        assert benchmark.judge_scoring is not None or benchmark.folder_scorer is not None
+        if benchmark.judge_scoring is None:
+            assert not hasattr(benchmark, "summarise") and not hasattr(benchmark, "score_request")
+    (tmp_path / "run.json").write_text(json.dumps({"benchmark": "fdb"}))
+    judge = make_judge(get_benchmark("omni-duplex-eval").judge_scoring, JudgeSettings(), "builtin")  # type: ignore[arg-type]
+    with pytest.raises(RunError, match="--benchmark fdb"):
+        await score_run(tmp_path, judge)
 
 
 async def test_make_judge_resolves_the_kind_and_defers_to_the_benchmark() -> None:

@@ -1,6 +1,7 @@
 """The benchmark layer's dependency rule, checked on the source: the shared harness never imports a
 benchmark package (it reaches one only through `bench.benchmark.get_benchmark`), no benchmark imports
-another, and every registered benchmark provides the hooks the harness calls."""
+another nor the harness's runner (its attempt helpers are `bench.attempt`'s), and every registered
+benchmark provides the hooks the harness calls."""
 
 from __future__ import annotations
 
@@ -33,6 +34,8 @@ def test_imports_point_one_way(path: Path) -> None:
     used = {m.split(".")[2] for m in imports(path) if m.startswith("duplexkit.bench.") and m.count(".") >= 2}
     if owner in PACKAGES:
         assert not (used & PACKAGES) - {owner}, f"{path} imports another benchmark"
+        # The attempt helpers are `bench.attempt`'s; the runner that calls a benchmark is above it.
+        assert "runner" not in used, f"{path} reaches into the harness's runner (use bench.attempt)"
     else:
         assert not used & PACKAGES, f"the harness module {path} imports a benchmark package"
 

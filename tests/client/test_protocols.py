@@ -11,7 +11,7 @@ import numpy as np
 import pytest
 import sphn
 
-from duplexkit.bench.runner import is_capacity_refusal
+from duplexkit.bench.attempt import is_capacity_refusal
 from duplexkit.client import DuplexClient, SessionBounds, SessionError, converse
 from duplexkit.client.protocols import detect_protocol, protocol_for
 from duplexkit.client.protocols.openai import OpenAIBetaProtocol, OpenAIProtocol

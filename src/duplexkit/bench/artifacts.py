@@ -55,7 +55,9 @@ RECORDS_SENTENCES = "records/{split}/{id}.json"
 SPLIT_SENTENCES = "{split}/{id}.json"
 """Sentences at the top of the run folder (where Omni-DuplexEval's official batch scorers look)."""
 SENTENCE_LAYOUTS = (RECORDS_SENTENCES, SPLIT_SENTENCES)
-RESERVED_SPLITS = frozenset({RECORDS_DIR, "scores"})
+SCORES_DIR = "scores"
+"""Where a scored run's per-sample scores and summary live (`duplexkit score`, a benchmark's scorer)."""
+RESERVED_SPLITS = frozenset({RECORDS_DIR, SCORES_DIR})
 """Names a split may not have: they are the run folder's own."""
 META_SUFFIX = ".meta.json"
 
@@ -65,7 +67,8 @@ class ReservedSplit(ConfigError):
 
 
 class RunDir:
-    """Paths and publication state of one run folder; `sentences` one of `SENTENCE_LAYOUTS`."""
+    """Paths and publication state of one run folder: every path of a run is spelled here; `sentences`
+    one of `SENTENCE_LAYOUTS`."""
 
     def __init__(self, root: Path, sentences: str = RECORDS_SENTENCES) -> None:
         if sentences not in SENTENCE_LAYOUTS:
@@ -96,6 +99,18 @@ class RunDir:
 
     def meta_path(self, split: str, sample_id: str) -> Path:
         return self.records / split / f"{sample_id}{META_SUFFIX}"
+
+    @property
+    def scores(self) -> Path:
+        return self.root / SCORES_DIR
+
+    def score_path(self, split: str, sample_id: str, suffix: str = ".json") -> Path:
+        """A sample's score (`.json`), or its judge trace (`.trace.jsonl`)."""
+        return self.scores / split / f"{sample_id}{suffix}"
+
+    @property
+    def scores_summary(self) -> Path:
+        return self.scores / "summary.json"
 
     def sample_dir(self, split: str, sample_id: str) -> Path:
         """Where optional per-sample extras (output.wav, events.json) live."""

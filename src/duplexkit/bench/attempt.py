@@ -1,8 +1,12 @@
-"""What one attempt of a sample is given and what it leaves: the types the benchmark hooks and the shared
-runner (`runner`) exchange, kept below both so neither imports the other for them.
+"""What one attempt of a sample is given and what it leaves: the types and helpers the benchmark hooks and
+the shared runner (`runner`) exchange, kept below both so neither imports the other for them (a benchmark
+package imports this, never `runner`).
 
-`RunConfig` decides how samples are run (recorded whole in `run.json`); `Attempt` is what one session
-observed, handed back by a benchmark's `run_attempt` and published (or withdrawn) by the runner.
+`RunConfig` decides how samples are run (recorded whole in `run.json`) and opens an attempt's client
+(`RunConfig.client`); `Attempt` is what one session observed, handed back by a benchmark's `run_attempt`
+and published (or withdrawn) by the runner. The attempt helpers every benchmark uses live here too:
+`CapacityRefused` (no slot now: waited out, not an attempt), `is_capacity_refusal` and
+`refused_for_capacity`, `record_close`, `record_resumes`, `record_responses` and `client_record`.
 """
 
 from __future__ import annotations
@@ -13,10 +17,11 @@ from typing import Any, Literal
 import numpy as np
 
 from duplexkit.bench.retry import AttemptOutcome
-from duplexkit.client import SessionBounds
-from duplexkit.client.collector import Placement, SentenceTiming
+from duplexkit.client import CloseResult, DuplexClient, SessionBounds, SessionError
+from duplexkit.client.collector import EventCollector, Placement, SentenceTiming
 from duplexkit.client.protocols import PROTOCOLS, detect_protocol
 from duplexkit.client.reconnect import ResumePolicy
+from duplexkit.protocol.errors import ErrorCode
 
 DEADLINE_MARGIN_S = 5.0
 """What the attempt's outer deadline adds to the sum of its inner bounds (scheduling, media conversion)."""
@@ -50,6 +55,20 @@ class RunConfig:
     sentence_timing: SentenceTiming = "audio"
     """How Omni-DuplexEval sentences are timed (`collector.SentenceTiming`): `audio`, the span of their own
     audio, or `arrival`, their deltas' arrival as vLLM-Omni's runner times them."""
+
+    def client(self, bounds: SessionBounds | None = None, **overrides: Any) -> DuplexClient:
+        """The client of one attempt, as every benchmark opens it: this run's server, key, model,
+        protocol, resume policy and output placement, the connect bounded by `bounds` (default: the
+        run's). `overrides` are further `DuplexClient` options, or replace these."""
+        options: dict[str, Any] = {
+            "api_key": self.api_key,
+            "model": self.model,
+            "protocol": self.protocol,
+            "open_timeout_s": (bounds or self.bounds).open_timeout_s,
+            "resume": self.resume_policy(),
+            "placement": self.placement,
+        }
+        return DuplexClient(self.url, **(options | overrides))
 
     def resume_policy(self) -> ResumePolicy | None:
         """The client's resume policy for this run's sessions (duplex protocol only; others cannot)."""
@@ -92,3 +111,97 @@ class Attempt:
     """The server this attempt ran on (`None`: it never got one)."""
     capacity_wait_s: float = 0.0
     """How long its open socket waited for a session slot (a server that admits by handshake)."""
+
+
+CAPACITY_CODES = frozenset({ErrorCode.SESSION_CAPACITY_EXHAUSTED.value, "resource_exhausted"})
+"""Refusals that mean "no slot now" (ours, and vLLM-Omni's), not a failed attempt."""
+CAPACITY_HTTP_STATUSES = frozenset({429, 503})
+"""Handshake statuses that mean the same, from servers that refuse before accepting the socket."""
+
+
+def is_capacity_refusal(event: dict[str, Any]) -> bool:
+    """A capacity code (also in vLLM-Omni's flat handshake errors), or any retryable `rate_limit_error`."""
+    error = event.get("error")
+    if isinstance(error, str):
+        return str(event.get("code")) in CAPACITY_CODES
+    if not isinstance(error, dict):
+        return False
+    if str(error.get("code")) in CAPACITY_CODES:
+        return True
+    return error.get("type") == "rate_limit_error" and error.get("retryable") is True
+
+
+def record_close(
+    close: CloseResult | None, outcome: AttemptOutcome, meta: dict[str, Any], bounds: SessionBounds
+) -> None:
+    """An attempt's close into its outcome and `meta["close"]`: a close that outlived its outer wait
+    (`None`: `close_timeout_s + close_grace_s`) or was not answered cleanly is a `close_timeout` of the
+    bound that actually applied (`CloseResult.bound_s`: the wait for `session.closed`, or the socket's
+    closing handshake for a protocol that closes with the socket)."""
+    bound_s = bounds.close_timeout_s + bounds.close_grace_s if close is None else close.bound_s
+    if close is None or not close.clean:
+        outcome.close_timeout = bound_s
+    meta["close"] = (
+        {"clean": False, "outcome": "timeout", "bound_s": bound_s}
+        if close is None
+        else {
+            "clean": close.clean,
+            "outcome": close.outcome,
+            "elapsed_s": round(close.elapsed_s, 3),
+            "bound_s": bound_s,
+        }
+    )
+
+
+class CapacityRefused(Exception):
+    """The server has no free session slot right now (retryable, not an attempt)."""
+
+
+def bounds_record(
+    bounds: SessionBounds, input_bound_s: float, *waits: str, **more: float | None
+) -> dict[str, float | None]:
+    """What a sample's `meta["bounds"]` records of the bounds its attempt ran under: the configure bound
+    and the input's (`input_bound_s`), each of `bounds`' named `waits` (`commit`, `drain`, `ack`, `close`:
+    `<wait>_timeout`), then `more` under their own names (a benchmark's own words for a bound)."""
+    record: dict[str, float | None] = {
+        "configure_timeout": bounds.configure_timeout_s,
+        "input_timeout": input_bound_s,
+    }
+    for wait in waits:
+        record[f"{wait}_timeout"] = getattr(bounds, f"{wait}_timeout_s")
+    return record | more
+
+
+def refused_for_capacity(exc: SessionError) -> SessionError | CapacityRefused:
+    """What a session error that ends an attempt's opening is: `CapacityRefused` when the server refused
+    for capacity (`is_capacity_refusal`), else itself. `raise refused_for_capacity(exc) from None`."""
+    return CapacityRefused(str(exc)) if is_capacity_refusal(exc.event or {}) else exc
+
+
+def record_responses(collector: EventCollector, outcome: AttemptOutcome) -> None:
+    """The server's errors (their codes) and whether every response it opened finished, into `outcome`."""
+    outcome.server_errors = [str(f.get("error", {}).get("code")) for f in collector.failures()]
+    outcome.response_done = bool(collector.responses()) and not collector.open_responses()
+
+
+def client_record(client: DuplexClient) -> dict[str, Any]:
+    """What every sample records about its client whatever the benchmark: where its output was placed on
+    the input timeline (`audio_placement`), the model the server said served the session (`server_model`,
+    from `session.created`; `None` when it named none) and what the wire protocol counted (`wire`, Moshi's
+    frames)."""
+    record: dict[str, Any] = {
+        "audio_placement": client.collector.placement,
+        "server_model": client.server_model,
+    }
+    wire = client.protocol.wire_report()
+    if wire is not None:
+        record["wire"] = wire
+    return record
+
+
+def record_resumes(client: DuplexClient, meta: dict[str, Any], outcome: AttemptOutcome) -> None:
+    """A sample's `resumed: N` (sessions resumed after a lost connection); a resync fails the attempt,
+    since the events the server could not replay are lost to the sample."""
+    meta["resumed"] = client.resumed
+    if client.resync is not None and outcome.transport_error is None:
+        outcome.transport_error = f"resync_required: {client.resync.get('reason')}"

@@ -8,7 +8,7 @@ render a report. What differs between benchmarks is behind one object per packag
 - **data**: `load_dataset(spec, selection)` → a `BenchDataset`; `selection_from_json` / `selection_to_json`
   round-trip the selection recorded in `run.json` so `duplexkit score` reloads the same samples;
 - **runner hooks**: `prepare_media(sample, config)` (off the event loop), `run_attempt(sample, media,
-  config, progress)` (one session: what to send and what an attempt observed, as `runner.Attempt`,
+  config, progress)` (one session: what to send and what an attempt observed, as `attempt.Attempt`,
   keeping `progress`, a `client.SessionProgress`, current so an outer deadline can say where it stopped),
   `sample_meta` (the dataset fields recorded in each `<id>.meta.json`), `write_artifacts` (per-sample
   extras of a published sample), `artifacts` (their names, withdrawn when a redo fails),
@@ -19,12 +19,13 @@ render a report. What differs between benchmarks is behind one object per packag
   whether audio is kept, whether the run is scored, the raw values of the scoring options; before the
   dataset loads) and `check_out(out, dataset)` (refuse a run folder that would clash with the loaded
   dataset); both raise `errors.ConfigError`;
-- **scoring**: `judge(settings)` (the `Judge` a `judge.settings.JudgeSettings` names, its kind resolved by
-  `judge.settings.make_judge`), `score_request(meta, response, sample)` (what a judge is asked about one
-  published sample), `summarise(judge, metas, outcomes)` (the benchmark's summary of every sample's
-  outcome) and `summary_lines(recorded)` (the headline numbers of that summary's JSON, for the terminal);
-  or, for a benchmark that scores by its own rules instead of `score_run`, `folder_scorer` (a
-  `FolderScorer`; `None` for the others);
+- **scoring**, each part optional: `judge_scoring`, a `JudgeScoring` when `judge.score_run` scores its
+  runs with a judge (`None` otherwise): `judge(settings)` (the `Judge` a `judge.settings.JudgeSettings`
+  names, its kind resolved by `judge.settings.make_judge`), `score_request(meta, response, sample)` (what a
+  judge is asked about one published sample), `summarise(judge, metas, outcomes)` (the benchmark's summary
+  of every sample's outcome, its `coverage` from `judge.run.coverage`) and `summary_lines(recorded)` (the
+  headline numbers of that summary's JSON, for the terminal); and `folder_scorer`, a `FolderScorer` when
+  it scores by its own rules instead (`None` otherwise);
 - **report**: `report`, a `ReportSpec` (the score sections of the HTML page, read from the benchmark's
   `scores/summary.json`, and how its means and per-sample scores are labelled).
 
@@ -117,6 +118,23 @@ class FolderScorer(Protocol):
         ...
 
 
+class JudgeScoring(Protocol):
+    """The optional part of a benchmark that `judge.score_run` drives (see the module docstring)."""
+
+    def judge(self, settings: JudgeSettings) -> Judge: ...
+
+    def score_request(self, meta: Mapping[str, Any], response: bytes, sample: Any | None) -> Any: ...
+
+    def summarise(
+        self,
+        judge: JudgeInfo,
+        metas: Sequence[Mapping[str, Any]],
+        outcomes: Mapping[tuple[str, str], tuple[str, dict[str, float]]],
+    ) -> Any: ...
+
+    def summary_lines(self, recorded: Mapping[str, Any]) -> list[str]: ...
+
+
 class Benchmark(Protocol):
     """One benchmark's hooks (see the module docstring for when the harness calls each)."""
 
@@ -157,18 +175,11 @@ class Benchmark(Protocol):
 
     def write_run_files(self, root: Path, metas: Sequence[Mapping[str, Any]]) -> None: ...
 
-    def judge(self, settings: JudgeSettings) -> Judge: ...
-
-    def score_request(self, meta: Mapping[str, Any], response: bytes, sample: Any | None) -> Any: ...
-
-    def summarise(
-        self,
-        judge: JudgeInfo,
-        metas: Sequence[Mapping[str, Any]],
-        outcomes: Mapping[tuple[str, str], tuple[str, dict[str, float]]],
-    ) -> Any: ...
-
-    def summary_lines(self, recorded: Mapping[str, Any]) -> list[str]: ...
+    @property
+    def judge_scoring(self) -> JudgeScoring | None:
+        """How `judge.score_run` scores its runs with a judge; `None` for a benchmark scored only by its
+        own rules (`folder_scorer`)."""
+        ...
 
 
 class UnknownBenchmark(ValueError):

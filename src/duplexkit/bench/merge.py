@@ -42,8 +42,6 @@ from duplexkit.bench.aggregate import run_counts, run_metrics
 from duplexkit.bench.artifacts import RunDir, write_json_atomic
 from duplexkit.bench.benchmark import BENCHMARKS, DEFAULT_BENCHMARK, get_benchmark
 
-SCORES_DIR = "scores"
-
 
 class MergeCode(StrEnum):
     NOT_A_RUN = "not_a_run"
@@ -237,9 +235,9 @@ def _copy_sample(src: RunDir, dst: RunDir, split: str, sample_id: str, meta: Map
     if extras.is_dir():
         shutil.copytree(extras, dst.sample_dir(split, sample_id))
     for suffix in (".json", ".trace.jsonl"):
-        score = src.root / SCORES_DIR / split / f"{sample_id}{suffix}"
+        score = src.score_path(split, sample_id, suffix)
         if score.is_file():
-            target = dst.root / SCORES_DIR / split / score.name
+            target = dst.score_path(split, sample_id, suffix)
             target.parent.mkdir(parents=True, exist_ok=True)
             shutil.copyfile(score, target)
     write_json_atomic(dst.meta_path(split, sample_id), dict(meta))

@@ -27,7 +27,13 @@ from typing import Any, Literal
 from websockets.exceptions import ConnectionClosed, InvalidStatus
 
 from duplexkit.bench.artifacts import RunDir
-from duplexkit.bench.attempt import Attempt, RunConfig
+from duplexkit.bench.attempt import (
+    CAPACITY_HTTP_STATUSES,
+    Attempt,
+    CapacityRefused,
+    RunConfig,
+    client_record,
+)
 from duplexkit.bench.benchmark import DEFAULT_BENCHMARK, Benchmark, BenchSample, PreparedInput, get_benchmark
 from duplexkit.bench.pool import Lease, NoServerUp, PoolServer, Release, ServerPool
 from duplexkit.bench.retry import (
@@ -40,60 +46,13 @@ from duplexkit.bench.retry import (
 )
 from duplexkit.client import (
     CapacityTimeout,
-    CloseResult,
     ConfigureTimeout,
     ConnectionLost,
-    DuplexClient,
-    SessionBounds,
     SessionError,
     SessionProgress,
 )
-from duplexkit.protocol.errors import ErrorCode
 
 log = logging.getLogger("duplexkit.bench")
-
-CAPACITY_CODES = frozenset({ErrorCode.SESSION_CAPACITY_EXHAUSTED.value, "resource_exhausted"})
-"""Refusals that mean "no slot now" (ours, and vLLM-Omni's), not a failed attempt."""
-CAPACITY_HTTP_STATUSES = frozenset({429, 503})
-"""Handshake statuses that mean the same, from servers that refuse before accepting the socket."""
-
-
-def is_capacity_refusal(event: dict[str, Any]) -> bool:
-    """A capacity code (also in vLLM-Omni's flat handshake errors), or any retryable `rate_limit_error`."""
-    error = event.get("error")
-    if isinstance(error, str):
-        return str(event.get("code")) in CAPACITY_CODES
-    if not isinstance(error, dict):
-        return False
-    if str(error.get("code")) in CAPACITY_CODES:
-        return True
-    return error.get("type") == "rate_limit_error" and error.get("retryable") is True
-
-
-def record_close(
-    close: CloseResult | None, outcome: AttemptOutcome, meta: dict[str, Any], bounds: SessionBounds
-) -> None:
-    """An attempt's close into its outcome and `meta["close"]`: a close that outlived its outer wait
-    (`None`: `close_timeout_s + close_grace_s`) or was not answered cleanly is a `close_timeout` of the
-    bound that actually applied (`CloseResult.bound_s`: the wait for `session.closed`, or the socket's
-    closing handshake for a protocol that closes with the socket)."""
-    bound_s = bounds.close_timeout_s + bounds.close_grace_s if close is None else close.bound_s
-    if close is None or not close.clean:
-        outcome.close_timeout = bound_s
-    meta["close"] = (
-        {"clean": False, "outcome": "timeout", "bound_s": bound_s}
-        if close is None
-        else {
-            "clean": close.clean,
-            "outcome": close.outcome,
-            "elapsed_s": round(close.elapsed_s, 3),
-            "bound_s": bound_s,
-        }
-    )
-
-
-class CapacityRefused(Exception):
-    """The server has no free session slot right now (retryable, not an attempt)."""
 
 
 @dataclass(slots=True)
@@ -104,29 +63,6 @@ class SampleResult:
     retried: bool = False
     error: str | None = None
     ttfp_ms: float | None = None
-
-
-def client_record(client: DuplexClient) -> dict[str, Any]:
-    """What every sample records about its client whatever the benchmark: where its output was placed on
-    the input timeline (`audio_placement`), the model the server said served the session (`server_model`,
-    from `session.created`; `None` when it named none) and what the wire protocol counted (`wire`, Moshi's
-    frames)."""
-    record: dict[str, Any] = {
-        "audio_placement": client.collector.placement,
-        "server_model": client.server_model,
-    }
-    wire = client.protocol.wire_report()
-    if wire is not None:
-        record["wire"] = wire
-    return record
-
-
-def record_resumes(client: DuplexClient, meta: dict[str, Any], outcome: AttemptOutcome) -> None:
-    """A sample's `resumed: N` (sessions resumed after a lost connection); a resync fails the attempt,
-    since the events the server could not replay are lost to the sample."""
-    meta["resumed"] = client.resumed
-    if client.resync is not None and outcome.transport_error is None:
-        outcome.transport_error = f"resync_required: {client.resync.get('reason')}"
 
 
 class BenchmarkRunner:

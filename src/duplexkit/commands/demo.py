@@ -82,7 +82,9 @@ def run(args: argparse.Namespace) -> int:
         f"{concurrency} at a time ({args.model}: {why}); more at once would queue their replies and show "
         "the queue's latency, not the model's"
     )
-    judge = make_judge(benchmark, JudgeSettings(kind="builtin", concurrency=concurrency), dataset.source)
+    scoring = benchmark.judge_scoring
+    assert scoring is not None  # Omni-DuplexEval's built-in set is judged
+    judge = make_judge(scoring, JudgeSettings(kind="builtin", concurrency=concurrency), dataset.source)
     job = BenchJob(
         benchmark=benchmark,
         dataset=dataset,

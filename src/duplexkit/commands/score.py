@@ -16,6 +16,7 @@ import sys
 from pathlib import Path
 from typing import Any
 
+from duplexkit.bench.artifacts import RunDir
 from duplexkit.bench.benchmark import (
     BENCHMARKS,
     DEFAULT_BENCHMARK,
@@ -210,8 +211,12 @@ def judge_from_args(
 ) -> Judge | None:
     """The judge the options name for `benchmark` (at most `concurrency` requests in flight), or None after
     printing why it cannot be built (`make_judge`; `dataset_source` is the run's dataset spec)."""
+    scoring = get_benchmark(benchmark).judge_scoring
+    if scoring is None:
+        _usage(args, f"{benchmark} runs are not scored by a judge of this command's options")
+        return None
     try:
-        return make_judge(get_benchmark(benchmark), judge_settings(args, concurrency), dataset_source)
+        return make_judge(scoring, judge_settings(args, concurrency), dataset_source)
     except ConfigError as exc:
         _usage(args, str(exc))
         return None
@@ -247,7 +252,7 @@ def run(args: argparse.Namespace) -> int:
         print(f"duplexkit score: {exc}; scores written so far are kept and reused next time", file=sys.stderr)
         return 1
     print(format_summary(summary, benchmark))
-    print(f"wrote {args.run_dir / 'scores' / 'summary.json'}")
+    print(f"wrote {RunDir(args.run_dir).scores_summary}")
     return 0 if summary.complete else 1
 
 

@@ -1,9 +1,11 @@
 """One session's runner: the I/O edge around the Sans-I/O engine.
 
-Per session, one stepper task runs the model on units, in order, off the event loop's critical path (with
-a deadline per decision, through the server's `BatchScheduler` when the model batches); the server's
-shared `SessionTicker` feeds it the passage of time and reaps the resume lease, attached or not. Per
-attachment (a WebSocket the session is attached to), messages are handled as they arrive: a socket that
+The runner holds a session's jobs together; each has its module. Stepping (`server.stepping`): one
+stepper task runs the model on units, in order, off the event loop's critical path (with a deadline per
+decision, through the server's `BatchScheduler` when the model batches). Time: the server's shared
+`SessionTicker` feeds the engine the passage of time and reaps the resume lease, attached or not. The
+edge contract (`server.attachment`, `server.edge`): per attachment (a socket the session is attached to:
+a JSON socket, or an in-process edge handing typed events), messages are handled as they arrive: a socket that
 pushes them (`edge.PushReceive`: the default picows edge) calls the runner back per message; any other is
 read by a reader task. A `session.update` the model must prepare for holds the messages after it until it
 is prepared, within the pending-input bound. Events go to the socket at once when its sends never wait
@@ -30,14 +32,12 @@ import logging
 import math
 import secrets
 import time
-from collections import deque
 from collections.abc import Callable, Mapping
-from dataclasses import dataclass, field
+from dataclasses import dataclass
 from functools import partial
-from typing import Any, Protocol
+from typing import Any
 
-from duplexkit import vad
-from duplexkit.engine import EngineSession, Step, Unit
+from duplexkit.engine import EngineSession, Step
 from duplexkit.engine.journal import ExpiryReason, Lease, Replay, ReplayJournal, ResumeConfig, ResumeTicket
 from duplexkit.models import ModelSession
 from duplexkit.protocol import client_events as ce
@@ -45,28 +45,23 @@ from duplexkit.protocol import server_events as se
 from duplexkit.protocol.dialects import Dialect, follow_ups, render
 from duplexkit.protocol.errors import ErrorCode, ProtocolError
 from duplexkit.protocol.wire import MAX_EVENT_BYTES, EventRenderer, ServerEventStamper, parse_client_event
+from duplexkit.server.attachment import (
+    Attachment,
+    FirstMessage,
+    Inbound,
+    SessionSocket,
+    message_size,
+    refuse,
+)
 from duplexkit.server.batching import BatchScheduler
-from duplexkit.server.edge import DirectSend, EventSocket, PushReceive, SocketClosed, left_on_purpose
+from duplexkit.server.edge import EventSocket, PushReceive, SocketClosed, left_on_purpose
 from duplexkit.server.metrics import ServerMetrics
+from duplexkit.server.stepping import Stepper
 from duplexkit.server.ticker import SessionTicker
 
+__all__ = ["FirstMessage", "RunnerLimits", "SessionRunner", "SessionSocket", "configure_model", "refuse"]
+
 log = logging.getLogger("duplexkit.server")
-
-
-class SessionSocket(Protocol):
-    """What the runner needs of a JSON socket (an edge's `Connection` on `/v1/realtime`): `receive` returns
-    a text frame to parse, or `None` once the peer is gone, and `close_code` then says how it went
-    (`edge.Connection.close_code`); a send to a peer that is gone raises `SocketClosed`. An in-process
-    edge is an `edge.EventSocket` instead: typed events both ways."""
-
-    async def receive(self) -> str | bytes | None: ...
-
-    @property
-    def close_code(self) -> int | None: ...
-
-    async def send_text(self, data: str) -> None: ...
-
-    async def close(self, code: int = 1000) -> None: ...
 
 
 @dataclass(frozen=True, slots=True)
@@ -79,135 +74,6 @@ class RunnerLimits:
     close_timeout_s: float = 2.0
     step_deadline_s: float = 60.0
     """The longest a model may take to yield its next decision for a unit before the step is abandoned."""
-
-
-Inbound = str | bytes | ce.ClientEventBase | ProtocolError | None
-"""One message an attachment hands the runner: a JSON socket's text frame (parsed by the runner), an
-in-process edge's typed event or coded refusal (`edge.EventSocket`), or `None`: the peer is gone."""
-Outbound = str | se.ServerEventBase
-"""One thing an attachment sends: a rendered text frame (a JSON socket) or a stamped event (an
-`EventSocket`)."""
-
-_EVENT_BYTES = 256
-"""What an event object counts against the byte bounds besides its audio (a nominal size: it is not text)."""
-
-
-def _size(message: str | bytes | ce.ClientEventBase | se.ServerEventBase | ProtocolError) -> int:
-    """Bytes a message counts against the runner's bounds: a text frame its length; an event object its
-    audio (`pcm16`: 2 bytes a sample) plus `_EVENT_BYTES`."""
-    if isinstance(message, (str, bytes)):
-        return len(message)
-    if isinstance(message, ce.InputAudioBufferAppend):
-        return _EVENT_BYTES + len(message.payload.data)
-    if isinstance(message, se.ResponseOutputAudioDelta) and message.audio is not None:
-        return _EVENT_BYTES + len(message.audio.data)
-    return _EVENT_BYTES
-
-
-@dataclass(frozen=True, slots=True)
-class FirstMessage:
-    """A connection's first message, read before admission (`None`: none came within the config timeout)."""
-
-    message: str | bytes | None
-
-
-@dataclass(eq=False)
-class _Attachment:
-    """One socket the session is attached to: a JSON socket, or an in-process edge (`edge.EventSocket`,
-    `events`). Its messages are handed to the runner as they arrive by a socket that pushes them
-    (`edge.PushReceive`), else read by a reader task. Events go straight to a socket whose sends never wait
-    (`edge.DirectSend`); any other socket gets an outbound queue and a writer task."""
-
-    ws: SessionSocket | EventSocket
-    generation: int
-    outbound: asyncio.Queue[Outbound | None] = field(default_factory=asyncio.Queue)
-    outbound_bytes: int = 0
-    reader: asyncio.Task[None] | None = None
-    """A socket that is read (not `edge.PushReceive`): the task reading it."""
-    writer: asyncio.Task[None] | None = None
-    ended: asyncio.Event = field(default_factory=asyncio.Event)
-    direct: DirectSend | None = None
-    reading: bool = True
-    """Its messages are still handled (not after the peer is gone, the first message's deadline passed, or
-    the attachment ended)."""
-    updating: asyncio.Task[None] | None = None
-    """A `session.update`'s asynchronous part (the model's prepare); the messages after it wait in `held`."""
-    held: deque[Inbound] = field(default_factory=deque)
-    held_bytes: int = 0
-    first_deadline: asyncio.TimerHandle | None = None
-    """A new session's first message is due before this fires (`config_timeout_s`)."""
-
-    events: EventSocket | None = None
-    """The socket, when it is an in-process edge (it takes event objects, not text)."""
-    text: SessionSocket | None = None
-    """The socket, when it is a JSON socket."""
-
-    def __post_init__(self) -> None:
-        if isinstance(self.ws, EventSocket):
-            self.events = self.ws
-            return
-        self.text = self.ws
-        if isinstance(self.ws, DirectSend):
-            self.direct = self.ws
-
-    def send(self, message: Outbound) -> None:
-        """Send a text frame (a JSON socket) or a stamped event (an `EventSocket`)."""
-        if self.direct is not None:
-            assert type(message) is str
-            with contextlib.suppress(SocketClosed):  # the peer is gone: the reader sees the loss
-                self.direct.send_now(message)
-            return
-        self.outbound_bytes += _size(message)
-        self.outbound.put_nowait(message)
-
-    async def receive(self) -> Inbound:
-        """The socket's next message (a socket that does not push them)."""
-        if self.events is not None:
-            return await self.events.receive_event()
-        assert self.text is not None
-        return await self.text.receive()
-
-    async def write(self, message: Outbound) -> None:
-        """Hand one queued message to the socket (the writer task); raises `SocketClosed`."""
-        if self.events is not None:
-            assert isinstance(message, se.ServerEventBase)
-            await self.events.send_event(message)
-            return
-        assert type(message) is str and self.text is not None
-        await self.text.send_text(message)
-
-    def cancel_first_deadline(self) -> None:
-        if self.first_deadline is not None:
-            self.first_deadline.cancel()
-            self.first_deadline = None
-
-    @property
-    def backlog(self) -> int:
-        """Bytes sent to this socket that its peer has not taken yet (what the slow-client bound counts)."""
-        return self.direct.buffered_bytes if self.direct is not None else self.outbound_bytes
-
-
-class _Units:
-    """The units submitted to the model, in order, each with the time it was submitted: what the stepper
-    waits on. A deque and one waiter: `asyncio.Queue`'s Python-level bookkeeping cost ~1.5 µs a unit."""
-
-    __slots__ = ("_items", "_waiter")
-
-    def __init__(self) -> None:
-        self._items: deque[tuple[Unit, float]] = deque()
-        self._waiter: asyncio.Future[None] | None = None
-
-    def put(self, unit: Unit, submitted_at: float) -> None:
-        self._items.append((unit, submitted_at))
-        waiter, self._waiter = self._waiter, None
-        if waiter is not None and not waiter.done():
-            waiter.set_result(None)
-
-    async def get(self) -> tuple[Unit, float]:
-        while not self._items:
-            self._waiter = asyncio.get_running_loop().create_future()
-            await self._waiter
-        return self._items.popleft()
 
 
 class SessionRunner:
@@ -236,7 +102,7 @@ class SessionRunner:
         """Pinned for the session's life: the journal holds frames rendered in it (a resume must match)."""
         self.resume_config = resume if resume is not None and resume.enabled else None
         self._stamper = ServerEventStamper(dialect)
-        self._attachment: _Attachment | None = _Attachment(websocket, generation=1)
+        self._attachment: Attachment | None = Attachment(websocket, generation=1)
         self._renderer = None if self._attachment.events is not None else EventRenderer(dialect)
         """A JSON session's renderer (its events become text here, once, for the socket and the journal);
         `None` for an in-process edge's session, whose events go to the edge as objects."""
@@ -259,21 +125,24 @@ class SessionRunner:
         self.client_events_received = 0
         """Client frames this session has read, on every attachment (`session.resumed` reports it)."""
         self.expired: ExpiryReason | None = None
-        self._units = _Units()
-        self._pending_input_bytes = 0
         self._epoch = engine.fence.epoch
-        self._vad: vad.VoiceActivityDetector | None = None
-        self._vad_config: ce.TurnDetection | None = None
         self._done = asyncio.Event()
         self.close_reason: str | None = None
         self._close_code = 1000
         """How the session's socket closes: 1008 when its opening was refused, else normally."""
-        self._stepper: asyncio.Task[None] | None = None
-        self._decision_due: float | None = None
-        """When the decision the stepper awaits is overdue (`None`: it awaits none)."""
-        self._step_overdue = False
         self._tick_callback = self._on_tick
         """The ticker's key for this session (one bound method, not a new one per wake)."""
+        self._stepper = Stepper(
+            engine,
+            model,
+            metrics,
+            step_deadline_s=limits.step_deadline_s,
+            apply=self._apply,
+            wake=partial(ticker.wake, self._tick_callback),
+            batches=batches,
+            lease=self._lease,
+            clock=clock,
+        )
 
     @property
     def attached(self) -> bool:
@@ -292,8 +161,7 @@ class SessionRunner:
             self._apply(self.engine.start(self.clock()))
         assert self._attachment is not None
         self._start_attachment(self._attachment, first)
-        self._stepper = asyncio.create_task(self._step_units(), name="stepper")
-        tasks = [self._stepper, asyncio.create_task(self._tick(), name="ticker")]
+        tasks = [self._stepper.start(), asyncio.create_task(self._tick(), name="ticker")]
         try:
             await self._done.wait()
         finally:
@@ -384,14 +252,14 @@ class SessionRunner:
             )
         return None
 
-    def _attach(self, last_seq: int, websocket: SessionSocket) -> _Attachment:
+    def _attach(self, last_seq: int, websocket: SessionSocket) -> Attachment:
         """A new attachment, `session.resumed` and the replay queued; no await, so nothing interleaves."""
         assert self.ticket is not None and self._journal is not None and self._lease is not None
         now = self.clock()
         self.ticket.rotate()
         self._journal.expire(now)
         plan = self._journal.replay_after(last_seq)
-        attachment = _Attachment(websocket, generation=self.ticket.generation)
+        attachment = Attachment(websocket, generation=self.ticket.generation)
         entries = plan.entries if isinstance(plan, Replay) else ()
         resumed = se.SessionResumed(
             session_id=self.engine.session_id,
@@ -429,7 +297,7 @@ class SessionRunner:
         event.event_id = f"evt_ctl_{secrets.token_hex(6)}"
         return json.dumps(render(event.model_dump(mode="json", exclude_none=True), self.dialect))
 
-    def _start_attachment(self, attachment: _Attachment, first: FirstMessage | None) -> None:
+    def _start_attachment(self, attachment: Attachment, first: FirstMessage | None) -> None:
         """Start handling the attachment's messages: `first` (read before admission; `None` in it: none
         came in time), then whatever arrives. A new session's first message must come within
         `config_timeout_s` (a resumed attachment's first message was the resume)."""
@@ -451,7 +319,7 @@ class SessionRunner:
         else:
             attachment.reader = asyncio.create_task(self._read(attachment), name="reader")
 
-    async def _end_attachment(self, attachment: _Attachment) -> None:
+    async def _end_attachment(self, attachment: Attachment) -> None:
         """Stop handling its messages, let the writer flush what is queued (bounded), close the socket."""
         self._stop_reading(attachment)
         for task in (attachment.reader, attachment.updating):
@@ -469,13 +337,13 @@ class SessionRunner:
         attachment.ended.set()
 
     @staticmethod
-    def _stop_reading(attachment: _Attachment) -> None:
+    def _stop_reading(attachment: Attachment) -> None:
         attachment.reading = False
         attachment.held.clear()
         attachment.held_bytes = 0
         attachment.cancel_first_deadline()
 
-    async def _close_lost(self, attachment: _Attachment) -> None:
+    async def _close_lost(self, attachment: Attachment) -> None:
         """Finish a lost socket's closing handshake (its unsent events are in the journal)."""
         if attachment.writer is not None:
             attachment.writer.cancel()
@@ -484,7 +352,7 @@ class SessionRunner:
             await asyncio.wait_for(attachment.ws.close(1000), self.limits.close_timeout_s)
         attachment.ended.set()
 
-    def _gone(self, attachment: _Attachment) -> None:
+    def _gone(self, attachment: Attachment) -> None:
         """The attachment's socket is gone: the client left (the session ends), or the socket was lost
         (a resumable session detaches, any other ends)."""
         if attachment is not self._attachment:
@@ -512,7 +380,7 @@ class SessionRunner:
 
     # --- tasks ----------------------------------------------------------------------------------------
 
-    async def _read(self, attachment: _Attachment) -> None:
+    async def _read(self, attachment: Attachment) -> None:
         """Read a socket that does not push its messages, until its peer is gone."""
         try:
             while attachment.reading:
@@ -523,7 +391,7 @@ class SessionRunner:
         except (SocketClosed, RuntimeError, OSError):
             self._on_message(attachment, None)
 
-    def _on_message(self, attachment: _Attachment, message: Inbound) -> None:
+    def _on_message(self, attachment: Attachment, message: Inbound) -> None:
         """One message of the attachment's socket, in arrival order (`None`: the peer is gone). Handled at
         once, unless a `session.update` is still being prepared: then it waits its turn behind it."""
         if not attachment.reading:
@@ -543,10 +411,10 @@ class SessionRunner:
         if update is not None:
             attachment.updating = asyncio.create_task(self._update(attachment, *update), name="update")
 
-    def _hold(self, attachment: _Attachment, message: Inbound) -> None:
+    def _hold(self, attachment: Attachment, message: Inbound) -> None:
         """Keep a message until the update before it is prepared; past `max_pending_input_bytes` held, it
         is refused with `input_backpressure` instead (a socket that pushes is not paused meanwhile)."""
-        size = 0 if message is None else _size(message)
+        size = 0 if message is None else message_size(message)
         if message is not None and attachment.held_bytes + size > self.limits.max_pending_input_bytes:
             error = ProtocolError(
                 ErrorCode.INPUT_BACKPRESSURE,
@@ -558,7 +426,7 @@ class SessionRunner:
         attachment.held_bytes += size
         attachment.held.append(message)
 
-    async def _update(self, attachment: _Attachment, event: ce.SessionUpdate, now: float) -> None:
+    async def _update(self, attachment: Attachment, event: ce.SessionUpdate, now: float) -> None:
         """A `session.update`, then the messages that arrived while it was prepared, in order."""
         try:
             await self._update_session(event, now)
@@ -566,10 +434,10 @@ class SessionRunner:
             attachment.updating = None
         while attachment.held and attachment.updating is None:
             message = attachment.held.popleft()
-            attachment.held_bytes -= 0 if message is None else _size(message)
+            attachment.held_bytes -= 0 if message is None else message_size(message)
             self._on_message(attachment, message)
 
-    def _first_overdue(self, attachment: _Attachment) -> None:
+    def _first_overdue(self, attachment: Attachment) -> None:
         attachment.first_deadline = None
         if attachment.reading and not self._done.is_set():
             self._stop_reading(attachment)
@@ -659,13 +527,14 @@ class SessionRunner:
         self._apply(self.engine.protocol_error(ProtocolError(code, message, event_id=event.event_id)))
 
     def _over_input_limit(self, event: ce.InputAudioBufferAppend) -> bool:
-        if self._pending_input_bytes + event.decoded_nbytes <= self.limits.max_pending_input_bytes:
+        pending = self._stepper.pending_input_bytes
+        if pending + event.decoded_nbytes <= self.limits.max_pending_input_bytes:
             return False
         self._apply(
             self.engine.protocol_error(
                 ProtocolError(
                     ErrorCode.INPUT_BACKPRESSURE,
-                    f"{self._pending_input_bytes} bytes of input await the model; this append was dropped",
+                    f"{pending} bytes of input await the model; this append was dropped",
                     event_id=event.event_id,
                 )
             )
@@ -693,102 +562,6 @@ class SessionRunner:
             return False
         return True
 
-    async def _step_units(self) -> None:
-        while True:
-            unit, submitted_at = await self._units.get()
-            self._pending_input_bytes -= unit.samples.nbytes
-            started = self.clock()
-            self.metrics.unit_queue_wait_seconds.observe(started - submitted_at)
-            # A unit of an older epoch is still stepped (the model must hear all the input); the engine
-            # drops whatever it decides.
-            if not unit.continuation and (
-                self._vad is not None or self.engine.settings.turn_detection is not None
-            ):
-                try:
-                    await self._detect_speech(unit)
-                except Exception as exc:  # the session goes on without server VAD, and says so
-                    log.exception("session %s: server VAD failed", self.engine.session_id)
-                    self._apply(self.engine.vad_failed(f"{type(exc).__name__}: {exc}"))
-                    self._vad = self._vad_config = None
-            # TTFT/TTFP run from the unit's submission, so a model that falls behind shows its queueing.
-            self.engine.request_started(unit, submitted_at, queue_wait_s=started - submitted_at)
-            await self._step_one(unit, started)
-            finished = self.clock()
-            self.engine.step_finished(unit, finished)
-            self.metrics.unit_step_seconds.observe(finished - started)
-
-    async def _step_one(self, unit: Unit, started: float) -> None:
-        """Step the model on `unit` (alone, or in a batch with other sessions' units); each decision must
-        come within `step_deadline_s` of the last, a unit's wait for its batch included.
-
-        The deadline is watched by the shared tick (`_on_tick` cancels the awaited decision once it is
-        overdue), not by a timer per decision: at a thousand sessions, arming and cancelling two timers per
-        unit cost a quarter of the stepping. So an overdue step is abandoned within `tick_s` of its deadline.
-        """
-        decisions = (
-            self.model.step(unit, started)
-            if self.batches is None
-            else self.batches.step(self.model, unit, started)
-        )
-        engine = self.engine
-        exhausted = False
-        try:
-            self._await_decision()
-            async for decision in decisions:
-                self._decision_due = None
-                now = self.clock()
-                if self._lease is not None:
-                    self._lease.renew(now)
-                self._apply(engine.on_decision(unit, decision, now))
-                if not engine.fence.admits(unit.fence):
-                    break
-                self._await_decision()
-            else:
-                exhausted = True
-        except asyncio.CancelledError:
-            if not self._step_overdue:
-                raise
-            self._step_overdue = False
-            task = asyncio.current_task()
-            if task is not None and task.uncancel() > 0:
-                raise  # the session is ending too: that cancellation stands
-            log.error(
-                "session %s: model step on unit %d missed its deadline", self.engine.session_id, unit.index
-            )
-            message = f"no decision within {self.limits.step_deadline_s:g} s"
-            self._apply(self.engine.on_step_failed(unit, message, self.clock(), ErrorCode.MODEL_STEP_TIMEOUT))
-        except Exception as exc:
-            log.exception("session %s: model step failed on unit %d", self.engine.session_id, unit.index)
-            self._apply(self.engine.on_step_failed(unit, f"{type(exc).__name__}: {exc}", self.clock()))
-        finally:
-            self._decision_due = None
-            closer = None if exhausted else getattr(decisions, "aclose", None)
-            if closer is not None:
-                with contextlib.suppress(Exception):
-                    await closer()
-
-    def _await_decision(self) -> None:
-        """The next decision is due within `step_deadline_s`: the shared tick watches for it."""
-        self._decision_due = self.clock() + self.limits.step_deadline_s
-        self.ticker.wake(self._tick_callback, self.limits.step_deadline_s)
-
-    async def _detect_speech(self, unit: Unit) -> None:
-        """Server VAD (`turn_detection: server_vad` or `semantic_vad`): run the detector on the unit, off the
-        event loop."""
-        config = self.engine.settings.turn_detection
-        if config is None:
-            self._vad = self._vad_config = None
-            return
-        if self._vad is None or config != self._vad_config:
-            self._vad = await asyncio.to_thread(vad.detector_for, config)
-            self._vad_config = config
-        for change in await asyncio.to_thread(self._vad.feed, unit.samples, unit.start_ms):
-            now = self.clock()
-            if isinstance(change, vad.SpeechStarted):
-                self._apply(self.engine.speech_started(change.audio_start_ms, now))
-            else:
-                self._apply(self.engine.speech_stopped(change.audio_end_ms, now))
-
     async def _tick(self) -> None:
         """Hear the time from the server's shared ticker (one timer for all sessions) until cancelled."""
         self.ticker.add(self._tick_callback)
@@ -804,17 +577,15 @@ class SessionRunner:
         if self._done.is_set():
             return math.inf
         now = self.clock()
-        due = self._decision_due
-        if due is not None and now >= due and not self._step_overdue and self._stepper is not None:
-            self._step_overdue = True  # `_step_one` turns this cancellation into model_step_timeout
-            self._stepper.cancel()
+        self._stepper.check_deadline(now)
         self._apply(self.engine.tick(now))
         if self.resume_config is not None and now >= self._next_reap and not self._done.is_set():
             self._next_reap = now + self.resume_config.reap_interval_s
             self._reap(now)
         dues = [self.engine.next_tick_at()]
-        if self._decision_due is not None and not self._step_overdue:
-            dues.append(self._decision_due)
+        decision_due = self._stepper.next_due()
+        if decision_due is not None:
+            dues.append(decision_due)
         if self.resume_config is not None:
             dues.append(self._next_reap)
         return min(dues) - now
@@ -839,12 +610,12 @@ class SessionRunner:
             )
         self._apply(self.engine.close(reason, now))
 
-    async def _write(self, attachment: _Attachment) -> None:
+    async def _write(self, attachment: Attachment) -> None:
         while True:
             message = await attachment.outbound.get()
             if message is None:
                 return
-            attachment.outbound_bytes -= _size(message)
+            attachment.outbound_bytes -= message_size(message)
             try:
                 await attachment.write(message)
             except SocketClosed:  # the peer is gone: its reader sees the loss (detach or end), the rest
@@ -871,8 +642,7 @@ class SessionRunner:
             for follow_up in follow_ups(event, self.dialect):
                 self._send(attachment, follow_up)
         for unit in step.units:
-            self._pending_input_bytes += unit.samples.nbytes
-            self._units.put(unit, self.clock())
+            self._stepper.submit(unit, self.clock())
         if self.engine.fence.epoch != self._epoch:
             self._epoch = self.engine.fence.epoch
             self.model.interrupt()
@@ -888,7 +658,7 @@ class SessionRunner:
             )
             self._finish("client_too_slow")
 
-    def _send(self, attachment: _Attachment | None, event: se.ServerEventBase) -> None:
+    def _send(self, attachment: Attachment | None, event: se.ServerEventBase) -> None:
         """Stamp one event; on a JSON session render it in the session's dialect, journal it (resume on)
         and send the text if attached; on an in-process edge's session hand it the event."""
         self._stamper.stamp(event)
@@ -962,14 +732,6 @@ def configure_model(
             event_id=event.event_id,
         )
     return None
-
-
-async def refuse(websocket: SessionSocket, error: ProtocolError, dialect: Dialect) -> None:
-    """Answer a connection with one coded error (a handshake error in `dialect`) and close it."""
-    with contextlib.suppress(Exception):
-        event = se.error_event(error.code, error.message, param=error.param, event_id=error.event_id)
-        await websocket.send_text(ServerEventStamper(dialect).encode(event))
-        await websocket.close(1000)
 
 
 def _config_timeout(timeout_s: float) -> ProtocolError:

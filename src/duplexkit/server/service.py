@@ -2,13 +2,14 @@
 protocol), `POST /v1/realtime/calls` (WebRTC), `/healthz`, `/v1/models`, `/metrics` and the playground pages
 do, whichever edge serves them.
 
-An edge (`server.websockets`: the native `websockets` server `duplexkit serve` runs; `server.asgi`: the
-Starlette app for uvicorn, Ray Serve and embedding) calls `authorize` on a WebSocket handshake (refusing
-with HTTP 403 when it says so, before the upgrade), accepts with the subprotocol it returns, and hands the
-accepted `Connection` to `serve_websocket`; plain GETs are answered from `http_routes`, POSTs from
-`post_routes` (a WebRTC call's session then lives on the call, `server.webrtc`). Admission hands
-out a slot (or the retryable `session_capacity_exhausted` error), and each admitted connection gets an
-engine session, a model session and a runner.
+An edge (`server.picows`, what `duplexkit serve` runs by default; `server.websockets`, the one with
+permessage-deflate; `server.asgi`: the Starlette app for uvicorn, Ray Serve and embedding) calls
+`authorize` on a WebSocket handshake (refusing with HTTP 403 when it says so, before the upgrade), accepts
+with the subprotocol it returns, and hands the accepted `Connection` to `serve_websocket` (a `/api/chat`
+connection then gets a `server.moshi.MoshiSocket` in front of it, an in-process edge); plain GETs are
+answered from `http_routes`, POSTs from `post_routes` (a WebRTC call's session then lives on the call,
+`server.webrtc`). Admission hands out a slot (or the retryable `session_capacity_exhausted` error), and
+each admitted connection gets an engine session, a model session and a runner.
 """
 
 from __future__ import annotations

@@ -22,18 +22,10 @@ from duplexkit.bench.errors import ConfigError
 from duplexkit.bench.fdb import runner
 from duplexkit.bench.fdb.dataset import Dataset, Sample, Selection, load_dataset, overlaps
 from duplexkit.bench.fdb.report import REPORT
-from duplexkit.bench.judge.base import Judge, JudgeInfo
 from duplexkit.bench.judge.settings import JudgeSettings
 from duplexkit.client import SessionBounds, SessionProgress
 
 __all__ = ["BENCHMARK"]
-
-
-class ScoredElsewhere(RuntimeError):
-    """FDB's scores come from its `folder_scorer`, not from the judge runner."""
-
-
-_ELSEWHERE = "FDB runs are scored by `duplexkit score --benchmark fdb RUN_DIR`"
 
 
 class FdbScorer:
@@ -74,6 +66,8 @@ class FullDuplexBench:
     options = ("--task", "--icc-distribution", "--words", "--transcription-url")
     bounds = SessionBounds()
     folder_scorer = FdbScorer()
+    judge_scoring = None
+    """Its metrics are rules (one optional judge inside `folder_scorer`), not `judge.score_run`'s."""
     sentences = RECORDS_SENTENCES
 
     def load_dataset(self, spec: str, selection: Selection, *, cache_dir: Path | None = None) -> Dataset:
@@ -123,23 +117,6 @@ class FullDuplexBench:
 
     def write_run_files(self, root: Path, metas: Sequence[Mapping[str, Any]]) -> None:
         """FDB's scripts read the task folders themselves: no run-level file."""
-
-    def judge(self, settings: JudgeSettings) -> Judge:
-        raise ScoredElsewhere(_ELSEWHERE)
-
-    def score_request(self, meta: Mapping[str, Any], response: bytes, sample: Sample | None) -> Any:
-        raise ScoredElsewhere(_ELSEWHERE)
-
-    def summarise(
-        self,
-        judge: JudgeInfo,
-        metas: Sequence[Mapping[str, Any]],
-        outcomes: Mapping[tuple[str, str], tuple[str, dict[str, float]]],
-    ) -> Any:
-        raise ScoredElsewhere(_ELSEWHERE)
-
-    def summary_lines(self, recorded: Mapping[str, Any]) -> list[str]:
-        raise ScoredElsewhere(_ELSEWHERE)
 
 
 BENCHMARK = FullDuplexBench()

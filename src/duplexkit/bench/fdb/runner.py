@@ -15,8 +15,9 @@ runner's (`duplexkit.bench.runner`); this module only says what one session does
 - `events.json` and copies of the sample's `input.wav` and task files, so the folder is an FDB sample
   folder that FDB's own scorers accept.
 
-`connect` is the one place a client is made, on the run's wire protocol (`--protocol duplex|openai|moshi`):
-a full-duplex run needs no commit, so every protocol the client drives can be benchmarked.
+The client is the run's (`RunConfig.client`: its wire protocol, `--protocol duplex|openai|moshi`, as
+every benchmark opens it): a full-duplex run needs no commit, so every protocol the client drives can be
+benchmarked.
 """
 
 from __future__ import annotations
@@ -30,19 +31,21 @@ import numpy as np
 import numpy.typing as npt
 
 from duplexkit.bench.artifacts import write_json_atomic
-from duplexkit.bench.attempt import Attempt, RunConfig
+from duplexkit.bench.attempt import (
+    Attempt,
+    RunConfig,
+    bounds_record,
+    record_close,
+    record_responses,
+    record_resumes,
+    refused_for_capacity,
+)
 from duplexkit.bench.fdb import metrics
 from duplexkit.bench.fdb.dataset import Sample
 from duplexkit.bench.fdb.words import server_words
 from duplexkit.bench.retry import AttemptOutcome
-from duplexkit.bench.runner import (
-    CapacityRefused,
-    is_capacity_refusal,
-    record_close,
-    record_resumes,
-)
 from duplexkit.bench.speech import speech_segments
-from duplexkit.client import ConnectionLost, DuplexClient, SessionError, SessionProgress, dump_events
+from duplexkit.client import ConnectionLost, SessionError, SessionProgress, dump_events
 from duplexkit.client.session import close_session
 from duplexkit.client.wavfile import read_wav, write_wav
 from duplexkit.protocol.audio import resample
@@ -76,19 +79,6 @@ def prepare_media(sample: Sample) -> FdbInput:
     return FdbInput(resample(samples, rate, INPUT_RATE_HZ) if rate != INPUT_RATE_HZ else samples)
 
 
-def connect(config: RunConfig) -> DuplexClient:
-    """The client for `config`'s server, on its wire protocol (`--protocol`), its handshake bounded."""
-    return DuplexClient(
-        config.url,
-        api_key=config.api_key,
-        model=config.model,
-        protocol=config.protocol,
-        open_timeout_s=config.bounds.open_timeout_s,
-        resume=config.resume_policy(),
-        placement=config.placement,
-    )
-
-
 def fit_to(samples: npt.NDArray[np.float32], length: int) -> npt.NDArray[np.float32]:
     """`samples` cut or zero-padded to exactly `length`."""
     if len(samples) >= length:
@@ -106,15 +96,10 @@ async def run_attempt(
     bounds = config.bounds
     input_bound = bounds.input_bound_s(media.duration_s)
     meta: dict[str, Any] = {
-        "bounds": {
-            "configure_timeout": bounds.configure_timeout_s,
-            "input_timeout": input_bound,
-            "ack_timeout": bounds.ack_timeout_s,
-            "close_timeout": bounds.close_timeout_s,
-        },
+        "bounds": bounds_record(bounds, input_bound, "ack", "close"),
         "input_s": round(media.duration_s, 3),
     }
-    async with connect(config) as client:
+    async with config.client() as client:
         progress.client, progress.stage = client, "configure"
         try:
             capabilities = await client.configure(
@@ -123,9 +108,7 @@ async def run_attempt(
                 capacity_timeout_s=bounds.capacity_timeout_s,
             )
         except SessionError as exc:
-            if is_capacity_refusal(exc.event or {}):
-                raise CapacityRefused(str(exc)) from None
-            raise
+            raise refused_for_capacity(exc) from None
         meta["unit_ms"] = capabilities.chunk_period_ms
         progress.stage = "input"
         report = await client.stream(
@@ -153,9 +136,8 @@ async def run_attempt(
         record_close(await close_session(client, bounds), outcome, meta, bounds)
         record_resumes(client, meta, outcome)
         collector = client.collector
-        outcome.server_errors = [str(f.get("error", {}).get("code")) for f in collector.failures()]
+        record_responses(collector, outcome)
         responses = collector.responses()
-        outcome.response_done = bool(responses) and not collector.open_responses()
         timed = server_words(client.events, collector.audio_placements(), until_s=media.duration_s)
         words, source = timed.words, dict(timed.source)
         if sample.task == "interruption" and sample.span is not None:

@@ -285,8 +285,11 @@ async def score_dir(
 def write_run_scores(root: Path, scores: Mapping[str, Any]) -> None:
     """A run folder's scores in the shared report's shape: `scores/summary.json` (one `fdb` section, a group
     per task folder) and `scores/<split>/<id>.json` per sample."""
-    from duplexkit.bench.artifacts import write_json_atomic
+    from duplexkit.bench.artifacts import RunDir, write_json_atomic
     from duplexkit.bench.fdb.report import MEANS
+    from duplexkit.bench.judge.run import rules_coverage
+
+    run = RunDir(root)
 
     by_task: dict[str, Any] = {}
     total = errors = 0
@@ -301,7 +304,7 @@ def write_run_scores(root: Path, scores: Mapping[str, Any]) -> None:
             values = {m: row[m] for m in MEANS if isinstance(row.get(m), int | float)}
             status = "error" if "error" in row else "scored"
             write_json_atomic(
-                root / "scores" / split / f"{row['id']}.json",
+                run.score_path(split, row["id"]),
                 {"status": status, "scores": values, "error": row.get("message")},
             )
     judge = scores.get("judge") or {}
@@ -318,10 +321,10 @@ def write_run_scores(root: Path, scores: Mapping[str, Any]) -> None:
         if scores.get("synthetic")
         else None,
         "complete": errors == 0,
-        "coverage": {"total": total, "scored": total - errors, "skipped": 0, "errors": errors},
+        "coverage": rules_coverage(scored=total - errors, errors=errors),
         "fdb": {"samples": total - errors, "errors": errors, "by_task": by_task},
     }
-    write_json_atomic(root / "scores" / "summary.json", summary)
+    write_json_atomic(run.scores_summary, summary)
 
 
 @dataclass(frozen=True)

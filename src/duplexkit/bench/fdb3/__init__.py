@@ -21,18 +21,10 @@ from duplexkit.bench.errors import ConfigError
 from duplexkit.bench.fdb3 import runner
 from duplexkit.bench.fdb3.dataset import Dataset, Sample, Selection, load_dataset, overlaps
 from duplexkit.bench.fdb3.report import REPORT
-from duplexkit.bench.judge.base import Judge, JudgeInfo
 from duplexkit.bench.judge.settings import JudgeSettings
 from duplexkit.client import SessionBounds, SessionProgress
 
 __all__ = ["BENCHMARK"]
-
-
-class ScoredElsewhere(RuntimeError):
-    """FDB-v3's scores come from its `folder_scorer`, not from the judge runner."""
-
-
-_ELSEWHERE = "FDB-v3 runs are scored by `duplexkit score --benchmark fdb3 RUN_DIR`"
 
 
 class Fdb3Scorer:
@@ -71,6 +63,8 @@ class FullDuplexBenchV3:
     options = ("--tool-latency", "--scenarios", "--oracle-calls")
     bounds = SessionBounds()
     folder_scorer = Fdb3Scorer()
+    judge_scoring = None
+    """Scored by FDB-v3's own rules and judge (`folder_scorer`), not `judge.score_run`."""
     sentences = RECORDS_SENTENCES
     """FDB-v3's scorers read no sentences: ours stay among the records, out of the recording folders."""
 
@@ -133,23 +127,6 @@ class FullDuplexBenchV3:
 
     def write_run_files(self, root: Path, metas: Sequence[Mapping[str, Any]]) -> None:
         runner.write_run_files(root, metas)
-
-    def judge(self, settings: JudgeSettings) -> Judge:
-        raise ScoredElsewhere(_ELSEWHERE)
-
-    def score_request(self, meta: Mapping[str, Any], response: bytes, sample: Sample | None) -> Any:
-        raise ScoredElsewhere(_ELSEWHERE)
-
-    def summarise(
-        self,
-        judge: JudgeInfo,
-        metas: Sequence[Mapping[str, Any]],
-        outcomes: Mapping[tuple[str, str], tuple[str, dict[str, float]]],
-    ) -> Any:
-        raise ScoredElsewhere(_ELSEWHERE)
-
-    def summary_lines(self, recorded: Mapping[str, Any]) -> list[str]:
-        raise ScoredElsewhere(_ELSEWHERE)
 
 
 BENCHMARK = FullDuplexBenchV3()

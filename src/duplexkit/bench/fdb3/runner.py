@@ -31,12 +31,18 @@ import numpy as np
 import numpy.typing as npt
 
 from duplexkit.bench.artifacts import write_json_atomic
-from duplexkit.bench.attempt import Attempt, RunConfig
+from duplexkit.bench.attempt import (
+    Attempt,
+    RunConfig,
+    bounds_record,
+    record_close,
+    record_resumes,
+    refused_for_capacity,
+)
 from duplexkit.bench.fdb3 import apis
 from duplexkit.bench.fdb3.dataset import SCENARIO_FILE, Sample
 from duplexkit.bench.fdb3.metrics import user_speech_end
 from duplexkit.bench.retry import AttemptOutcome
-from duplexkit.bench.runner import CapacityRefused, is_capacity_refusal, record_close, record_resumes
 from duplexkit.bench.speech import speech_segments
 from duplexkit.client import DuplexClient, SessionError, SessionProgress, dump_events
 from duplexkit.client.session import close_session
@@ -129,7 +135,7 @@ async def run_attempt(
     input_bound = bounds.input_bound_s(len(clip) / INPUT_RATE_HZ)
     started = time.monotonic()
     meta: dict[str, Any] = {
-        "bounds": {"configure_timeout": bounds.configure_timeout_s, "input_timeout": input_bound},
+        "bounds": bounds_record(bounds, input_bound),
         "input_s": round(media.duration_s, 3),
         "tool_latency": latency_profile,
         "oracle_calls": sample.oracle_calls,
@@ -140,16 +146,7 @@ async def run_attempt(
         return client_box[0].heard_at_ms(time.monotonic()) / 1000.0 if client_box else 0.0
 
     mock = apis.MockApis(clock=stream_clock_s, profile=latency_profile, seed=sample.id)
-    client = DuplexClient(
-        config.url,
-        api_key=config.api_key,
-        model=config.model,
-        protocol=config.protocol,
-        open_timeout_s=config.bounds.open_timeout_s,
-        resume=config.resume_policy(),
-        placement=config.placement,
-        tools=mock.toolbox(),
-    )
+    client = config.client(tools=mock.toolbox())
     client_box.append(client)
     async with client:
         progress.client, progress.stage = client, "configure"
@@ -162,9 +159,7 @@ async def run_attempt(
                 tool_choice="auto",
             )
         except SessionError as exc:
-            if is_capacity_refusal(exc.event or {}):
-                raise CapacityRefused(str(exc)) from None
-            raise
+            raise refused_for_capacity(exc) from None
         meta["unit_ms"] = capabilities.chunk_period_ms
         progress.stage = "input"
         stream_start_time = time.time()

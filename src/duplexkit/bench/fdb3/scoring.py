@@ -298,7 +298,10 @@ def _group(rows: Sequence[Mapping[str, Any]]) -> dict[str, float | None]:
 def write_run_scores(root: Path, scores: Mapping[str, Any]) -> None:
     """A run folder's scores in the shared report's shape: `scores/summary.json` (one `fdb3` section, a
     group per domain) and `scores/<split>/<id>.json` per example."""
-    from duplexkit.bench.artifacts import write_json_atomic
+    from duplexkit.bench.artifacts import RunDir, write_json_atomic
+    from duplexkit.bench.judge.run import rules_coverage
+
+    run = RunDir(root)
 
     rows, errors = scores["samples"], scores["errors"]
     by_domain: dict[str, Any] = {}
@@ -318,16 +321,15 @@ def write_run_scores(root: Path, scores: Mapping[str, Any]) -> None:
         if latency is not None:
             values["latency_s"] = latency
         write_json_atomic(
-            root / "scores" / row["split"] / f"{row['id']}.json",
+            run.score_path(row["split"], row["id"]),
             {"status": "scored", "scores": values, "error": None, "details": row},
         )
     for error in errors:
         write_json_atomic(
-            root / "scores" / error["split"] / f"{error['id']}.json",
+            run.score_path(error["split"], error["id"]),
             {"status": "error", "scores": {}, "error": error["message"]},
         )
     judge = scores["judge"]
-    total = len(rows) + len(errors)
     summary = {
         "benchmark": "fdb3",
         "judge": {
@@ -341,10 +343,10 @@ def write_run_scores(root: Path, scores: Mapping[str, Any]) -> None:
         if scores.get("synthetic")
         else None,
         "complete": not errors,
-        "coverage": {"total": total, "scored": len(rows), "skipped": 0, "errors": len(errors)},
+        "coverage": rules_coverage(scored=len(rows), errors=len(errors)),
         "fdb3": {"samples": len(rows), "errors": len(errors), "by_task": by_domain, **_group(rows)},
     }
-    write_json_atomic(root / "scores" / "summary.json", summary)
+    write_json_atomic(run.scores_summary, summary)
 
 
 def argument_judge(settings: JudgeSettings) -> ArgumentJudge | None:

@@ -1,6 +1,6 @@
 """What every judge shares: who it is (`JudgeInfo`), what it answers (`SampleScore`), and the `Judge`
 protocol that `score_run` drives. What a judge is asked about a sample is its benchmark's request type
-(`Benchmark.score_request`).
+(`JudgeScoring.score_request`).
 
 A judge scores one published sample at a time. It raises `ScoringError` when that sample cannot be scored
 (the sample is then recorded as an error and retried on the next run); any other exception aborts the run.

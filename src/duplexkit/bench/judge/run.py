@@ -11,9 +11,10 @@ URL, prompt version and source).
 - A sample the judge cannot score (`ScoringError`) gets a score file with `status: error` and counts in
   `errors`; it stays in the means' denominator (scoring 0, the summary says `complete: false`) and is
   judged again next time.
-- The summary is the benchmark's (`Benchmark.summarise`; Omni-DuplexEval: RTD `mean_content_score` /
+- The summary is the benchmark's (`JudgeScoring.summarise`; Omni-DuplexEval: RTD `mean_content_score` /
   `mean_avg_temporal_score` and PR `mean_all_success`, overall and per task, over every attempted
-  sample), and what a judge is asked about a sample is too (`Benchmark.score_request`).
+  sample), and what a judge is asked about a sample is too (`JudgeScoring.score_request`); a benchmark
+  without `judge_scoring` (FDB: its own rules) is refused with `RunError`.
 - Samples whose meta says `clock: invalid` (as-fast-as-possible pace) are refused unless
   `allow_invalid_clock`: their sentence times are not media times.
 """
@@ -29,10 +30,8 @@ from pathlib import Path
 from typing import Any, Protocol
 
 from duplexkit.bench.artifacts import RunDir, write_bytes_atomic, write_json_atomic
-from duplexkit.bench.benchmark import Benchmark, benchmark_name_of_run, get_benchmark
+from duplexkit.bench.benchmark import Benchmark, JudgeScoring, benchmark_name_of_run, get_benchmark
 from duplexkit.bench.judge.base import Judge, JudgeInfo, ScoringError
-
-SCORES_DIR = "scores"
 
 
 class RunError(ValueError):
@@ -46,6 +45,30 @@ class MediaSample(Protocol):
     def split(self) -> str: ...
     @property
     def id(self) -> str: ...
+
+
+def coverage(
+    metas: Sequence[Mapping[str, Any]], outcomes: Mapping[tuple[str, str], tuple[str, Mapping[str, float]]]
+) -> dict[str, int]:
+    """`coverage` of `scores/summary.json`, as every benchmark's `summarise` counts it: `total` samples,
+    and how each one's scoring went (`scored`, `skipped`, `errors`; a `cached` score also counts as
+    `scored`). `outcomes` are `score_run`'s, by (split, id)."""
+    counts = dict.fromkeys(("total", "scored", "skipped", "errors", "cached"), 0)
+    for meta in metas:
+        outcome = outcomes[(meta["split"], meta["id"])][0]
+        counts["total"] += 1
+        counts["cached"] += outcome == "cached"
+        counts[_COVERED_AS[outcome]] += 1
+    return counts
+
+
+_COVERED_AS = {"scored": "scored", "cached": "scored", "skipped": "skipped", "error": "errors"}
+
+
+def rules_coverage(*, scored: int, errors: int) -> dict[str, int]:
+    """`coverage` of a summary written by a benchmark's own rules (`folder_scorer`): every sample it
+    found was scored or failed; nothing is skipped or cached."""
+    return {"total": scored + errors, "scored": scored, "skipped": 0, "errors": errors}
 
 
 class Summary(Protocol):
@@ -68,7 +91,7 @@ def format_summary(summary: Summary, benchmark: Benchmark) -> str:
     lines = [
         f"judge {judge} {info.prompt_version}: scored {cov['scored']}/{cov['total']} samples "
         f"({cov['cached']} cached), skipped {cov['skipped']} failed, {cov['errors']} errors",
-        *benchmark.summary_lines(summary.to_json()),
+        *(benchmark.judge_scoring.summary_lines(summary.to_json()) if benchmark.judge_scoring else []),
     ]
     if info.kind == "builtin":
         lines.append(f"note: builtin judge scores are not comparable to published {benchmark.title} numbers")
@@ -96,6 +119,11 @@ async def score_run(
     run = RunDir.open(run_dir)
     metas = _metas(run)
     hooks = benchmark or get_benchmark(benchmark_name_of_run(run_dir))
+    scoring = hooks.judge_scoring
+    if scoring is None:
+        raise RunError(
+            f"{hooks.title} runs are scored by its own rules: duplexkit score --benchmark {hooks.name}"
+        )
     invalid = [
         f"{m['split']}/{m['id']}"
         for m in metas
@@ -117,7 +145,7 @@ async def score_run(
         while not queue.empty():
             meta = queue.get_nowait()
             key = (meta["split"], meta["id"])
-            outcomes[key] = await _score_one(run, meta, judge, by_key.get(key), hooks)
+            outcomes[key] = await _score_one(run, meta, judge, by_key.get(key), scoring)
 
     tasks = [asyncio.create_task(worker()) for _ in range(max(1, workers))]
     try:
@@ -126,8 +154,8 @@ async def score_run(
         for task in tasks:
             task.cancel()
         await asyncio.gather(*tasks, return_exceptions=True)
-    summary: Summary = hooks.summarise(judge.info, metas, outcomes)
-    write_json_atomic(run_dir / SCORES_DIR / "summary.json", summary.to_json())
+    summary: Summary = scoring.summarise(judge.info, metas, outcomes)
+    write_json_atomic(run.scores_summary, summary.to_json())
     return summary
 
 
@@ -158,12 +186,12 @@ def _load_samples(run_dir: Path, benchmark: Benchmark) -> Sequence[MediaSample]:
 
 
 async def _score_one(
-    run: RunDir, meta: Mapping[str, Any], judge: Judge, sample: MediaSample | None, benchmark: Benchmark
+    run: RunDir, meta: Mapping[str, Any], judge: Judge, sample: MediaSample | None, scoring: JudgeScoring
 ) -> tuple[str, dict[str, float]]:
     """The sample's outcome (`scored`, `cached`, `skipped` or `error`) and its scores."""
     split, sample_id = meta["split"], meta["id"]
-    score_path = run.root / SCORES_DIR / split / f"{sample_id}.json"
-    trace_path = score_path.with_suffix(".trace.jsonl")
+    score_path = run.score_path(split, sample_id)
+    trace_path = run.score_path(split, sample_id, ".trace.jsonl")
     response_path = run.sentences_path(split, sample_id)
     if meta.get("status") != "published" or not response_path.is_file():
         score_path.unlink(missing_ok=True)
@@ -183,7 +211,7 @@ async def _score_one(
         "response_sha256": digest,
     }
     try:
-        result = await judge.score(benchmark.score_request(meta, response, sample))
+        result = await judge.score(scoring.score_request(meta, response, sample))
     except ScoringError as exc:
         record |= {"status": "error", "error": str(exc), "scores": None, "details": None}
         trace = exc.trace

@@ -63,7 +63,7 @@ class JudgeSettings:
 
 
 class JudgeHook(Protocol):
-    """What `make_judge` needs of a benchmark: its `judge` hook (`benchmark.Benchmark.judge`)."""
+    """What `make_judge` needs of a benchmark: its `judge` hook (`benchmark.JudgeScoring.judge`)."""
 
     def judge(self, settings: JudgeSettings) -> Judge: ...
 

@@ -55,6 +55,11 @@ class OmniDuplexEval:
     folder_scorer = None
     sentences = SPLIT_SENTENCES
 
+    @property
+    def judge_scoring(self) -> OmniDuplexEval:
+        """Scored by `judge.score_run`: these hooks are its `JudgeScoring`."""
+        return self
+
     def load_dataset(self, spec: str, selection: Selection, *, cache_dir: Path | None = None) -> Dataset:
         return load_dataset(spec, selection, cache_dir=cache_dir)
 

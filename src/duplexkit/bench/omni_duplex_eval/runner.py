@@ -18,16 +18,18 @@ from typing import Any
 import numpy as np
 
 from duplexkit.bench.artifacts import write_json_atomic
-from duplexkit.bench.attempt import Attempt, RunConfig
+from duplexkit.bench.attempt import (
+    Attempt,
+    RunConfig,
+    bounds_record,
+    record_close,
+    record_responses,
+    record_resumes,
+    refused_for_capacity,
+)
 from duplexkit.bench.media import PreparedMedia
 from duplexkit.bench.omni_duplex_eval.dataset import Sample
 from duplexkit.bench.retry import AttemptOutcome
-from duplexkit.bench.runner import (
-    CapacityRefused,
-    is_capacity_refusal,
-    record_close,
-    record_resumes,
-)
 from duplexkit.bench.speech import speech_segments
 from duplexkit.client import DuplexClient, SessionError, SessionProgress, converse, dump_events
 from duplexkit.client.collector import AUDIO_DELTAS
@@ -47,24 +49,9 @@ async def run_attempt(
     input_bound = bounds.input_bound_s(media.duration_ms / 1000.0)
     meta: dict[str, Any] = {
         "sentence_timing": config.sentence_timing,
-        "bounds": {
-            "configure_timeout": bounds.configure_timeout_s,
-            "input_timeout": input_bound,
-            "commit_timeout": bounds.commit_timeout_s,
-            "drain_timeout": bounds.drain_timeout_s,
-            "close_timeout": bounds.close_timeout_s,
-        },
+        "bounds": bounds_record(bounds, input_bound, "commit", "drain", "close"),
     }
-    async with DuplexClient(
-        config.url,
-        api_key=config.api_key,
-        model=config.model,
-        protocol=config.protocol,
-        open_timeout_s=bounds.open_timeout_s,
-        resume=config.resume_policy(),
-        placement=config.placement,
-        sentence_timing=config.sentence_timing,
-    ) as client:
+    async with config.client(bounds, sentence_timing=config.sentence_timing) as client:
         samples = np.frombuffer(media.pcm16, dtype="<i2").astype(np.float32) / 32768.0
         try:
             conversation = await converse(
@@ -79,9 +66,7 @@ async def run_attempt(
                 progress=progress,
             )
         except SessionError as exc:
-            if is_capacity_refusal(exc.event or {}):
-                raise CapacityRefused(str(exc)) from None
-            raise
+            raise refused_for_capacity(exc) from None
         if conversation.interrupted is not None:  # a lost connection or a padding failure fails the attempt
             raise conversation.interrupted
         record_resumes(client, meta, outcome)
@@ -116,9 +101,8 @@ async def run_attempt(
         record_close(close, outcome, meta, bounds)
 
         collector = client.collector
-        outcome.server_errors = [str(f.get("error", {}).get("code")) for f in collector.failures()]
+        record_responses(collector, outcome)
         responses = collector.responses()
-        outcome.response_done = bool(responses) and not collector.open_responses()
         meta.update(
             {
                 "stream": report.to_json(),

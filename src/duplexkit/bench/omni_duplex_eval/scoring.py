@@ -17,6 +17,7 @@ from dataclasses import dataclass, field
 from typing import Any
 
 from duplexkit.bench.judge.base import JudgeInfo, ScoringError
+from duplexkit.bench.judge.run import coverage
 from duplexkit.bench.omni_duplex_eval.builtin_judge import NOT_COMPARABLE
 from duplexkit.bench.omni_duplex_eval.dataset import Sample
 from duplexkit.bench.omni_duplex_eval.request import ScoreRequest
@@ -133,15 +134,11 @@ def summarise(
     metas: Sequence[Mapping[str, Any]],
     outcomes: Mapping[tuple[str, str], tuple[str, dict[str, float]]],
 ) -> Summary:
-    counts = dict.fromkeys(("total", "scored", "skipped", "errors", "cached"), 0)
     families: dict[str, _Group] = {"rtd": _Group(), "pr": _Group()}
     tasks: dict[str, dict[str, _Group]] = {"rtd": {}, "pr": {}}
     for meta in metas:
         outcome, scores = outcomes[(meta["split"], meta["id"])]
-        counts["total"] += 1
-        counts["cached"] += outcome == "cached"
         outcome = "scored" if outcome == "cached" else outcome
-        counts[{"scored": "scored", "skipped": "skipped", "error": "errors"}[outcome]] += 1
         family = meta.get("family")
         if family not in families:
             continue
@@ -154,7 +151,7 @@ def summarise(
         | {"by_task": {task: group.to_json(_MEANS[family]) for task, group in sorted(tasks[family].items())}}
         for family in families
     }
-    return Summary(judge=info, coverage=counts, rtd=sections["rtd"], pr=sections["pr"])
+    return Summary(judge=info, coverage=coverage(metas, outcomes), rtd=sections["rtd"], pr=sections["pr"])
 
 
 def summary_lines(recorded: Mapping[str, Any]) -> list[str]:

@@ -39,6 +39,11 @@ class OmniInteract:
     folder_scorer = None
     sentences = RECORDS_SENTENCES
 
+    @property
+    def judge_scoring(self) -> OmniInteract:
+        """Scored by `judge.score_run`: these hooks are its `JudgeScoring`."""
+        return self
+
     def load_dataset(self, spec: str, selection: Selection, *, cache_dir: Path | None = None) -> Dataset:
         return load_dataset(spec, selection, cache_dir=cache_dir)
 

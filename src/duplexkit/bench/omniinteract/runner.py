@@ -44,7 +44,14 @@ import av
 import numpy as np
 
 from duplexkit.bench.artifacts import RunDir, write_bytes_atomic, write_json_atomic
-from duplexkit.bench.attempt import Attempt, RunConfig
+from duplexkit.bench.attempt import (
+    Attempt,
+    RunConfig,
+    bounds_record,
+    record_close,
+    record_resumes,
+    refused_for_capacity,
+)
 from duplexkit.bench.judge.frames import extract_jpegs
 from duplexkit.bench.media import TARGET_RATE_HZ, MediaError, decode_audio, video_duration_s
 from duplexkit.bench.omniinteract.case import Case
@@ -59,12 +66,6 @@ from duplexkit.bench.omniinteract.listener import (
 from duplexkit.bench.omniinteract.slots import build_slots
 from duplexkit.bench.omniinteract.timing import ResponseText, chunk_to_json, response_chunk
 from duplexkit.bench.retry import AttemptOutcome
-from duplexkit.bench.runner import (
-    CapacityRefused,
-    is_capacity_refusal,
-    record_close,
-    record_resumes,
-)
 from duplexkit.bench.speech import speech_segments
 from duplexkit.client import ConnectionLost, DuplexClient, SessionError, SessionProgress, dump_events
 from duplexkit.client.drain import CommitPoint
@@ -207,26 +208,19 @@ async def run_attempt(
     bounds = config.bounds
     input_bound = bounds.input_bound_s(media.duration_ms / 1000.0)
     meta: dict[str, Any] = {
-        "bounds": {
-            "configure_timeout": bounds.configure_timeout_s,
-            "input_timeout": input_bound,
-            "commit_timeout": bounds.commit_timeout_s,
-            "completion_timeout": bounds.drain_timeout_s,
-            "quiet": bounds.settle_s,
-            "close_timeout": bounds.close_timeout_s,
-        },
+        "bounds": bounds_record(
+            bounds,
+            input_bound,
+            "commit",
+            "close",
+            completion_timeout=bounds.drain_timeout_s,
+            quiet=bounds.settle_s,
+        ),
         "input_ms": media.duration_ms,
         "frames": len(media.frames),
     }
-    client = DuplexClient(
-        config.url,
-        api_key=config.api_key,
-        model=config.model,
-        protocol=config.protocol,
-        open_timeout_s=bounds.open_timeout_s,
-        ack_interval_s=_NO_CLIENT_ACKS_S,
-        resume=config.resume_policy(),
-    )
+    # Its output is placed by the case's own media clock (`events.json` `media_ms`), not by the client's.
+    client = config.client(bounds, ack_interval_s=_NO_CLIENT_ACKS_S, placement=None)
     async with client:
         progress.client, progress.stage = client, "configure"
         try:
@@ -238,9 +232,7 @@ async def run_attempt(
             update = ce.SessionUpdate(session=ce.SessionConfig(overlap_policy="listen_only"))
             await client.send(update, timeout_s=bounds.configure_timeout_s)
         except SessionError as exc:
-            if is_capacity_refusal(exc.event or {}):
-                raise CapacityRefused(str(exc)) from None
-            raise
+            raise refused_for_capacity(exc) from None
         meta["unit_ms"] = capabilities.chunk_period_ms
         origin = time.monotonic()
         pump = _Pump(client, origin)

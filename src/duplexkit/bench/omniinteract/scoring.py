@@ -21,6 +21,7 @@ from dataclasses import dataclass
 from typing import Any, Protocol
 
 from duplexkit.bench.judge.base import JudgeInfo, SampleScore, ScoringError
+from duplexkit.bench.judge.run import coverage
 from duplexkit.bench.omniinteract import metrics as m
 from duplexkit.bench.omniinteract.case import Case
 from duplexkit.bench.omniinteract.slots import Slot, slot_from_json
@@ -179,17 +180,13 @@ def summarise(
     metas: Sequence[Mapping[str, Any]],
     outcomes: Mapping[tuple[str, str], tuple[str, dict[str, float]]],
 ) -> Summary:
-    coverage = dict.fromkeys(("total", "scored", "skipped", "errors", "cached"), 0)
     totals: dict[str, float] = {}
     counts: dict[str, dict[str, int]] = {}
     ineligible: list[dict[str, Any]] = []
     timing: dict[str, int] = {}
     for meta in metas:
         outcome, scores = outcomes[(meta["split"], meta["id"])]
-        coverage["total"] += 1
-        coverage["cached"] += outcome == "cached"
         outcome = "scored" if outcome == "cached" else outcome
-        coverage[{"scored": "scored", "skipped": "skipped", "error": "errors"}[outcome]] += 1
         try:  # the groups the case counts in, and what it counts as when it said nothing (failed)
             silent = m.silent_totals([slot_from_json(s) for s in meta.get("slots") or []], meta["split"])
         except (KeyError, TypeError, ValueError):
@@ -214,7 +211,7 @@ def summarise(
             timing[source] = timing.get(source, 0) + 1
     return Summary(
         judge=info,
-        coverage=coverage,
+        coverage=coverage(metas, outcomes),
         groups=m.group_metrics(totals),
         interruption=m.interruption_metrics(totals),
         eligibility={"eligible": not ineligible, "ineligible_cases": ineligible},

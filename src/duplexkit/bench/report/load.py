@@ -37,7 +37,6 @@ from duplexkit.bench.report.data import (
     Sentence,
 )
 
-SCORES_DIR = "scores"
 SHOWN_IDS = 8
 """How many of a selection's ids the run details list."""
 
@@ -320,7 +319,7 @@ def _fired(value: Any) -> dict[str, float]:
 
 
 def _sample_score(run_dir: Path, split: str, sample_id: str, problems: list[str]) -> SampleScore | None:
-    raw = _read_json(run_dir / SCORES_DIR / split / f"{sample_id}.json", run_dir, problems)
+    raw = _read_json(RunDir(run_dir).score_path(split, sample_id), run_dir, problems)
     if not isinstance(raw, dict):
         return None
     scores = {str(k): v for k, value in _obj(raw.get("scores")).items() if (v := _num(value)) is not None}
@@ -333,7 +332,7 @@ def _sample_score(run_dir: Path, split: str, sample_id: str, problems: list[str]
 
 
 def _score_summary(run_dir: Path, problems: list[str], spec: ReportSpec) -> ScoreSummary | None:
-    raw = _read_json(run_dir / SCORES_DIR / "summary.json", run_dir, problems)
+    raw = _read_json(RunDir(run_dir).scores_summary, run_dir, problems)
     if not isinstance(raw, dict):
         return None
     judge = _obj(raw.get("judge"))

@@ -8,9 +8,13 @@ is read (`server.http1.PostSplitter`) and answered there from `DuplexServer.post
 connection is handed to picows's protocol with the bytes already read.
 
 An accepted connection is a `_Listener`, which is also its `edge.Connection`: picows calls `on_ws_frame`
-for each frame, which lands in a deque the one `receive` waiter drains (no task per frame); a send is
-picows's synchronous write, awaiting only while the transport is over its high-water mark (so a client
-that stops reading backs up into the runner's outbound queue, which drops it: `client_too_slow`).
+for each frame. A session's runner takes the messages as they arrive (`edge.PushReceive.deliver`: the
+runner is called back per message, with no reader task; before that, and for `receive`, they wait in a
+deque, and past 16 of them the socket is not read) and writes each event at once
+(`edge.DirectSend.send_now`: picows's synchronous write into the transport's buffer, whose size
+`buffered_bytes` reports, so a client that stops reading is dropped by the runner's outbound bound:
+`client_too_slow`). `send_text` and `send_bytes` await only while the transport is over its high-water
+mark.
 """
 
 from __future__ import annotations
