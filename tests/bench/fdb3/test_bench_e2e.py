@@ -41,7 +41,7 @@ def test_bench_fdb3_runs_scores_and_reports(
     data = tmp_path / "data"
     folder = data / f"ecommerce_77_{SPEAKER}"
     folder.mkdir(parents=True)
-    speech = synth.buzz("Um where is my order B O B one two")
+    speech = synth.buzz("Um where is my order")
     silence = np.zeros(16_000 // 2, dtype=np.float32)
     # 0.5 s, the request, then room for the scripted model's turn end, the call and its spoken answer
     write_wav(
