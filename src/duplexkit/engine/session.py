@@ -46,6 +46,8 @@ class EngineConfig:
     supports_barge_in: bool = True
     max_sessions: int = 64
     continuation_limit: int = 8
+    input_clocked: bool = False
+    """No continuation silence: the model steps only on input (`ModelCapabilities.input_clocked`)."""
     idle_timeout_s: float = 300.0
     server_vad: bool = False
     supports_session_resume: bool = False
@@ -582,7 +584,7 @@ class EngineSession:
             due = math.inf
         else:
             due = self._last_input_at + self.settings.idle_timeout_s
-        if self._response is not None and not self.closed:
+        if self._response is not None and not self.closed and not self.config.input_clocked:
             due = min(due, self._last_unit_at + self.config.chunk_period_ms / 1000.0)
         return due
 
@@ -597,7 +599,9 @@ class EngineSession:
             step.extend(self.close("idle_timeout", now))
             return step
         period_s = self.config.chunk_period_ms / 1000.0
-        if self._response is None or self._outstanding or now - self._last_unit_at < period_s:
+        if self.config.input_clocked or self._response is None or self._outstanding:
+            return Step()
+        if now - self._last_unit_at < period_s:
             return Step()
         if self._continuations >= self.config.continuation_limit:
             response_id = self._response.id

@@ -37,6 +37,10 @@ class ModelCapabilities:
     modalities: tuple[Literal["audio", "text"], ...] = ("audio", "text")
     accepts_video: bool = False
     supports_barge_in: bool = True
+    input_clocked: bool = False
+    """The model steps only on the client's input frames, as its own server does (Moshi: one output frame
+    per input frame): the engine never steps synthesised silence into it to continue a reply past the
+    input, so a stalled or late input never shifts what the model hears; the reply waits for more input."""
 
     def engine_config(self, model: str, *, max_sessions: int, server_vad: bool = False) -> EngineConfig:
         return EngineConfig(
@@ -50,6 +54,7 @@ class ModelCapabilities:
             supports_barge_in=self.supports_barge_in,
             max_sessions=max_sessions,
             continuation_limit=max(1, math.ceil(CONTINUATION_BUDGET_MS / self.chunk_period_ms)),
+            input_clocked=self.input_clocked,
             server_vad=server_vad,
         )
 

@@ -23,7 +23,9 @@ ResponseStatus = Literal["in_progress", "completed", "cancelled", "failed", "inc
 ResponseEndReason = Literal[
     "stop", "barge_in", "client_cancelled", "turn_detected", "model_error", "continuation_limit"
 ]
-ListenReason = Literal["model_listen", "buffering", "silence_or_noise", "continuation_limit"]
+ListenReason = Literal[
+    "model_listen", "buffering", "silence_or_noise", "continuation_limit", "response_budget"
+]
 
 
 class ServerEventBase(BaseModel):
