@@ -8,10 +8,10 @@ tools and keeps no time; audio keeps flowing past it (it is not consulted on an 
 
 from __future__ import annotations
 
-import json
 from dataclasses import dataclass
 from typing import Literal
 
+from duplexkit.protocol.client_events import is_json_object
 from duplexkit.protocol.errors import ErrorCode, ProtocolError
 
 CallState = Literal["pending", "answered", "stale"]
@@ -91,11 +91,7 @@ class ToolLedger:
 
 def check_arguments(arguments: str) -> None:
     """`invalid_function_call` unless `arguments` is a JSON-encoded object (OpenAI's contract)."""
-    try:
-        value = json.loads(arguments)
-    except ValueError:
-        value = None
-    if not isinstance(value, dict):
+    if not is_json_object(arguments):
         raise ProtocolError(
             ErrorCode.INVALID_FUNCTION_CALL,
             "a function call's arguments must be a JSON-encoded object",

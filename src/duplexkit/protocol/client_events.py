@@ -13,6 +13,7 @@ from __future__ import annotations
 
 import base64
 import binascii
+import json
 import math
 from typing import Annotated, Any, Final, Literal, get_args
 
@@ -115,6 +116,14 @@ class FunctionTool(BaseModel):
     name: str = Field(min_length=1, max_length=64, pattern=r"^[A-Za-z0-9_-]+$")
     description: str | None = None
     parameters: dict[str, Any] | None = None
+
+
+def is_json_object(text: str) -> bool:
+    """Whether `text` is a JSON-encoded object (what a function call's `arguments` must be)."""
+    try:
+        return isinstance(json.loads(text), dict)
+    except (ValueError, RecursionError):
+        return False
 
 
 class ToolChoiceFunction(BaseModel):
