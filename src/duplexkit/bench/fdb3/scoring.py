@@ -2,7 +2,8 @@
 FDB-v3's own runner) by FDB-v3's rules (`metrics`), with the argument judge when one is named.
 
 `score_samples` reads each folder's result, pairs its calls with the scenario's expected calls, judges each
-pair once (the judge, else the exact-match rule, upstream's rule without `--use-llm`) and computes both of
+pair once (the judge, else the exact-match rule, upstream's rule without `--use-llm`; with the judge also
+the answer's response quality) and computes both of
 upstream's reports from the same verdicts: `evaluation` (`{provider}_evaluation_report.json`'s aggregates:
 tool selection, argument accuracy, turn taking, latency and interruptions, by domain and difficulty) and
 `pass_rate` (`{provider}_pass_rate_report.json`'s: Pass@1 and its breakdowns), plus duplexkit's own
