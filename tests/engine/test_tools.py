@@ -194,3 +194,15 @@ def test_listen_does_not_end_a_pending_call() -> None:
     h.step(h.unit(), _call(), at=1.0)
     h.step(h.unit(now=1.5), Listen(), at=2.0)  # audio keeps flowing; the model keeps listening
     assert error_codes(_output(h).events) == []
+
+
+def test_per_response_tools_are_refused_with_a_code_and_the_response_still_comes() -> None:
+    h = _harness()
+    step = h.send("response.create", response={"tools": [TIME], "tool_choice": "required"})
+    assert error_codes(step.events) == [ErrorCode.INVALID_VALUE]
+    assert only(step.events, "error").error.param == "response.tools"
+    [unit] = step.units
+    assert unit.final
+    # the session's own choice repeated (LiveKit sends it with every request) is no override
+    same = h.send("response.create", response={"tool_choice": "auto", "tools": [WEATHER]})
+    assert error_codes(same.events) == []

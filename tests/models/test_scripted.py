@@ -19,7 +19,16 @@ import pytest
 from hypothesis import given, settings
 from hypothesis import strategies as st
 
-from duplexkit.engine import EngineConfig, EngineSession, Fence, Listen, Speak, Unit
+from duplexkit.engine import (
+    EngineConfig,
+    EngineSession,
+    Fence,
+    FunctionOutput,
+    Interrupt,
+    Listen,
+    Speak,
+    Unit,
+)
 from duplexkit.models import load_model
 from duplexkit.models.base import ModelCapabilities, SamplingParams
 from duplexkit.models.scripted import (
@@ -436,3 +445,34 @@ def test_the_parameter_table_lists_every_setting_once_and_nothing_else() -> None
     assert len(names) == len(set(names)) and all(p.help for p in ScriptedModel.parameters)
     declared = {f.name for f in fields(ScriptedParams)}
     assert set(names) == declared | {"chunk_period_ms", "batch_size", "batch_wait_ms"}
+
+
+def test_tool_calls_answer_a_turn_then_the_outputs_are_spoken_on_response_create() -> None:
+    calls = [{"name": "get_weather", "arguments": {"city": "Paris"}}, {"name": "not_offered"}]
+    params = ScriptedParams.parse(
+        ScriptedParams(), {"tool_calls": json.dumps(calls), "reply": "It is {output}."}
+    )
+    policy = ScriptedPolicy(params, CAPS)
+    policy.tools = frozenset({"get_weather"})
+    assert isinstance(policy.decide(_unit(0.2, index=0)), Listen)
+    made = policy.decide(_unit(0.0, index=1))
+    assert isinstance(made, list) and [(c.name, c.arguments, c.end_of_turn) for c in made] == [
+        ("get_weather", '{"city": "Paris"}', True)  # only what the session offers; the last ends the turn
+    ]
+    output = FunctionOutput(made[0].call_id, "get_weather", made[0].arguments, "21 degrees")
+    waiting = replace(_unit(0.0, index=2), tool_outputs=(output,))
+    assert isinstance(policy.decide(waiting), Listen)  # the output alone asks for nothing
+    answer = policy.decide(_unit(0.0, index=3, ms=0, final=True))  # response.create
+    assert isinstance(answer, PlannedSegment) and "".join(answer.tokens) == "It is 21 degrees."
+
+
+def test_speech_while_a_call_waits_is_a_barge_in_and_no_tools_means_the_plain_reply() -> None:
+    params = ScriptedParams.parse(ScriptedParams(), {"tool_calls": '[{"name": "f"}]'})
+    policy = ScriptedPolicy(params, CAPS)
+    policy.tools = frozenset({"f"})
+    policy.decide(_unit(0.2, index=0))
+    assert isinstance(policy.decide(_unit(0.0, index=1)), list)
+    assert isinstance(policy.decide(_unit(0.2, index=2)), Interrupt)
+    plain = ScriptedPolicy(params, CAPS)  # the session offers nothing: tool_calls do not apply
+    plain.decide(_unit(0.2, index=0))
+    assert isinstance(plain.decide(_unit(0.0, index=1)), PlannedSegment)

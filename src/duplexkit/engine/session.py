@@ -385,11 +385,44 @@ class EngineSession:
         asks the model for its answer (function outputs the client sent ride it), and the response that
         answers echoes this request's `response.metadata`. While a response is active, nothing more is
         stepped (its metadata waits for the next response)."""
-        metadata = (event.response or {}).get("metadata")
+        options = event.response or {}
+        metadata = options.get("metadata")
         self._metadata = metadata if isinstance(metadata, dict) else None
-        if self._response is not None:
-            return Step()
-        return self._units([self._assembler.flush()], now)
+        step = Step()
+        overrides = self._tool_overrides(options)
+        if overrides:  # not served; said, never ignored silently: the session's own apply
+            message = f"per-response {' and '.join(overrides)} other than the session's are not served"
+            step.events.append(
+                se.error_event(
+                    ErrorCode.INVALID_VALUE,
+                    message,
+                    param=f"response.{overrides[0]}",
+                    event_id=event.event_id,
+                )
+            )
+        if self._response is None:
+            step.extend(self._units([self._assembler.flush()], now))
+        return step
+
+    def _tool_overrides(self, options: dict[str, Any]) -> list[str]:
+        """The `response.create` tool options that differ from the session's (LiveKit repeats the
+        session's `tool_choice` on every request: that is no override)."""
+        differ = []
+        tools = options.get("tools")
+        if tools is not None:
+            names = (
+                [t.get("name") if isinstance(t, dict) else None for t in tools or ()]
+                if isinstance(tools, list)
+                else None
+            )
+            if names != [tool.name for tool in self.settings.tools]:
+                differ.append("tools")
+        if "tool_choice" in options:
+            choice = self.settings.tool_choice
+            mine = choice if isinstance(choice, str) else {"type": "function", "name": choice.name}
+            if options["tool_choice"] != mine:
+                differ.append("tool_choice")
+        return differ
 
     def _cancel(self, response_id: str | None, now: float) -> Step:
         if self._response is None or (response_id is not None and response_id != self._response.id):

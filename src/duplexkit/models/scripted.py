@@ -265,7 +265,8 @@ class ScriptedSession(ModelSession):
         params = ScriptedParams.parse(self._plugin.params, extra_body)
         self.sampling = sampling
         self._policy.params = params
-        self._policy.tools = frozenset(tool.name for tool in sampling.tools)
+        offered = () if sampling.tool_choice == "none" else sampling.tools
+        self._policy.tools = frozenset(tool.name for tool in offered)
 
     def tools_refusal(self) -> str | None:
         return None  # it calls the functions of its `tool_calls` parameter that the session offers
