@@ -16,7 +16,11 @@ receive loop cannot parse: a GA session starts at 16 kHz input (`audio/pcm` rate
 names a rate, and Pipecat's `SessionCreatedEvent` allows only OpenAI's 24000; it prints
 `{"function_called_with": [], "said": "", "audio_bytes": 0}`. With the GA dialect's sessions started at
 24 kHz instead (`DIALECTS[Dialect.GA]`'s `input_sample_rate_hz=24_000`, as the beta dialect has; tried, not
-kept: the suite's raw GA clients send 16 kHz without naming it) the whole round trip runs unchanged:
+kept: the suite's raw GA clients send 16 kHz without naming it), and with a `response.create` that has no
+input answered on an empty final unit (Pipecat opens with one and holds every later `response.create`
+until its `response.done`; tried, not kept: after a commit, an OpenAI-protocol client's `response.create`
+then stepped a second final unit, which changed `talk --protocol webrtc`'s reply audio), the whole round
+trip ran unchanged:
 `{"function_called_with": [{"city": "Paris"}], "said": "It is \"21 degrees\".", "audio_bytes": 9120}`.
 
     PYTHONPATH=src .venv/bin/python benchmarks/pipecat_tools.py

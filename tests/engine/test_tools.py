@@ -198,6 +198,7 @@ def test_listen_does_not_end_a_pending_call() -> None:
 
 def test_per_response_tools_are_refused_with_a_code_and_the_response_still_comes() -> None:
     h = _harness()
+    h.append(300)
     step = h.send("response.create", response={"tools": [TIME], "tool_choice": "required"})
     assert error_codes(step.events) == [ErrorCode.INVALID_VALUE]
     assert only(step.events, "error").error.param == "response.tools"

@@ -381,10 +381,12 @@ class EngineSession:
         return Step(units=units)
 
     def _respond(self, event: ce.ResponseCreate, now: float) -> Step:
-        """`response.create`: answer now. The buffered input (possibly none) becomes a final unit, which
-        asks the model for its answer (function outputs the client sent ride it), and the response that
-        answers echoes this request's `response.metadata`. While a response is active, nothing more is
-        stepped (its metadata waits for the next response)."""
+        """`response.create`: answer now. The buffered input becomes a final unit, which asks the model for
+        its answer (function outputs the client sent ride it), and the response that answers echoes this
+        request's `response.metadata`. With nothing buffered, no outputs and no metadata to answer, nothing
+        is stepped (a duplex model answers input: the `response.create` OpenAI clients send after a commit
+        adds nothing; a request with metadata, LiveKit's `generate_reply`, is answered on an empty final
+        unit). Nothing is stepped while a response is active; its metadata then waits for the next one."""
         options = event.response or {}
         metadata = options.get("metadata")
         self._metadata = metadata if isinstance(metadata, dict) else None
@@ -400,7 +402,8 @@ class EngineSession:
                     event_id=event.event_id,
                 )
             )
-        if self._response is None:
+        asks = self._assembler.buffered_samples or self._outputs or self._metadata is not None
+        if self._response is None and asks:
             step.extend(self._units([self._assembler.flush()], now))
         return step
 
