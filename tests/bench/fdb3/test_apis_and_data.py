@@ -134,3 +134,22 @@ def test_the_builtin_set_is_fdb3s_layout_labelled_synthetic(
         assert names <= set(apis.DOMAINS[sample.split])
     scenarios = json.loads((tmp_path / "benchmark_data_v2.json").read_text())["scenarios"]
     assert [s["id"] for s in scenarios] == [s["id"] for s in builtin.SCENARIOS]
+
+
+def test_a_hub_dataset_id_reads_the_local_cache_only(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
+    monkeypatch.setenv("HF_HUB_CACHE", str(tmp_path / "hub"))
+    repo = tmp_path / "hub" / "datasets--someone--fdb-v3"
+    snapshot = repo / "snapshots" / "abc123"
+    scenario = {
+        "id": "finance_02",
+        "domain": "finance_billing",
+        "difficulty": "easy",
+        "expected_tool_calls": [],
+    }
+    _recording(snapshot / "fdb_v3_data_released", f"finance_02_{'0f' * 12}", scenario)
+    (repo / "refs").mkdir(parents=True)
+    (repo / "refs" / "main").write_text("abc123")
+    [sample] = load_dataset("someone/fdb-v3", Selection()).samples
+    assert (sample.example_id, sample.split) == ("finance_02", "finance_billing")
+    with pytest.raises(Fdb3DatasetError, match="never downloads"):
+        load_dataset("someone/not-cached", Selection())

@@ -1,5 +1,5 @@
 """FDB-v3 end to end through the CLI: one short recording in FDB-v3's layout, run in real time against the
-embedded scripted model (told the expected calls: `--oracle-calls`), the mock API run by our client, scored,
+embedded scripted model (over our protocol and OpenAI's GA dialect), the mock API run by our client, scored,
 reported; the run folder then scored by the stand-in for FDB-v3's own scorers to the same numbers."""
 
 from __future__ import annotations
@@ -35,13 +35,16 @@ SCENARIO = {
 }
 
 
+@pytest.mark.parametrize("protocol", ["duplex", "openai"])
 def test_bench_fdb3_runs_scores_and_reports(
-    tmp_path: Path, monkeypatch: pytest.MonkeyPatch, capsys: pytest.CaptureFixture[str]
+    tmp_path: Path, protocol: str, capsys: pytest.CaptureFixture[str]
 ) -> None:
+    """Our protocol with `--oracle-calls` (the expected calls ride `extra_body`), and OpenAI's GA dialect,
+    which carries no `extra_body`: the scripted model is given the same call as a model argument."""
     data = tmp_path / "data"
     folder = data / f"ecommerce_77_{SPEAKER}"
     folder.mkdir(parents=True)
-    speech = synth.buzz("Um where is my order B O B one two")
+    speech = synth.buzz("Um where is my order")
     silence = np.zeros(16_000 // 2, dtype=np.float32)
     # 0.5 s, the request, then room for the scripted model's turn end, the call and its spoken answer
     write_wav(
@@ -50,10 +53,14 @@ def test_bench_fdb3_runs_scores_and_reports(
     (folder / "metadata.json").write_text(json.dumps(SCENARIO))
     out = tmp_path / "run"
     args = ["bench", "--benchmark", "fdb3", "--dataset", str(data), "--out", str(out), "--model", "scripted"]
-    args += ["--model-arg", "reply=Your order {output}", "--oracle-calls", "--score", "--report"]
+    args += ["--model-arg", "reply=Your order {output}", "--protocol", protocol, "--score", "--report"]
+    if protocol == "duplex":
+        args += ["--oracle-calls"]
+    else:
+        args += ["--model-arg", 'tool_calls=[{"name": "track_order", "arguments": {"order_id": "BOB12"}}]']
     assert main(args) == 0
     printed = capsys.readouterr().out
-    assert "GPT-Realtime" in printed and "--oracle-calls" in printed
+    assert "GPT-Realtime" in printed and ("--oracle-calls" in printed) is (protocol == "duplex")
     recording = out / "ecommerce_support" / folder.name
     result = json.loads((recording / "result_duplexkit.json").read_text())
     assert set(result) >= FDB3_RESULT_FIELDS and result["status"] == "completed"
@@ -66,7 +73,8 @@ def test_bench_fdb3_runs_scores_and_reports(
     records = json.loads((recording / "tool_calls.json").read_text())
     assert records[0]["status"] == "answered" and json.loads(records[0]["output"])["order_id"] == "BOB12"
     scores = json.loads((out / "fdb3_scores.json").read_text())
-    assert scores["pass_rate"]["overall_pass_rate"] == 1.0 and scores["oracle_calls"] is True
+    assert scores["pass_rate"]["overall_pass_rate"] == 1.0
+    assert scores["oracle_calls"] is (protocol == "duplex")
     theirs = evaluate(out / "benchmark_data_v2.json", out, "duplexkit")
     assert (theirs["scored"], theirs["overall_pass_rate"], theirs["tool_selection_acc"]) == (1, 1.0, 1.0)
     assert theirs["avg_response_latency_s"] == scores["evaluation"]["latency"]["avg_response_latency_s"]

@@ -209,7 +209,8 @@ async def test_a_folder_of_fdb3_results_scores_as_fdb3s_scorers_score_it(tmp_pat
         warn=warnings.append,
     )
     assert scored.complete and not warnings
-    ours = json.loads((data / "fdb3_scores.json").read_text())
+    assert scored.written == data / "fdb3_scores_gpt_realtime.json"
+    ours = json.loads(scored.written.read_text())
     theirs = evaluate(tmp_path / "benchmark_data_v2.json", data, "gpt_realtime")
     by_metric, latency = ours["evaluation"]["by_metric"], ours["evaluation"]["latency"]
     assert theirs["scored"] == len(ours["samples"]) == 3
@@ -256,7 +257,7 @@ async def test_the_argument_judge_decides_through_an_openai_compatible_endpoint(
     scored = await BENCHMARK.folder_scorer.score(  # type: ignore[union-attr]
         data, settings, {"provider": "gpt_realtime"}, allow_invalid_clock=False, warn=lambda _: None
     )
-    scores = json.loads((data / "fdb3_scores.json").read_text())
+    scores = json.loads(scored.written.read_text())
     assert scores["judge"]["model"] == "judge-x" and "judge-x" in scored.text
     # travel_09 now passes: its ISO date was judged right; travel_10 still misses book_flight
     assert scores["pass_rate"]["overall_pass_rate"] == round(1 / 3, 3)

@@ -41,14 +41,13 @@ class Fdb3Scorer:
     ) -> FolderScores:
         from duplexkit.bench.fdb3 import scoring
 
-        scores = await scoring.score_folder(
-            root, judge, scoring.ScoreOptions.from_json(options), allow_invalid_clock=allow_invalid_clock
-        )
+        chosen = scoring.ScoreOptions.from_json(options)
+        scores = await scoring.score_folder(root, judge, chosen, allow_invalid_clock=allow_invalid_clock)
         for error in scores["errors"]:
             warn(f"{error['split']}/{error['id']}: [{error['error']}] {error['message']}")
         return FolderScores(
             text=scoring.format_summary(scores),
-            written=root / scoring.SCORES_FILE,
+            written=root / scoring.scores_file(chosen.provider),
             complete=not scores["errors"],
         )
 

@@ -17,9 +17,9 @@ the delay is drawn from a generator seeded by the example (upstream's jitter is 
 `asyncio.sleep` in the client, so the session's audio keeps flowing while a tool runs (upstream's blocking
 `time.sleep` runs in the agent's own process, where it also does not stop the room's audio).
 
-Every call is logged as FDB-v3 logs it (`{"function", "args", "timestamp_start", "timestamp_end"}`, the
-arguments with their defaults filled in), its times in seconds on the input timeline (the stream's clock,
-as FDB-v3's are relative to its `stream_start_time`).
+Every call the API answered is logged as FDB-v3 logs it (`{"function", "args", "timestamp_start",
+"timestamp_end"}`, the arguments with their defaults filled in), its times in seconds on the input
+timeline (the stream's clock, as FDB-v3's are relative to its `stream_start_time`).
 """
 
 from __future__ import annotations

@@ -24,11 +24,14 @@ def _extra(data: ReportData) -> str:
     except (OSError, ValueError, KeyError, TypeError):
         return '<p class="muted">No fdb3_scores.json: run <code>duplexkit score --benchmark fdb3</code>.</p>'
     keys = list(METRICS)
-    head = "".join(f'<th class="num">{esc(METRICS[k][0])} {METRICS[k][1]}</th>' for k in keys)
+    head = "".join(
+        f'<th class="num" title="{esc(METRICS[k][0])}">{esc(METRICS[k][2])} {METRICS[k][1]}</th>'
+        for k in keys
+    )
     rows = [
         "<tr><td><b>this run</b></td>"
         + "".join(f'<td class="num">{number(ours[k], 3)}</td>' for k in keys)
-        + f"<td>{esc(str(scores.get('judge', {}).get('model')))}</td></tr>"
+        + "<td>duplexkit</td></tr>"
     ]
     for row in PUBLISHED:
         rows.append(
@@ -43,9 +46,11 @@ def _extra(data: ReportData) -> str:
         else "<div class=\"note\">Published numbers come from the systems' own runs through FDB-v3's "
         "LiveKit runner and gpt-4o judge; docs/fdb3.md lists where duplexkit measures differently.</div>"
     )
+    judge = f'<p class="muted">This run\'s judge: {esc(str(scores.get("judge", {}).get("model")))}.</p>'
     return (
         "<h3>Full-Duplex-Bench v3: published numbers beside this run</h3>"
         + note
+        + judge
         + f"<table><tr><th>system</th>{head}<th>source</th></tr>"
         + "".join(rows)
         + "</table>"

@@ -2,7 +2,8 @@
 FDB-v3's own runner) by FDB-v3's rules (`metrics`), with the argument judge when one is named.
 
 `score_samples` reads each folder's result, pairs its calls with the scenario's expected calls, judges each
-pair once (the judge, else the exact-match rule, upstream's rule without `--use-llm`) and computes both of
+pair once (the judge, else the exact-match rule, upstream's rule without `--use-llm`; with the judge also
+the answer's response quality) and computes both of
 upstream's reports from the same verdicts: `evaluation` (`{provider}_evaluation_report.json`'s aggregates:
 tool selection, argument accuracy, turn taking, latency and interruptions, by domain and difficulty) and
 `pass_rate` (`{provider}_pass_rate_report.json`'s: Pass@1 and its breakdowns), plus duplexkit's own
@@ -32,6 +33,8 @@ if TYPE_CHECKING:
     from duplexkit.bench.judge.settings import JudgeSettings
 
 SCORES_FILE = "fdb3_scores.json"
+"""The scores of duplexkit's results (`result_duplexkit.json`); another provider's go to
+`fdb3_scores_<provider>.json` (`scores_file`), so scoring them never replaces a run's own."""
 LATENCIES = ("first_response_s", "tool_call_s", "task_completion_s")
 MEANS = ("tool_selection", "argument", "pass_at_1", "turn_take", "latency_s", "interruption")
 """The per-domain means the shared report shows (`report`)."""
@@ -54,6 +57,11 @@ class SampleError(Exception):
     def __init__(self, code: str, message: str) -> None:
         super().__init__(message)
         self.code = code
+
+
+def scores_file(provider: str) -> str:
+    """Where the scores of `provider`'s results are written in the scored folder."""
+    return SCORES_FILE if provider == "duplexkit" else f"fdb3_scores_{provider}.json"
 
 
 def read_result(sample: Sample, provider: str) -> dict[str, Any]:
@@ -259,13 +267,13 @@ def _s(value: float | None) -> str:
 
 
 async def score_dir(root: Path, options: ScoreOptions, judge: ArgumentJudge | None = None) -> dict[str, Any]:
-    """Score every recording folder under `root`: `fdb3_scores.json`, upstream's two report files and
-    (for a run folder) `scores/`."""
+    """Score every recording folder under `root`: `fdb3_scores.json` (`scores_file`), upstream's two
+    report files and (for a run folder, scoring its own results) `scores/`."""
     from duplexkit.bench.artifacts import write_json_atomic
 
     samples, _ = find_samples(data_root(root), options.scenarios)
     scores = await score_samples(samples, options, judge)
-    write_json_atomic(root / SCORES_FILE, scores)
+    write_json_atomic(root / scores_file(options.provider), scores)
     name = scores["judge"].get("model")
     evaluation = {"benchmark_name": f"FDB-v3 scored by duplexkit ({name})", **scores["evaluation"]}
     write_json_atomic(
@@ -276,7 +284,7 @@ async def score_dir(root: Path, options: ScoreOptions, judge: ArgumentJudge | No
     write_json_atomic(
         root / f"{options.provider}_pass_rate_report.json", passing | {"scenario_results": scores["samples"]}
     )
-    if (root / "run.json").is_file():
+    if (root / "run.json").is_file() and options.provider == "duplexkit":  # the run's own results
         write_run_scores(root, scores)
     return scores
 

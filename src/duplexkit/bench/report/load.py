@@ -135,6 +135,8 @@ def _selection(value: Any) -> str | None:
             parts.append(f"limit: {'none' if limit is None else limit}")
         elif isinstance(raw, list):
             parts.append(f"{key}: {', '.join(_strs(raw)) or 'all'}")
+        elif isinstance(raw, bool) or raw is None:  # a switch, or an option left unset
+            parts.append(f"{key}: {'none' if raw is None else 'yes' if raw else 'no'}")
         else:
             parts.append(f"{key}: {_str(raw) or 'unknown'}")
     return " · ".join(parts)
