@@ -293,8 +293,10 @@ def test_audio_deltas_carry_the_audio_and_cumulative_audio_text_marks() -> None:
     events = h.step(h.unit(), speak("Hello ", 1000), speak("world.", 500, end_of_turn=True), at=1.0)
     first, second = [e for e in events if e.type == "response.output_audio.delta"]
     assert first.sample_rate_hz == OUT_RATE
-    assert len(decode_base64_audio(first.delta, "pcm16")) == OUT_RATE
-    assert decode_base64_audio(first.delta, "pcm16")[0] == pytest.approx(0.1, abs=1e-4)
+    assert first.audio is not None and len(first.audio.decode()) == OUT_RATE  # samples, not base64 yet
+    rendered = first.model_dump()["delta"]  # base64 where a JSON socket renders it
+    assert len(decode_base64_audio(rendered, "pcm16")) == OUT_RATE
+    assert decode_base64_audio(rendered, "pcm16")[0] == pytest.approx(0.1, abs=1e-4)
     assert first.metadata.audio_duration_ms == pytest.approx(1000.0)
     assert second.metadata.audio_duration_ms == pytest.approx(1500.0)
     assert [(m.text_chars, m.audio_end_ms) for m in first.metadata.audio_text_marks] == [(6, 1000.0)]
@@ -718,7 +720,7 @@ def test_an_unknown_item_is_an_error_that_leaves_the_session_running() -> None:
 def test_audio_deltas_are_base64_pcm16_by_default() -> None:
     h = Harness()
     events = h.step(h.unit(), speak("Hi", 10), at=1.0)
-    raw = base64.b64decode(only(events, "response.output_audio.delta").delta)
+    raw = base64.b64decode(only(events, "response.output_audio.delta").model_dump()["delta"])
     assert len(raw) == 2 * 240
 
 

@@ -88,7 +88,7 @@ def test_a_g711_reply_is_8khz_of_the_replys_own_length_and_pitch(beta: str, fmt:
     events = _reply(h, _tone(1000.0, 1.5, MODEL_OUT), pieces=5)
     deltas = [e for e in events if e.type == "response.output_audio.delta"]
     assert {d.sample_rate_hz for d in deltas} == {PHONE}
-    audio = b"".join(base64.b64decode(d.delta) for d in deltas)
+    audio = b"".join(d.audio.data for d in deltas)
     assert len(audio) == round(1.5 * PHONE)  # 1 byte a sample: exactly the reply's 1.5 s at 8 kHz
     samples = decode_audio(audio, fmt)
     assert abs(_peak_hz(samples, PHONE) - 1000.0) <= 2.0
@@ -103,7 +103,7 @@ def test_a_reply_ended_by_listening_still_sends_the_resamplers_last_samples() ->
     unit = h.unit()
     events = h.step(unit, Speak(tokens=("Hi",), audio=_tone(500.0, 0.5, MODEL_OUT)), at=1.0)
     events += h.step(h.unit(1.0), Listen(), at=2.0)
-    audio = b"".join(base64.b64decode(e.delta) for e in events if e.type == "response.output_audio.delta")
+    audio = b"".join(e.audio.data for e in events if e.type == "response.output_audio.delta")
     assert len(audio) == round(0.5 * PHONE)
     assert only(events, "response.done").response.status == "completed"
 
@@ -116,7 +116,7 @@ def test_pcm_output_at_a_named_rate_is_resampled_to_it() -> None:
     events = _reply(h, _tone(1000.0, 1.0, MODEL_OUT), pieces=3)
     deltas = [e for e in events if e.type == "response.output_audio.delta"]
     assert {d.sample_rate_hz for d in deltas} == {16_000}
-    assert sum(len(base64.b64decode(d.delta)) for d in deltas) == 2 * 16_000
+    assert sum(len(d.audio.data) for d in deltas) == 2 * 16_000
 
 
 @pytest.mark.parametrize(

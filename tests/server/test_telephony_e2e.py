@@ -57,24 +57,39 @@ def _sdk(server: EmbeddedServer) -> AsyncOpenAI:
 
 
 async def _converse(connection: Any, speech: bytes, delta_type: str) -> tuple[str, bytes, float, Any]:
-    """Send `speech` in 20 ms appends, then read until the reply is done: (what the server heard, the
-    reply's audio bytes, the reply's length the server reports in ms, the done event)."""
-    for offset in range(0, len(speech), FRAME):
-        await connection.input_audio_buffer.append(
-            audio=base64.b64encode(speech[offset : offset + FRAME]).decode()
-        )
+    """Send `speech` in 20 ms appends, then silence, as a phone line does (in real time, 100 ms at a
+    time), until the reply is done: (what the server heard, the reply's audio bytes, the reply's length the
+    server reports in ms, the done event)."""
+
+    async def line() -> None:
+        loop = asyncio.get_running_loop()
+        start, sent = loop.time(), 0
+        audio = speech + b"\xff" * (60 * PHONE_RATE)  # then a minute of mu-law silence, at most
+        for offset in range(0, len(audio), 5 * FRAME):
+            for frame in range(offset, min(offset + 5 * FRAME, len(audio)), FRAME):
+                await connection.input_audio_buffer.append(
+                    audio=base64.b64encode(audio[frame : frame + FRAME]).decode()
+                )
+            sent += 5 * FRAME
+            await asyncio.sleep(max(0.0, start + sent / PHONE_RATE - loop.time()))
+
+    sender = asyncio.create_task(line())
     heard, audio = "", bytearray()
-    async with asyncio.timeout(60):
-        async for event in connection:
-            if event.type == "conversation.item.input_audio_transcription.completed":
-                heard = event.transcript
-            elif event.type == delta_type:
-                audio += base64.b64decode(event.delta)
-            elif event.type == "error":
-                raise AssertionError(event.error)
-            elif event.type == "response.done":
-                metrics = (event.model_extra or {}).get("response_request_metrics") or {}
-                return heard, bytes(audio), float(metrics.get("output_audio_ms") or 0.0), event
+    try:
+        async with asyncio.timeout(60):
+            async for event in connection:
+                if event.type == "conversation.item.input_audio_transcription.completed":
+                    heard = event.transcript
+                elif event.type == delta_type:
+                    audio += base64.b64decode(event.delta)
+                elif event.type == "error":
+                    raise AssertionError(event.error)
+                elif event.type == "response.done":
+                    metrics = (event.model_extra or {}).get("response_request_metrics") or {}
+                    return heard, bytes(audio), float(metrics.get("output_audio_ms") or 0.0), event
+    finally:
+        sender.cancel()
+        await asyncio.gather(sender, return_exceptions=True)
     raise AssertionError("the connection ended before the reply was done")
 
 

@@ -22,7 +22,7 @@ from duplexkit.engine.playback import CommitPolicy, PlaybackLedger
 from duplexkit.engine.units import Unit
 from duplexkit.protocol import client_events as ce
 from duplexkit.protocol import server_events as se
-from duplexkit.protocol.audio import FORMAT_RATE_HZ, AudioFormat, StreamingResampler, encode_base64_audio
+from duplexkit.protocol.audio import FORMAT_RATE_HZ, AudioFormat, EncodedAudio, StreamingResampler
 from duplexkit.protocol.errors import ErrorCode, ProtocolError
 from duplexkit.protocol.units import UnitGrid, ms_to_samples, samples_to_ms
 
@@ -655,10 +655,10 @@ class EngineSession:
         """One audio delta of `response`: `audio` at its output rate, in its format; `mark` is where the
         playback ledger put its end (text chars, audio ms)."""
         text_chars, audio_end_ms = mark
-        return se.ResponseOutputAudioDelta(
+        return se.ResponseOutputAudioDelta.of_audio(
+            EncodedAudio.of_samples(audio, response.output_format),
             response_id=response.id,
             item_id=response.item_id,
-            delta=encode_base64_audio(audio, response.output_format),
             sample_rate_hz=response.output_rate_hz,
             metadata=se.AudioDeltaMetadata(
                 audio_duration_ms=audio_end_ms,

@@ -10,9 +10,9 @@ from __future__ import annotations
 
 from typing import Annotated, Any, Literal, get_args
 
-from pydantic import BaseModel, ConfigDict, Field
+from pydantic import BaseModel, ConfigDict, Field, PrivateAttr, field_serializer
 
-from duplexkit.protocol.audio import AudioFormat
+from duplexkit.protocol.audio import AudioFormat, EncodedAudio
 from duplexkit.protocol.client_events import TurnDetection
 from duplexkit.protocol.errors import ERROR_SPECS, ErrorCode, ErrorType
 
@@ -350,12 +350,39 @@ class _ContentDelta(ServerEventBase):
 
 
 class ResponseOutputAudioDelta(_ContentDelta):
+    """A piece of reply audio. The engine builds it around the samples in the session's output format
+    (`of_audio`); they become base64 only where a JSON socket renders the event (the `delta` it writes),
+    and an in-process edge (Moshi, a WebRTC track) takes `audio` as it is."""
+
     type: Literal["response.output_audio.delta"] = "response.output_audio.delta"
     delta: str
+    """The audio as base64, as a JSON socket carries it (empty on an event built by `of_audio`, whose
+    dump writes it from `audio`)."""
     sample_rate_hz: int
     metadata: AudioDeltaMetadata
     unit_end_ms: float | None = None
     """End, on the input media clock, of the unit whose step produced this delta."""
+
+    _audio: EncodedAudio | None = PrivateAttr(default=None)
+
+    @classmethod
+    def of_audio(cls, audio: EncodedAudio, **fields: Any) -> ResponseOutputAudioDelta:
+        event = cls(delta="", **fields)
+        private = event.__pydantic_private__
+        assert private is not None  # the model declares a private attribute, so pydantic sets the dict
+        private["_audio"] = audio
+        return event
+
+    @property
+    def audio(self) -> EncodedAudio | None:
+        """The audio in the session's output format, not base64 (`None`: an event read from JSON text)."""
+        private = self.__pydantic_private__
+        return None if private is None else private["_audio"]
+
+    @field_serializer("delta")
+    def _delta_text(self, delta: str) -> str:
+        audio = self.audio
+        return delta if audio is None else audio.to_base64()
 
 
 class ResponseOutputAudioTranscriptDelta(_ContentDelta):

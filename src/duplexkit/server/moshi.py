@@ -1,10 +1,12 @@
 """`/api/chat`: the Moshi protocol in front of any duplexkit model.
 
-`MoshiSocket` stands between the edge's `Connection` and an unchanged `SessionRunner`: the runner reads
-canonical JSON events and writes canonical JSON events, and this edge translates both ways.
+`MoshiSocket` stands between the edge's `Connection` and the session's runner as an in-process edge
+(`edge.EventSocket`): it hands the runner typed client events and takes the session's event objects, so a
+frame's audio goes from Opus to samples to the model and back with no JSON or base64 in between.
 
-* In: Ogg-Opus audio (kind 1) becomes `input_audio_buffer.append` at 24 kHz on the input's media clock;
-  control end-turn (kind 3, 1) becomes a commit; pings, metadata and other controls are accepted and
+* In: Ogg-Opus audio (kind 1) becomes an `input_audio_buffer.append` of the decoded samples
+  (`InputAudioBufferAppend.of_audio`, PCM16 at 24 kHz) on the input's media clock; control end-turn
+  (kind 3, 1) becomes a commit; pings, metadata and other controls are accepted and
   ignored. A frame that is not Moshi protocol (unknown kind, bytes that are not Ogg, text from the client,
   a text WebSocket message) is answered with a kind 5 error and the connection is kept.
 * Out: the handshake (kind 0) when the session is ready (`session.created`); then one continuous stream of
@@ -14,21 +16,24 @@ canonical JSON events and writes canonical JSON events, and this edge translates
   frame; a cancelled reply (barge-in) drops what was not played yet. `error` events become kind 5 frames.
 
 The first event the runner reads is a `session.update` built from the query (see `moshi.map_query`):
-24 kHz PCM16 input, model-native turns, playback counted as heard when sent (Moshi has no playback acks).
+24 kHz PCM16 input, model-native turns, playback counted as heard when sent (Moshi has no playback acks);
+a query the session object refuses is the runner's coded error instead (a kind 5 frame).
 """
 
 from __future__ import annotations
 
 import asyncio
-import json
 import logging
 from collections import deque
 from typing import Any
 
 import numpy as np
 
+from duplexkit.protocol import client_events as ce
 from duplexkit.protocol import moshi
-from duplexkit.protocol.audio import decode_base64_audio, encode_base64_audio, resample
+from duplexkit.protocol import server_events as se
+from duplexkit.protocol.audio import EncodedAudio, resample
+from duplexkit.protocol.errors import ProtocolError
 from duplexkit.protocol.units import samples_to_ms
 from duplexkit.server.edge import Connection
 
@@ -36,11 +41,16 @@ log = logging.getLogger("duplexkit.server")
 
 
 class MoshiSocket:
-    """The WebSocket as the runner sees it (`receive`, `send_text`, `close`), speaking Moshi on the wire."""
+    """The runner's socket for one `/api/chat` connection (`edge.EventSocket`), speaking Moshi on the wire.
+    `session`: the opening `session.update`'s session object (`session_from_query`)."""
 
     def __init__(self, websocket: Connection, session: dict[str, Any]) -> None:
         self.ws = websocket
-        self._first: str | None = json.dumps({"type": "session.update", "session": session})
+        self._first: ce.ClientEventBase | ProtocolError | None
+        try:
+            self._first = ce.validate_client_event({"type": "session.update", "session": session})
+        except ProtocolError as exc:
+            self._first = exc
         self._decoder = moshi.OpusDecoder()
         self._encoder = moshi.OpusEncoder()
         self._send_lock = asyncio.Lock()
@@ -50,11 +60,11 @@ class MoshiSocket:
         self._reply: deque[tuple[np.ndarray[Any, np.dtype[np.float32]], str]] = deque()
         self._reply_offset = 0
 
-    async def receive(self) -> str | None:
-        """The next canonical event for the runner, as JSON text (`None`: the client is gone)."""
+    async def receive_event(self) -> ce.ClientEventBase | ProtocolError | None:
+        """The client's next event for the runner (`None`: the client is gone)."""
         if self._first is not None:
-            text, self._first = self._first, None
-            return text
+            first, self._first = self._first, None
+            return first
         while True:
             message = await self.ws.receive()
             if message is None:
@@ -64,37 +74,35 @@ class MoshiSocket:
                 continue
             event = await self._on_frame(message)
             if event is not None:
-                return json.dumps(event)
+                return event
 
-    async def send_text(self, text: str) -> None:
-        """One canonical event from the runner, rendered as Moshi frames (or kept for the output clock)."""
-        event = json.loads(text)
-        kind = event.get("type")
-        if kind == "session.created":
+    async def send_event(self, event: se.ServerEventBase) -> None:
+        """One of the session's events, rendered as Moshi frames (or kept for the output clock); the rest
+        have no Moshi form and are dropped."""
+        if isinstance(event, se.SessionCreated):
             self._ready = True
             await self._send(moshi.handshake())
-        elif kind == "response.output_audio.delta":
-            rate = int(event.get("sample_rate_hz") or moshi.SAMPLE_RATE_HZ)
-            samples = decode_base64_audio(event["delta"], "pcm16")
-            if rate != moshi.SAMPLE_RATE_HZ:
-                samples = resample(samples, rate, moshi.SAMPLE_RATE_HZ)
+        elif isinstance(event, se.ResponseOutputAudioDelta):
+            assert event.audio is not None  # the engine's deltas hold their audio
+            samples = event.audio.decode()
+            if event.sample_rate_hz != moshi.SAMPLE_RATE_HZ:
+                samples = resample(samples, event.sample_rate_hz, moshi.SAMPLE_RATE_HZ)
             self._reply.append((samples, ""))
-        elif kind == "response.output_audio_transcript.delta" and event.get("delta"):
+        elif isinstance(event, se.ResponseOutputAudioTranscriptDelta) and event.delta:
             # The engine sends a unit's audio, then its transcript: the piece rides with that audio.
             started = len(self._reply) == 1 and self._reply_offset > 0
             if self._reply and not started and not self._reply[-1][1]:
                 samples, _ = self._reply.pop()
-                self._reply.append((samples, event["delta"]))
+                self._reply.append((samples, event.delta))
             else:  # its audio already started going out (or there is none): send the piece now
-                await self._send(moshi.frame(moshi.Kind.TEXT, event["delta"].encode()))
-        elif kind == "response.output_text.delta" and event.get("delta"):
-            await self._send(moshi.frame(moshi.Kind.TEXT, event["delta"].encode()))
-        elif kind == "response.done" and event.get("response", {}).get("status") == "cancelled":
+                await self._send(moshi.frame(moshi.Kind.TEXT, event.delta.encode()))
+        elif isinstance(event, se.ResponseOutputTextDelta) and event.delta:
+            await self._send(moshi.frame(moshi.Kind.TEXT, event.delta.encode()))
+        elif isinstance(event, se.ResponseDone) and event.response.status == "cancelled":
             self._reply.clear()  # barge-in or cancel: what was not played yet is never said
             self._reply_offset = 0
-        elif kind == "error":
-            error = event.get("error", {})
-            await self._error(f"{error.get('code')}: {error.get('message')}")
+        elif isinstance(event, se.Error):
+            await self._error(f"{event.error.code.value}: {event.error.message}")
 
     @property
     def close_code(self) -> int | None:
@@ -105,7 +113,7 @@ class MoshiSocket:
 
     # --- internals ------------------------------------------------------------------------------------
 
-    async def _on_frame(self, data: bytes) -> dict[str, Any] | None:
+    async def _on_frame(self, data: bytes) -> ce.ClientEventBase | None:
         try:
             kind, payload = moshi.parse_frame(data)
         except moshi.MoshiFrameError as exc:
@@ -114,12 +122,12 @@ class MoshiSocket:
         if kind is moshi.Kind.AUDIO:
             return await self._audio(payload)
         if kind is moshi.Kind.CONTROL and payload[:1] == bytes([moshi.Control.END_TURN]):
-            return {"type": "input_audio_buffer.commit"}
+            return ce.InputAudioBufferCommit()
         if kind in (moshi.Kind.TEXT, moshi.Kind.HANDSHAKE, moshi.Kind.ERROR):
             await self._error(f"a client does not send kind {int(kind)} ({kind.name.lower()}) frames")
         return None  # ping, metadata, other controls: nothing to do
 
-    async def _audio(self, payload: bytes) -> dict[str, Any] | None:
+    async def _audio(self, payload: bytes) -> ce.InputAudioBufferAppend | None:
         samples, problem = self._decoder.decode(payload)
         if problem is not None:
             await self._error(problem)
@@ -129,13 +137,13 @@ class MoshiSocket:
         self._input_samples += len(samples)
         end_ms = samples_to_ms(self._input_samples, moshi.SAMPLE_RATE_HZ)
         await self._advance_output()
-        return {
-            "type": "input_audio_buffer.append",
-            "audio": encode_base64_audio(samples, "pcm16"),
-            "sample_rate_hz": moshi.SAMPLE_RATE_HZ,
-            "duration_ms": end_ms - start_ms,
-            "audio_end_ms": end_ms,
-        }
+        # PCM16, as a JSON client's append carries it: the model hears what it would hear on /v1/realtime.
+        return ce.InputAudioBufferAppend.of_audio(
+            EncodedAudio.of_samples(samples, "pcm16"),
+            sample_rate_hz=moshi.SAMPLE_RATE_HZ,
+            duration_ms=end_ms - start_ms,
+            audio_end_ms=end_ms,
+        )
 
     async def _advance_output(self) -> None:
         """Send one output frame per whole input frame received so far: reply audio, else silence."""

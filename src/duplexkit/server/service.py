@@ -36,7 +36,14 @@ from duplexkit.protocol.wire import ServerEventStamper
 from duplexkit.server import webrtc
 from duplexkit.server.auth import is_authorized, presented_keys
 from duplexkit.server.batching import BatchScheduler
-from duplexkit.server.edge import MAX_POST_BYTES, Connection, HttpRequest, HttpResponse, WebSocketRoute
+from duplexkit.server.edge import (
+    MAX_POST_BYTES,
+    Connection,
+    EventSocket,
+    HttpRequest,
+    HttpResponse,
+    WebSocketRoute,
+)
 from duplexkit.server.manager import SessionManager, Slot
 from duplexkit.server.metrics import ServerMetrics
 from duplexkit.server.moshi import MoshiSocket, session_from_query
@@ -224,7 +231,7 @@ class DuplexServer:
     async def _twilio(self, connection: Connection) -> None:
         """`/v1/twilio/stream`: a phone call's Media Stream (see `server.twilio`), same admission and
         metrics; the session opens on the stream's `start` and ends on its `stop`."""
-        socket = TwilioSocket(connection, TwilioStream(self.config.twilio.session), self.metrics)
+        socket = TwilioSocket(connection, TwilioStream(self.config.twilio.session))
 
         async def refuse(message: str) -> None:
             log.warning("twilio stream refused: %s", message)  # Twilio reads no error message
@@ -260,7 +267,7 @@ class DuplexServer:
     async def _admit_and_run(
         self,
         connection: Connection,
-        socket: SessionSocket,
+        socket: SessionSocket | EventSocket,
         refuse: Callable[[str], Awaitable[None]],
         *,
         dialect: Dialect,
@@ -310,7 +317,7 @@ class DuplexServer:
     def _start_session(
         self,
         slot: Slot,
-        socket: SessionSocket,
+        socket: SessionSocket | EventSocket,
         config: EngineConfig,
         *,
         dialect: Dialect,
@@ -368,7 +375,7 @@ class DuplexServer:
         try:
             dialect = select_dialect(request.query, request.headers)
             offer = parse_offer(request.headers.get("content-type", ""), request.body)
-            opening = opening_update(offer.session, config.input_sample_rate_hz, dialect)
+            opening = opening_update(offer.session, config.input_sample_rate_hz)
         except ValueError as exc:
             return _http_error(400, ErrorCode.INVALID_VALUE, str(exc), "dialect")
         except ProtocolError as exc:
@@ -384,7 +391,7 @@ class DuplexServer:
                 opening,
                 dialect=dialect,
                 input_rate_hz=config.input_sample_rate_hz,
-                output_rate_hz=config.output_sample_rate_hz,
+                max_event_bytes=self.config.limits.max_event_bytes,
                 metrics=self.metrics,
                 connect_timeout_s=self.config.limits.config_timeout_s,
             )

@@ -38,7 +38,7 @@ from dataclasses import dataclass, field
 from typing import Any, Final
 
 from duplexkit.protocol import client_events as ce
-from duplexkit.protocol.audio import AudioDecodeError, decode_base64_payload
+from duplexkit.protocol.audio import AudioDecodeError, EncodedAudio, decode_base64_payload
 from duplexkit.protocol.errors import ErrorCode, ProtocolError
 
 SAMPLE_RATE_HZ: Final = 8_000
@@ -214,13 +214,9 @@ class TwilioStream:
         gap_ms = _timestamp(media) - self._input_ms if "timestamp" in media else 0.0
         if gap_ms > GAP_SLACK_MS:
             audio = MULAW_SILENCE * round(gap_ms * BYTES_PER_MS) + audio
-            payload = base64.b64encode(audio).decode("ascii")
         self._input_ms += len(audio) / BYTES_PER_MS
-        append = ce.InputAudioBufferAppend.from_plain(
-            {"type": "input_audio_buffer.append", "audio": payload}, "g711_ulaw"
-        )
-        assert append is not None  # the payload decoded above
-        out.events.append(append)
+        # the payload as it came, in the session's format: no base64 or JSON on the way to the runner
+        out.events.append(ce.InputAudioBufferAppend.of_audio(EncodedAudio(audio, "g711_ulaw")))
 
     def _echo(self, message: dict[str, Any], out: Output) -> None:
         name = _section(message, "mark").get("name")
