@@ -17,6 +17,7 @@ from duplexkit.client import SessionBounds
 from duplexkit.client.collector import Placement
 from duplexkit.client.protocols import PROTOCOLS, detect_protocol
 from duplexkit.client.reconnect import ResumePolicy
+from duplexkit.protocol.audio import AudioFormat
 
 DEADLINE_MARGIN_S = 5.0
 """What the attempt's outer deadline adds to the sum of its inner bounds (scheduling, media conversion)."""
@@ -47,6 +48,9 @@ class RunConfig:
     placement: Placement | None = None
     """Where output sits on the input timeline (`collector.Placement`; `None`: the protocol's default,
     `concatenated` for Moshi as Full-Duplex-Bench's client does, else `arrival`)."""
+    audio_format: AudioFormat = "pcm16"
+    """The audio on the wire both ways: `pcm16`, or telephone audio (`g711_ulaw`, `g711_alaw`: 8 kHz), as
+    a phone line carries it (tau-Voice benchmarks at 8 kHz mu-law)."""
 
     def resume_policy(self) -> ResumePolicy | None:
         """The client's resume policy for this run's sessions (duplex protocol only; others cannot)."""

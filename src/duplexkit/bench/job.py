@@ -23,6 +23,7 @@ from duplexkit.client.collector import Placement
 from duplexkit.client.results import Pace
 from duplexkit.client.session import SessionBounds
 from duplexkit.models import ModelPlugin
+from duplexkit.protocol.audio import AudioFormat
 
 EXIT_OK, EXIT_FAILED = 0, 1
 
@@ -48,6 +49,8 @@ class BenchJob:
     api_key: str | None = None
     protocol: str = "auto"
     placement: Placement | None = None
+    audio_format: AudioFormat = "pcm16"
+    """The audio on the wire (`RunConfig.audio_format`)."""
     """Where output sits on the input timeline (`None`: the protocol's default)."""
     pace: Pace = "realtime"
     fps: float = 1.0
@@ -92,6 +95,7 @@ async def run_job(job: BenchJob) -> int:
             extra_body=job.extra_body,
             protocol=job.protocol,
             placement=job.placement,
+            audio_format=job.audio_format,
         )
         run_info: dict[str, Any] = {
             "benchmark": job.benchmark.name,

@@ -86,6 +86,7 @@ def connect(config: RunConfig) -> DuplexClient:
         open_timeout_s=config.bounds.open_timeout_s,
         resume=config.resume_policy(),
         placement=config.placement,
+        audio_format=config.audio_format,
     )
 
 

@@ -62,6 +62,7 @@ async def run_attempt(
         open_timeout_s=bounds.open_timeout_s,
         resume=config.resume_policy(),
         placement=config.placement,
+        audio_format=config.audio_format,
     ) as client:
         samples = np.frombuffer(media.pcm16, dtype="<i2").astype(np.float32) / 32768.0
         try:
