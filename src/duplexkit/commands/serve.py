@@ -79,7 +79,8 @@ def register(commands: argparse._SubParsersAction[argparse.ArgumentParser]) -> N
         metavar="TOKEN",
         default=os.environ.get("TWILIO_AUTH_TOKEN"),
         help="the Twilio account's auth token: requests without Twilio's valid X-Twilio-Signature are "
-        "refused (default: $TWILIO_AUTH_TOKEN; without one the Twilio routes take an API key as the others do)",
+        "refused (default: $TWILIO_AUTH_TOKEN; without one the Twilio routes take an API key as the "
+        "others do)",
     )
     phone.add_argument(
         "--twilio-session",
