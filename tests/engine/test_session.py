@@ -208,8 +208,11 @@ def test_commit_is_answered_with_committed_and_flushes_the_residual_as_a_final_u
     h = Harness()
     h.append(1400)
     step = h.send("input_audio_buffer.commit", is_speech=False)
-    [committed] = step.events
+    committed, added, done = step.events
     assert committed.type == "input_audio_buffer.committed"
+    # OpenAI's order: the user item is announced after the commit, so clients know it before a reply
+    assert (added.type, done.type) == ("conversation.item.added", "conversation.item.done")
+    assert added.item.id == committed.item_id and added.previous_item_id == committed.previous_item_id
     assert committed.audio_end_ms == pytest.approx(1400.0)
     [unit] = step.units
     assert unit.final
@@ -232,7 +235,9 @@ def test_response_create_flushes_buffered_input_for_the_model() -> None:
     [unit] = h.send("response.create").units
     assert unit.final
     assert len(unit.samples) == 300 * IN_RATE // 1000
-    assert h.send("response.create").units == []  # nothing buffered, nothing to step
+    # nothing buffered: still asked to answer now (OpenAI's response.create), on an empty final unit
+    [empty] = h.send("response.create").units
+    assert empty.final and len(empty.samples) == 0
 
 
 def test_append_flags_ride_on_the_units() -> None:

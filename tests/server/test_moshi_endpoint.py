@@ -22,7 +22,7 @@ import pytest
 import sphn
 import websockets
 
-from duplexkit.models import ModelPlugin
+from duplexkit.models import ModelPlugin, load_model
 from duplexkit.protocol import client_events as ce
 from duplexkit.protocol import server_events as se
 from duplexkit.protocol import wire
@@ -34,6 +34,12 @@ from duplexkit.server.moshi import MoshiSocket, session_from_query
 RATE = 24_000
 FRAME = 1_920
 REPLY = "This is a scripted reply."
+
+
+@pytest.fixture
+def plugin() -> ModelPlugin:
+    """A scripted model on Moshi's 80 ms frames: `/api/chat` sends an output frame per frame it steps."""
+    return load_model("scripted", {"first_output_ms": "50", "token_ms": "5", "chunk_period_ms": "80"})
 
 
 def _clip(speech_s: float = 1.5, silence_s: float = 3.0) -> np.ndarray:
@@ -210,30 +216,36 @@ class _FakeWebSocket:
 
 
 async def test_a_cancelled_reply_stops_at_once_and_the_stream_goes_on_in_silence() -> None:
-    writer = sphn.OpusStreamWriter(RATE)
-    frames = [b"\x01" + writer.append_pcm(np.zeros(FRAME, dtype=np.float32)) for _ in range(6)]
-    ws = _FakeWebSocket(frames)
+    """One output frame per stepped frame (each decision's `unit_end_ms`): reply audio with its piece right
+    after it, as `moshi.server` sends them, then silence for the listens after a cancel."""
+    ws = _FakeWebSocket([])
     socket = MoshiSocket(ws, session_from_query({}))  # type: ignore[arg-type]
     assert isinstance(socket, EventSocket)  # the in-process edge contract: typed events both ways
     assert isinstance(await socket.receive_event(), ce.SessionUpdate)
     await socket.send_event(se.SessionCreated.model_construct(session=None))
     ids = {"response_id": "r", "item_id": "i"}
-    reply = EncodedAudio.of_samples(_clip(2.0, 0.0), "pcm16")  # 2 s of reply tone, as the engine holds it
-    metadata = se.AudioDeltaMetadata(audio_duration_ms=2000.0, end_of_turn=False, audio_text_marks=[])
-    await socket.send_event(
-        se.ResponseOutputAudioDelta.of_audio(reply, sample_rate_hz=RATE, metadata=metadata, **ids)
-    )
-    await socket.send_event(se.ResponseOutputAudioTranscriptDelta(delta="Hi", **ids))
-    for _ in range(3):  # three input frames: three reply frames, the text piece before the first
-        append = await socket.receive_event()
-        assert isinstance(append, ce.InputAudioBufferAppend) and len(append.payload) == FRAME
+    tone = _clip(2.0, 0.0)
+    metadata = se.AudioDeltaMetadata(audio_duration_ms=80.0, end_of_turn=False, audio_text_marks=[])
+    for k in range(3):  # three frames of a reply, the text piece right after the first
+        audio = EncodedAudio.of_samples(tone[k * FRAME : (k + 1) * FRAME], "pcm16")
+        end_ms = 80.0 * (k + 1)
+        await socket.send_event(
+            se.ResponseOutputAudioDelta.of_audio(
+                audio, sample_rate_hz=RATE, metadata=metadata, unit_end_ms=end_ms, **ids
+            )
+        )
+        if k == 0:
+            await socket.send_event(
+                se.ResponseOutputAudioTranscriptDelta(delta="Hi", unit_end_ms=end_ms, **ids)
+            )
     done = se.ResponseDone(response=se.ResponseInfo(id="r", status="cancelled"))
     await socket.send_event(done)
-    for _ in range(3):
-        await socket.receive_event()
+    listening = se.ListenInfo(metadata=se.ListenMetadata(reason="model_listen", model_listen=True))
+    for k in range(3, 6):
+        await socket.send_event(se.ResponseListen(response=listening, unit_end_ms=80.0 * (k + 1)))
     reader = sphn.OpusStreamReader(RATE)
     kinds = [m[0] for m in ws.sent]
-    assert kinds[:3] == [0, 2, 1] and ws.sent[1] == b"\x02Hi"
+    assert kinds[:3] == [0, 1, 2] and ws.sent[2] == b"\x02Hi"
     pcm = np.concatenate([reader.append_bytes(m[1:]) for m in ws.sent if m[0] == 1])
     rms = _frame_rms(pcm)
     assert len(rms) == 6 and all(v > 0.05 for v in rms[1:3]) and all(v < 0.01 for v in rms[4:]), rms

@@ -14,7 +14,7 @@ import numpy as np
 
 from duplexkit.bench.retry import AttemptOutcome
 from duplexkit.client import SessionBounds
-from duplexkit.client.collector import Placement
+from duplexkit.client.collector import Placement, SentenceTiming
 from duplexkit.client.protocols import PROTOCOLS, detect_protocol
 from duplexkit.client.reconnect import ResumePolicy
 from duplexkit.protocol.audio import AudioFormat
@@ -51,6 +51,9 @@ class RunConfig:
     audio_format: AudioFormat = "pcm16"
     """The audio on the wire both ways: `pcm16`, or telephone audio (`g711_ulaw`, `g711_alaw`: 8 kHz), as
     a phone line carries it (tau-Voice benchmarks at 8 kHz mu-law)."""
+    sentence_timing: SentenceTiming = "audio"
+    """How Omni-DuplexEval sentences are timed (`collector.SentenceTiming`): `audio`, the span of their own
+    audio, or `arrival`, their deltas' arrival as vLLM-Omni's runner times them."""
 
     def resume_policy(self) -> ResumePolicy | None:
         """The client's resume policy for this run's sessions (duplex protocol only; others cannot)."""

@@ -106,6 +106,28 @@ TurnDetection = Annotated[
 """What a server-side turn detector is configured with; a config without `type` is `server_vad`."""
 
 
+class FunctionTool(BaseModel):
+    """A function the model may call (OpenAI's flat realtime shape); `parameters` is a JSON Schema object."""
+
+    model_config = ConfigDict(extra="allow")
+
+    type: Literal["function"] = "function"
+    name: str = Field(min_length=1, max_length=64, pattern=r"^[A-Za-z0-9_-]+$")
+    description: str | None = None
+    parameters: dict[str, Any] | None = None
+
+
+class ToolChoiceFunction(BaseModel):
+    """`tool_choice` naming one function the model must call."""
+
+    type: Literal["function"] = "function"
+    name: str
+
+
+ToolChoice = Literal["auto", "none", "required"] | ToolChoiceFunction
+"""`auto` (the model decides), `none` (no calls), `required` (a call in every response), or one function."""
+
+
 class SessionConfig(BaseModel):
     """The `session` object of `session.update`; every field optional so an update changes only what it names.
 
@@ -131,12 +153,23 @@ class SessionConfig(BaseModel):
     idle_timeout_s: FiniteFloat | None = Field(None, gt=0)
     overlap_policy: Literal["listen_only", "barge_in_on_speech"] | None = None
     playback_commit_policy: Literal["commit_all_on_done", "ack_only"] | None = None
+    tools: list[FunctionTool] | None = None
+    """The functions the model may call (an empty list clears them); MCP tools are not served."""
+    tool_choice: ToolChoice | None = None
     extra_body: dict[str, Any] | None = None
 
     @field_validator("input_audio_format", "output_audio_format", mode="before")
     @classmethod
     def _known_format(cls, value: object) -> object:
         return _audio_format(value) if isinstance(value, str) else value
+
+    @field_validator("tool_choice", mode="before")
+    @classmethod
+    def _function_by_name(cls, value: object) -> object:
+        """The beta API's `tool_choice` is a string: a function's name where it is not a mode."""
+        if isinstance(value, str) and value not in ("auto", "none", "required"):
+            return {"type": "function", "name": value}
+        return value
 
     @model_validator(mode="before")
     @classmethod

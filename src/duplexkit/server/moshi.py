@@ -10,10 +10,12 @@ frame's audio goes from Opus to samples to the model and back with no JSON or ba
   ignored. A frame that is not Moshi protocol (unknown kind, bytes that are not Ogg, text from the client,
   a text WebSocket message) is answered with a kind 5 error and the connection is kept.
 * Out: the handshake (kind 0) when the session is ready (`session.created`); then one continuous stream of
-  80 ms Ogg-Opus frames, one per 80 ms of input received: reply audio when the model has some queued,
-  silence while it listens, so a client that builds its output by concatenation stays on the input's
-  timeline. Each reply delta's transcript goes out as a kind 2 text piece just before its first audio
-  frame; a cancelled reply (barge-in) drops what was not played yet. `error` events become kind 5 frames.
+  80 ms Ogg-Opus frames, one per 80 ms of input the model has stepped (as `moshi.server` sends each
+  frame's audio right after its step): reply audio when the model has some queued, silence while it
+  listens, so a client that builds its output by concatenation stays on the input's timeline. The model's
+  decisions say how far it has stepped (`unit_end_ms` of each `response.listen` and audio delta). Each
+  reply delta's transcript goes out as a kind 2 text piece after its audio frame, as `moshi.server` sends
+  them; a cancelled reply (barge-in) drops what was not played yet. `error` events become kind 5 frames.
 
 The first event the runner reads is a `session.update` built from the query (see `moshi.map_query`):
 24 kHz PCM16 input, model-native turns, playback counted as heard when sent (Moshi has no playback acks);
@@ -34,7 +36,7 @@ from duplexkit.protocol import moshi
 from duplexkit.protocol import server_events as se
 from duplexkit.protocol.audio import EncodedAudio, resample
 from duplexkit.protocol.errors import ProtocolError
-from duplexkit.protocol.units import samples_to_ms
+from duplexkit.protocol.units import ms_to_samples, samples_to_ms
 from duplexkit.server.edge import Connection
 
 log = logging.getLogger("duplexkit.server")
@@ -55,6 +57,11 @@ class MoshiSocket:
         self._encoder = moshi.OpusEncoder()
         self._send_lock = asyncio.Lock()
         self._input_samples = 0
+        self._decided_samples = 0
+        """Input the model has stepped (its decisions' `unit_end_ms`): the output stream follows it."""
+        self._held_ms: float | None = None
+        """A decision whose audio spans several frames waits for its transcript (which the engine sends
+        right after it) so the piece goes out with the first of them, not after the last."""
         self._frames_out = 0
         self._ready = False
         self._reply: deque[tuple[np.ndarray[Any, np.dtype[np.float32]], str]] = deque()
@@ -87,15 +94,24 @@ class MoshiSocket:
             samples = event.audio.decode()
             if event.sample_rate_hz != moshi.SAMPLE_RATE_HZ:
                 samples = resample(samples, event.sample_rate_hz, moshi.SAMPLE_RATE_HZ)
+            await self._release_held()
             self._reply.append((samples, ""))
+            if len(samples) > moshi.FRAME_SAMPLES:  # a long unit: its transcript rides its first frame
+                self._held_ms = event.unit_end_ms
+            else:
+                await self._decided(event.unit_end_ms)
+        elif isinstance(event, se.ResponseListen):
+            await self._release_held()
+            await self._decided(event.unit_end_ms)
         elif isinstance(event, se.ResponseOutputAudioTranscriptDelta) and event.delta:
             # The engine sends a unit's audio, then its transcript: the piece rides with that audio.
             started = len(self._reply) == 1 and self._reply_offset > 0
             if self._reply and not started and not self._reply[-1][1]:
                 samples, _ = self._reply.pop()
                 self._reply.append((samples, event.delta))
-            else:  # its audio already started going out (or there is none): send the piece now
+            else:  # its audio already went out (or there is none): the piece follows it, as moshi.server's
                 await self._send(moshi.frame(moshi.Kind.TEXT, event.delta.encode()))
+            await self._release_held()
         elif isinstance(event, se.ResponseOutputTextDelta) and event.delta:
             await self._send(moshi.frame(moshi.Kind.TEXT, event.delta.encode()))
         elif isinstance(event, se.ResponseDone) and event.response.status == "cancelled":
@@ -136,7 +152,6 @@ class MoshiSocket:
         start_ms = samples_to_ms(self._input_samples, moshi.SAMPLE_RATE_HZ)
         self._input_samples += len(samples)
         end_ms = samples_to_ms(self._input_samples, moshi.SAMPLE_RATE_HZ)
-        await self._advance_output()
         # PCM16, as a JSON client's append carries it: the model hears what it would hear on /v1/realtime.
         return ce.InputAudioBufferAppend.of_audio(
             EncodedAudio.of_samples(samples, "pcm16"),
@@ -145,11 +160,23 @@ class MoshiSocket:
             audio_end_ms=end_ms,
         )
 
+    async def _release_held(self) -> None:
+        if self._held_ms is not None:
+            held, self._held_ms = self._held_ms, None
+            await self._decided(held)
+
+    async def _decided(self, unit_end_ms: float | None) -> None:
+        """The model has stepped the input up to `unit_end_ms`: send the output frames now due."""
+        if unit_end_ms is None:
+            return
+        self._decided_samples = max(self._decided_samples, ms_to_samples(unit_end_ms, moshi.SAMPLE_RATE_HZ))
+        await self._advance_output()
+
     async def _advance_output(self) -> None:
-        """Send one output frame per whole input frame received so far: reply audio, else silence."""
+        """Send one output frame per whole input frame the model has stepped: reply audio, else silence."""
         if not self._ready:
             return
-        due = self._input_samples // moshi.FRAME_SAMPLES
+        due = self._decided_samples // moshi.FRAME_SAMPLES
         while self._frames_out < due:
             self._frames_out += 1
             pcm, texts = self._next_output_frame()

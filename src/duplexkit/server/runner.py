@@ -31,10 +31,10 @@ import math
 import secrets
 import time
 from collections import deque
-from collections.abc import Callable
+from collections.abc import Callable, Mapping
 from dataclasses import dataclass, field
 from functools import partial
-from typing import Protocol
+from typing import Any, Protocol
 
 from duplexkit import vad
 from duplexkit.engine import EngineSession, Step, Unit
@@ -266,6 +266,8 @@ class SessionRunner:
         self._vad_config: ce.TurnDetection | None = None
         self._done = asyncio.Event()
         self.close_reason: str | None = None
+        self._close_code = 1000
+        """How the session's socket closes: 1008 when its opening was refused, else normally."""
         self._stepper: asyncio.Task[None] | None = None
         self._decision_due: float | None = None
         """When the decision the stepper awaits is overdue (`None`: it awaits none)."""
@@ -463,7 +465,7 @@ class SessionRunner:
             attachment.writer.cancel()
             await asyncio.gather(attachment.writer, return_exceptions=True)
         with contextlib.suppress(Exception):
-            await asyncio.wait_for(attachment.ws.close(1000), self.limits.close_timeout_s)
+            await asyncio.wait_for(attachment.ws.close(self._close_code), self.limits.close_timeout_s)
         attachment.ended.set()
 
     @staticmethod
@@ -617,14 +619,28 @@ class SessionRunner:
         return None
 
     async def _update_session(self, event: ce.SessionUpdate, now: float) -> None:
+        opening = not self.engine.started
         previous = (self.model.sampling, dict(self.engine.settings.extra_body))
         if not self._configure_model(event) or not await self._prepare_model(event.event_id):
+            if opening:
+                self._refuse_opening()
             return
         step = self.engine.handle(event, now)
         if any(isinstance(e, se.Error) for e in step.events):  # the engine refused it: undo the model's part
             self.model.configure(*previous)
         self._apply(step)
+        if opening and not self.engine.started:
+            self._refuse_opening()
+            return
         self._wake_ticker()
+
+    def _refuse_opening(self) -> None:
+        """The settings a session was to open with (`autostart=0`: `/api/chat`'s query, a call's offer, a
+        client's first `session.update`) were refused: its coded error is out; the session ends, the
+        socket closes with 1008 (policy) and the slot is free at once, never held by a session that
+        cannot start."""
+        self._close_code = 1008
+        self._finish("opening_refused")
 
     def _resume_event(self, event: ce.SessionEventAck | ce.SessionResume) -> None:
         """`session.event_ack` trims the journal; `session.resume` is only valid as a connection's first."""
@@ -657,27 +673,9 @@ class SessionRunner:
         return True
 
     def _configure_model(self, event: ce.SessionUpdate) -> bool:
-        update = event.session
-        sampling = self.model.sampling.with_overrides(
-            temperature=update.temperature,
-            max_tokens=update.max_tokens,
-            instructions=update.instructions,
-            voice=update.voice,
-        )
-        try:
-            extra = self.engine.settings.extra_body if update.extra_body is None else update.extra_body
-            self.model.configure(sampling, extra)
-        except ValueError as exc:
-            self._apply(
-                self.engine.protocol_error(
-                    ProtocolError(
-                        ErrorCode.INVALID_VALUE,
-                        f"session.extra_body: {exc}",
-                        param="session.extra_body",
-                        event_id=event.event_id,
-                    )
-                )
-            )
+        refusal = configure_model(self.model, self.engine.settings.extra_body, event)
+        if refusal is not None:
+            self._apply(self.engine.protocol_error(refusal))
             return False
         return True
 
@@ -933,6 +931,37 @@ class SessionRunner:
             self.close_reason = reason
             log.info("session %s: closing (%s)", self.engine.session_id, reason)
         self._done.set()
+
+
+def configure_model(
+    model: ModelSession, extra_body: Mapping[str, Any], event: ce.SessionUpdate
+) -> ProtocolError | None:
+    """Give the model the update's sampling, tools and `extra_body` (`extra_body`: the session's so far,
+    kept when the update has none); what it refuses, as the update's coded error."""
+    update = event.session
+    refusal = model.tools_refusal() if update.tools else None
+    if refusal is not None:
+        return ProtocolError(
+            ErrorCode.TOOLS_UNSUPPORTED, refusal, param="session.tools", event_id=event.event_id
+        )
+    sampling = model.sampling.with_overrides(
+        temperature=update.temperature,
+        max_tokens=update.max_tokens,
+        instructions=update.instructions,
+        voice=update.voice,
+        tools=update.tools,
+        tool_choice=update.tool_choice,
+    )
+    try:
+        model.configure(sampling, extra_body if update.extra_body is None else update.extra_body)
+    except ValueError as exc:
+        return ProtocolError(
+            ErrorCode.INVALID_VALUE,
+            f"session.extra_body: {exc}",
+            param="session.extra_body",
+            event_id=event.event_id,
+        )
+    return None
 
 
 async def refuse(websocket: SessionSocket, error: ProtocolError, dialect: Dialect) -> None:

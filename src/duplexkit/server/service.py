@@ -19,6 +19,7 @@ import dataclasses
 import importlib.util
 import json
 import logging
+import time
 from collections.abc import Awaitable, Callable, Mapping
 from dataclasses import dataclass, field
 from typing import Literal
@@ -28,7 +29,9 @@ from duplexkit import __version__
 from duplexkit.engine import EngineConfig, EngineSession
 from duplexkit.engine.journal import ResumeConfig
 from duplexkit.models import ModelPlugin
+from duplexkit.protocol import client_events as ce
 from duplexkit.protocol import moshi
+from duplexkit.protocol import server_events as se
 from duplexkit.protocol.dialects import DIALECTS, Dialect, select_dialect
 from duplexkit.protocol.errors import ERROR_SPECS, ErrorCode, ProtocolError
 from duplexkit.protocol.server_events import error_event
@@ -49,7 +52,13 @@ from duplexkit.server.metrics import ServerMetrics
 from duplexkit.server.moshi import MoshiSocket, session_from_query
 from duplexkit.server.playground import playground_pages
 from duplexkit.server.resume import ResumeRegistry, is_resume, read_first
-from duplexkit.server.runner import FirstMessage, RunnerLimits, SessionRunner, SessionSocket
+from duplexkit.server.runner import (
+    FirstMessage,
+    RunnerLimits,
+    SessionRunner,
+    SessionSocket,
+    configure_model,
+)
 from duplexkit.server.ticker import SessionTicker
 from duplexkit.server.twilio import voice
 from duplexkit.server.twilio.edge import TwilioSocket
@@ -383,6 +392,12 @@ class DuplexServer:
         slot = self.manager.try_admit()
         if slot is None:
             return _http_error(429, ErrorCode.SESSION_CAPACITY_EXHAUSTED, self._capacity_message())
+        refusal = await self._opening_refusal(opening, config)
+        if (
+            refusal is not None
+        ):  # answered before any call exists: never a 201 for a session that cannot start
+            self.manager.release(slot)
+            return _http_error(400, refusal.code, refusal.message, refusal.param)
         from duplexkit.server.webrtc.call import WebRTCCall
 
         try:
@@ -403,6 +418,24 @@ class DuplexServer:
             return _http_error(500, ErrorCode.INTERNAL_ERROR, "the session failed to start")
         headers = {"Location": f"/v1/realtime/calls/{slot.session_id}"}
         return HttpResponse(201, answer.encode(), "application/sdp", headers)
+
+    async def _opening_refusal(self, event: ce.SessionUpdate, config: EngineConfig) -> ProtocolError | None:
+        """Try a call's opening `session.update` on a fresh engine and a probe model session, as its runner
+        will apply it: the coded error it would be refused with, or `None`."""
+        probe = self.plugin.new_session()
+        try:
+            refusal = configure_model(probe, {}, event)
+        finally:
+            await probe.aclose()
+        if refusal is not None:
+            return refusal
+        engine = EngineSession("opening-check", config)
+        for error in engine.handle(event, time.monotonic()).events:
+            if isinstance(error, se.Error):
+                return ProtocolError(
+                    ErrorCode(error.error.code), error.error.message, param=error.error.param
+                )
+        return None
 
     async def _live(
         self, runner: SessionRunner, slot: Slot, autostart: bool, first: FirstMessage | None
