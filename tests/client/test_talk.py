@@ -241,3 +241,61 @@ def test_an_unreadable_video_is_a_usage_error(speech_wav: Path, tmp_path: Path) 
     bogus = tmp_path / "not.mp4"
     bogus.write_text("hello")
     assert cli("talk", "--input", str(speech_wav), "--video", str(bogus), "--out", str(tmp_path / "o")) == 2
+
+
+@pytest.mark.parametrize(("flag", "protocol"), [("pcmu", "duplex"), ("pcma", "openai-beta")])
+def test_talk_at_telephone_quality_sends_g711_at_8khz_and_hears_the_reply_at_its_length(
+    speech_wav: Path, tmp_path: Path, flag: str, protocol: str
+) -> None:
+    out = tmp_path / "out"
+    assert (
+        cli(
+            "talk",
+            "--input",
+            str(speech_wav),
+            "--out",
+            str(out),
+            "--format",
+            flag,
+            "--protocol",
+            protocol,
+            *FAST,
+        )
+        == 0
+    )
+    timing = json.loads((out / "timing.json").read_text())
+    fmt = {"pcmu": "g711_ulaw", "pcma": "g711_alaw"}[flag]
+    assert timing["failure"] is None and timing["audio_format"] == fmt
+    assert timing["capabilities"]["input_sample_rate_hz"] == 8_000
+    assert timing["capabilities"]["output_sample_rate_hz"] == 8_000
+    events = json.loads((out / "events.json").read_text())
+    deltas = [
+        e["event"]
+        for e in events
+        if e["event"]["type"] in ("response.audio.delta", "response.output_audio.delta")
+    ]
+    # the scripted reply: 60 ms a character, as 8 kHz G.711 (one byte a sample), not a 24 kHz stream
+    assert sum(d["delta_bytes"] for d in deltas) == round(len("This is a scripted reply.") * 0.060 * 8_000)
+    sentences = json.loads((out / "transcript.json").read_text())
+    assert [s["sentence"] for s in sentences] == ["This is a scripted reply."]
+    audio, _ = read_wav(out / "output.wav")
+    assert np.abs(audio).max() > 0.05
+
+
+def test_talk_refuses_a_telephone_format_on_a_protocol_that_carries_its_own_audio(
+    speech_wav: Path, tmp_path: Path
+) -> None:
+    assert (
+        cli(
+            "talk",
+            "--input",
+            str(speech_wav),
+            "--out",
+            str(tmp_path),
+            "--format",
+            "pcmu",
+            "--protocol",
+            "moshi",
+        )
+        == 2
+    )

@@ -108,3 +108,43 @@ def test_chunk_ms_defaults_to_one_moshi_frame_for_the_moshi_protocol_and_placeme
     # an Omni-DuplexEval option: another benchmark refuses it
     fdb = ["bench", "--benchmark", "fdb", "--dataset", "builtin", "--out", str(tmp_path / "f"), *FAST]
     assert main([*fdb, "--sentence-timing", "arrival"]) == 2
+
+
+def test_a_run_at_telephone_quality_records_its_format_and_a_format_the_protocol_cannot_carry_is_refused(
+    tmp_path: Path,
+) -> None:
+    out = tmp_path / "run"
+    assert (
+        main(
+            [
+                "bench",
+                "--dataset",
+                "builtin",
+                "--out",
+                str(out),
+                *FAST,
+                "--audio-format",
+                "pcmu",
+            ]
+        )
+        == 0
+    )
+    run = json.loads((out / "run.json").read_text())
+    assert run["config"]["audio_format"] == "g711_ulaw"
+    [meta_path] = out.glob("records/*/*.meta.json")
+    meta = json.loads(meta_path.read_text())
+    assert meta["status"] == "published" and meta["audio_format"] == "g711_ulaw", meta
+    refused = tmp_path / "refused"
+    argv = [
+        "bench",
+        "--dataset",
+        "builtin",
+        "--out",
+        str(refused),
+        *FAST,
+        "--audio-format",
+        "pcmu",
+        "--protocol",
+        "moshi",
+    ]
+    assert main(argv) == 2

@@ -232,6 +232,39 @@ def test_g711_encodes_reference_values(fmt: AudioFormat, linear: int, code: int)
     assert encode_audio(int16_as_float(np.array([linear], np.int16)), fmt) == bytes([code])
 
 
+def _itu_g711_tables() -> dict[str, dict[int, int]]:
+    """Every code's decoder output, from ITU-T G.711 Tables 1a/2a (segment s, interval q within it), in the
+    int16 domain. mu-law: output (2q + 33) * 2^s - 33 on the 8159 scale (x4), character = (sign, s, q) with
+    every bit inverted, positive with the sign bit set. A-law: output 2q + 1 in segment 0, else
+    (2q + 33) * 2^(s - 1), on the 4096 scale (x8), character = (sign, s, q) with the even bits inverted
+    (XOR 0x55), positive with the sign bit set. Written from the standard's tables, not from the codec."""
+    ulaw: dict[int, int] = {}
+    alaw: dict[int, int] = {}
+    for s in range(8):
+        for q in range(16):
+            mu = 4 * (((2 * q + 33) << s) - 33)
+            ulaw[0xFF ^ (0x80 | s << 4 | q) ^ 0x80] = mu  # positive: sign bit 1 before inversion
+            ulaw[0xFF ^ (s << 4 | q) ^ 0x80] = -mu
+            a = 8 * (2 * q + 1 if s == 0 else (2 * q + 33) << (s - 1))
+            alaw[(0x80 | s << 4 | q) ^ 0x55] = a
+            alaw[(s << 4 | q) ^ 0x55] = -a
+    return {"g711_ulaw": ulaw, "g711_alaw": alaw}
+
+
+@pytest.mark.parametrize("fmt", ["g711_ulaw", "g711_alaw"])
+def test_g711_decodes_every_code_to_the_itu_table_and_encodes_each_output_back_to_its_code(
+    fmt: AudioFormat,
+) -> None:
+    table = _itu_g711_tables()[fmt]
+    assert len(table) == 256
+    codes = bytes(sorted(table))
+    np.testing.assert_array_equal(decode_to_int16(codes, fmt), [table[c] for c in codes])
+    for code, linear in table.items():
+        if linear == 0 and fmt == "g711_ulaw":
+            continue  # mu-law has two zeros (0xFF, 0x7F); the encoder sends +0 (0xFF), tested above
+        assert encode_audio(int16_as_float(np.array([linear], np.int16)), fmt) == bytes([code])
+
+
 @pytest.mark.parametrize("fmt", ["g711_ulaw", "g711_alaw"])
 def test_g711_codes_differing_only_in_the_sign_bit_decode_to_opposite_values(fmt: AudioFormat) -> None:
     decoded = decode_to_int16(bytes(range(256)), fmt)

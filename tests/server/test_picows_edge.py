@@ -89,7 +89,7 @@ async def test_a_chosen_subprotocol_the_client_did_not_offer_is_not_answered(
 ) -> None:
     """The edge answers `Sec-WebSocket-Protocol` only with a protocol the client offered (RFC 6455 §4.2.2):
     a client is bound to fail a handshake that names another."""
-    monkeypatch.setattr(picows.duplex, "authorize", lambda headers: "realtime")
+    monkeypatch.setattr(picows.duplex, "authorize", lambda headers, route="realtime": "realtime")
     ws = await websockets.connect(picows.url)
     assert ws.subprotocol is None
     assert json.loads(await ws.recv())["type"] == "session.created"

@@ -21,6 +21,7 @@ from duplexkit.client import CloseResult, DuplexClient, SessionBounds, SessionEr
 from duplexkit.client.collector import EventCollector, Placement, SentenceTiming
 from duplexkit.client.protocols import PROTOCOLS, detect_protocol
 from duplexkit.client.reconnect import ResumePolicy
+from duplexkit.protocol.audio import AudioFormat
 from duplexkit.protocol.errors import ErrorCode
 
 DEADLINE_MARGIN_S = 5.0
@@ -52,14 +53,17 @@ class RunConfig:
     placement: Placement | None = None
     """Where output sits on the input timeline (`collector.Placement`; `None`: the protocol's default,
     `concatenated` for Moshi as Full-Duplex-Bench's client does, else `arrival`)."""
+    audio_format: AudioFormat = "pcm16"
+    """The audio on the wire both ways: `pcm16`, or telephone audio (`g711_ulaw`, `g711_alaw`: 8 kHz), as
+    a phone line carries it (tau-Voice benchmarks at 8 kHz mu-law)."""
     sentence_timing: SentenceTiming = "audio"
     """How Omni-DuplexEval sentences are timed (`collector.SentenceTiming`): `audio`, the span of their own
     audio, or `arrival`, their deltas' arrival as vLLM-Omni's runner times them."""
 
     def client(self, bounds: SessionBounds | None = None, **overrides: Any) -> DuplexClient:
         """The client of one attempt, as every benchmark opens it: this run's server, key, model,
-        protocol, resume policy and output placement, the connect bounded by `bounds` (default: the
-        run's). `overrides` are further `DuplexClient` options, or replace these."""
+        protocol, resume policy, output placement and audio format, the connect bounded by `bounds`
+        (default: the run's). `overrides` are further `DuplexClient` options, or replace these."""
         options: dict[str, Any] = {
             "api_key": self.api_key,
             "model": self.model,
@@ -67,6 +71,7 @@ class RunConfig:
             "open_timeout_s": (bounds or self.bounds).open_timeout_s,
             "resume": self.resume_policy(),
             "placement": self.placement,
+            "audio_format": self.audio_format,
         }
         return DuplexClient(self.url, **(options | overrides))
 
@@ -186,11 +191,13 @@ def record_responses(collector: EventCollector, outcome: AttemptOutcome) -> None
 
 def client_record(client: DuplexClient) -> dict[str, Any]:
     """What every sample records about its client whatever the benchmark: where its output was placed on
-    the input timeline (`audio_placement`), the model the server said served the session (`server_model`,
-    from `session.created`; `None` when it named none) and what the wire protocol counted (`wire`, Moshi's
+    the input timeline (`audio_placement`), the audio on the wire (`audio_format`: `pcm16`, or G.711 at
+    telephone quality), the model the server said served the session (`server_model`, from
+    `session.created`; `None` when it named none) and what the wire protocol counted (`wire`, Moshi's
     frames)."""
     record: dict[str, Any] = {
         "audio_placement": client.collector.placement,
+        "audio_format": client.audio_format,
         "server_model": client.server_model,
     }
     wire = client.protocol.wire_report()

@@ -23,6 +23,7 @@ from duplexkit.client.collector import Placement, SentenceTiming
 from duplexkit.client.results import Pace
 from duplexkit.client.session import SessionBounds
 from duplexkit.models import ModelPlugin
+from duplexkit.protocol.audio import AudioFormat
 
 EXIT_OK, EXIT_FAILED = 0, 1
 
@@ -51,6 +52,8 @@ class BenchJob:
     api_key: str | None = None
     protocol: str = "auto"
     placement: Placement | None = None
+    audio_format: AudioFormat = "pcm16"
+    """The audio on the wire (`RunConfig.audio_format`)."""
     """Where output sits on the input timeline (`None`: the protocol's default)."""
     sentence_timing: SentenceTiming = "audio"
     """How Omni-DuplexEval sentences are timed (`RunConfig.sentence_timing`)."""
@@ -97,6 +100,7 @@ async def run_job(job: BenchJob) -> int:
             extra_body=job.extra_body,
             protocol=job.protocol,
             placement=job.placement,
+            audio_format=job.audio_format,
             sentence_timing=job.sentence_timing,
         )
         run_info: dict[str, Any] = {

@@ -58,7 +58,7 @@ from duplexkit.client.reconnect import FINAL_RESUME_CODES, ResumePolicy, ResumeS
 from duplexkit.client.results import CloseResult, DrainResult, Pace, StreamReport
 from duplexkit.client.tools import ToolBox, ToolCallRecord, ToolCallTracker
 from duplexkit.protocol import client_events as ce
-from duplexkit.protocol.audio import encode_audio, resample
+from duplexkit.protocol.audio import AudioFormat, decode_audio, encode_audio, resample
 from duplexkit.protocol.units import MediaClock, chunk_samples, ms_to_samples, samples_to_ms
 
 if TYPE_CHECKING:
@@ -102,6 +102,11 @@ class _Outgoing:
     """Its frames' numbers in the session's frame order, once written with a resume policy."""
 
 
+G711_PROTOCOLS = ("duplex", "openai", "openai-beta")
+"""Protocols that carry G.711 (telephone) audio; Moshi's Opus frames and a WebRTC call's tracks carry
+their own."""
+
+
 class DuplexClient:
     """`async with DuplexClient(url) as client:` connects; leaving the block stops the tasks and closes the
     socket (use `close()` first for an orderly `session.close`).
@@ -122,12 +127,21 @@ class DuplexClient:
         resume: ResumePolicy | None = None,
         rng: random.Random | None = None,
         placement: Placement | None = None,
+        audio_format: AudioFormat = "pcm16",
         tools: ToolBox | None = None,
         tool_timeout_s: float | None = None,
         sentence_timing: SentenceTiming = "audio",
     ) -> None:
         self.protocol = protocol_for(protocol, url) if isinstance(protocol, str) else protocol
         """The wire protocol; a name (`auto` detects it from the URL) or an adapter."""
+        if audio_format != "pcm16" and self.protocol.name not in G711_PROTOCOLS:
+            raise ValueError(
+                f"the {self.protocol.name} protocol carries its own audio; {audio_format} needs one of "
+                + ", ".join(G711_PROTOCOLS)
+            )
+        self.audio_format: AudioFormat = audio_format
+        """The audio on the wire both ways: `pcm16`, or G.711 (`g711_ulaw`, `g711_alaw`: telephone audio at
+        8 kHz; the client converts the clip it streams and decodes the replies)."""
         if resume is not None and not isinstance(self.protocol, DuplexProtocol):
             raise ValueError(f"session resume needs the duplex protocol, not {self.protocol.name}")
         self.url = self.protocol.url(url, model=model)
@@ -137,6 +151,7 @@ class DuplexClient:
         )
         """Where output sits on the input timeline: `placement`, else the protocol's default; how sentences
         are timed: `sentence_timing` (`collector.SentenceTiming`)."""
+        self.collector.audio_format = audio_format
         self.events: list[ReceivedEvent] = []
         self.streams: list[StreamReport] = []
         self.padded_ms = 0.0
@@ -301,9 +316,9 @@ class DuplexClient:
         capacity_timeout_s: float | None = None,
         tool_choice: str | Mapping[str, Any] | None = None,
     ) -> ServerCapabilities:
-        """Send `session.update` (PCM16 in and out, `turn_detection: null`, `playback_commit_policy:
-        ack_only`, `extra_body` as the session's model parameters); wait up to `timeout_s` for
-        `session.created`.
+        """Send `session.update` (the client's `audio_format` in and out, `turn_detection: null`,
+        `playback_commit_policy: ack_only`, `extra_body` as the session's model parameters); wait up to
+        `timeout_s` for `session.created`.
 
         With `capacity_timeout_s`, a server that admits a session by sending its ready event (Moshi's
         one-lock server) is first waited for up to that long: the socket is open and waiting for a slot,
@@ -322,8 +337,8 @@ class DuplexClient:
             modalities=list(modalities),
             instructions=instructions,
             voice=voice,
-            input_audio_format="pcm16",
-            output_audio_format="pcm16",
+            input_audio_format=self.audio_format,
+            output_audio_format=self.audio_format,
             playback_commit_policy="ack_only",
             extra_body=dict(extra_body) if extra_body else None,
         )
@@ -659,6 +674,8 @@ class DuplexClient:
         """Queue one append of PCM16 `pcm` ending at media time `end_ms` (see `_advance`)."""
         rate = self._input_rate()
         samples = len(pcm) // 2
+        if self.audio_format != "pcm16":  # telephone audio: the same samples in G.711, 1 byte each
+            pcm = encode_audio(decode_audio(pcm, "pcm16"), self.audio_format)
         # Built by hand: the typed model decodes the audio on validation, work this hot path does not need.
         payload: dict[str, Any] = {
             "type": "input_audio_buffer.append",

@@ -56,7 +56,7 @@ from duplexkit.client.events import (
 from duplexkit.client.sentences import SentenceBuilder, TimedSentence, media_seconds
 from duplexkit.client.stats import Distribution
 from duplexkit.client.voicing import voicings
-from duplexkit.protocol.audio import AudioDecodeError, decode_base64_audio, resample
+from duplexkit.protocol.audio import AudioDecodeError, AudioFormat, decode_base64_audio, resample
 from duplexkit.protocol.units import ms_to_samples, samples_to_ms
 
 if TYPE_CHECKING:
@@ -236,8 +236,8 @@ class EventCollector:
     """Feed it every received event (`observe`) and the client's own sends (`stream_started`,
     `commit_sent`); read metrics, sentences and audio whenever you like.
 
-    Audio deltas are PCM16 (what the client configures) at their `sample_rate_hz`, else at
-    `output_rate_hz` (the server's advertised output rate).
+    Audio deltas are in `audio_format` (what the client configures: PCM16, or G.711 for telephone audio)
+    at their `sample_rate_hz`, else at `output_rate_hz` (the server's advertised output rate).
     """
 
     def __init__(
@@ -247,6 +247,7 @@ class EventCollector:
         sentence_timing: SentenceTiming = "audio",
     ) -> None:
         self.output_rate_hz = output_rate_hz
+        self.audio_format: AudioFormat = "pcm16"
         self.placement: Placement = placement
         self.sentence_timing: SentenceTiming = sentence_timing
         self.stream_started_at: float | None = None
@@ -422,7 +423,7 @@ class EventCollector:
         if not b64:
             return
         try:
-            samples = decode_base64_audio(b64, "pcm16")
+            samples = decode_base64_audio(b64, self.audio_format)
         except AudioDecodeError:
             self.undecodable_audio_chunks += 1
             return

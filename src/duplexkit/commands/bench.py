@@ -13,11 +13,14 @@ from duplexkit.bench.benchmark import BENCHMARKS, DEFAULT_BENCHMARK, FolderScore
 from duplexkit.bench.job import BenchJob, run_job
 from duplexkit.client.collector import SENTENCE_TIMINGS
 from duplexkit.commands.options import (
+    AUDIO_FORMATS,
+    add_audio_format_option,
     add_bound_options,
     add_model_options,
     add_placement_option,
     add_protocol_option,
     bounds_from_args,
+    check_audio_format,
     default_chunk_ms,
     json_object,
     model_args_from_args,
@@ -125,6 +128,7 @@ def register(commands: argparse._SubParsersAction[argparse.ArgumentParser]) -> N
     target.add_argument("--served-model", default=None, help="`model` query parameter sent to --url")
     add_protocol_option(target)
     add_placement_option(target)
+    add_audio_format_option(target, "--audio-format")
     target.add_argument(
         "--sentence-timing",
         choices=SENTENCE_TIMINGS,
@@ -242,6 +246,11 @@ def run_command(args: argparse.Namespace, parser: argparse.ArgumentParser) -> in
         check_splits(s.split for s in dataset.samples)
     except (ConfigError, DatasetError) as exc:
         return _usage(str(exc))
+    refusal = check_audio_format(
+        AUDIO_FORMATS[args.audio_format], resolve_protocol(args.protocol, args.url[0] if args.url else None)
+    )
+    if refusal is not None:
+        return _usage(f"--audio-format {args.audio_format}: {refusal}")
     if args.score and args.pace != "realtime" and not args.allow_invalid_clock:
         return _usage("--score refuses an as-fast-as-possible run (clock=invalid); add --allow-invalid-clock")
     mismatch = resume_mismatch(
@@ -279,6 +288,7 @@ def run_command(args: argparse.Namespace, parser: argparse.ArgumentParser) -> in
         model_args=None if args.url else model_args_from_args(args),
         api_key=args.api_key,
         protocol=args.protocol,
+        audio_format=AUDIO_FORMATS[args.audio_format],
         placement=placement_from_args(args),
         sentence_timing=args.sentence_timing,
         pace=args.pace,

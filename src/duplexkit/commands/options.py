@@ -7,10 +7,12 @@ import json
 import sys
 from typing import Any
 
+from duplexkit.client.client import G711_PROTOCOLS
 from duplexkit.client.collector import PLACEMENTS, Placement
 from duplexkit.client.protocols import PROTOCOL_CHOICES, detect_protocol
 from duplexkit.client.session import SessionBounds
 from duplexkit.models import MODELS, ModelPlugin, load_model
+from duplexkit.protocol.audio import AudioFormat
 
 DEFAULT_MODEL = "cascade"
 MODEL_CHOICES = sorted(MODELS)
@@ -143,6 +145,31 @@ def add_protocol_option(parser: argparse.ArgumentParser | argparse._ArgumentGrou
         "for a /api/chat URL, else duplex. Without --url "
         "the embedded server is reached on the protocol's own endpoint (default: %(default)s)",
     )
+
+
+AUDIO_FORMATS: dict[str, AudioFormat] = {"pcm16": "pcm16", "pcmu": "g711_ulaw", "pcma": "g711_alaw"}
+"""`--format` / `--audio-format` choices: PCM16, or telephone audio (G.711 mu-law, A-law: 8 kHz)."""
+
+
+def add_audio_format_option(parser: argparse.ArgumentParser | argparse._ArgumentGroup, flag: str) -> None:
+    parser.add_argument(
+        flag,
+        choices=tuple(AUDIO_FORMATS),
+        default="pcm16",
+        help="the audio on the wire both ways: pcm16, or telephone audio as a phone line carries it, "
+        "G.711 at 8 kHz: pcmu (mu-law; OpenAI audio/pcmu, g711_ulaw) or pcma (A-law); the clip is "
+        "resampled to 8 kHz and encoded, replies decoded (duplex, openai and openai-beta protocols) "
+        "(default: %(default)s)",
+    )
+
+
+def check_audio_format(audio_format: AudioFormat, protocol: str) -> str | None:
+    """Why `audio_format` cannot run on `protocol` (a usage error), or `None`."""
+    if audio_format != "pcm16" and protocol not in G711_PROTOCOLS:
+        return f"the {protocol} protocol carries its own audio; telephone formats need one of " + ", ".join(
+            G711_PROTOCOLS
+        )
+    return None
 
 
 def add_placement_option(parser: argparse.ArgumentParser | argparse._ArgumentGroup) -> None:

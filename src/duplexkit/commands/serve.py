@@ -8,7 +8,7 @@ import os
 import sys
 from typing import Any
 
-from duplexkit.commands.options import add_model_options, model_args_from_args, model_from_args
+from duplexkit.commands.options import add_model_options, json_object, model_args_from_args, model_from_args
 
 
 def register(commands: argparse._SubParsersAction[argparse.ArgumentParser]) -> None:
@@ -62,6 +62,34 @@ def register(commands: argparse._SubParsersAction[argparse.ArgumentParser]) -> N
         choices=["debug", "info", "warning", "error"],
         help="server log verbosity (default: %(default)s)",
     )
+    phone = parser.add_argument_group(
+        "phone calls (Twilio)",
+        "POST /v1/twilio/voice answers a number's calls with TwiML that connects them to the Media Stream "
+        "at /v1/twilio/stream, which runs a session on the model (docs/telephony.md)",
+    )
+    phone.add_argument(
+        "--twilio-public-url",
+        metavar="URL",
+        default=os.environ.get("TWILIO_PUBLIC_URL"),
+        help="the server's address as Twilio reaches it (https://voice.example.com): the stream URL in the "
+        "TwiML and the URL Twilio signs (default: $TWILIO_PUBLIC_URL, else the request's Host)",
+    )
+    phone.add_argument(
+        "--twilio-auth-token",
+        metavar="TOKEN",
+        default=os.environ.get("TWILIO_AUTH_TOKEN"),
+        help="the Twilio account's auth token: requests without Twilio's valid X-Twilio-Signature are "
+        "refused (default: $TWILIO_AUTH_TOKEN; without one the Twilio routes take an API key as the "
+        "others do)",
+    )
+    phone.add_argument(
+        "--twilio-session",
+        type=json_object,
+        default=None,
+        metavar="JSON",
+        help="session settings every call starts with (a session object: instructions, voice, "
+        "turn_detection, ...), before the call's own <Parameter>s",
+    )
     ray = parser.add_argument_group(
         "Ray Serve",
         "serve on Ray Serve replicas (the `ray` extra): the cluster RAY_ADDRESS names, else a local one",
@@ -87,6 +115,7 @@ def run(args: argparse.Namespace) -> int:
     from duplexkit.server import DuplexServer, ServerConfig, run_server
     from duplexkit.server.playground import playground_url
     from duplexkit.server.serve import edge_for
+    from duplexkit.server.twilio.voice import TwilioConfig
 
     env_keys = [k.strip() for k in os.environ.get("DUPLEXKIT_API_KEYS", "").split(",") if k.strip()]
     if args.max_sessions < 1:
@@ -113,6 +142,11 @@ def run(args: argparse.Namespace) -> int:
         api_keys=frozenset(args.api_key + env_keys),
         resume=ResumeConfig(disconnect_grace_s=args.disconnect_grace),
         ws_compression=args.ws_compression,
+        twilio=TwilioConfig(
+            public_url=args.twilio_public_url,
+            auth_token=args.twilio_auth_token,
+            session=args.twilio_session or {},
+        ),
     )
     print(f"duplexkit serve: playground at {playground_url(args.host, args.port)}", flush=True)
     duplex = DuplexServer(plugin, config)

@@ -44,11 +44,14 @@ from duplexkit.client.protocols import protocol_for
 from duplexkit.client.tools import ToolBox, ToolCallRecord, ToolsFileError, load_tools_file
 from duplexkit.client.wavfile import read_wav, write_wav
 from duplexkit.commands.options import (
+    AUDIO_FORMATS,
+    add_audio_format_option,
     add_bound_options,
     add_model_options,
     add_placement_option,
     add_protocol_option,
     bounds_from_args,
+    check_audio_format,
     default_chunk_ms,
     json_object,
     model_from_args,
@@ -58,6 +61,7 @@ from duplexkit.commands.options import (
     resolve_protocol,
 )
 from duplexkit.models import ModelPlugin
+from duplexkit.protocol.audio import AudioFormat
 from duplexkit.protocol.units import samples_to_ms
 
 EXIT_OK, EXIT_FAILED, EXIT_USAGE = 0, 1, 2
@@ -83,6 +87,8 @@ class TalkOptions:
     """The wire protocol (`client.protocols`); `auto` detects it from the URL."""
     placement: Placement | None = None
     """Where output sits on the input timeline (`None`: the protocol's default)."""
+    audio_format: AudioFormat = "pcm16"
+    """The audio on the wire both ways (`--format`: PCM16, or G.711 telephone audio at 8 kHz)."""
     tools: ToolBox | None = None
     """The tools the client answers function calls with (`--tools`)."""
 
@@ -146,6 +152,7 @@ def register(commands: argparse._SubParsersAction[argparse.ArgumentParser]) -> N
     parser.add_argument("--served-model", help="model to request from --url's server (query and session)")
     add_protocol_option(parser)
     add_placement_option(parser)
+    add_audio_format_option(parser, "--format")
     parser.add_argument(
         "--extra-body", type=json_object, help="JSON object sent as session.extra_body (model parameters)"
     )
@@ -195,6 +202,7 @@ def options_from_args(args: argparse.Namespace, *, url: str | None, out: Path) -
         chunk_ms=args.chunk_ms or default_chunk_ms(resolve_protocol(args.protocol, url)),
         protocol=args.protocol,
         placement=placement_from_args(args),
+        audio_format=AUDIO_FORMATS[args.format],
         api_key=args.api_key,
         served_model=args.served_model,
         extra_body=args.extra_body,
@@ -211,6 +219,10 @@ def run(args: argparse.Namespace) -> int:
         except ValueError as exc:
             print(f"duplexkit talk: --url: {exc}", file=sys.stderr)
             return EXIT_USAGE
+    refusal = check_audio_format(AUDIO_FORMATS[args.format], resolve_protocol(args.protocol, args.url))
+    if refusal is not None:
+        print(f"duplexkit talk: --format {args.format}: {refusal}", file=sys.stderr)
+        return EXIT_USAGE
     try:
         samples, rate = read_wav(args.input)
     except (OSError, ValueError) as exc:
@@ -279,6 +291,7 @@ async def _session(options: TalkOptions, url: str, samples: Samples, rate: int) 
         open_timeout_s=options.connect_timeout_s,
         protocol=protocol_for(options.protocol, url),
         placement=options.placement,
+        audio_format=options.audio_format,
         tools=options.tools,
     )
     async with contextlib.AsyncExitStack() as stack:
@@ -388,6 +401,7 @@ def timing(result: TalkResult) -> dict[str, Any]:
             "media_ms": "where the event was heard: its arrival on the stream's clock (start + elapsed)",
         },
         "audio_placement": client.collector.placement,
+        "audio_format": client.audio_format,
         "capabilities": {
             "advertised": caps.advertised,
             "unit_ms": caps.chunk_period_ms,

@@ -24,7 +24,7 @@ from duplexkit.engine.tools import FunctionOutput, ToolLedger, check_arguments
 from duplexkit.engine.units import Unit
 from duplexkit.protocol import client_events as ce
 from duplexkit.protocol import server_events as se
-from duplexkit.protocol.audio import AudioFormat, EncodedAudio
+from duplexkit.protocol.audio import FORMAT_RATE_HZ, AudioFormat, EncodedAudio, StreamingResampler
 from duplexkit.protocol.errors import ErrorCode, ProtocolError
 from duplexkit.protocol.units import UnitGrid, ms_to_samples, samples_to_ms
 
@@ -61,6 +61,9 @@ class SessionSettings:
     input_audio_format: AudioFormat = "pcm16"
     output_audio_format: AudioFormat = "pcm16"
     input_sample_rate_hz: int = 16_000
+    """The rate of PCM input that names none (a G.711 format's rate is its own: `FORMAT_RATE_HZ`)."""
+    output_sample_rate_hz: int | None = None
+    """The rate of PCM output; `None`: the model's (a G.711 format's rate is its own)."""
     instructions: str | None = None
     voice: str | None = None
     turn_detection: ce.TurnDetection | None = None
@@ -98,6 +101,10 @@ class _ActiveResponse:
     turn: int
     timing: ResponseTiming
     modalities: list[Modality]
+    output_format: AudioFormat
+    output_rate_hz: int
+    resampler: StreamingResampler | None
+    """The reply's stream from the model's output rate to `output_rate_hz` (`None`: they are the same)."""
     metadata: dict[str, Any] | None = None
     item_id: str | None = None
     message_done: bool = False
@@ -145,6 +152,20 @@ class EngineSession:
     @property
     def session_id(self) -> str:
         return self.fence.session_id
+
+    @property
+    def input_rate_hz(self) -> int:
+        """The rate of input in the session's format: the format's own (G.711: 8 kHz), else the PCM rate."""
+        s = self.settings
+        return FORMAT_RATE_HZ.get(s.input_audio_format, s.input_sample_rate_hz)
+
+    @property
+    def output_rate_hz(self) -> int:
+        """The rate replies are sent at: the output format's own (G.711: 8 kHz), else the PCM rate asked
+        for, else the model's."""
+        s = self.settings
+        fixed = FORMAT_RATE_HZ.get(s.output_audio_format)
+        return fixed or s.output_sample_rate_hz or self.config.output_sample_rate_hz
 
     @property
     def active_response_id(self) -> str | None:
@@ -239,12 +260,14 @@ class EngineSession:
                     f"modalities must be a non-empty subset of {list(self.config.modalities)}",
                     param="session.modalities",
                 )
+        _check_rates(update, self.settings)
         s = self.settings
         for name in (
             "modalities",
             "input_audio_format",
             "output_audio_format",
             "input_sample_rate_hz",
+            "output_sample_rate_hz",
             "instructions",
             "voice",
             "temperature",
@@ -269,13 +292,13 @@ class EngineSession:
         return step
 
     def _append(self, event: ce.InputAudioBufferAppend, now: float) -> Step:
+        rate = _append_rate(event, self.settings.input_sample_rate_hz)  # refuses a wrong rate before anything
         barge_in = self._response is not None and (
             event.force_barge_in or (event.is_speech and self.settings.overlap_policy == "barge_in_on_speech")
         )
         interrupted = self._interrupt("barge_in", now) if barge_in else None
         self._continuations = 0
         frames = tuple(event.frames) if self.config.accepts_video else ()
-        rate = event.sample_rate_hz or self.settings.input_sample_rate_hz
         assembled = self._assembler.push(event.payload, rate, frames)
         step = self._units(assembled, now, is_speech=event.is_speech, force_listen=bool(event.force_listen))
         if interrupted is None:
@@ -693,24 +716,23 @@ class EngineSession:
         item_id = response.item_id
         assert item_id is not None
         ids = {"response_id": response.id, "item_id": item_id}
-        audio_ms = samples_to_ms(len(audio), self.config.output_sample_rate_hz) if speaks_audio else 0.0
+        if speaks_audio and response.resampler is not None:
+            audio = response.resampler.process(audio)
+            if segment.end_of_turn:
+                audio = np.concatenate([audio, response.resampler.flush()])
+                response.resampler = None
+        audio_ms = samples_to_ms(len(audio), response.output_rate_hz) if speaks_audio else 0.0
         text_chars, audio_end_ms = self._playback.generated(response.id, text, audio_ms)
         response.text += text
         response.audio_ms = audio_end_ms
         if speaks_audio:
             step.events.append(
-                se.ResponseOutputAudioDelta.of_audio(
-                    EncodedAudio.of_samples(audio, self.settings.output_audio_format),
-                    **ids,
-                    sample_rate_hz=self.config.output_sample_rate_hz,
-                    metadata=se.AudioDeltaMetadata(
-                        audio_duration_ms=audio_end_ms,
-                        end_of_turn=segment.end_of_turn,
-                        audio_text_marks=[se.AudioTextMark(text_chars=text_chars, audio_end_ms=audio_end_ms)],
-                    ),
-                    response_request_metrics=self._metrics(response.timing)
-                    if first.ttfp_ms is not None
-                    else None,
+                self._audio_delta(
+                    response,
+                    audio,
+                    (text_chars, audio_end_ms),
+                    end_of_turn=segment.end_of_turn,
+                    metrics=self._metrics(response.timing) if first.ttfp_ms is not None else None,
                     unit_end_ms=unit_end_ms,
                 )
             )
@@ -797,10 +819,40 @@ class EngineSession:
             se.ConversationItemDone(item=done, previous_item_id=previous),
         ]
 
+    def _audio_delta(
+        self,
+        response: _ActiveResponse,
+        audio: np.ndarray[Any, np.dtype[np.float32]],
+        mark: tuple[int, float],
+        *,
+        end_of_turn: bool,
+        metrics: se.ResponseRequestMetrics | None,
+        unit_end_ms: float | None,
+    ) -> se.ResponseOutputAudioDelta:
+        """One audio delta of `response`: `audio` at its output rate, in its format; `mark` is where the
+        playback ledger put its end (text chars, audio ms)."""
+        text_chars, audio_end_ms = mark
+        item_id = response.item_id
+        assert item_id is not None
+        return se.ResponseOutputAudioDelta.of_audio(
+            EncodedAudio.of_samples(audio, response.output_format),
+            response_id=response.id,
+            item_id=item_id,
+            sample_rate_hz=response.output_rate_hz,
+            metadata=se.AudioDeltaMetadata(
+                audio_duration_ms=audio_end_ms,
+                end_of_turn=end_of_turn,
+                audio_text_marks=[se.AudioTextMark(text_chars=text_chars, audio_end_ms=audio_end_ms)],
+            ),
+            response_request_metrics=metrics,
+            unit_end_ms=unit_end_ms,
+        )
+
     def _begin_response(self, step: Step, unit_end_ms: float) -> _ActiveResponse:
         """Open a response (`response.created`, echoing the `response.create` metadata it answers); its
         message item opens with its first speech (`_open_message`)."""
         turn = self.fence.turn_id
+        output_rate_hz, model_rate_hz = self.output_rate_hz, self.config.output_sample_rate_hz
         response = _ActiveResponse(
             id=self._new_id("resp"),
             turn=turn,
@@ -809,6 +861,11 @@ class EngineSession:
                 queue_wait_ms=self._requests.queue_wait_ms_of(turn),
             ),
             modalities=list(self.settings.modalities),
+            output_format=self.settings.output_audio_format,
+            output_rate_hz=output_rate_hz,
+            resampler=None
+            if output_rate_hz == model_rate_hz
+            else StreamingResampler(model_rate_hz, output_rate_hz),
             metadata=self._metadata,
         )
         self._metadata = None
@@ -849,10 +906,21 @@ class EngineSession:
         item_id = response.item_id
         assert item_id is not None
         response.message_done = True
+        audio = "audio" in response.modalities
+        events: ServerEvents = []
+        if audio and response.resampler is not None and not interrupted:  # the resampler's last samples
+            tail = response.resampler.flush()
+            mark = self._playback.generated(
+                response.id, "", samples_to_ms(len(tail), response.output_rate_hz)
+            )
+            response.audio_ms = mark[1]
+            events.append(
+                self._audio_delta(response, tail, mark, end_of_turn=True, metrics=None, unit_end_ms=None)
+            )
+        response.resampler = None
         self._playback.finish(response.id, interrupted=interrupted)
         index = len(response.outputs)
         ids = {"response_id": response.id, "item_id": item_id, "output_index": index}
-        audio = "audio" in response.modalities
         content = (
             se.ItemContent(type="output_audio", transcript=response.text)
             if audio
@@ -871,7 +939,6 @@ class EngineSession:
             if audio
             else se.ContentPart(type="text", text=response.text)
         )
-        events: ServerEvents = []
         if audio:
             events.append(se.ResponseOutputAudioDone(**ids))
             events.append(se.ResponseOutputAudioTranscriptDone(**ids, transcript=response.text))
@@ -957,8 +1024,8 @@ class EngineSession:
                 supports_barge_in=c.supports_barge_in,
                 input_modes=["audio", "video"] if c.accepts_video else ["audio"],
                 max_sessions=c.max_sessions,
-                input_sample_rate_hz=s.input_sample_rate_hz,
-                output_sample_rate_hz=c.output_sample_rate_hz,
+                input_sample_rate_hz=self.input_rate_hz,
+                output_sample_rate_hz=self.output_rate_hz,
                 supports_session_resume=c.supports_session_resume,
             ),
         )
@@ -1045,3 +1112,34 @@ def _listen_info(reason: se.ListenReason, response_id: str | None) -> se.ListenI
 
 _LISTENING = {reason: _listen_info(reason, None) for reason in get_args(se.ListenReason)}
 """A listen's `response` outside a reply, per reason (shared: the objects are frozen)."""
+
+
+def _append_rate(event: ce.InputAudioBufferAppend, session_rate_hz: int) -> int:
+    """The rate of an append's audio: its format's own (G.711), else the rate it names, else the session's
+    PCM rate. A G.711 append that names another rate is refused (`unsupported_sample_rate`)."""
+    fixed = FORMAT_RATE_HZ.get(event.payload.format)
+    if fixed is None:
+        return event.sample_rate_hz or session_rate_hz
+    if event.sample_rate_hz not in (None, fixed):
+        raise ProtocolError(
+            ErrorCode.UNSUPPORTED_SAMPLE_RATE,
+            f"{event.payload.format} audio is {fixed} Hz; it cannot be read at {event.sample_rate_hz} Hz",
+            param="sample_rate_hz",
+        )
+    return fixed
+
+
+def _check_rates(update: ce.SessionConfig, settings: SessionSettings) -> None:
+    """Refuse an update that names a rate its G.711 format does not have (before anything is applied)."""
+    for direction in ("input", "output"):
+        fmt: AudioFormat = getattr(update, f"{direction}_audio_format") or getattr(
+            settings, f"{direction}_audio_format"
+        )
+        fixed = FORMAT_RATE_HZ.get(fmt)
+        named = getattr(update, f"{direction}_sample_rate_hz")
+        if fixed is not None and named is not None and named != fixed:
+            raise ProtocolError(
+                ErrorCode.UNSUPPORTED_SAMPLE_RATE,
+                f"{fmt} is {fixed} Hz audio; this server cannot send or read it at {named} Hz",
+                param=f"session.audio.{direction}.format.rate",
+            )

@@ -22,6 +22,7 @@ import soxr
 
 __all__ = [
     "BYTES_PER_SAMPLE",
+    "FORMAT_RATE_HZ",
     "AudioDecodeError",
     "AudioFormat",
     "EncodedAudio",
@@ -179,6 +180,11 @@ del _table
 
 BYTES_PER_SAMPLE: Final[dict[AudioFormat, int]] = {"pcm16": 2, "pcm_f32le": 4, "g711_ulaw": 1, "g711_alaw": 1}
 """Payload bytes per mono sample of each format."""
+
+FORMAT_RATE_HZ: Final[dict[AudioFormat, int]] = {"g711_ulaw": 8_000, "g711_alaw": 8_000}
+"""Formats defined at one sample rate (ITU-T G.711: 8 kHz telephony; OpenAI's `audio/pcmu`/`audio/pcma` and
+`g711_ulaw`/`g711_alaw` name no rate because there is only this one). Audio in them is at this rate, whatever
+rate a session holds for PCM; a different rate named with them is refused, never assumed."""
 
 
 @dataclass(frozen=True, slots=True)

@@ -153,6 +153,9 @@ class SessionConfig(BaseModel):
     input_audio_format: AudioFormat | None = None
     output_audio_format: AudioFormat | None = None
     input_sample_rate_hz: int | None = Field(None, gt=0, le=192_000)
+    output_sample_rate_hz: int | None = Field(None, gt=0, le=192_000)
+    """The rate of PCM output (the model's when unset: the reply is resampled to it); a G.711 format's rate
+    is its own (8 kHz), and naming another with it is refused (`unsupported_sample_rate`)."""
     turn_detection: TurnDetection | None = None
     temperature: FiniteFloat | None = Field(None, ge=0.0, le=2.0)
     max_tokens: int | None = Field(None, gt=0)
@@ -202,8 +205,8 @@ class SessionConfig(BaseModel):
                 if isinstance(fmt, dict) and isinstance(fmt.get("type"), str):
                     data.setdefault(f"{direction}_audio_format", fmt["type"])
                     rate = fmt.get("rate", GA_PCM_RATE_HZ if fmt["type"] == "audio/pcm" else None)
-                    if direction == "input" and type(rate) is int:
-                        data.setdefault("input_sample_rate_hz", rate)
+                    if type(rate) is int:
+                        data.setdefault(f"{direction}_sample_rate_hz", rate)
         return data
 
 

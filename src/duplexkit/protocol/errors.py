@@ -26,6 +26,7 @@ class ErrorCode(StrEnum):
     INVALID_VALUE = "invalid_value"
     EVENT_TOO_LARGE = "event_too_large"
     UNSUPPORTED_AUDIO_FORMAT = "unsupported_audio_format"
+    UNSUPPORTED_SAMPLE_RATE = "unsupported_sample_rate"
     INVALID_AUDIO = "invalid_audio"
     INVALID_VIDEO_FRAME = "invalid_video_frame"
     # WebRTC calls (`POST /v1/realtime/calls`).

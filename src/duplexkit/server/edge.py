@@ -138,14 +138,16 @@ MAX_POST_BYTES = 256 * 1024
 """The largest POST body an edge reads (an SDP offer is a few KiB; the session object rides along)."""
 
 
-WebSocketRoute = Literal["realtime", "moshi"]
+WebSocketRoute = Literal["realtime", "moshi", "twilio"]
 
 WEBSOCKET_ROUTES: Mapping[str, WebSocketRoute] = {
     "/v1/realtime": "realtime",
     "/v1/duplex": "realtime",
     "/api/chat": "moshi",
+    "/v1/twilio/stream": "twilio",
 }
-"""WebSocket paths and what each serves: JSON realtime events (`/v1/duplex` is an alias) or Moshi frames."""
+"""WebSocket paths and what each serves: JSON realtime events (`/v1/duplex` is an alias), Moshi frames, or
+a Twilio Media Stream (a phone call)."""
 
 BACKLOG = 2048
 """Pending TCP connections a listening socket holds (a thousand clients may connect at once)."""

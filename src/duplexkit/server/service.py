@@ -1,6 +1,7 @@
 """The server's framework-neutral core: what `/v1/realtime` (alias `/v1/duplex`), `/api/chat` (the Moshi
-protocol), `POST /v1/realtime/calls` (WebRTC), `/healthz`, `/v1/models`, `/metrics` and the playground pages
-do, whichever edge serves them.
+protocol), `POST /v1/realtime/calls` (WebRTC), `/v1/twilio/stream` and `POST /v1/twilio/voice` (phone calls
+through Twilio), `/healthz`, `/v1/models`, `/metrics` and the playground pages do, whichever edge serves
+them.
 
 An edge (`server.picows`, what `duplexkit serve` runs by default; `server.websockets`, the one with
 permessage-deflate; `server.asgi`: the Starlette app for uvicorn, Ray Serve and embedding) calls
@@ -23,6 +24,7 @@ import time
 from collections.abc import Awaitable, Callable, Mapping
 from dataclasses import dataclass, field
 from typing import Literal
+from urllib.parse import parse_qs, urlencode
 
 from duplexkit import __version__
 from duplexkit.engine import EngineConfig, EngineSession
@@ -59,6 +61,10 @@ from duplexkit.server.runner import (
     configure_model,
 )
 from duplexkit.server.ticker import SessionTicker
+from duplexkit.server.twilio import voice
+from duplexkit.server.twilio.edge import TwilioSocket
+from duplexkit.server.twilio.protocol import TwilioStream
+from duplexkit.server.twilio.voice import TwilioConfig
 from duplexkit.server.webrtc.signalling import opening_update, parse_offer
 
 log = logging.getLogger("duplexkit.server")
@@ -94,6 +100,7 @@ class ServerConfig:
     limits: RunnerLimits = field(default_factory=RunnerLimits)
     resume: ResumeConfig = field(default_factory=ResumeConfig)
     ws_compression: bool = False
+    twilio: TwilioConfig = field(default_factory=TwilioConfig)
 
 
 class DuplexServer:
@@ -127,6 +134,7 @@ class DuplexServer:
         """Plain GET routes: path → the answer, built when asked (health and metrics change)."""
         self.post_routes: Mapping[str, Callable[[HttpRequest], Awaitable[HttpResponse]]] = {
             "/v1/realtime/calls": self._create_call,
+            voice.VOICE_PATH: self._twilio_voice,
         }
         """POST routes: path → the answer to a request with a body (the WebRTC signalling)."""
 
@@ -147,12 +155,24 @@ class DuplexServer:
     def _metrics(self) -> HttpResponse:
         return HttpResponse(200, self.metrics.render(), "text/plain; version=0.0.4; charset=utf-8")
 
-    def authorize(self, headers: Mapping[str, str]) -> str | Literal[False] | None:
+    def authorize(
+        self, headers: Mapping[str, str], route: WebSocketRoute = "realtime"
+    ) -> str | Literal[False] | None:
         """A WebSocket handshake's answer: the subprotocol to accept with (`realtime` when offered, else
-        `None`), or `False`: refuse it with HTTP 403 (no key matched; counted as `unauthorized`).
+        `None`), or `False`: refuse it with HTTP 403 (no key matched; counted as `unauthorized`). A Twilio
+        stream, with a Twilio auth token configured, is authorized by Twilio's signature of its URL instead
+        (Twilio sends no API key).
 
         `headers`: lower-case names, repeated headers joined with ", "."""
         offered = [p.strip() for p in headers.get("sec-websocket-protocol", "").split(",") if p.strip()]
+        twilio = self.config.twilio
+        if route == "twilio" and twilio.auth_token:
+            url = voice.websocket_url(voice.public_base(twilio, headers), voice.STREAM_PATH)
+            presented = headers.get("x-twilio-signature", "")
+            if not voice.signature_valid(twilio.auth_token, url, {}, presented):
+                self.metrics.sessions_rejected.labels(reason="unauthorized").inc()
+                return False
+            return None
         if not is_authorized(self.config.api_keys, presented_keys(headers.get("authorization"), offered)):
             self.metrics.sessions_rejected.labels(reason="unauthorized").inc()
             return False
@@ -168,6 +188,8 @@ class DuplexServer:
         """Serve one accepted (and authorized) WebSocket on `route` until its session ends."""
         if route == "moshi":
             await self._moshi(connection, query)
+        elif route == "twilio":
+            await self._twilio(connection)
         else:
             await self._realtime(connection, query, headers)
 
@@ -215,6 +237,42 @@ class DuplexServer:
 
         # The session opens on the update built from the query; its session.created sends the handshake.
         await self._admit_and_run(connection, socket, refuse, dialect=Dialect.GA, autostart=False)
+
+    async def _twilio(self, connection: Connection) -> None:
+        """`/v1/twilio/stream`: a phone call's Media Stream (see `server.twilio`), same admission and
+        metrics; the session opens on the stream's `start` and ends on its `stop`."""
+        socket = TwilioSocket(connection, TwilioStream(self.config.twilio.session))
+
+        async def refuse(message: str) -> None:
+            log.warning("twilio stream refused: %s", message)  # Twilio reads no error message
+
+        await self._admit_and_run(connection, socket, refuse, dialect=Dialect.GA, autostart=False)
+
+    async def _twilio_voice(self, request: HttpRequest) -> HttpResponse:
+        """`POST /v1/twilio/voice`: a number's voice webhook. Answers TwiML connecting the call to
+        `/v1/twilio/stream` (at the configured public URL, else the request's host), or a busy reject when
+        every slot is taken. With a Twilio auth token configured the request must carry Twilio's signature
+        (else 403 `unauthorized`); without one, an API key as on the other doors."""
+        twilio = self.config.twilio
+        base = voice.public_base(twilio, request.headers)
+        if request.body_too_large:
+            return _http_error(
+                413, ErrorCode.INVALID_VALUE, f"the body exceeds {MAX_POST_BYTES} bytes", "body"
+            )
+        if twilio.auth_token:
+            params = parse_qs(request.body.decode("utf-8", "replace"), keep_blank_values=True)
+            url = base + voice.VOICE_PATH + (f"?{urlencode(request.query)}" if request.query else "")
+            if not voice.signature_valid(
+                twilio.auth_token, url, params, request.headers.get("x-twilio-signature", "")
+            ):
+                self.metrics.sessions_rejected.labels(reason="unauthorized").inc()
+                return _http_error(403, ErrorCode.UNAUTHORIZED, "missing or wrong X-Twilio-Signature")
+        elif self.authorize(request.headers) is False:
+            return _http_error(401, ErrorCode.UNAUTHORIZED, "missing or wrong API key")
+        if self.manager.active >= self.manager.max_sessions or not self.manager.accepting:
+            return HttpResponse(200, voice.BUSY.encode(), "text/xml")
+        twiml = voice.connect_stream(voice.websocket_url(base, voice.STREAM_PATH))
+        return HttpResponse(200, twiml.encode(), "text/xml")
 
     async def _admit_and_run(
         self,

@@ -74,8 +74,8 @@ from duplexkit.client.pacing import DeadlinePacer
 from duplexkit.client.session import close_session
 from duplexkit.client.wavfile import write_wav
 from duplexkit.protocol import client_events as ce
+from duplexkit.protocol.audio import FORMAT_RATE_HZ, AudioFormat, encode_audio, resample
 from duplexkit.protocol.audio import decode_audio as decode_audio_pcm
-from duplexkit.protocol.audio import encode_audio, resample
 
 COMPLETION_TIMEOUT_S = 900.0
 """The completion bound `duplexkit bench` uses unless `--drain-timeout` is given (the reference runners')."""
@@ -327,6 +327,7 @@ async def _stream(
     pending = list(media.frames)
     frames_sent = 0
     timed_out = False
+    phone = _phone_track(media.pcm16, config.audio_format)
     try:
         async with asyncio.timeout(bound_s):
             for lo in range(0, total, samples_per_chunk):
@@ -342,8 +343,12 @@ async def _stream(
                 pending = pending[len(riding) :]
                 payload: dict[str, Any] = {
                     "type": "input_audio_buffer.append",
-                    "audio": base64.b64encode(media.pcm16[2 * lo : 2 * hi]).decode("ascii"),
-                    "sample_rate_hz": TARGET_RATE_HZ,
+                    "audio": base64.b64encode(
+                        media.pcm16[2 * lo : 2 * hi] if phone is None else phone[lo // 2 : (hi + 1) // 2]
+                    ).decode("ascii"),
+                    "sample_rate_hz": TARGET_RATE_HZ
+                    if phone is None
+                    else FORMAT_RATE_HZ[config.audio_format],
                     "duration_ms": duration_ms,
                     "audio_end_ms": end_ms,
                 }
@@ -533,3 +538,13 @@ def write_failure(folder: Path, meta: Mapping[str, Any]) -> None:
     folder.mkdir(parents=True, exist_ok=True)
     keep = ("error", "retry_count", "timeouts", "server_errors", "attempts", "finished_at")
     write_json_atomic(folder / ".failed.json", {k: meta.get(k) for k in keep})
+
+
+def _phone_track(pcm16: bytes, audio_format: AudioFormat) -> bytes | None:
+    """The soundtrack as telephone audio (G.711 at 8 kHz: one byte per two 16 kHz samples), resampled once
+    for the whole clip; `None` for PCM16 (sent as it is)."""
+    if audio_format == "pcm16":
+        return None
+    return encode_audio(
+        resample(decode_audio_pcm(pcm16, "pcm16"), TARGET_RATE_HZ, FORMAT_RATE_HZ[audio_format]), audio_format
+    )

@@ -16,6 +16,12 @@ from typing import Any, ClassVar
 from duplexkit.client.connection import ServerCapabilities
 from duplexkit.client.events import as_positive_int, dig
 from duplexkit.client.protocols.base import ProtocolAdapter, Wire
+from duplexkit.protocol.audio import (
+    FORMAT_RATE_HZ,
+    AudioFormat,
+    UnsupportedAudioFormat,
+    normalize_audio_format,
+)
 
 OPENAI_PCM_RATE_HZ = 24_000
 _FIELDS = {
@@ -30,6 +36,20 @@ _FIELDS = {
     "conversation.item.truncate": ("item_id", "content_index", "audio_end_ms"),
 }
 _NOT_SENT = frozenset({"playback.ack", "session.close", "session.heartbeat"})
+
+
+_GA_FORMATS: dict[str, dict[str, Any]] = {
+    "g711_ulaw": {"type": "audio/pcmu"},
+    "g711_alaw": {"type": "audio/pcma"},
+}
+"""The GA API's G.711 formats: no rate field (they are 8 kHz)."""
+
+
+def _known_format(name: object) -> AudioFormat:
+    try:
+        return normalize_audio_format(name) if isinstance(name, str) else "pcm16"
+    except UnsupportedAudioFormat:
+        return "pcm16"
 
 
 class OpenAIProtocol(ProtocolAdapter):
@@ -72,26 +92,34 @@ class OpenAIProtocol(ProtocolAdapter):
     def capabilities(self, session: dict[str, Any]) -> ServerCapabilities:
         if isinstance(session.get("capabilities"), dict):  # a duplex server behind the OpenAI API
             return ServerCapabilities.from_session(session)
-        rate = as_positive_int(dig(session, "audio", "input", "format", "rate")) or OPENAI_PCM_RATE_HZ
-        return ServerCapabilities(input_sample_rate_hz=rate, output_sample_rate_hz=OPENAI_PCM_RATE_HZ)
+        rates = []
+        for direction in ("input", "output"):
+            fmt = dig(session, "audio", direction, "format", "type") or session.get(
+                f"{direction}_audio_format"
+            )
+            fixed = FORMAT_RATE_HZ.get(_known_format(fmt))  # G.711: 8 kHz, a rate it does not name
+            rate = as_positive_int(dig(session, "audio", direction, "format", "rate"))
+            rates.append(fixed or rate or OPENAI_PCM_RATE_HZ)
+        return ServerCapabilities(input_sample_rate_hz=rates[0], output_sample_rate_hz=rates[1])
 
     def _session(self, ours: dict[str, Any]) -> dict[str, Any]:
         modalities = ours.get("modalities") or ["audio", "text"]
         turns = {"type": "server_vad"} if self.server_vad else None
         # Function tools have the same flat shape in both dialects (`{"type": "function", "name", ...}`).
         common = {k: ours[k] for k in ("instructions", "tools", "tool_choice") if ours.get(k) is not None}
+        fmt: AudioFormat = ours.get("input_audio_format") or "pcm16"
         if self.beta:
             beta: dict[str, Any] = {
                 **common,
                 "modalities": modalities,
-                "input_audio_format": "pcm16",
-                "output_audio_format": "pcm16",
+                "input_audio_format": fmt,
+                "output_audio_format": fmt,
                 "turn_detection": turns,
             }
             if ours.get("voice"):
                 beta["voice"] = ours["voice"]
             return beta
-        pcm = {"type": "audio/pcm", "rate": OPENAI_PCM_RATE_HZ}
+        pcm = _GA_FORMATS.get(fmt) or {"type": "audio/pcm", "rate": OPENAI_PCM_RATE_HZ}
         output: dict[str, Any] = {"format": pcm} | ({"voice": ours["voice"]} if ours.get("voice") else {})
         return {
             **common,

@@ -74,7 +74,7 @@ def _headers(websocket: WebSocket) -> dict[str, str]:
 def _websocket_route(duplex: DuplexServer, route: RouteName, path: str) -> WebSocketRoute:
     async def endpoint(websocket: WebSocket) -> None:
         headers = _headers(websocket)
-        subprotocol = duplex.authorize(headers)
+        subprotocol = duplex.authorize(headers, route)
         if subprotocol is False:
             await websocket.close(code=1008, reason="unauthorized")  # before accept: HTTP 403
             return

@@ -386,7 +386,7 @@ class PicowsEdge:
                 self._answer(request.method.decode("latin-1"), path, answer), None
             )
         headers = joined(request.headers.items())
-        subprotocol = self._duplex.authorize(headers)
+        subprotocol = self._duplex.authorize(headers, route)
         if subprotocol is False:
             refused = _text(http.HTTPStatus.FORBIDDEN, "unauthorized\n")
             return WSUpgradeResponseWithListener(

@@ -136,7 +136,7 @@ class WebSocketsEdge:
                     return connection.respond(http.HTTPStatus.NOT_FOUND, "Not Found\n")
                 return _response(build())
             headers = joined(request.headers.raw_items())
-            subprotocol = duplex.authorize(headers)
+            subprotocol = duplex.authorize(headers, route)
             if subprotocol is False:
                 return connection.respond(http.HTTPStatus.FORBIDDEN, "unauthorized\n")
             assert isinstance(connection, _Connection)

@@ -1,0 +1,99 @@
+"""`/v1/twilio/stream`: a Twilio Media Stream as the session's socket, in front of any duplexkit model.
+
+`TwilioSocket` is an in-process edge (`edge.EventSocket`), as `server.moshi` is for `/api/chat`: it hands
+the runner the typed client events `TwilioStream` (the Sans-I/O protocol) makes of Twilio's messages, and
+gives `TwilioStream` the session's reply audio and reply ends, sending back what it makes of them
+(`media`, `mark`, `clear`). The session opens on the `start` message (its `session.update`: G.711 mu-law
+at 8 kHz both ways, playback acknowledged by Twilio's mark echoes) and ends on `stop`, which counts as the
+caller leaving on purpose: the slot is freed at once.
+
+Twilio reads only `media`, `mark` and `clear` from the server, so a problem with what it sent (an unknown
+event, bad base64, a message before `start`) cannot be answered on the stream: the runner answers the coded
+`ProtocolError` as for any client (counted in `duplexkit_errors_total{code}`), and this edge logs the
+`error` event instead of sending it; the message is dropped and nothing else. A `start` whose `mediaFormat`
+is not mu-law at 8 kHz cannot be heard at all: after its error the socket closes with 1003 (unsupported
+data) and the code as its reason.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import json
+import logging
+from collections import deque
+
+from duplexkit.protocol import client_events as ce
+from duplexkit.protocol import server_events as se
+from duplexkit.protocol.errors import ProtocolError
+from duplexkit.server.edge import Connection
+from duplexkit.server.twilio.protocol import SAMPLE_RATE_HZ, Output, TwilioStream
+
+log = logging.getLogger("duplexkit.server")
+
+UNSUPPORTED_DATA = 1003
+"""RFC 6455: the endpoint cannot take this kind of data (the stream's media format)."""
+
+
+class TwilioSocket:
+    """The runner's socket for one Media Stream (`edge.EventSocket`), speaking Twilio on the wire."""
+
+    def __init__(self, websocket: Connection, stream: TwilioStream) -> None:
+        self.ws = websocket
+        self.stream = stream
+        self._inbound: deque[ce.ClientEventBase | ProtocolError] = deque()
+        self._send_lock = asyncio.Lock()
+        self._stopped = False
+        self._refusal: str | None = None
+        """The code of a fatal problem: the socket closes with it once its error has been answered."""
+
+    async def receive_event(self) -> ce.ClientEventBase | ProtocolError | None:
+        """The caller's next event (or coded problem) for the runner; `None`: the call's stream is over."""
+        while not self._inbound:
+            if self._refusal is not None:
+                await self.ws.close(UNSUPPORTED_DATA, self._refusal)
+                self._stopped = True
+            if self._stopped:
+                return None
+            message = await self.ws.receive()
+            if message is None:
+                return None
+            out = self.stream.receive(message)
+            self._inbound.extend(out.problems)
+            self._inbound.extend(out.events)
+            await self._send(out)
+            if out.fatal:
+                self._refusal = out.problems[0].code.value if out.problems else "unsupported"
+            self._stopped = out.ended
+        return self._inbound.popleft()
+
+    async def send_event(self, event: se.ServerEventBase) -> None:
+        """One of the session's events: reply audio and reply ends go to Twilio as media, marks and clear;
+        errors are logged (Twilio reads none); the rest has no place on a phone line."""
+        if isinstance(event, se.ResponseOutputAudioDelta):
+            audio = event.audio
+            if audio is None or audio.format != "g711_ulaw" or event.sample_rate_hz != SAMPLE_RATE_HZ:
+                log.error("twilio stream %s: reply audio not in 8 kHz mu-law dropped", self._sid)
+                return
+            await self._send(self.stream.reply_audio(event.response_id, audio.data))
+        elif isinstance(event, se.ResponseDone):
+            cancelled = event.response.status == "cancelled"
+            await self._send(self.stream.reply_ended(event.response.id, cancelled=cancelled))
+        elif isinstance(event, se.Error):
+            error = event.error
+            log.warning("twilio stream %s: %s: %s", self._sid, error.code.value, error.message)
+
+    @property
+    def close_code(self) -> int | None:
+        return 1000 if self._stopped else self.ws.close_code
+
+    async def close(self, code: int = 1000) -> None:
+        await self.ws.close(code)
+
+    @property
+    def _sid(self) -> str:
+        return self.stream.call.stream_sid if self.stream.call else "(not started)"
+
+    async def _send(self, out: Output) -> None:
+        for message in out.twilio:
+            async with self._send_lock:
+                await self.ws.send_text(json.dumps(message, separators=(",", ":")))
