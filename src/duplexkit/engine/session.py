@@ -565,6 +565,8 @@ class EngineSession:
             now, text=bool(text.strip()), audio=speaks_audio and len(audio) > 0
         )
         response.timing.record_segment(len(segment.tokens), tpot_ms=segment.tpot_ms, itl_ms=segment.itl_ms)
+        if segment.stages_ms:
+            response.timing.model_stages_ms = dict(segment.stages_ms)
         if step.events:  # the response opened with this segment: created carries what it already observed
             created = step.events[0]
             assert isinstance(created, se.ResponseCreated)
@@ -716,7 +718,10 @@ class EngineSession:
         if timing.request_start is None:
             return se.ResponseRequestMetrics(source=None, measurement_origin=None)
         return se.ResponseRequestMetrics(
-            ttft_ms=timing.ttft_ms, ttfp_ms=timing.ttfp_ms, queue_wait_ms=timing.queue_wait_ms
+            ttft_ms=timing.ttft_ms,
+            ttfp_ms=timing.ttfp_ms,
+            queue_wait_ms=timing.queue_wait_ms,
+            model_stages_ms=timing.model_stages_ms,
         )
 
     # --- helpers --------------------------------------------------------------------------------------
