@@ -2,11 +2,12 @@
 
 One command, run from the repository root (it prints the machine's load average with every figure):
 
-    PYTHONPATH=src .venv/bin/python benchmarks/cascade_latency.py            # 2 rounds, ~20 min
-    PYTHONPATH=src .venv/bin/python benchmarks/cascade_latency.py --quick    # 1 round, 4 questions, ~6 min
+    PYTHONPATH=src .venv/bin/python benchmarks/cascade_latency.py            # 2 rounds of 8, ~10 min
+    PYTHONPATH=src .venv/bin/python benchmarks/cascade_latency.py --quick    # 1 round of 4, ~4 min
 
 Two designs of the default stack (Silero VAD through onnxruntime → Smart Turn → Whisper tiny.en → the
-local SmolLM2-135M → piper), each in its own process, one after the other, round after round:
+local SmolLM2-135M → piper), each in its own process with its models loaded once, taking turns question
+by question (which one goes first alternates), so both see the same machine:
 - `baseline`: the cascade as it was before issue #36 (`--baseline-rev`, a commit of this repository;
   its `src/` is taken with `git archive` and imported instead of this tree's);
 - `new`: this tree's cascade (the reply started from the pause's decode while Smart Turn decides).
@@ -205,44 +206,43 @@ def synthesis_rtf(model: Any) -> list[float]:
     return out
 
 
-async def worker(args: argparse.Namespace) -> None:
+async def worker() -> None:
+    """Serve the driver over stdin/stdout: `q N` runs question N (a `SAMPLE` line), `cutoffs` the false
+    cut-offs and piper's RTF, `stats` the speculative replies, `quit` ends."""
     from duplexkit.models.cascade.drive import silence, speech_end_ms, spoken, with_noise_floor
     from duplexkit.models.cascade.plugin import CascadeModel
 
     os.environ["HF_HUB_OFFLINE"] = "1"
     model = CascadeModel.from_args(STACK)
     clips = []
-    for seed, question in enumerate(QUESTIONS[: args.questions]):
+    for seed, question in enumerate(QUESTIONS):
         voice = spoken(model.synthesizer, question)
         audio = np.concatenate([silence(LEAD_IN_MS), voice, silence(TAIL_MS)])
         clips.append(Clip(question, with_noise_floor(audio, seed=seed), LEAD_IN_MS + speech_end_ms(voice)))
     session = model.new_session()  # warm every stage once (first calls allocate)
     await drive(session, clips[0], model.config.chunk_period_ms)
     await session.aclose()
-    began_load = load()
-    samples: list[Sample] = []
-    for clip in clips:
-        session = model.new_session()
-        sample = await drive(session, clip, model.config.chunk_period_ms)
-        await session.aclose()
-        if sample is not None:
-            samples.append(sample)
-    result: dict[str, Any] = {
-        "load_start": began_load,
-        "load_end": load(),
-        "samples": [asdict(s) for s in samples],
-        "missed": len(clips) - len(samples),
-    }
-    speculation = getattr(model, "speculation", None)
-    if speculation is not None:
-        result["speculation"] = asdict(speculation)
-    if args.cutoffs:
-        result["false_cutoffs"] = await false_cutoffs(model)
-        result["synthesis_rtf"] = synthesis_rtf(model)
-    print("RESULT " + json.dumps(result), flush=True)
+    print("READY", flush=True)
+    for line in sys.stdin:
+        command = line.split()
+        if command[0] == "q":
+            session = model.new_session()
+            load_at = os.getloadavg()[0]
+            sample = await drive(session, clips[int(command[1])], model.config.chunk_period_ms)
+            await session.aclose()
+            out = None if sample is None else {**asdict(sample), "load": load_at}
+            print("SAMPLE " + json.dumps(out), flush=True)
+        elif command[0] == "cutoffs":
+            result = {"false_cutoffs": await false_cutoffs(model), "synthesis_rtf": synthesis_rtf(model)}
+            print("CUTOFFS " + json.dumps(result), flush=True)
+        elif command[0] == "stats":
+            speculation = getattr(model, "speculation", None)
+            print("STATS " + json.dumps(None if speculation is None else asdict(speculation)), flush=True)
+        else:
+            return
 
 
-# --- the driver: baseline and new, quiet and loaded, round after round ---------------------------------
+# --- the driver: baseline and new, quiet and loaded, question by question ------------------------------
 
 
 def baseline_tree(rev: str, into: Path) -> Path:
@@ -253,17 +253,42 @@ def baseline_tree(rev: str, into: Path) -> Path:
     return into / "src"
 
 
-def run_worker(src: Path, questions: int, cutoffs: bool) -> dict[str, Any]:
-    env = {**os.environ, "PYTHONPATH": str(src)}
-    argv = [sys.executable, __file__, "--worker", "--questions", str(questions)]
-    if cutoffs:
-        argv.append("--cutoffs")
-    done = subprocess.run(argv, env=env, capture_output=True, text=True, check=False)
-    line = next((ln for ln in done.stdout.splitlines() if ln.startswith("RESULT ")), None)
-    if done.returncode != 0 or line is None:
-        raise RuntimeError(f"worker on {src} failed ({done.returncode}):\n{done.stderr[-3000:]}")
-    result: dict[str, Any] = json.loads(line[len("RESULT ") :])
-    return result
+class Worker:
+    """One design's worker process, models loaded once, asked one thing at a time."""
+
+    def __init__(self, name: str, src: Path, log: Path) -> None:
+        self.name = name
+        self._log = log.open("w")
+        self._process = subprocess.Popen(
+            [sys.executable, __file__, "--worker"],
+            env={**os.environ, "PYTHONPATH": str(src)},
+            stdin=subprocess.PIPE,
+            stdout=subprocess.PIPE,
+            stderr=self._log,
+            text=True,
+        )
+        self._expect("READY")
+
+    def ask(self, command: str, answer: str) -> Any:
+        assert self._process.stdin is not None
+        self._process.stdin.write(command + "\n")
+        self._process.stdin.flush()
+        return json.loads(self._expect(answer))
+
+    def _expect(self, prefix: str) -> str:
+        assert self._process.stdout is not None
+        for line in self._process.stdout:
+            if line.startswith(prefix):
+                return line[len(prefix) :].strip()
+        raise RuntimeError(f"the {self.name} worker died; its log: {self._log.name}")
+
+    def close(self) -> None:
+        if self._process.poll() is None:
+            assert self._process.stdin is not None
+            self._process.stdin.write("quit\n")
+            self._process.stdin.close()
+            self._process.wait(60)
+        self._log.close()
 
 
 def pct(values: list[float], q: float) -> str:
@@ -288,110 +313,109 @@ def wer(pairs: list[tuple[str, str]]) -> float:
     return edits / total if total else float("nan")
 
 
-def report(runs: dict[tuple[str, str], list[dict[str, Any]]]) -> None:
-    print("\n## End of speech → first audio, ms (monotonic clock of each worker process)\n")
+def report(
+    samples: dict[tuple[str, str], list[dict[str, Any]]], extras: dict[str, dict[str, Any]], rounds: int
+) -> None:
+    """The tables docs/performance.md quotes: per design and condition, then the new design's split."""
+    print(f"\n## End of speech → first audio, ms ({rounds} round(s); each worker's monotonic clock)\n")
     print("| design | condition | replies | latency p50 | p95 | turn end p50 | WER | false cut-offs | load |")
     print("| --- | --- | ---: | ---: | ---: | ---: | ---: | ---: | --- |")
-    for (design, condition), results in runs.items():
-        samples = [s for r in results for s in r["samples"]]
-        latency = [s["latency_ms"] for s in samples]
-        cutoffs = [r["false_cutoffs"] for r in results if "false_cutoffs" in r]
-        loads = ", ".join(f"{r['load_start']} → {r['load_end']}" for r in results)
+    for (design, condition), got in samples.items():
+        heard = [s for s in got if s is not None]
+        latency = [s["latency_ms"] for s in heard]
+        loads = [s["load"] for s in heard]
+        cutoffs = extras.get(design, {}).get("false_cutoffs") if condition == "quiet" else None
         print(
-            f"| {design} | {condition} | {len(samples)} (missed {sum(r['missed'] for r in results)}) | "
-            f"{pct(latency, 50)} | {pct(latency, 95)} | {pct([s['turn_end_ms'] for s in samples], 50)} | "
-            f"{100 * wer([(s['question'], s['transcript']) for s in samples]):.1f} % | "
-            f"{' + '.join(f'{c}/{len(PAUSED)}' for c in cutoffs) or '—'} | {loads} |"
+            f"| {design} | {condition} | {len(heard)} of {len(got)} | "
+            f"{pct(latency, 50)} | {pct(latency, 95)} | "
+            f"{pct([s['turn_end_ms'] for s in heard], 50)} | "
+            f"{100 * wer([(s['question'], s['transcript']) for s in heard]):.1f} % | "
+            f"{'—' if cutoffs is None else f'{cutoffs}/{len(PAUSED)}'} | "
+            f"{min(loads, default=float('nan')):.1f}-{max(loads, default=float('nan')):.1f} |"
         )
-    print("\n## Where the time goes: the new design's own split, p50 / p95, ms\n")
+    print("\n## Where the time goes: the new design's own split (TurnTrace.stages), p50 / p95, ms\n")
     print("| condition | " + " | ".join(STAGES) + " |")
     print("| --- |" + " ---: |" * len(STAGES))
-    for (design, condition), results in runs.items():
-        samples = [s for r in results for s in r["samples"] if s["stages"]]
-        if design != "new" or not samples:
-            continue
-        columns = ([s["stages"][k] for s in samples if k in s["stages"]] for k in STAGES)
-        cells = [f"{pct(v, 50)} / {pct(v, 95)}" for v in columns]
-        print(f"| {condition} | " + " | ".join(cells) + " |")
-    for (design, condition), results in runs.items():
-        stats = [r["speculation"] for r in results if "speculation" in r]
+    for (design, condition), got in samples.items():
+        split = [s["stages"] for s in got if s is not None and s["stages"]]
+        if design == "new" and split:
+            columns = ([st[k] for st in split if k in st] for k in STAGES)
+            print(f"| {condition} | " + " | ".join(f"{pct(v, 50)} / {pct(v, 95)}" for v in columns) + " |")
+    for design, extra in extras.items():
+        stats = extra.get("speculation")
         if stats:
-            total = {k: sum(s[k] for s in stats) for k in stats[0]}
             print(
-                f"\n{design}/{condition} speculative replies: {total['started']} started, "
-                f"{total['adopted']} adopted, {total['discarded']} discarded "
-                f"({total['discarded_busy_ms']:.0f} ms of production, "
-                f"{total['discarded_audio_ms']:.0f} ms of audio thrown away)"
+                f"\n{design}: speculative replies {stats['started']} started, {stats['adopted']} adopted, "
+                f"{stats['discarded']} discarded ({stats['discarded_busy_ms']:.0f} ms of production and "
+                f"{stats['discarded_audio_ms']:.0f} ms of audio thrown away; false cut-off runs included)"
             )
-        rtf = [x for r in results for x in r.get("synthesis_rtf", [])]
+        rtf = extra.get("synthesis_rtf")
         if rtf:
             print(
-                f"{design}/{condition} piper synthesis alone (one thread, as the cascade runs it): "
+                f"{design}: piper synthesis alone (one thread, as the cascade runs it): "
                 f"RTF p50 {np.median(rtf):.3f}, max {max(rtf):.3f}"
             )
-    print("\nPer reply (new design):\n")
-    print("| condition | question | heard | latency | " + " | ".join(STAGES) + " |")
-    print("| --- | --- | --- | ---: |" + " ---: |" * len(STAGES))
-    for (design, condition), results in runs.items():
-        if design != "new":
-            continue
-        for s in (s for r in results for s in r["samples"]):
+    print("\nPer reply:\n")
+    print("| design | condition | load | question | heard | latency | " + " | ".join(STAGES) + " |")
+    print("| --- | --- | ---: | --- | --- | ---: |" + " ---: |" * len(STAGES))
+    for (design, condition), got in samples.items():
+        for s in (s for s in got if s is not None):
             cells = " | ".join(f"{s['stages'][k]:.0f}" if k in s["stages"] else "—" for k in STAGES)
-            print(f"| {condition} | {s['question']} | {s['transcript']} | {s['latency_ms']:.0f} | {cells} |")
+            print(
+                f"| {design} | {condition} | {s['load']:.1f} | {s['question']} | {s['transcript']} | "
+                f"{s['latency_ms']:.0f} | {cells} |"
+            )
 
 
 def main() -> None:
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
-    parser.add_argument(
-        "--quick", action="store_true", help="1 round of 4 questions (default: 2 rounds of 8)"
-    )
-    parser.add_argument("--rounds", type=int, help="passes over the designs and conditions (2)")
+    parser.add_argument("--quick", action="store_true", help="1 round of 4 questions (else 2 rounds of 8)")
+    parser.add_argument("--rounds", type=int, help="passes over the questions per condition (2)")
     parser.add_argument("--questions", type=int, help="questions per pass, at most 8 (8)")
     parser.add_argument("--conditions", default="quiet,loaded", help="quiet and/or loaded, comma separated")
-    parser.add_argument(
-        "--baseline-rev", default=BASELINE_REV, help="the baseline's commit (main before #36)"
-    )
+    parser.add_argument("--baseline-rev", default=BASELINE_REV, help="the baseline's commit (before #36)")
     parser.add_argument("--no-baseline", action="store_true", help="measure the new design only")
     parser.add_argument("--worker", action="store_true", help=argparse.SUPPRESS)
-    parser.add_argument("--cutoffs", action="store_true", help=argparse.SUPPRESS)
     args = parser.parse_args()
-    if args.questions is None:
-        args.questions = 4 if args.quick else len(QUESTIONS)
     if args.worker:
-        asyncio.run(worker(args))
+        asyncio.run(worker())
         return
     rounds = args.rounds if args.rounds is not None else (1 if args.quick else 2)
-    print(
-        f"# cascade latency: {rounds} round(s) of {args.questions} question(s); machine {load()}, "
-        f"{os.cpu_count()} CPUs"
-    )
-    own = Path(__file__).resolve().parents[1] / "src"
-    runs: dict[tuple[str, str], list[dict[str, Any]]] = {}
+    questions = min(len(QUESTIONS), args.questions or (4 if args.quick else len(QUESTIONS)))
+    print(f"# cascade latency: {rounds} round(s) of {questions} question(s), designs alternating; ", end="")
+    print(f"machine {load()}, {os.cpu_count()} CPUs")
+    samples: dict[tuple[str, str], list[dict[str, Any]]] = {}
+    extras: dict[str, dict[str, Any]] = {}
     with tempfile.TemporaryDirectory() as tmp:
-        designs = {"new": own}
+        sources = {"new": Path(__file__).resolve().parents[1] / "src"}
         if not args.no_baseline:
-            designs = {"baseline": baseline_tree(args.baseline_rev, Path(tmp)), **designs}
-        for round_ in range(rounds):
+            sources = {"baseline": baseline_tree(args.baseline_rev, Path(tmp)), **sources}
+        workers = [Worker(name, src, Path(tmp) / f"{name}.log") for name, src in sources.items()]
+        try:
             for condition in args.conditions.split(","):
                 spinner = None
                 if condition == "loaded":
                     spinner = subprocess.Popen([sys.executable, "-c", "while True: pass"])
                 try:
-                    for design, src in designs.items():
-                        began = time.monotonic()
-                        cutoffs = condition == "quiet" and round_ == 0
-                        result = run_worker(src, args.questions, cutoffs)
-                        runs.setdefault((design, condition), []).append(result)
-                        print(
-                            f"round {round_ + 1} {design}/{condition}: {time.monotonic() - began:.0f} s, "
-                            f"{result['load_start']}",
-                            flush=True,
-                        )
+                    for round_ in range(rounds):
+                        for index in range(questions):
+                            # each question by each design, taking turns at going first
+                            order = workers if (index + round_) % 2 == 0 else workers[::-1]
+                            for w in order:
+                                sample = w.ask(f"q {index}", "SAMPLE ")
+                                samples.setdefault((w.name, condition), []).append(sample)
+                        print(f"{condition} round {round_ + 1} done, {load()}", flush=True)
                 finally:
                     if spinner is not None:
                         spinner.kill()
                         spinner.wait()
-    report(runs)
+            for w in workers:
+                extras[w.name] = w.ask("cutoffs", "CUTOFFS ")
+                extras[w.name]["speculation"] = w.ask("stats", "STATS ")
+        finally:
+            for w in workers:
+                w.close()
+    report(samples, extras, rounds)
 
 
 if __name__ == "__main__":
