@@ -14,7 +14,8 @@ by question (which one goes first alternates), so both see the same machine:
 Each under two conditions: `quiet` (nothing else started by the benchmark) and `loaded` (a second
 process spinning one core in a pure-Python loop for the whole measurement).
 
-Spoken questions are made with the cascade's own voice (piper) plus a -60 dBFS noise floor and fed to
+Spoken questions are made with the cascade's own voice (piper, without its sampling noise: the same audio
+in every worker) plus a -60 dBFS noise floor and fed to
 `CascadeSession.step` in 100 ms units on a real-time schedule (a unit is stepped once its last sample has
 "arrived", one at a time, as the server's runner does). Latency: from the ground-truth end of speech (the
 last 10 ms frame within 40 dB of the loudest, in the clean audio) to the step yielding the first reply
@@ -153,12 +154,12 @@ async def drive(session: Any, clip: Clip, period_ms: int) -> Sample | None:
     )
 
 
-def paused_clip(model: Any, asr: Any, sentence: str, words: int, seed: int) -> tuple[Clip, float]:
+def paused_clip(voice_of: Any, asr: Any, sentence: str, words: int, seed: int) -> tuple[Clip, float]:
     """`sentence` with a `PAUSE_MS` pause after its first `words` words (cut at the quietest 10 ms within
     60 ms of Whisper's end of that word); also where the pause ends on the clip's clock."""
     from duplexkit.models.cascade.drive import silence, spoken, with_noise_floor
 
-    voice = spoken(model.synthesizer, sentence)
+    voice = spoken(voice_of, sentence)
     end_ms = asr.transcribe(voice).words[words - 1].end_ms
     frames = [round(16 * (end_ms + d)) for d in range(-60, 61, 10)]
     cut = min(
@@ -170,7 +171,7 @@ def paused_clip(model: Any, asr: Any, sentence: str, words: int, seed: int) -> t
     return Clip(sentence, with_noise_floor(audio, seed=seed), 0.0), LEAD_IN_MS + cut / 16 + PAUSE_MS
 
 
-async def false_cutoffs(model: Any) -> int:
+async def false_cutoffs(model: Any, speaker: Any) -> int:
     """Phrases whose turn ended inside their mid-sentence pause (stepped as fast as the model allows)."""
     from duplexkit.engine import Transcribed
     from duplexkit.models.cascade.drive import units
@@ -178,7 +179,7 @@ async def false_cutoffs(model: Any) -> int:
     assert model.whisper is not None
     cut = 0
     for seed, (sentence, words) in enumerate(PAUSED):
-        clip, pause_end = paused_clip(model, model.whisper, sentence, words, seed)
+        clip, pause_end = paused_clip(speaker, model.whisper, sentence, words, seed)
         session = model.new_session()
         ended_in_pause = False
         for unit in units(clip.audio, model.config.chunk_period_ms):
@@ -211,12 +212,14 @@ async def worker() -> None:
     cut-offs and piper's RTF, `stats` the speculative replies, `quit` ends."""
     from duplexkit.models.cascade.drive import silence, speech_end_ms, spoken, with_noise_floor
     from duplexkit.models.cascade.plugin import CascadeModel
+    from duplexkit.models.cascade.tts import PiperSynthesizer
 
     os.environ["HF_HUB_OFFLINE"] = "1"
     model = CascadeModel.from_args(STACK)
+    speaker = PiperSynthesizer(deterministic=True)  # the same questions, sample for sample, in every worker
     clips = []
     for seed, question in enumerate(QUESTIONS):
-        voice = spoken(model.synthesizer, question)
+        voice = spoken(speaker, question)
         audio = np.concatenate([silence(LEAD_IN_MS), voice, silence(TAIL_MS)])
         clips.append(Clip(question, with_noise_floor(audio, seed=seed), LEAD_IN_MS + speech_end_ms(voice)))
     session = model.new_session()  # warm every stage once (first calls allocate)
@@ -233,7 +236,10 @@ async def worker() -> None:
             out = None if sample is None else {**asdict(sample), "load": load_at}
             print("SAMPLE " + json.dumps(out), flush=True)
         elif command[0] == "cutoffs":
-            result = {"false_cutoffs": await false_cutoffs(model), "synthesis_rtf": synthesis_rtf(model)}
+            result = {
+                "false_cutoffs": await false_cutoffs(model, speaker),
+                "synthesis_rtf": synthesis_rtf(model),
+            }
             print("CUTOFFS " + json.dumps(result), flush=True)
         elif command[0] == "stats":
             speculation = getattr(model, "speculation", None)
