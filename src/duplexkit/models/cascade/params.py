@@ -87,11 +87,10 @@ class CascadeConfig:
     """Process-wide settings (`--model-arg key=value`)."""
 
     chunk_period_ms: int = 100
-    lead_ms: float = 2000.0
-    """Reply audio sent ahead of playback (> 0: with no lead nothing would ever be due). Two seconds: a
-    reply made faster than real time reaches the client faster than real time too (what `demo`'s RTF
-    measures), and a client rides out a stalled server; a barge-in cuts the rest (clients clear what they
-    buffered when the response is cancelled, as OpenAI's do)."""
+    lead_ms: float = 400.0
+    """Reply audio sent ahead of playback (> 0: with no lead nothing would ever be due). Kept short: the
+    response ends when its last audio is released, so a barge-in in the last `lead_ms` of a reply can no
+    longer cancel it and the client plays that much on (docs/performance.md, the demo's RTF)."""
     responder: ResponderKind = "auto"
     """`auto`: `local` when its extra is installed, else `echo`."""
     asr: AsrKind = "auto"
@@ -238,7 +237,7 @@ _CONFIG_COERCERS: dict[str, Callable[[str], Any]] = {
 
 PARAMETERS = (
     ModelParameter("chunk_period_ms", "unit length advertised to clients, 20-1000 (100)"),
-    ModelParameter("lead_ms", "reply audio sent ahead of playback, > 0 (2000)"),
+    ModelParameter("lead_ms", "reply audio sent ahead of playback, > 0 (400)"),
     ModelParameter("responder", "local, echo or openai (auto: local if its extra is installed)"),
     ModelParameter("asr", "whisper or pocketsphinx (auto: whisper if installed)"),
     ModelParameter("turn", "semantic (Smart Turn at pauses) or silence (auto: semantic if installed)"),
