@@ -26,6 +26,10 @@ the playground's turn marker shows): `vad_tail` (last voiced frame → the pause
 `final_decode`, `llm_first_token`, `first_phrase` (first token → first phrase's audio ready; its
 synthesis alone `tts_first_phrase`), `first_audio_sent` (ready → a step released it) and `total`.
 
+With `--sessions 4,6,8`: also N sessions in one process and event loop (as in the server), each looping
+question → reply with staggered starts, for `--seconds`; a level is held when >= 99 % of units are
+stepped within their 100 ms period.
+
 Also per design: word error rate of the final transcripts against the questions; false cut-offs (quiet
 condition only: sentences with a 700 ms mid-sentence pause, counted when the turn ended inside the pause;
 Smart Turn's verdicts should not change); the speculative replies started, adopted and discarded, and
@@ -192,6 +196,55 @@ async def false_cutoffs(model: Any, speaker: Any) -> int:
     return cut
 
 
+async def keep_up(
+    session: Any, clips: list[Clip], period_ms: int, t0: float, until: float, lags: list[float]
+) -> None:
+    """Feed `clips` back to back in real time from monotonic `t0` until `until`; each unit's lag (stepped
+    → arrived) in `lags`."""
+    from duplexkit.models.cascade.drive import units
+
+    start_ms, index = 0.0, 0
+    while True:
+        for clip in clips:
+            for unit in units(clip.audio, period_ms, start_ms=start_ms, first_index=index):
+                index += 1
+                due = t0 + unit.end_ms / 1000.0
+                if due > until:
+                    return
+                await asyncio.sleep(max(0.0, due - time.monotonic()))
+                async for _ in session.step(unit, time.monotonic()):
+                    pass
+                lags.append(1000.0 * (time.monotonic() - due))
+            start_ms += 1000.0 * len(clip.audio) / 16_000
+
+
+async def capacity(model: Any, clips: list[Clip], sessions: int, seconds: float) -> dict[str, Any]:
+    """`sessions` sessions in this process and event loop (as in the server), each looping question →
+    reply with staggered starts; a session keeps real time when its units are stepped within a period."""
+    period = model.config.chunk_period_ms
+    start = time.monotonic() + 0.2
+    clip_s = float(np.mean([len(c.audio) for c in clips])) / 16_000
+    lags: list[float] = []
+    runs = []
+    for k in range(sessions):
+        order = clips[k % len(clips) :] + clips[: k % len(clips)]
+        runs.append((model.new_session(), order, start + k * clip_s / sessions))  # turns end apart
+    load_at = os.getloadavg()[0]
+    await asyncio.gather(*(keep_up(s, order, period, t0, start + seconds, lags) for s, order, t0 in runs))
+    for session, _, _ in runs:
+        await session.aclose()
+    within = sum(lag <= period for lag in lags) / len(lags) if lags else float("nan")
+    return {
+        "sessions": sessions,
+        "units": len(lags),
+        "within": within,
+        "p50": float(np.percentile(lags, 50)) if lags else None,
+        "p99": float(np.percentile(lags, 99)) if lags else None,
+        "max": max(lags, default=None),
+        "load": load_at,
+    }
+
+
 def synthesis_rtf(model: Any) -> list[float]:
     """Piper alone, as the cascade runs it (its thread count): synthesis time / audio duration, per phrase."""
     phrases = [
@@ -208,8 +261,9 @@ def synthesis_rtf(model: Any) -> list[float]:
 
 
 async def worker() -> None:
-    """Serve the driver over stdin/stdout: `q N` runs question N (a `SAMPLE` line), `cutoffs` the false
-    cut-offs and piper's RTF, `stats` the speculative replies, `quit` ends."""
+    """Serve the driver over stdin/stdout: `q N` runs question N (a `SAMPLE` line), `capacity N S` N
+    sessions for S seconds, `cutoffs` the false cut-offs and piper's RTF, `stats` the speculative replies,
+    `quit` ends."""
     from duplexkit.models.cascade.drive import silence, speech_end_ms, spoken, with_noise_floor
     from duplexkit.models.cascade.plugin import CascadeModel
     from duplexkit.models.cascade.tts import PiperSynthesizer
@@ -235,6 +289,9 @@ async def worker() -> None:
             await session.aclose()
             out = None if sample is None else {**asdict(sample), "load": load_at}
             print("SAMPLE " + json.dumps(out), flush=True)
+        elif command[0] == "capacity":
+            held = await capacity(model, clips, int(command[1]), float(command[2]))
+            print("CAPACITY " + json.dumps(held), flush=True)
         elif command[0] == "cutoffs":
             result = {
                 "false_cutoffs": await false_cutoffs(model, speaker),
@@ -381,6 +438,8 @@ def main() -> None:
     parser.add_argument("--conditions", default="quiet,loaded", help="quiet and/or loaded, comma separated")
     parser.add_argument("--baseline-rev", default=BASELINE_REV, help="the baseline's commit (before #36)")
     parser.add_argument("--no-baseline", action="store_true", help="measure the new design only")
+    parser.add_argument("--sessions", default="", help="also concurrent sessions held, e.g. 4,6,8 (quiet)")
+    parser.add_argument("--seconds", type=float, default=20.0, help="duration of each concurrency level")
     parser.add_argument("--worker", action="store_true", help=argparse.SUPPRESS)
     args = parser.parse_args()
     if args.worker:
@@ -392,6 +451,7 @@ def main() -> None:
     print(f"machine {load()}, {os.cpu_count()} CPUs")
     samples: dict[tuple[str, str], list[dict[str, Any]]] = {}
     extras: dict[str, dict[str, Any]] = {}
+    held: list[tuple[str, dict[str, Any]]] = []
     with tempfile.TemporaryDirectory() as tmp:
         sources = {"new": Path(__file__).resolve().parents[1] / "src"}
         if not args.no_baseline:
@@ -415,6 +475,9 @@ def main() -> None:
                     if spinner is not None:
                         spinner.kill()
                         spinner.wait()
+            for n in (int(n) for n in args.sessions.split(",") if n):
+                for w in workers:
+                    held.append((w.name, w.ask(f"capacity {n} {args.seconds}", "CAPACITY ")))
             for w in workers:
                 extras[w.name] = w.ask("cutoffs", "CUTOFFS ")
                 extras[w.name]["speculation"] = w.ask("stats", "STATS ")
@@ -422,6 +485,15 @@ def main() -> None:
             for w in workers:
                 w.close()
     report(samples, extras, rounds)
+    if held:
+        print("\n## Concurrent sessions (100 ms units; lag = step finished - unit arrived, ms)\n")
+        print("| design | sessions | units | within period | lag p50 | p99 | max | load |")
+        print("| --- | ---: | ---: | ---: | ---: | ---: | ---: | ---: |")
+        for design, h in held:
+            print(
+                f"| {design} | {h['sessions']} | {h['units']} | {100 * h['within']:.2f} % | {h['p50']:.1f} | "
+                f"{h['p99']:.1f} | {h['max']:.1f} | {h['load']:.1f} |"
+            )
 
 
 if __name__ == "__main__":
