@@ -88,19 +88,6 @@ FIRST_AUDIO_WAIT = 0.8
 """Share of a unit's period a step may wait for its reply's first audio (see `_first_audio`)."""
 
 
-STAGES = (
-    "vad_tail",
-    "smart_turn",
-    "final_decode",
-    "llm_first_token",
-    "first_phrase",
-    "tts_first_phrase",
-    "first_audio_sent",
-    "total",
-)
-"""The latency split of a turn (`TurnTrace.stages`), in the order the reply's critical path runs."""
-
-
 @dataclass(frozen=True, slots=True)
 class TurnTrace:
     """The last answered user turn and how its reply was produced (for latency breakdowns)."""
@@ -109,10 +96,6 @@ class TurnTrace:
     reply: ReplyTiming
     prepared: bool
     """The reply was started during the pause (speculatively), before the end of the turn was confirmed."""
-    hear_ms: float
-    """Wall time of hearing the unit that ended the turn (VAD, ASR, transcript)."""
-    answered_at: float
-    """Monotonic time the reply was started (or adopted) for this turn."""
     ended_at_ms: float
     """Media time of the end of the unit that ended the turn."""
     speech_end_at: float
@@ -140,8 +123,7 @@ class TurnTrace:
         and `total` (end of speech → first audio sent, the end of speech placed by `speech_end_at`)."""
         r, end = self.reply, self.turn.speech_end_ms
         paused = self.paused_at_ms if self.paused_at_ms is not None else self.ended_at_ms
-        ready = r.first_audio_at if r.first_audio_at is not None else None
-        sent = r.released_at
+        ready, sent = r.first_audio_at, r.released_at
         return {
             "vad_tail": max(0.0, paused - end),
             "smart_turn": max(0.0, self.ended_at_ms - paused),
@@ -321,7 +303,6 @@ class CascadeSession(ModelSession):
             if unit.continuation
             else await loop.run_in_executor(self._model.listen_pool, self._hear, unit)
         )
-        hear_ms = 1000.0 * (time.monotonic() - began)
         saw = self.sight is not None and not unit.continuation and self.sight.look(unit.frames)
         self._advance_playback(unit.duration_ms)
         outcome = TurnOutcome()
@@ -341,7 +322,7 @@ class CascadeSession(ModelSession):
         turn, self._pending_turn = outcome.turn or self._pending_turn, None
         opens = turn is not None
         if turn is not None:
-            self._start_reply(turn, hear_ms, unit.end_ms, began)
+            self._start_reply(turn, unit.end_ms, began)
         elif saw and self._reply is None and heard is not None and heard.speech_start_ms is None:
             opens = self._speak_up()
         reply = self._reply
@@ -499,7 +480,7 @@ class CascadeSession(ModelSession):
         ):
             yield delta
 
-    def _start_reply(self, turn: SpeechEnded, hear_ms: float, end_ms: float, now: float) -> None:
+    def _start_reply(self, turn: SpeechEnded, end_ms: float, now: float) -> None:
         """Start the reply to `turn`, or adopt the one started during the pause when the turn ends on the
         same words. Nothing here waits: the step opens the response and moves on."""
         adopted = self.speculation.adopt(turn.transcript, now)
@@ -516,8 +497,6 @@ class CascadeSession(ModelSession):
             turn,
             reply.timing,
             adopted is not None,
-            hear_ms,
-            time.monotonic(),
             ended_at_ms=end_ms,
             speech_end_at=now - (end_ms - turn.speech_end_ms) / 1000.0,
             paused_at_ms=adopted.at_ms if adopted is not None else None,
