@@ -106,3 +106,67 @@ def test_a_lazy_or_type_only_cycle_is_found(tmp_path: Path) -> None:
     )
     (pkg / "d.py").write_text("import pkg.a\n")  # into the cycle, not part of it
     assert cycles(import_graph(tmp_path, "pkg")) == [["pkg.a", "pkg.c", "pkg.sub.b"]]
+
+
+def imported_names(path: Path) -> set[str]:
+    """Every dotted name a module's source imports, anywhere in it (`import a.b` is `a.b`; `from a import
+    b` is `a` and `a.b`), standard library and third party included; relative imports are not resolved."""
+    names: set[str] = set()
+    for node in ast.walk(ast.parse(path.read_text(encoding="utf-8"))):
+        if isinstance(node, ast.ImportFrom) and not node.level and node.module:
+            names.add(node.module)
+            names.update(f"{node.module}.{alias.name}" for alias in node.names)
+        elif isinstance(node, ast.Import):
+            names.update(alias.name for alias in node.names)
+    return names
+
+
+IN_PROCESS_EDGES = ("duplexkit.server.moshi", "duplexkit.server.webrtc.call")
+"""The edges that hand the runner typed events (`server.edge.EventSocket`): their audio stays samples."""
+NO_TEXT_IN_THE_SESSION = (*IN_PROCESS_EDGES, "duplexkit.engine")
+"""What lies between an in-process edge's socket and the model: it makes and reads no JSON or base64."""
+
+
+def _in(module: str, roots: tuple[str, ...]) -> bool:
+    return any(module == root or module.startswith(f"{root}.") for root in roots)
+
+
+def test_nothing_between_an_in_process_edge_and_the_model_makes_json_or_base64() -> None:
+    """The typed seam (docs/architecture.md walks a Moshi frame and a WebRTC frame through it): the engine
+    emits event objects with their audio as samples, and the in-process edges neither import a JSON or
+    base64 codec nor any `*base64*` helper of ours; only a WebRTC call's data channel, which is a JSON
+    socket, uses the wire's parser and renderer (`client_object`, `EventRenderer`), never its audio."""
+    modules = module_files(SRC, "duplexkit")
+    checked = [name for name in modules if _in(name, NO_TEXT_IN_THE_SESSION)]
+    assert set(IN_PROCESS_EDGES) <= set(checked) and "duplexkit.engine.session" in checked
+    offending = {}
+    for name in checked:
+        bad = {
+            imported
+            for imported in imported_names(modules[name])
+            if imported.split(".")[0] in ("json", "base64", "pybase64", "binascii")
+            or "base64" in imported.rpartition(".")[2]
+            or (imported.startswith("duplexkit.protocol.wire") and name != "duplexkit.server.webrtc.call")
+        }
+        if bad:
+            offending[name] = sorted(bad)
+    assert offending == {}
+
+
+def test_the_in_process_edges_reach_the_runner_only_through_the_edge_contract() -> None:
+    """Moshi and WebRTC are edges of the core, not of each other or of the runner's internals: neither
+    imports the runner (the runner takes them as `edge.EventSocket`), and the runner imports neither."""
+    graph = import_graph(SRC, "duplexkit")
+    for edge in IN_PROCESS_EDGES:
+        assert "duplexkit.server.edge" in graph[edge]
+        assert "duplexkit.server.runner" not in graph[edge]
+        assert edge not in graph["duplexkit.server.runner"]
+        assert not set(IN_PROCESS_EDGES) & graph[edge]
+
+
+def test_the_seam_check_finds_a_base64_helper_in_an_edge(tmp_path: Path) -> None:
+    (tmp_path / "edge.py").write_text(
+        "import json\nfrom duplexkit.protocol.audio import encode_base64_audio, resample\n"
+    )
+    names = imported_names(tmp_path / "edge.py")
+    assert {"json", "duplexkit.protocol.audio.encode_base64_audio"} <= names

@@ -247,10 +247,11 @@ async def test_resume_skips_published_samples_redoes_the_rest_and_overwrite_redo
 
 
 def published_sentences(out: Path) -> dict[str, Path]:
+    """An Omni-DuplexEval run's sentences files: `<split>/<id>.json`, where its official scorer reads them."""
     return {
         f"{p.parent.name}/{p.stem}": p
-        for p in out.glob("records/*/*.json")
-        if not p.name.endswith(".meta.json")
+        for p in out.glob("*/*.json")
+        if p.parent.name not in artifacts.RESERVED_SPLITS
     }
 
 
@@ -290,9 +291,9 @@ def test_a_run_killed_mid_way_resumes_to_every_sample_published_exactly_once(tmp
     assert set(published_sentences(out)) == keys
     for key in keys:  # exactly once: one sentences file and one published meta per sample, nothing else
         split, sample_id = key.split("/")
-        assert sorted(p.name for p in (out / "records" / split).glob(f"{sample_id}.*")) == [
-            f"{sample_id}.json",
-            f"{sample_id}.meta.json",
+        assert [p.name for p in (out / split).glob(f"{sample_id}.*")] == [f"{sample_id}.json"]
+        assert [p.name for p in (out / "records" / split).glob(f"{sample_id}.*")] == [
+            f"{sample_id}.meta.json"
         ]
         meta = json.loads((out / "records" / f"{key}.meta.json").read_text(encoding="utf-8"))
         assert (meta["split"], meta["id"], meta["status"]) == (split, sample_id, "published")

@@ -82,9 +82,13 @@ def make_run(
     model: str | None = "m",
     embedded: bool = False,
     selected: int | None = None,
+    model_args: dict[str, str] | None = None,
+    server_model: str | None = None,
+    health_model: str | None = None,
 ) -> Path:
     """A run folder whose samples have the given status (`published` gets a sentences file); `selected`:
-    how many samples its selection (shard) held, default all of `samples`."""
+    how many samples its selection (shard) held, default all of `samples`; `server_model`: what each
+    sample's `session.created` named; `health_model`: what the server's `/healthz` named."""
     config: dict[str, Any] = {"url": url, "pace": pace, "fps": 1.0, "chunk_ms": 200}
     if protocol is not None:
         config["protocol"] = protocol
@@ -103,7 +107,14 @@ def make_run(
                 "shard": None if shard is None else {"index": shard[0], "count": shard[1]},
                 "samples": len(samples) if selected is None else selected,
             },
-            "server": {"url": url, "urls": [url], "model": model, "embedded": embedded},
+            "server": {
+                "url": url,
+                "urls": [url],
+                "model": model,
+                "embedded": embedded,
+                "model_args": model_args,
+                "pool": [{"url": url, "max_sessions": 4, "model": health_model}],
+            },
         },
     )
     run = RunDir(root)
@@ -114,6 +125,7 @@ def make_run(
             "status": status,
             "error": None if status == "published" else "drain_timeout",
             "server_url": url,
+            "server_model": server_model,
             "finished_at": f"2026-12-01T08:{len(str(root)) % 60:02d}:00+00:00",
         }
         if status == "published":
@@ -135,13 +147,16 @@ def make_run(
         ({"model": "other-model"}, MergeCode.MODEL_MISMATCH),
         ({"model": None}, MergeCode.MODEL_MISMATCH),
         ({"embedded": True}, MergeCode.SERVER_MISMATCH),
+        ({"model_args": {"hf_repo": "other/checkpoint"}}, MergeCode.MODEL_ARGS_MISMATCH),
+        ({"server_model": "other-model"}, MergeCode.REPORTED_MODEL_MISMATCH),
+        ({"health_model": "other-model"}, MergeCode.REPORTED_MODEL_MISMATCH),
     ],
 )
 def test_runs_not_measured_alike_are_refused_with_a_code_and_nothing_is_written(
     tmp_path: Path, other: dict[str, Any], code: MergeCode
 ) -> None:
-    a = make_run(tmp_path / "a", {("S", "1"): "published"})
-    b = make_run(tmp_path / "b", {("S", "2"): "published"}, **other)
+    a = make_run(tmp_path / "a", {("S", "1"): "published"}, server_model="m", health_model="m")
+    b = make_run(tmp_path / "b", {("S", "2"): "published"}, **{"server_model": "m", **other})
     with pytest.raises(MergeError) as refused:
         merge_runs([a, b], tmp_path / "merged")
     assert refused.value.code is code and str(refused.value).startswith(code.value)
@@ -170,7 +185,7 @@ def test_a_publication_replaces_a_failure_and_every_sample_lands_once(tmp_path: 
     )
     result = merge_runs([a, b], tmp_path / "merged")
 
-    merged = RunDir(result.out)
+    merged = RunDir.open(result.out)
     metas = {(m["split"], m["id"]): m for m in merged.metas()}
     assert set(metas) == {("S", "1"), ("S", "2"), ("T", "3"), ("T", "4")}
     assert (
@@ -196,10 +211,12 @@ def test_shards_record_which_parts_the_merge_holds(tmp_path: Path) -> None:
         "parts": ["1/3", "3/3"],
         "complete": False,
         "unattempted": 0,
+        "selected": 2,
     }
     two = make_run(tmp_path / "2", {("S", "c"): "published"}, shard=(2, 3))
     full = merge_runs([one, two, three], tmp_path / "full")
-    assert full.shards == {"parts": ["1/3", "2/3", "3/3"], "complete": True, "unattempted": 0}
+    assert full.shards == {"parts": ["1/3", "2/3", "3/3"], "complete": True, "unattempted": 0, "selected": 3}
+    assert full.completeness == {"selected": 3, "attempted": 3, "complete": True}
     assert json.loads((full.out / "run.json").read_text())["dataset"]["samples"] == 3
 
 
@@ -208,7 +225,8 @@ def test_a_shard_stopped_before_every_sample_was_attempted_is_not_complete(tmp_p
     one = make_run(tmp_path / "1", {("S", "a"): "published"}, shard=(1, 2))
     two = make_run(tmp_path / "2", {("S", "b"): "published", ("S", "c"): "failed"}, shard=(2, 2), selected=3)
     merged = merge_runs([one, two], tmp_path / "m")
-    assert merged.shards == {"parts": ["1/2", "2/2"], "complete": False, "unattempted": 1}
+    assert merged.shards == {"parts": ["1/2", "2/2"], "complete": False, "unattempted": 1, "selected": 4}
+    assert merged.completeness == {"selected": 4, "attempted": 3, "complete": False}
     assert json.loads((merged.out / "run.json").read_text())["dataset"]["shards"]["complete"] is False
     # The missing sample attempted by a rerun of the same shard completes it.
     rerun = make_run(tmp_path / "2b", {("S", "d"): "failed"}, shard=(2, 2), selected=3)
@@ -216,7 +234,33 @@ def test_a_shard_stopped_before_every_sample_was_attempted_is_not_complete(tmp_p
         "parts": ["1/2", "2/2"],
         "complete": True,
         "unattempted": 0,
+        "selected": 4,
     }
+
+
+def test_whole_runs_keep_their_selected_count_and_say_whether_every_sample_was_attempted(
+    tmp_path: Path,
+) -> None:
+    # Two pool runs of one five-sample selection, stopped early: three samples attempted in all.
+    a = make_run(tmp_path / "a", {("S", "1"): "published", ("S", "2"): "failed"}, selected=5)
+    b = make_run(tmp_path / "b", {("S", "3"): "published"}, selected=5)
+    merged = merge_runs([a, b], tmp_path / "m")
+    assert merged.shards is None
+    assert merged.completeness == {"selected": 5, "attempted": 3, "complete": False}
+    run = json.loads((merged.out / "run.json").read_text())
+    assert run["dataset"]["samples"] == 5 and run["completeness"]["complete"] is False
+    c = make_run(tmp_path / "c", {("S", "4"): "failed", ("S", "5"): "published"}, selected=5)
+    assert merge_runs([a, b, c], tmp_path / "m2").completeness == {
+        "selected": 5,
+        "attempted": 5,
+        "complete": True,
+    }
+
+
+def test_servers_that_named_no_model_are_compared_by_the_rest(tmp_path: Path) -> None:
+    a = make_run(tmp_path / "a", {("S", "1"): "published"}, server_model="m")
+    b = make_run(tmp_path / "b", {("S", "2"): "published"})  # a peer's server: no model named anywhere
+    assert merge_runs([a, b], tmp_path / "m").samples == 2
 
 
 # --- end to end: shards → merge → score → report ---------------------------------------------------
@@ -259,9 +303,16 @@ def test_a_merged_omniinteract_run_gets_its_official_run_files(tmp_path: Path) -
         data = json.loads((run / "run.json").read_text())
         (run / "run.json").write_text(json.dumps({**data, "benchmark": "omniinteract"}))
     (RunDir(b).sample_dir("1q1a", "0002") / ".done").write_bytes(b"")
+    (RunDir(b).sample_dir("1q1a", "0002") / "wav_transcript.json").write_text('{"chunks": []}')
     merged = merge_runs([a, b], tmp_path / "m").out
     batch = json.loads((merged / "batch_summary.json").read_text())
     assert (batch["total"], batch["success"], batch["incomplete"]) == (2, 1, 1)
     assert [r["status"] for r in batch["results"]] == ["incomplete", "ok"]
+    # every path the official files name exists after the merge (they were once inside the staging folder)
+    assert all(
+        Path(r["output_dir"]).is_dir() and Path(r["output_dir"]).is_relative_to(merged.resolve())
+        for r in batch["results"]
+    )
     (row,) = [json.loads(line) for line in (merged / "manifest.jsonl").read_text().splitlines()]
-    assert row["sample_id"] == "1q1a__0002" and row["model_json"].endswith("1q1a/0002/wav_transcript.json")
+    assert row["sample_id"] == "1q1a__0002" and Path(row["model_json"]).is_file()
+    assert Path(row["model_json"]).is_relative_to(merged.resolve())

@@ -803,8 +803,8 @@ def sigkill_bench(kills: int, samples: int, root: Any, *, seed: int = 0) -> Kill
     env = {**os.environ, "COLUMNS": "200"}
     report = KillReport(samples=samples)
 
-    def published() -> int:
-        return sum(1 for p in out.glob("records/*/*.json") if not p.name.endswith(".meta.json"))
+    def published() -> int:  # Omni-DuplexEval's sentences: `<split>/<id>.json`
+        return sum(1 for p in out.glob("*/*.json") if p.parent.name not in ("records", "scores"))
 
     for _ in range(kills):
         if published() >= samples:
@@ -830,7 +830,8 @@ def sigkill_bench(kills: int, samples: int, root: Any, *, seed: int = 0) -> Kill
         ids = {p.name.split(".")[0] for p in split_dir.iterdir()}
         for sample_id in ids:
             names = sorted(p.name for p in split_dir.glob(f"{sample_id}.*"))
-            report.duplicated += names != [f"{sample_id}.json", f"{sample_id}.meta.json"]
+            names += sorted(p.name for p in (out / split_dir.name).glob(f"{sample_id}.*"))
+            report.duplicated += names != [f"{sample_id}.meta.json", f"{sample_id}.json"]
     report.duplicated += len(list(out.glob("**/.*.tmp")))
     report.lost = samples - report.published
     return report

@@ -427,3 +427,58 @@ async def test_a_reply_arriving_mid_chunk_is_placed_where_it_arrived_not_at_the_
     assert placed.start >= 24 * 1500
     assert sentence.start == round(placed.start / 24_000, 3)
     assert sentence.end == round((placed.start + len(placed.samples)) / 24_000, 3)
+
+
+def slow_unit_server(per_unit_s: float) -> Any:
+    """A server that answers every 100 ms unit, one per `per_unit_s` (2.5x slower than real time): a
+    listen, except the fourth unit (the one after the committed third), which it answers with a reply."""
+
+    async def handler(s: FakeSession) -> None:
+        await s.handshake({"chunk_period_ms": 100})
+        units: asyncio.Queue[int] = asyncio.Queue()
+
+        async def answer() -> None:
+            while True:
+                unit = await units.get()
+                await asyncio.sleep(per_unit_s)
+                if unit == 4:
+                    await s.reply(metrics=None)
+                else:
+                    listening = {"status": "listening", "metadata": {"model_listen": True}}
+                    await s.send("response.listen", response=listening)
+
+        appended = itertools.count(1)
+        answering = asyncio.create_task(answer())
+
+        async def on_frame(frame: dict[str, Any]) -> None:
+            if frame["type"] == "input_audio_buffer.append":
+                units.put_nowait(next(appended))
+            elif frame["type"] == "input_audio_buffer.commit":
+                await s.send("input_audio_buffer.committed", item_id="item_0", audio_end_ms=300.0)
+
+        try:
+            await s.serve_until_close(on_frame)
+        finally:
+            answering.cancel()
+
+    return handler
+
+
+@pytest.mark.parametrize(("timeout_s", "outcome"), [(20.0, "settled"), (0.5, "timeout")])
+async def test_a_server_answering_units_late_is_waited_for_up_to_the_drain_bound(
+    timeout_s: float, outcome: str
+) -> None:
+    # The committed unit is decided ~0.75 s in and the reply comes ~0.25 s later: a 0.15 s wall window would
+    # have published silence. The drain waits in units; a bound that runs out first is a drain timeout.
+    async with FakeServer(slow_unit_server(0.25)) as server, DuplexClient(server.url) as client:
+        await client.configure(timeout_s=2)
+        await client.stream(clip(0.3), sample_rate_hz=RATE, pace="as-fast-as-possible", chunk_ms=100)
+        await client.commit(timeout_s=2)
+        padding = asyncio.create_task(client.pad_silence())
+        drain = await client.drain(settle_s=0.15, timeout_s=timeout_s)
+        padding.cancel()
+        await asyncio.wait([padding])
+        await client.close(2)
+    assert drain.outcome == outcome, drain
+    if outcome == "settled":
+        assert drain.quiet_rule == "units" and len(client.collector.responses()) == 1

@@ -237,6 +237,44 @@ def test_a_sentence_spans_its_own_audio_not_the_arrival_of_its_text() -> None:
     ]
 
 
+def test_by_arrival_a_sentence_spans_its_deltas_read_on_the_media_clock_sent() -> None:
+    # vLLM-Omni's runner rule (--sentence-timing arrival): the same deltas as above, each read as the
+    # audio_end_ms the client had sent when it arrived (3000 and 3600 ms), not where its audio plays.
+    collector = EventCollector(sentence_timing="arrival")
+    observed = [
+        (
+            {"type": "response.created", "response": {"id": "r1", "status": "in_progress"}},
+            1.0,
+            2950.0,
+            2800.0,
+        ),
+        (
+            {"type": "response.output_audio.delta", "response_id": "r1", "delta": audio_b64(2500.0, 0.1)},
+            1.1,
+            3050.0,
+            2800.0,
+        ),
+        (
+            {"type": "response.output_audio_transcript.delta", "response_id": "r1", "delta": "Hello there. "},
+            1.2,
+            3150.0,
+            3000.0,
+        ),
+        (
+            {"type": "response.output_audio_transcript.delta", "response_id": "r1", "delta": "How are you?"},
+            1.8,
+            3750.0,
+            3600.0,
+        ),
+    ]
+    for data, at, heard, sent in observed:
+        collector.observe(ReceivedEvent(data, at, heard, sent))
+    assert [x.to_json() for x in collector.sentences()] == [
+        {"sentence": "Hello there.", "start": 3.0, "end": 3.0},
+        {"sentence": "How are you?", "start": 3.6, "end": 3.6},
+    ]
+
+
 def test_with_marks_a_sentence_spans_the_audio_the_server_says_voiced_it() -> None:
     s = Session()
     s.created(1.0)

@@ -239,3 +239,42 @@ def test_without_marks_a_reply_opening_on_the_committed_unit_is_the_decision() -
     assert not tracker.poll(1.5, SETTLE).settled
     tracker.observe(listen(2.5))
     assert tracker.poll(2.5, SETTLE).settled
+
+
+def test_a_server_answering_units_slower_than_the_window_is_waited_for_in_units() -> None:
+    # 1000 ms units, a 2 s window, the server answers one unit every 2.5 s: commit at 3000 ms (3 units due),
+    # the committed unit decided at 5.5 s, the reply on the next unit at 8.0 s. 2 s of silence after the
+    # decision (at 7.5 s) is its lag, not the end of its reply: its wall window is 2 + 2.5 s.
+    point = CommitPoint(
+        media_ms=3000.0, units_due=3, units_answered=2, answers_units=True, last_answer_at=3.0
+    )
+    tracker = feed(DrainTracker(3.0, [], point), ev("input_audio_buffer.committed", 3.01), listen(5.5))
+    assert tracker.decided and tracker.wall_window_s(SETTLE) == 4.5
+    status = tracker.poll(7.6, SETTLE)
+    assert not status.settled and status.wake_at == 10.0
+    feed(
+        tracker,
+        ev("response.created", 8.0, response={"id": "r"}),
+        ev("response.output_audio.delta", 8.0, response_id="r", delta=""),
+        ev("response.done", 8.1, response={"id": "r", "status": "completed"}),
+        listen(10.5),
+    )
+    assert not tracker.poll(12.9, SETTLE).settled
+    tracker.observe(listen(13.0))
+    assert tracker.poll(13.0, SETTLE).settled and tracker.settled_by == "units"
+
+
+def test_a_server_that_answers_units_and_then_stops_altogether_settles_past_its_own_pace() -> None:
+    # It answered each unit within 0.3 s, decided the committed unit and replied, then answers nothing more.
+    point = CommitPoint(units_due=1, units_answered=0, answers_units=True, last_answer_at=-0.2)
+    tracker = feed(
+        DrainTracker(0.0, [], point),
+        ev("input_audio_buffer.committed", 0.05),
+        listen(0.1),
+        ev("response.created", 0.4, response={"id": "r"}),
+        ev("response.output_audio.delta", 0.4, response_id="r", delta=""),
+        ev("response.done", 0.5, response={"id": "r", "status": "completed"}),
+    )
+    assert tracker.wall_window_s(SETTLE) == 2.3
+    assert not tracker.poll(2.7, SETTLE).settled
+    assert tracker.poll(2.8, SETTLE).settled and tracker.settled_by == "wall_clock"

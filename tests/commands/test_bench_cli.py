@@ -87,12 +87,24 @@ def test_chunk_ms_defaults_to_one_moshi_frame_for_the_moshi_protocol_and_placeme
     assert main(["bench", "--dataset", "builtin", "--out", str(out), *FAST, "--protocol", "moshi"]) == 0
     run = json.loads((out / "run.json").read_text())
     assert run["config"]["chunk_ms"] == 80 and run["config"]["placement"] is None
+    assert run["config"]["sentence_timing"] == "audio"
     [meta_path] = out.glob("records/*/*.meta.json")
     meta = json.loads(meta_path.read_text())
     assert meta["chunk_ms"] == 80 and meta["audio_placement"] == "concatenated"
+    assert meta["sentence_timing"] == "audio"
     other = tmp_path / "other"
     argv = ["bench", "--dataset", "builtin", "--out", str(other), *FAST, "--placement", "arrival"]
-    assert main(argv) == 0
+    assert main([*argv, "--sentence-timing", "arrival"]) == 0
     [meta_path] = other.glob("records/*/*.meta.json")
-    assert json.loads((other / "run.json").read_text())["config"]["chunk_ms"] == 200
-    assert json.loads(meta_path.read_text())["audio_placement"] == "arrival"
+    config = json.loads((other / "run.json").read_text())["config"]
+    assert config["chunk_ms"] == 200 and config["placement"] == "arrival"
+    assert config["sentence_timing"] == "arrival"
+    meta = json.loads(meta_path.read_text())
+    assert meta["audio_placement"] == "arrival" and meta["sentence_timing"] == "arrival"
+    # the sentences sit where Omni-DuplexEval's batch scorers look: {response_root}/{split}/{id}.json
+    assert json.loads((other / meta["split"] / f"{meta['id']}.json").read_text())
+    assert json.loads((other / "run.json").read_text())["layout"]["sentences"] == "{split}/{id}.json"
+    assert [p.name for p in (other / "records" / meta["split"]).iterdir()] == [meta_path.name]
+    # an Omni-DuplexEval option: another benchmark refuses it
+    fdb = ["bench", "--benchmark", "fdb", "--dataset", "builtin", "--out", str(tmp_path / "f"), *FAST]
+    assert main([*fdb, "--sentence-timing", "arrival"]) == 2

@@ -270,6 +270,6 @@ def test_truncate_trims_an_assistant_item_to_the_given_audio_position() -> None:
 def test_only_assistant_audio_items_can_be_truncated() -> None:
     h = _Harness()
     h.send("input_audio_buffer.append", audio=encode_base64_audio(np.zeros(160, np.float32), "pcm16"))
-    [committed] = h.send("input_audio_buffer.commit").events
+    committed, _added, _done = h.send("input_audio_buffer.commit").events
     [error] = h.send("conversation.item.truncate", item_id=committed.item_id, audio_end_ms=0).events
     assert (error.error.code, error.error.param) == (ErrorCode.INVALID_VALUE, "item_id")

@@ -46,7 +46,11 @@ def test_speech_start_and_stop_are_announced_with_their_media_times_and_one_item
 
 def test_speech_stop_commits_the_turn_when_create_response_is_on() -> None:
     step = _session().speech_stopped(2500.0, 2.0)
-    assert [type(e) for e in step.events][-1] is se.InputAudioBufferCommitted
+    assert [type(e) for e in step.events][-3:] == [
+        se.InputAudioBufferCommitted,
+        se.ConversationItemAdded,
+        se.ConversationItemDone,
+    ]
     assert [u.final for u in step.units] == [True]
 
 
@@ -65,7 +69,8 @@ def test_speech_start_during_a_reply_barges_in_with_interrupt_response() -> None
     assert len(done) == 1 and done[0].response.id == response_id
     assert done[0].response.status == "cancelled"
     assert (
-        done[0].response.status_details is not None and done[0].response.status_details.reason == "barge_in"
+        done[0].response.status_details is not None
+        and done[0].response.status_details.reason == "turn_detected"
     )
     assert engine.fence.epoch == epoch + 1 and engine.active_response_id is None
 
@@ -106,7 +111,7 @@ def _heard(engine: EngineSession, text: str, speech_end_ms: float) -> list[se.Se
 def test_the_committed_turn_is_the_speech_item_and_its_late_transcript_stays_before_the_reply() -> None:
     engine = _session()
     [started] = engine.speech_started(200.0, 0.5).events
-    committed = engine.speech_stopped(900.0, 1.0).events[-1]
+    committed = engine.speech_stopped(900.0, 1.0).events[-3]
     assert isinstance(committed, se.InputAudioBufferCommitted) and committed.item_id == started.item_id
     _speaking(engine)  # the reply opens before the recogniser is done
     events = _heard(engine, "hello", 900.0)

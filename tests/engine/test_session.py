@@ -208,8 +208,11 @@ def test_commit_is_answered_with_committed_and_flushes_the_residual_as_a_final_u
     h = Harness()
     h.append(1400)
     step = h.send("input_audio_buffer.commit", is_speech=False)
-    [committed] = step.events
+    committed, added, done = step.events
     assert committed.type == "input_audio_buffer.committed"
+    # OpenAI's order: the user item is announced after the commit, so clients know it before a reply
+    assert (added.type, done.type) == ("conversation.item.added", "conversation.item.done")
+    assert added.item.id == committed.item_id and added.previous_item_id == committed.previous_item_id
     assert committed.audio_end_ms == pytest.approx(1400.0)
     [unit] = step.units
     assert unit.final
@@ -232,7 +235,9 @@ def test_response_create_flushes_buffered_input_for_the_model() -> None:
     [unit] = h.send("response.create").units
     assert unit.final
     assert len(unit.samples) == 300 * IN_RATE // 1000
-    assert h.send("response.create").units == []  # nothing buffered, nothing to step
+    # nothing buffered: still asked to answer now (OpenAI's response.create), on an empty final unit
+    [empty] = h.send("response.create").units
+    assert empty.final and len(empty.samples) == 0
 
 
 def test_append_flags_ride_on_the_units() -> None:
@@ -293,8 +298,10 @@ def test_audio_deltas_carry_the_audio_and_cumulative_audio_text_marks() -> None:
     events = h.step(h.unit(), speak("Hello ", 1000), speak("world.", 500, end_of_turn=True), at=1.0)
     first, second = [e for e in events if e.type == "response.output_audio.delta"]
     assert first.sample_rate_hz == OUT_RATE
-    assert len(decode_base64_audio(first.delta, "pcm16")) == OUT_RATE
-    assert decode_base64_audio(first.delta, "pcm16")[0] == pytest.approx(0.1, abs=1e-4)
+    assert first.audio is not None and len(first.audio.decode()) == OUT_RATE  # samples, not base64 yet
+    rendered = first.model_dump()["delta"]  # base64 where a JSON socket renders it
+    assert len(decode_base64_audio(rendered, "pcm16")) == OUT_RATE
+    assert decode_base64_audio(rendered, "pcm16")[0] == pytest.approx(0.1, abs=1e-4)
     assert first.metadata.audio_duration_ms == pytest.approx(1000.0)
     assert second.metadata.audio_duration_ms == pytest.approx(1500.0)
     assert [(m.text_chars, m.audio_end_ms) for m in first.metadata.audio_text_marks] == [(6, 1000.0)]
@@ -718,7 +725,7 @@ def test_an_unknown_item_is_an_error_that_leaves_the_session_running() -> None:
 def test_audio_deltas_are_base64_pcm16_by_default() -> None:
     h = Harness()
     events = h.step(h.unit(), speak("Hi", 10), at=1.0)
-    raw = base64.b64decode(only(events, "response.output_audio.delta").delta)
+    raw = base64.b64decode(only(events, "response.output_audio.delta").model_dump()["delta"])
     assert len(raw) == 2 * 240
 
 

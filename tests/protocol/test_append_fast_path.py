@@ -108,7 +108,7 @@ def test_the_parser_answers_every_append_as_the_validator_alone_does(
         )
     except ValidationError as exc:
         event_id = obj.get("event_id") if isinstance(obj.get("event_id"), str) else None
-        reference = wire._protocol_error(exc, obj["type"], event_id)
+        reference = ce._protocol_error(exc, obj["type"], event_id)
     if isinstance(reference, ProtocolError):
         assert isinstance(ours, ProtocolError)
         assert (ours.code, ours.message, ours.param, ours.event_id) == (

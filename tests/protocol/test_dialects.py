@@ -103,6 +103,25 @@ def test_vllm_omni_aliases_parse_only_in_that_dialect(alias: str, canonical: str
     assert info.value.code is ErrorCode.UNKNOWN_EVENT
 
 
+@pytest.mark.parametrize(
+    ("alias", "event"),
+    [
+        ("input_text.append", "input.text.append"),
+        ("push_text", "input.text.append"),
+        ("signal_turn", "turn.signal"),
+    ],
+)
+def test_vllm_omni_text_and_turn_aliases_are_refused_with_their_own_code(alias: str, event: str) -> None:
+    frame = json.dumps({"type": alias, "text": "hello", "event_id": "c_1"})
+    with pytest.raises(ProtocolError) as info:
+        parse_client_event(frame, dialect=Dialect.VLLM_OMNI)
+    assert info.value.code is ErrorCode.UNSUPPORTED_EVENT and info.value.param == "type"
+    assert event in str(info.value) and info.value.event_id == "c_1"
+    with pytest.raises(ProtocolError) as other:
+        parse_client_event(frame, dialect=Dialect.GA)
+    assert other.value.code is ErrorCode.UNKNOWN_EVENT
+
+
 @pytest.mark.parametrize("dialect", list(Dialect))
 @pytest.mark.parametrize("event_type", sorted(SERVER_EXAMPLES))
 def test_the_serialiser_fast_path_equals_the_full_rendering(dialect: Dialect, event_type: str) -> None:

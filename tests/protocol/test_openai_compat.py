@@ -37,6 +37,8 @@ from openai.types.realtime import (
     ResponseContentPartDoneEvent,
     ResponseCreatedEvent,
     ResponseDoneEvent,
+    ResponseFunctionCallArgumentsDeltaEvent,
+    ResponseFunctionCallArgumentsDoneEvent,
     ResponseOutputItemAddedEvent,
     ResponseOutputItemDoneEvent,
     ResponseTextDeltaEvent,
@@ -402,6 +404,25 @@ CASES: dict[str, tuple[Callable[[], ServerEventBase], type, Callable[[Any, Any],
         ),
         RateLimitsUpdatedEvent,
         _check_rate_limits,
+    ),
+    "response.function_call_arguments.delta": (
+        lambda: se.ResponseFunctionCallArgumentsDelta(
+            response_id="resp_3", item_id="item_f1", output_index=1, call_id="call_1", delta='{"city":'
+        ),
+        ResponseFunctionCallArgumentsDeltaEvent,
+        _same("response_id", "item_id", "output_index", "call_id", "delta"),
+    ),
+    "response.function_call_arguments.done": (
+        lambda: se.ResponseFunctionCallArgumentsDone(
+            response_id="resp_3",
+            item_id="item_f1",
+            output_index=1,
+            call_id="call_1",
+            name="get_weather",
+            arguments='{"city": "Paris"}',
+        ),
+        ResponseFunctionCallArgumentsDoneEvent,
+        _same("response_id", "item_id", "output_index", "call_id", "name", "arguments"),
     ),
     "error": (
         lambda: error_event(ErrorCode.SESSION_CAPACITY_EXHAUSTED, "all sessions in use", event_id="c_1"),

@@ -8,9 +8,13 @@ from `append_pcm` and `append_bytes` directly, and the client uses that.)"""
 from __future__ import annotations
 
 import asyncio
+import base64
 import json
 import struct
 import time
+from collections import Counter
+from collections.abc import Callable
+from typing import Any
 
 import httpx
 import numpy as np
@@ -18,14 +22,24 @@ import pytest
 import sphn
 import websockets
 
-from duplexkit.models import ModelPlugin
-from duplexkit.protocol.audio import encode_base64_audio
-from duplexkit.server import EmbeddedServer, ServerConfig
+from duplexkit.models import ModelPlugin, load_model
+from duplexkit.protocol import client_events as ce
+from duplexkit.protocol import server_events as se
+from duplexkit.protocol import wire
+from duplexkit.protocol.audio import EncodedAudio
+from duplexkit.server import EmbeddedServer, ServerConfig, runner
+from duplexkit.server.edge import EventSocket
 from duplexkit.server.moshi import MoshiSocket, session_from_query
 
 RATE = 24_000
 FRAME = 1_920
 REPLY = "This is a scripted reply."
+
+
+@pytest.fixture
+def plugin() -> ModelPlugin:
+    """A scripted model on Moshi's 80 ms frames: `/api/chat` sends an output frame per frame it steps."""
+    return load_model("scripted", {"first_output_ms": "50", "token_ms": "5", "chunk_period_ms": "80"})
 
 
 def _clip(speech_s: float = 1.5, silence_s: float = 3.0) -> np.ndarray:
@@ -111,6 +125,44 @@ async def test_a_full_duplex_bench_moshi_client_gets_speech_back_on_the_input_ti
     assert client.errors == []
 
 
+async def test_a_moshi_session_makes_and_reads_no_json_or_base64_inside_the_server(
+    server: EmbeddedServer, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """The typed seam: Opus in, samples to the model and back, Opus out; the JSON parser and renderer and
+    the base64 codec are never called for it (a `/v1/realtime` session on the same server calls each)."""
+    calls: Counter[str] = Counter()
+
+    def spy(name: str, real: Callable[..., Any]) -> Callable[..., Any]:
+        def counted(*args: Any, **kwargs: Any) -> Any:
+            calls[name] += 1
+            return real(*args, **kwargs)
+
+        return counted
+
+    monkeypatch.setattr(runner, "parse_client_event", spy("parse", runner.parse_client_event))
+    monkeypatch.setattr(wire.EventRenderer, "render", spy("render", wire.EventRenderer.render))
+    monkeypatch.setattr(EncodedAudio, "to_base64", spy("to_base64", EncodedAudio.to_base64))
+    monkeypatch.setattr(ce, "decode_base64_payload", spy("from_base64", ce.decode_base64_payload))
+    async with websockets.connect(_chat_url(server)) as ws:
+        client = FdbMoshiClient(ws)
+        await client.handshake()
+        receiving = asyncio.create_task(client.receive())
+        await client.send_realtime(_clip())
+        await asyncio.sleep(0.3)
+        receiving.cancel()
+    assert max(_frame_rms(client.output())) > 0.01, "no reply audio came back"
+    assert calls == Counter()
+    async with websockets.connect(server.url) as ws:  # the premise: a JSON session goes through each
+        await asyncio.wait_for(ws.recv(), 5)  # session.created
+        pcm = (0.2 * np.sin(np.arange(16_000) / 16_000 * 2 * np.pi * 300) * 32767).astype("<i2")
+        audio = base64.b64encode(pcm.tobytes()).decode()
+        await ws.send(json.dumps({"type": "input_audio_buffer.append", "audio": audio}))
+        await ws.send(json.dumps({"type": "input_audio_buffer.commit"}))
+        while "to_base64" not in calls:
+            await asyncio.wait_for(ws.recv(), 10)
+    assert {"parse", "render", "to_base64", "from_base64"} <= set(calls)
+
+
 async def test_bad_frames_get_kind_5_and_the_session_goes_on(server: EmbeddedServer) -> None:
     async with websockets.connect(_chat_url(server)) as ws:
         client = FdbMoshiClient(ws)
@@ -154,6 +206,7 @@ class _FakeWebSocket:
     def __init__(self, frames: list[bytes]) -> None:
         self.incoming = list(frames)
         self.sent: list[bytes] = []
+        self.close_code: int | None = None
 
     async def receive(self) -> bytes | None:
         return self.incoming.pop(0) if self.incoming else None
@@ -163,25 +216,36 @@ class _FakeWebSocket:
 
 
 async def test_a_cancelled_reply_stops_at_once_and_the_stream_goes_on_in_silence() -> None:
-    writer = sphn.OpusStreamWriter(RATE)
-    frames = [b"\x01" + writer.append_pcm(np.zeros(FRAME, dtype=np.float32)) for _ in range(6)]
-    ws = _FakeWebSocket(frames)
+    """One output frame per stepped frame (each decision's `unit_end_ms`): reply audio with its piece right
+    after it, as `moshi.server` sends them, then silence for the listens after a cancel."""
+    ws = _FakeWebSocket([])
     socket = MoshiSocket(ws, session_from_query({}))  # type: ignore[arg-type]
-    update = await socket.receive()
-    assert update is not None and json.loads(update)["type"] == "session.update"
-    await socket.send_text(json.dumps({"type": "session.created", "session": {}}))
-    reply = encode_base64_audio(_clip(2.0, 0.0), "pcm16")  # 2 s of reply tone
-    await socket.send_text(json.dumps({"type": "response.output_audio.delta", "delta": reply}))
-    await socket.send_text(json.dumps({"type": "response.output_audio_transcript.delta", "delta": "Hi"}))
-    for _ in range(3):  # three input frames: three reply frames, the text piece before the first
-        assert json.loads(await socket.receive() or "")["type"] == "input_audio_buffer.append"
-    done = {"type": "response.done", "response": {"id": "r", "status": "cancelled"}}
-    await socket.send_text(json.dumps(done))
-    for _ in range(3):
-        await socket.receive()
+    assert isinstance(socket, EventSocket)  # the in-process edge contract: typed events both ways
+    assert isinstance(await socket.receive_event(), ce.SessionUpdate)
+    await socket.send_event(se.SessionCreated.model_construct(session=None))
+    ids = {"response_id": "r", "item_id": "i"}
+    tone = _clip(2.0, 0.0)
+    metadata = se.AudioDeltaMetadata(audio_duration_ms=80.0, end_of_turn=False, audio_text_marks=[])
+    for k in range(3):  # three frames of a reply, the text piece right after the first
+        audio = EncodedAudio.of_samples(tone[k * FRAME : (k + 1) * FRAME], "pcm16")
+        end_ms = 80.0 * (k + 1)
+        await socket.send_event(
+            se.ResponseOutputAudioDelta.of_audio(
+                audio, sample_rate_hz=RATE, metadata=metadata, unit_end_ms=end_ms, **ids
+            )
+        )
+        if k == 0:
+            await socket.send_event(
+                se.ResponseOutputAudioTranscriptDelta(delta="Hi", unit_end_ms=end_ms, **ids)
+            )
+    done = se.ResponseDone(response=se.ResponseInfo(id="r", status="cancelled"))
+    await socket.send_event(done)
+    listening = se.ListenInfo(metadata=se.ListenMetadata(reason="model_listen", model_listen=True))
+    for k in range(3, 6):
+        await socket.send_event(se.ResponseListen(response=listening, unit_end_ms=80.0 * (k + 1)))
     reader = sphn.OpusStreamReader(RATE)
     kinds = [m[0] for m in ws.sent]
-    assert kinds[:3] == [0, 2, 1] and ws.sent[1] == b"\x02Hi"
+    assert kinds[:3] == [0, 1, 2] and ws.sent[2] == b"\x02Hi"
     pcm = np.concatenate([reader.append_bytes(m[1:]) for m in ws.sent if m[0] == 1])
     rms = _frame_rms(pcm)
     assert len(rms) == 6 and all(v > 0.05 for v in rms[1:3]) and all(v < 0.01 for v in rms[4:]), rms

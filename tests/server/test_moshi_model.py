@@ -120,7 +120,9 @@ async def test_a_full_duplex_bench_moshi_client_hears_one_frame_per_frame(server
         receiver = asyncio.create_task(client.receive())
         clip = (np.frombuffer(_speech(1.2), dtype="<i2") / 32768).astype(np.float32)
         await client.send_realtime(clip)
-        await asyncio.sleep(0.5)
+        async with asyncio.timeout(30):  # one output frame per frame stepped, however slow the machine
+            while client.audio_frames < 10:  # noqa: ASYNC110 - frames arrive on their own
+                await asyncio.sleep(0.05)
         await ws.close()
         await receiver
     assert client.errors == []
@@ -189,3 +191,55 @@ async def test_a_vllm_omni_client_drops_and_resumes_on_the_same_slot(checkpoint:
         async with asyncio.timeout(5):
             while plugin.slot_stats().in_use:  # noqa: ASYNC110 - the session's cleanup runs on the server
                 await asyncio.sleep(0.02)
+
+
+async def _slots_free(server: EmbeddedServer) -> None:
+    plugin = server.duplex.plugin
+    assert isinstance(plugin, MoshiModel)
+    async with asyncio.timeout(5):
+        while server.duplex.manager.active or plugin.slot_stats().in_use:  # noqa: ASYNC110 - server cleanup
+            await asyncio.sleep(0.02)
+
+
+async def test_a_refused_opening_ends_on_api_chat_and_the_websocket_with_the_slot_freed(
+    server: EmbeddedServer,
+) -> None:
+    """PersonaPlex's client asks for `voice_prompt=NATF0.pt`; a server that cannot honour it says so (kind
+    5 on `/api/chat`, a coded `error` on the WebSocket), closes with 1008, and the slot is free at once."""
+    chat = server.url.replace("/v1/realtime", "/api/chat") + "?text_prompt=hi&voice_prompt=NATF0.pt"
+    async with websockets.connect(chat) as ws:
+        refusal = await asyncio.wait_for(ws.recv(), 10)
+        assert isinstance(refusal, bytes) and refusal[0] == 5
+        assert refusal[1:].startswith(b"invalid_value:") and b"voice_prompt" in refusal
+        with pytest.raises(websockets.ConnectionClosed):
+            await asyncio.wait_for(ws.recv(), 10)
+        assert ws.close_code == 1008
+    await _slots_free(server)
+    async with websockets.connect(server.url + "?autostart=0") as ws:
+        update = {"type": "session.update", "session": {"extra_body": {"voice_prompt": "NATF0.pt"}}}
+        await ws.send(json.dumps(update))
+        error = json.loads(await asyncio.wait_for(ws.recv(), 10))
+        assert error["type"] == "error" and error["error"]["code"] == "invalid_value"
+        with pytest.raises(websockets.ConnectionClosed):
+            await asyncio.wait_for(ws.recv(), 10)
+        assert ws.close_code == 1008
+    await _slots_free(server)
+
+
+async def test_a_webrtc_call_whose_opening_is_refused_gets_a_coded_4xx_never_201(
+    server: EmbeddedServer,
+) -> None:
+    """The call's session is validated before any answer: a refused opening is a 400 with its code (not a
+    201 followed by a stream of `session_not_configured`), and the slot is free at once."""
+    pytest.importorskip("aiortc")
+    from tests.server.webrtc_peer import CallPeer, tone
+
+    peer = CallPeer(tone(0.2))
+    try:
+        response = await peer.call(server.http_url, session={"extra_body": {"voice_prompt": "NATF0.pt"}})
+    finally:
+        await peer.close()
+    assert response.status_code == 400, response.text
+    error = response.json()["error"]
+    assert error["code"] == "invalid_value" and "voice_prompt" in error["message"]
+    await _slots_free(server)

@@ -46,9 +46,9 @@ async def test_query_parameters_become_the_session_settings() -> None:
         assert runner.model.sampling.temperature == 0.7
         assert runner.model.sampling.instructions == "Answer in one word."
         settings = runner.engine.settings
-        assert settings.voice == "NATF2.pt"
-        # Moshi's decoder knobs ride `extra_body`, for the `moshi` model (the scripted one ignores them).
-        assert settings.extra_body == {"top_k_text": 25, "temp": 0.8}
+        # Moshi's decoder knobs and PersonaPlex's voice ride `extra_body`, for the `moshi` model, which
+        # honours or refuses them (the scripted one ignores them).
+        assert settings.extra_body == {"top_k_text": 25, "temp": 0.8, "voice_prompt": "NATF2.pt"}
         assert settings.input_audio_format == "pcm16" and settings.input_sample_rate_hz == RATE
         assert settings.turn_detection is None  # the model's own turns, or the client's end-turn
 

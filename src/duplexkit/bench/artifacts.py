@@ -1,14 +1,17 @@
 """The run folder: atomic, resumable artifacts.
 
-Layout under RUN_DIR: `run.json` (config, dataset, versions, times), `metrics.json` (aggregates), per sample
-`records/<split>/<id>.meta.json` then `records/<split>/<id>.json` (the timed sentences), and the sample's
-own folder `<split>/<id>/` (its benchmark's files: audio, events, FDB's sample folder). The records live
-apart so that a `<split>/` folder holds nothing but sample folders, as benchmarks' own scorers expect of a
-task folder (FDB's scripts treat every entry of one as a sample folder). Every file is written to a
+Layout under RUN_DIR: `run.json` (config, dataset, versions, times, `layout`), `metrics.json` (aggregates),
+per sample `records/<split>/<id>.meta.json`, then the timed sentences, and the sample's own folder
+`<split>/<id>/` (its benchmark's files: audio, events, FDB's sample folder). Where the sentences go is the
+benchmark's (`Benchmark.sentences`), so that each official scorer finds them where it looks by default:
+`<split>/<id>.json` for Omni-DuplexEval (its batch scorers read `{response_root}/{split}/{id}.json`),
+`records/<split>/<id>.json` for the others, whose `<split>/` folders must hold nothing but sample folders
+(FDB's scripts treat every entry of a task folder as a sample folder). `run.json` records the template
+(`layout.sentences`); a folder written before it had one keeps `records/`. Every file is written to a
 temporary name in the same directory and renamed into place, so a reader (a judge, a resumed run) sees a
 whole file or none. The sentences file is written last and is the mark of publication: a sample is
-published iff `records/<split>/<id>.json` exists. A run killed at any moment therefore leaves each sample
-either published (whole) or not (redone on resume), never half of one and never two copies.
+published iff its sentences file exists. A run killed at any moment therefore leaves each sample either
+published (whole) or not (redone on resume), never half of one and never two copies.
 """
 
 from __future__ import annotations
@@ -47,6 +50,11 @@ def write_json_atomic(path: Path, payload: Any) -> None:
 
 RECORDS_DIR = "records"
 """Where the harness's per-sample records live, apart from the sample folders."""
+RECORDS_SENTENCES = "records/{split}/{id}.json"
+"""Sentences among the records (where no official scorer looks: FDB, OmniInteract; every older run)."""
+SPLIT_SENTENCES = "{split}/{id}.json"
+"""Sentences at the top of the run folder (where Omni-DuplexEval's official batch scorers look)."""
+SENTENCE_LAYOUTS = (RECORDS_SENTENCES, SPLIT_SENTENCES)
 RESERVED_SPLITS = frozenset({RECORDS_DIR, "scores"})
 """Names a split may not have: they are the run folder's own."""
 META_SUFFIX = ".meta.json"
@@ -57,17 +65,34 @@ class ReservedSplit(ConfigError):
 
 
 class RunDir:
-    """Paths and publication state of one run folder."""
+    """Paths and publication state of one run folder; `sentences` one of `SENTENCE_LAYOUTS`."""
 
-    def __init__(self, root: Path) -> None:
+    def __init__(self, root: Path, sentences: str = RECORDS_SENTENCES) -> None:
+        if sentences not in SENTENCE_LAYOUTS:
+            raise ValueError(f"unknown sentences layout {sentences!r}")
         self.root = root
+        self.sentences = sentences
+
+    @classmethod
+    def open(cls, root: Path, default: str = RECORDS_SENTENCES) -> RunDir:
+        """The run folder with the layout its `run.json` records; `default` when it has no `run.json` yet
+        (a new run), `records/` when its `run.json` predates the field."""
+        run = _recorded_run(root)
+        if run is None:
+            return cls(root, default)
+        recorded = (run.get("layout") or {}).get("sentences", RECORDS_SENTENCES)
+        return cls(root, recorded if recorded in SENTENCE_LAYOUTS else RECORDS_SENTENCES)
+
+    def layout_json(self) -> dict[str, str]:
+        """What `run.json` records as `layout`."""
+        return {"sentences": self.sentences, "meta": f"{RECORDS_DIR}/{{split}}/{{id}}{META_SUFFIX}"}
 
     @property
     def records(self) -> Path:
         return self.root / RECORDS_DIR
 
     def sentences_path(self, split: str, sample_id: str) -> Path:
-        return self.records / split / f"{sample_id}.json"
+        return self.root / self.sentences.format(split=split, id=sample_id)
 
     def meta_path(self, split: str, sample_id: str) -> Path:
         return self.records / split / f"{sample_id}{META_SUFFIX}"

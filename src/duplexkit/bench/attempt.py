@@ -14,7 +14,7 @@ import numpy as np
 
 from duplexkit.bench.retry import AttemptOutcome
 from duplexkit.client import SessionBounds
-from duplexkit.client.collector import Placement
+from duplexkit.client.collector import Placement, SentenceTiming
 from duplexkit.client.protocols import PROTOCOLS, detect_protocol
 from duplexkit.client.reconnect import ResumePolicy
 
@@ -47,6 +47,9 @@ class RunConfig:
     placement: Placement | None = None
     """Where output sits on the input timeline (`collector.Placement`; `None`: the protocol's default,
     `concatenated` for Moshi as Full-Duplex-Bench's client does, else `arrival`)."""
+    sentence_timing: SentenceTiming = "audio"
+    """How Omni-DuplexEval sentences are timed (`collector.SentenceTiming`): `audio`, the span of their own
+    audio, or `arrival`, their deltas' arrival as vLLM-Omni's runner times them."""
 
     def resume_policy(self) -> ResumePolicy | None:
         """The client's resume policy for this run's sessions (duplex protocol only; others cannot)."""

@@ -52,6 +52,7 @@ BENCHMARKS: Mapping[str, str] = {
     "omni-duplex-eval": "duplexkit.bench.omni_duplex_eval",
     "omniinteract": "duplexkit.bench.omniinteract",
     "fdb": "duplexkit.bench.fdb",
+    "fdb3": "duplexkit.bench.fdb3",
 }
 """Benchmark name (as `--benchmark` and `run.json` `benchmark` spell it) → the package holding `BENCHMARK`."""
 
@@ -128,6 +129,9 @@ class Benchmark(Protocol):
     """The session bounds a run uses where `duplexkit bench`'s options leave them unset (today only the
     drain / completion bound differs: OmniInteract's reference waits up to 900 s)."""
     folder_scorer: FolderScorer | None
+    sentences: str
+    """Where a run publishes each sample's sentences (`artifacts.SENTENCE_LAYOUTS`): where the benchmark's
+    official scorer reads them by default, or among the records where none does."""
 
     def load_dataset(self, spec: str, selection: Any, *, cache_dir: Path | None = None) -> BenchDataset: ...
 

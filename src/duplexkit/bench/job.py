@@ -19,7 +19,7 @@ from typing import Any
 from duplexkit.bench.benchmark import Benchmark
 from duplexkit.bench.judge import Judge
 from duplexkit.bench.summary import print_run_summary
-from duplexkit.client.collector import Placement
+from duplexkit.client.collector import Placement, SentenceTiming
 from duplexkit.client.results import Pace
 from duplexkit.client.session import SessionBounds
 from duplexkit.models import ModelPlugin
@@ -44,11 +44,16 @@ class BenchJob:
     """The command line recorded in run.json (secrets already redacted)."""
     urls: list[str] = field(default_factory=list)
     plugin: ModelPlugin | None = None
+    model_args: dict[str, str] | None = None
+    """The embedded model's `--model-arg` pairs (its checkpoint among them), recorded in run.json so that
+    `duplexkit merge` tells two embedded models apart; `None` for servers given by URL."""
     shard: Any = None
     api_key: str | None = None
     protocol: str = "auto"
     placement: Placement | None = None
     """Where output sits on the input timeline (`None`: the protocol's default)."""
+    sentence_timing: SentenceTiming = "audio"
+    """How Omni-DuplexEval sentences are timed (`RunConfig.sentence_timing`)."""
     pace: Pace = "realtime"
     fps: float = 1.0
     chunk_ms: int = 200
@@ -75,7 +80,7 @@ async def run_job(job: BenchJob) -> int:
     from duplexkit.bench.pool import ServerPool
     from duplexkit.bench.runner import BenchmarkRunner
 
-    run_dir = RunDir(job.out)
+    run_dir = RunDir.open(job.out, job.benchmark.sentences)
     started_at = previous_start(run_dir.root) or _now()
     async with _servers(job) as urls:
         config = RunConfig(
@@ -92,9 +97,11 @@ async def run_job(job: BenchJob) -> int:
             extra_body=job.extra_body,
             protocol=job.protocol,
             placement=job.placement,
+            sentence_timing=job.sentence_timing,
         )
         run_info: dict[str, Any] = {
             "benchmark": job.benchmark.name,
+            "layout": run_dir.layout_json(),
             "duplexkit_version": __version__,
             "versions": _versions(),
             "started_at": started_at,
@@ -108,7 +115,13 @@ async def run_job(job: BenchJob) -> int:
                 "shard": None if job.shard is None else job.shard.to_json(),
                 "samples": len(job.samples),
             },
-            "server": {"url": urls[0], "urls": urls, "model": config.model, "embedded": not job.urls},
+            "server": {
+                "url": urls[0],
+                "urls": urls,
+                "model": config.model,
+                "embedded": not job.urls,
+                "model_args": None if job.urls else dict(job.model_args or {}),
+            },
         }
         write_json_atomic(run_dir.root / "run.json", run_info)
         pool = ServerPool(urls, per_server=job.concurrency)

@@ -3,18 +3,27 @@
 Contract:
 - The inputs must be one run measured alike: the same benchmark, the same dataset selection (its content
   fingerprint: the dataset may live at another path on each machine), the same pace and the same protocol,
-  fps and chunk size, the same model (`server.model`) and the same kind of server (embedded or not; the
-  URLs may differ: one model served on several machines). Anything else is refused with a `MergeError`
-  whose `code` names what differed, and nothing is written.
+  fps and chunk size, the same model and the same kind of server (embedded or not; the URLs may differ: one
+  model served on several machines). The model is what each run was told (`server.model`: the embedded
+  model's name or `--served-model`), the embedded model's arguments (`server.model_args`: its checkpoint
+  among them; `model_args_mismatch`), and what the servers said they serve: each sample's `server_model`
+  (from `session.created`) and each server's `/healthz` `model` (`server.pool`); two inputs whose servers
+  named different models are refused (`reported_model_mismatch`), an input whose servers named none is
+  compared by the rest. Anything else is refused with a `MergeError` whose `code` names what differed, and
+  nothing is written.
 - Every sample of every input lands in the merged folder exactly once. A sample that two inputs hold is
   taken from the one that published it (a failure elsewhere was redone); two failures keep the later one;
   two publications are refused (`duplicate_sample`): which copy counts is for the user to decide.
 - The merged folder is a run folder like any other (`run.json`, `metrics.json`, per-sample metadata,
   sentences, extras and any score files, which `duplexkit score` reuses while the response is the same),
-  so `score` and `report` work on it. Its `run.json` says where each part came from (`merged_from`) and
-  which shards it holds; `complete` only when every shard is there and every selected sample of every
-  shard was attempted (published or failed) in some input. It is built under a temporary name beside
-  `out` and renamed into place at the end: an interrupted merge leaves no half-merged folder.
+  so `score` and `report` work on it. Its `run.json` says where each part came from (`merged_from`), which
+  shards it holds, and, for every merge, `completeness`: `selected` (the samples the inputs' selection
+  holds: the whole runs' `dataset.samples`, or the sum over the shards present), `attempted` (published
+  or failed in some input) and `complete` (every selected sample attempted, and for shards every part
+  present); `dataset.samples` stays the selected count. It is built under a temporary name beside `out`
+  and renamed into place; the benchmark's run-level files (OmniInteract's `manifest.jsonl` and
+  `batch_summary.json`, whose paths are absolute) are written after the rename, so they name paths that
+  exist: an interrupted merge leaves no half-merged folder.
 """
 
 from __future__ import annotations
@@ -45,6 +54,8 @@ class MergeCode(StrEnum):
     STREAMING_MISMATCH = "streaming_mismatch"
     PLACEMENT_MISMATCH = "placement_mismatch"
     MODEL_MISMATCH = "model_mismatch"
+    MODEL_ARGS_MISMATCH = "model_args_mismatch"
+    REPORTED_MODEL_MISMATCH = "reported_model_mismatch"
     SERVER_MISMATCH = "server_mismatch"
     DUPLICATE_SAMPLE = "duplicate_sample"
     OUT_EXISTS = "out_exists"
@@ -65,6 +76,8 @@ class MergeResult:
     counts: dict[str, int]
     shards: dict[str, Any] | None
     """`{"parts": ["1/4", ...], "complete": bool}` when every input is a shard; `None` when one is whole."""
+    completeness: dict[str, Any]
+    """`{"selected", "attempted", "complete"}` (see the module docstring)."""
 
 
 @dataclass(frozen=True, slots=True)
@@ -88,7 +101,9 @@ _SAME: tuple[tuple[MergeCode, tuple[str, ...], str], ...] = (
     (MergeCode.STREAMING_MISMATCH, ("config", "fps"), "fps"),
     (MergeCode.STREAMING_MISMATCH, ("config", "chunk_ms"), "chunk_ms"),
     (MergeCode.PLACEMENT_MISMATCH, ("config", "placement"), "audio placement"),
+    (MergeCode.PLACEMENT_MISMATCH, ("config", "sentence_timing"), "sentence timing"),
     (MergeCode.MODEL_MISMATCH, ("server", "model"), "model"),
+    (MergeCode.MODEL_ARGS_MISMATCH, ("server", "model_args"), "embedded model arguments"),
     (MergeCode.SERVER_MISMATCH, ("server", "embedded"), "embedded server"),
 )
 """What must be equal across the inputs, and the code that names a difference."""
@@ -102,19 +117,21 @@ def merge_runs(run_dirs: Sequence[Path], out: Path) -> MergeResult:
     if not inputs:
         raise MergeError(MergeCode.NOT_A_RUN, "give at least one run folder")
     _check_alike(inputs)
+    _check_reported_models(inputs)
     chosen = _choose(inputs)
     out.parent.mkdir(parents=True, exist_ok=True)
     staging = Path(tempfile.mkdtemp(prefix=f".{out.name}.merging-", dir=out.parent))
+    name = inputs[0].run["benchmark"]
+    layout = get_benchmark(name).sentences if name in BENCHMARKS else RunDir.open(inputs[0].root).sentences
     try:
         metas = []
+        target = RunDir(staging, layout)
         for (split, sample_id), (source, meta) in sorted(chosen.items()):
-            _copy_sample(RunDir(source.root), RunDir(staging), split, sample_id, meta)
+            _copy_sample(RunDir.open(source.root), target, split, sample_id, meta)
             metas.append(meta)
         shards = _shards(inputs)
-        run = _merged_run(inputs, chosen, metas, shards)
+        run = {**_merged_run(inputs, chosen, metas, shards), "layout": target.layout_json()}
         write_json_atomic(staging / "metrics.json", run_metrics(metas))
-        if inputs[0].run["benchmark"] in BENCHMARKS:  # the run-level files its official tools read
-            get_benchmark(inputs[0].run["benchmark"]).write_run_files(staging, metas)
         write_json_atomic(staging / "run.json", run)
         if out.exists():
             out.rmdir()  # empty, checked above
@@ -122,7 +139,11 @@ def merge_runs(run_dirs: Sequence[Path], out: Path) -> MergeResult:
     except BaseException:
         shutil.rmtree(staging, ignore_errors=True)
         raise
-    return MergeResult(out=out, samples=len(metas), counts=run["counts"], shards=shards)
+    if name in BENCHMARKS:  # the run-level files its official tools read, in place
+        get_benchmark(name).write_run_files(out, metas)
+    return MergeResult(
+        out=out, samples=len(metas), counts=run["counts"], shards=shards, completeness=run["completeness"]
+    )
 
 
 def _read(root: Path) -> _Input:
@@ -135,11 +156,12 @@ def _read(root: Path) -> _Input:
     run.setdefault("benchmark", DEFAULT_BENCHMARK)
     metas: dict[tuple[str, str], dict[str, Any]] = {}
     try:
-        for meta in RunDir(root).metas():
+        run_dir = RunDir.open(root)
+        for meta in run_dir.metas():
             split, sample_id = meta.get("split"), meta.get("id")
             if not isinstance(split, str) or not isinstance(sample_id, str):
                 raise MergeError(MergeCode.NOT_A_RUN, f"{root}: a sample's meta.json names no split and id")
-            if meta.get("status") == "published" and not RunDir(root).is_published(split, sample_id):
+            if meta.get("status") == "published" and not run_dir.is_published(split, sample_id):
                 meta = {**meta, "status": "failed", "error": "unpublished: its sentences file is missing"}
             metas[(split, sample_id)] = meta
     except (OSError, ValueError) as exc:
@@ -157,6 +179,28 @@ def _check_alike(inputs: Sequence[_Input]) -> None:
                     f"{other.root} has {label} {other.setting(*path)!r} but {first.root} has "
                     f"{first.setting(*path)!r}: only runs measured alike merge",
                 )
+
+
+def _reported_models(source: _Input) -> set[str]:
+    """The models the input's servers named: its samples' `server_model` and its servers' `/healthz`."""
+    named = {m.get("server_model") for m in source.metas.values()}
+    pool = source.setting("server", "pool")
+    if isinstance(pool, list):
+        named |= {server.get("model") for server in pool if isinstance(server, dict)}
+    return {n for n in named if isinstance(n, str) and n}
+
+
+def _check_reported_models(inputs: Sequence[_Input]) -> None:
+    reported = [(source, _reported_models(source)) for source in inputs]
+    known = [(source, models) for source, models in reported if models]
+    for source, models in known[1:]:
+        first, theirs = known[0]
+        if models != theirs:
+            raise MergeError(
+                MergeCode.REPORTED_MODEL_MISMATCH,
+                f"the servers of {source.root} named model(s) {sorted(models)} but those of {first.root} "
+                f"named {sorted(theirs)}: runs of different models do not merge",
+            )
 
 
 def _choose(inputs: Sequence[_Input]) -> dict[tuple[str, str], tuple[_Input, dict[str, Any]]]:
@@ -201,13 +245,15 @@ def _copy_sample(src: RunDir, dst: RunDir, split: str, sample_id: str, meta: Map
     write_json_atomic(dst.meta_path(split, sample_id), dict(meta))
     if meta.get("status") == "published":
         target = dst.sentences_path(split, sample_id)
+        target.parent.mkdir(parents=True, exist_ok=True)
         shutil.copyfile(src.sentences_path(split, sample_id), target)
 
 
 def _shards(inputs: Sequence[_Input]) -> dict[str, Any] | None:
-    """`{"parts": ["1/4", ...], "complete", "unattempted"}` when every input is a shard; `None` when one is
-    whole. `unattempted` counts the samples a shard selected (its `dataset.samples`) that no input of that
-    shard attempted; `complete` needs every part and no unattempted sample."""
+    """`{"parts": ["1/4", ...], "complete", "unattempted", "selected"}` when every input is a shard; `None`
+    when one is whole. `unattempted` counts the samples a shard selected (its `dataset.samples`) that no
+    input of that shard attempted; `selected` sums the parts present; `complete` needs every part and no
+    unattempted sample."""
     shards = [i.setting("dataset", "shard") for i in inputs]
     if any(not isinstance(s, dict) for s in shards):
         return None
@@ -227,6 +273,7 @@ def _shards(inputs: Sequence[_Input]) -> dict[str, Any] | None:
         "parts": [f"{index}/{count}" for count, index in parts],
         "complete": every_part and unattempted == 0,
         "unattempted": unattempted,
+        "selected": sum(selected.values()),
     }
 
 
@@ -246,7 +293,14 @@ def _merged_run(
     taken = {source.root: 0 for source in inputs}
     for source, _ in chosen.values():
         taken[source.root] += 1
-    dataset = {**(first.get("dataset") or {}), "samples": len(metas)}
+    if shards is not None:
+        selected = int(shards["selected"])
+        complete = bool(shards["complete"])
+    else:  # whole runs of one selection: each recorded how many samples it selected
+        counts = [i.setting("dataset", "samples") for i in inputs if i.setting("dataset", "shard") is None]
+        selected = max((c for c in counts if isinstance(c, int)), default=len(metas))
+        complete = len(metas) >= selected
+    dataset = {**(first.get("dataset") or {}), "samples": selected}
     dataset.pop("shard", None)
     if shards is not None:
         dataset["shards"] = shards
@@ -266,6 +320,7 @@ def _merged_run(
             "pool": None,
         },
         "counts": run_counts(metas),
+        "completeness": {"selected": selected, "attempted": len(metas), "complete": complete},
         "merged_from": [
             {
                 "path": str(source.root),

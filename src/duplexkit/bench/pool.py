@@ -37,11 +37,13 @@ PROBE_TIMEOUT_S = 2.0
 
 @dataclass(frozen=True, slots=True)
 class Health:
-    """One `/healthz` answer: its HTTP status and, when the body is ours, the capacity it states."""
+    """One `/healthz` answer: its HTTP status and, when the body is ours, the capacity and the model it
+    states."""
 
     status: int
     max_sessions: int | None = None
     sessions: int | None = None
+    model: str | None = None
 
     @property
     def accepting(self) -> bool:
@@ -82,11 +84,12 @@ def _health(status: int, body: bytes) -> Health:
         return Health(status)
     if not isinstance(data, dict):
         return Health(status)
-    max_sessions, sessions = data.get("max_sessions"), data.get("sessions")
+    max_sessions, sessions, model = data.get("max_sessions"), data.get("sessions"), data.get("model")
     return Health(
         status,
         max_sessions if isinstance(max_sessions, int) and max_sessions > 0 else None,
         sessions if isinstance(sessions, int) else None,
+        model if isinstance(model, str) and model else None,
     )
 
 
@@ -120,6 +123,8 @@ class PoolServer:
     ceiling: int
     limit: int
     max_sessions: int | None = None
+    model: str | None = None
+    """The model its `/healthz` named (`None`: it named none): part of the run's model identity."""
     state: ServerState = ServerState.UP
     in_flight: int = 0
     completed: int = 0
@@ -134,6 +139,7 @@ class PoolServer:
         return {
             "url": self.url,
             "max_sessions": self.max_sessions,
+            "model": self.model,
             "ceiling": self.ceiling,
             "state": self.state.value,
             "sessions_completed": self.completed,
@@ -255,6 +261,8 @@ class ServerPool:
         return min(candidates, key=lambda s: (s.in_flight / s.limit, s.in_flight))
 
     def _apply(self, server: PoolServer, health: Health | None) -> None:
+        if health is not None and health.model is not None:
+            server.model = health.model
         if health is not None and health.max_sessions is not None:
             server.max_sessions = health.max_sessions
             server.ceiling = min(self._per_server, health.max_sessions)

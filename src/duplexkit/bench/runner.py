@@ -108,8 +108,13 @@ class SampleResult:
 
 def client_record(client: DuplexClient) -> dict[str, Any]:
     """What every sample records about its client whatever the benchmark: where its output was placed on
-    the input timeline (`audio_placement`) and what the wire protocol counted (`wire`, Moshi's frames)."""
-    record: dict[str, Any] = {"audio_placement": client.collector.placement}
+    the input timeline (`audio_placement`), the model the server said served the session (`server_model`,
+    from `session.created`; `None` when it named none) and what the wire protocol counted (`wire`, Moshi's
+    frames)."""
+    record: dict[str, Any] = {
+        "audio_placement": client.collector.placement,
+        "server_model": client.server_model,
+    }
     wire = client.protocol.wire_report()
     if wire is not None:
         record["wire"] = wire

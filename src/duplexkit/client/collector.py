@@ -23,7 +23,11 @@ arrival, or where the audio before it ends if that is later). `concatenated` is 
 client's rule: the server's output is one continuous stream of frames and frame i plays at i · 80 ms, so an
 event carrying `output_stream_ms` (its start in that stream; the Moshi adapter sets it) sits there. Timed
 sentences are the span of their own audio on that timeline (`client.voicing`): a sentence starts where its
-first character was voiced and ends where its last one was.
+first character was voiced and ends where its last one was. With `sentence_timing="arrival"` (vLLM-Omni's
+benchmark runner's rule, for comparing with its nightly numbers) a sentence starts at the arrival of the
+delta that gave its first character and ends at the arrival of the one that completed it, each arrival
+read as the media clock on the wire then (the `audio_end_ms` of the last append sent,
+`ReceivedEvent.sent_ms`).
 
 A value that was not observed is `None`, never 0. Per session, `stream_ttft_ms`, `stream_ttfp_ms` and
 `stream_rtf` are always on the client clock, from the stream's start (the media clock's origin), labelled
@@ -33,8 +37,9 @@ A value that was not observed is `None`, never 0. Per session, `stream_ttft_ms`,
 from __future__ import annotations
 
 import itertools
+from collections.abc import Sequence
 from dataclasses import dataclass, field, replace
-from typing import Any, Literal
+from typing import TYPE_CHECKING, Any, Literal
 
 import numpy as np
 import numpy.typing as npt
@@ -53,6 +58,9 @@ from duplexkit.client.stats import Distribution
 from duplexkit.client.voicing import voicings
 from duplexkit.protocol.audio import AudioDecodeError, decode_base64_audio, resample
 from duplexkit.protocol.units import ms_to_samples, samples_to_ms
+
+if TYPE_CHECKING:
+    from duplexkit.client.tools import ToolCallRecord
 
 MetricsSource = Literal[
     "server_request_start_and_client_receive",
@@ -73,6 +81,11 @@ CLIENT_SOURCES = frozenset({COMMIT_SOURCE, CREATED_SOURCE, UNANCHORED_SOURCE, ST
 Placement = Literal["arrival", "concatenated"]
 """Where output sits on the input timeline (module docstring)."""
 PLACEMENTS: tuple[Placement, ...] = ("arrival", "concatenated")
+
+SentenceTiming = Literal["audio", "arrival"]
+"""How a sentence is timed: the span of its own audio (the default) or its deltas' arrival (module
+docstring)."""
+SENTENCE_TIMINGS: tuple[SentenceTiming, ...] = ("audio", "arrival")
 
 WAV_RATE_HZ = 24_000
 """Rate of the assembled output audio."""
@@ -227,9 +240,15 @@ class EventCollector:
     `output_rate_hz` (the server's advertised output rate).
     """
 
-    def __init__(self, output_rate_hz: int = WAV_RATE_HZ, placement: Placement = "arrival") -> None:
+    def __init__(
+        self,
+        output_rate_hz: int = WAV_RATE_HZ,
+        placement: Placement = "arrival",
+        sentence_timing: SentenceTiming = "audio",
+    ) -> None:
         self.output_rate_hz = output_rate_hz
         self.placement: Placement = placement
+        self.sentence_timing: SentenceTiming = sentence_timing
         self.stream_started_at: float | None = None
         self.errors: list[dict[str, Any]] = []
         self.undecodable_audio_chunks = 0
@@ -316,7 +335,10 @@ class EventCollector:
 
     def sentences(self) -> list[TimedSentence]:
         """Timed sentences so far, including the text still open (flushed without ending it), each the span
-        of its own audio on the timeline (text never voiced keeps the arrival of its deltas)."""
+        of its own audio on the timeline (text never voiced keeps the arrival of its deltas), or with
+        `sentence_timing="arrival"` the arrival of its deltas (module docstring)."""
+        if self.sentence_timing == "arrival":
+            return self._sentences.finished()
         placed = [(c.response_id, c.start, len(c.samples)) for c in self.audio_placements()]
         texts = {r.id: "".join(r.text) for r in self._responses.values()}
         voiced = voicings(placed, texts, self._marks)
@@ -390,7 +412,10 @@ class EventCollector:
         if self._text_owner not in (None, response.id):
             self._sentences.flush()
         self._text_owner = response.id
-        self._sentences.add(text, self._heard_ms(data, event), response_id=response.id, offset=offset)
+        at = self._heard_ms(data, event)
+        if self.sentence_timing == "arrival" and event.sent_ms is not None:
+            at = event.sent_ms
+        self._sentences.add(text, at, response_id=response.id, offset=offset)
 
     def _audio_delta(self, response: _Response, data: dict[str, Any], event: ReceivedEvent) -> None:
         b64 = as_str(data.get("delta"))
@@ -434,11 +459,16 @@ def _round(value: float | None, digits: int = 3) -> float | None:
     return None if value is None else round(value, digits)
 
 
-def dump_events(events: list[ReceivedEvent], origin: float) -> list[dict[str, Any]]:
+def dump_events(
+    events: list[ReceivedEvent], origin: float, tool_calls: Sequence[ToolCallRecord] = ()
+) -> list[dict[str, Any]]:
     """Events as JSON-ready dicts: `t_ms` since `origin` (client monotonic clock), `media_ms` where it was
     heard on the input timeline (`ReceivedEvent.media_ms`), and the event with audio payloads replaced by
-    their decoded byte counts (`<field>_bytes`)."""
-    return [
+    their decoded byte counts (`<field>_bytes`).
+
+    The function-call outputs the client sent (`tool_calls`) are listed among them in time order, marked
+    `"sent": true`, at their wire time and where they were sent on the input timeline."""
+    out = [
         {
             "t_ms": round((event.received_at - origin) * 1000.0, 3),
             "media_ms": round(event.media_ms, 3),
@@ -446,6 +476,25 @@ def dump_events(events: list[ReceivedEvent], origin: float) -> list[dict[str, An
         }
         for event in events
     ]
+    sent = [
+        {
+            "t_ms": round((record.output_sent_at - origin) * 1000.0, 3),
+            "media_ms": round(record.output_media_ms or 0.0, 3),
+            "sent": True,
+            "event": {
+                "type": "conversation.item.create",
+                "item": {
+                    "type": "function_call_output",
+                    "call_id": record.call.call_id,
+                    "output": record.output,
+                },
+                "name": record.call.name,
+            },
+        }
+        for record in tool_calls
+        if record.output_sent_at is not None
+    ]
+    return sorted(out + sent, key=lambda entry: entry["t_ms"]) if sent else out
 
 
 def _without_audio(data: dict[str, Any]) -> dict[str, Any]:

@@ -8,12 +8,16 @@ The quiet window is measured in decided units, not wall seconds (`QuietRule`). `
 ⌈settle_window / unit⌉ units after the committed one (and after the last unit it spoke on) without
 speaking; a speaking answer (an output delta, `response.created`) restarts the count. A server slower than
 real time decides those units late, so its backlog never runs the window out before its reply. Only a
-server that has stopped answering units altogether (one that steps only on input, or a protocol without
-per-unit answers such as OpenAI Realtime) settles on the `wall_clock`: a whole window of seconds with no
-event from it at all but the answers to the client's own housekeeping (`playback.acknowledged`,
-`session.heartbeat_ack`, `rate_limits.updated`, a benign `error`). A server still deciding units, even a
-slow one, is never silent for a window at a time unless one unit takes it longer than the window. The
-caller's wall-clock bound on the whole drain stays the outer limit.
+server that does not answer units (a protocol without per-unit answers such as OpenAI Realtime, one that
+steps only on input) or has stopped answering them altogether settles on the `wall_clock`: a window of
+seconds with no event from it at all but the answers to the client's own housekeeping
+(`playback.acknowledged`, `session.heartbeat_ack`, `rate_limits.updated`, a benign `error`). For a server
+that answers units (it sent a `response.listen` or a unit-marked decision in this session) that window is
+the settle window *plus* the longest interval it took between two unit answers since the commit (the last
+one before the commit included): silence it has already shown it needs for one unit is its lag, not the
+end of its reply. So a server answering a 1 s unit every 2.5 s is waited for in units, up to the caller's
+wall-clock bound on the whole drain (`drain_timeout`, recorded as such when it runs out), never taken for
+silence; one that stops answering altogether settles once it stays silent past its own pace.
 
 Which decision answers the committed unit (`DecisionRule`). A model that lags behind real time answers the
 backlog of earlier units *after* the acknowledgement, so "the first decision after the commit" is not
@@ -76,15 +80,22 @@ class CommitPoint:
     """Unit answers (`UNIT_ANSWERS`) received before the commit."""
     unit_ms: int = 1000
     """The server's unit (`chunk_period_ms`): the quiet window is counted in these."""
+    answers_units: bool = False
+    """The server showed before the commit that it answers units (`shows_unit_answers`)."""
+    last_answer_at: float | None = None
+    """When (client receive clock) the last unit answer before the commit arrived."""
 
     @classmethod
     def at(cls, media_ms: float, grid: UnitGrid, earlier: Iterable[ReceivedEvent]) -> CommitPoint:
         """A commit at media time `media_ms` on the server's unit `grid`, after the events `earlier`."""
+        before = list(earlier)
         return cls(
             media_ms=media_ms,
             units_due=grid.unit_count(media_ms, include_residual=True),
-            units_answered=sum(1 for e in earlier if e.type in UNIT_ANSWERS),
+            units_answered=sum(1 for e in before if e.type in UNIT_ANSWERS),
             unit_ms=grid.chunk_period_ms,
+            answers_units=any(shows_unit_answers(e.type, e.data) for e in before),
+            last_answer_at=max((e.received_at for e in before if e.type in UNIT_ANSWERS), default=None),
         )
 
     def quiet_units(self, settle_s: float) -> int:
@@ -174,6 +185,12 @@ class CommittedUnit:
             self._last_counted_ms = unit_end_ms
 
 
+def shows_unit_answers(kind: str, data: dict[str, Any]) -> bool:
+    """Whether an event shows a server that answers every stepped unit: a listen (outputs alone are what
+    any Realtime server sends) or a decision that names its unit."""
+    return kind == "response.listen" or (kind in DECISIONS and as_ms(data.get("unit_end_ms")) is not None)
+
+
 def is_heard_from(data: dict[str, Any]) -> bool:
     """Whether an event shows the server still at work (it breaks the `wall_clock` window): anything but
     housekeeping answers and benign errors."""
@@ -206,6 +223,12 @@ class DrainTracker:
         self.failure: dict[str, Any] | None = None
         self.settled_by: QuietRule | None = None
         """Which window settled the drain (`None` until it settles)."""
+        self.answers_units = self.unit.commit.answers_units
+        """The server answers units (`shows_unit_answers`), seen before or after the commit."""
+        self.answer_gap_s = 0.0
+        """The longest interval between two unit answers since the commit (the last one before it
+        included): the pace a server that answers units has shown."""
+        self._last_answer_at = self.unit.commit.last_answer_at
 
     @property
     def commit_acknowledged(self) -> bool:
@@ -225,9 +248,19 @@ class DrainTracker:
         """For protocols with no commit on the wire (see `CommittedUnit.assume`)."""
         self.unit.assume(decided=decided)
 
+    def wall_window_s(self, settle_s: float) -> float:
+        """The silence that settles the drain on the wall clock: `settle_s`, plus the server's own longest
+        interval between unit answers when it answers units (see the module docstring)."""
+        return settle_s + (self.answer_gap_s if self.answers_units else 0.0)
+
     def observe(self, event: ReceivedEvent) -> None:
         data, kind = event.data, event.type
         self.unit.observe(kind, data)
+        self.answers_units = self.answers_units or shows_unit_answers(kind, data)
+        if kind in UNIT_ANSWERS:
+            if self._last_answer_at is not None:
+                self.answer_gap_s = max(self.answer_gap_s, event.received_at - self._last_answer_at)
+            self._last_answer_at = event.received_at
         if kind == "response.created":
             response_id = response_id_of(data)
             if response_id is not None:
@@ -243,12 +276,13 @@ class DrainTracker:
 
     def poll(self, now: float, settle_s: float) -> DrainStatus:
         """Whether the replies have settled at `now` with a quiet window of `settle_s` seconds: its units
-        decided quiet, or (a server that stopped answering units) that long without hearing from it."""
+        decided quiet, or that long (a server that answers units: plus its own pace, `wall_window_s`)
+        without hearing from it."""
         if self.failure is not None:
             return DrainStatus(False, self.failure, None)
         if not (self.commit_acknowledged and self.decided and not self.open_responses):
             return DrainStatus(False, None, None)
-        quiet_until = self.last_heard + settle_s
+        quiet_until = self.last_heard + self.wall_window_s(settle_s)
         if self.unit.quiet_units >= self.unit.commit.quiet_units(settle_s):
             self.settled_by = "units"
         elif now >= quiet_until:

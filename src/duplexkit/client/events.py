@@ -23,11 +23,13 @@ class ReceivedEvent:
     `received_at` is the client's monotonic clock (`time.monotonic()`) at receipt; `media_ms` is where it
     was heard on the input timeline: its arrival on the stream's clock (the stream's start media time plus
     the time since the stream started; `DuplexClient.heard_at_ms`), not the end of the last append sent.
+    `sent_ms` is that end: the media clock on the wire when it arrived (`None` where not recorded).
     """
 
     data: dict[str, Any]
     received_at: float
     media_ms: float
+    sent_ms: float | None = None
 
     @property
     def type(self) -> str:

@@ -11,6 +11,7 @@ from pathlib import Path
 
 from duplexkit.bench.benchmark import BENCHMARKS, DEFAULT_BENCHMARK, FolderScorer
 from duplexkit.bench.job import BenchJob, run_job
+from duplexkit.client.collector import SENTENCE_TIMINGS
 from duplexkit.commands.options import (
     add_bound_options,
     add_model_options,
@@ -19,10 +20,13 @@ from duplexkit.commands.options import (
     bounds_from_args,
     default_chunk_ms,
     json_object,
+    model_args_from_args,
     model_from_args,
+    placement_from_args,
     resolve_protocol,
 )
 from duplexkit.commands.score import (
+    add_fdb3_options,
     add_fdb_options,
     add_judge_options,
     judge_from_args,
@@ -51,7 +55,9 @@ def register(commands: argparse._SubParsersAction[argparse.ArgumentParser]) -> N
         choices=sorted(BENCHMARKS),
         default=DEFAULT_BENCHMARK,
         help="which benchmark's data, session and scoring rules; fdb (Full-Duplex-Bench) streams in full "
-        "duplex with no commit and writes FDB sample folders under RUN_DIR/<task folder>/<id>/ "
+        "duplex with no commit and writes FDB sample folders under RUN_DIR/<task folder>/<id>/; fdb3 "
+        "(Full-Duplex-Bench v3) streams as FDB-v3 does, answers the model's function calls with its 12 mock "
+        "APIs and writes its recording folders under RUN_DIR/<domain>/<example>_<speaker>/ "
         "(default: %(default)s)",
     )
     data.add_argument(
@@ -68,7 +74,9 @@ def register(commands: argparse._SubParsersAction[argparse.ArgumentParser]) -> N
         help="'builtin', a local HF dataset directory or .parquet file, a .jsonl manifest, or a HF dataset "
         "id already in the local HF cache (never downloaded); OmniInteract: 'builtin', a directory holding "
         "data/{1q1a,1q1a_math,1qna}, or its HF id in the cache; fdb: 'builtin' (synthetic, generated "
-        "offline) or a folder of FDB sample folders (or of task folders of them)",
+        "offline) or a folder of FDB sample folders (or of task folders of them); fdb3: 'builtin' "
+        "(synthetic, generated offline), a folder of FDB-v3 recording folders "
+        "({example_id}_{speaker_id}/input.wav), or its HF id in the local cache",
     )
     data.add_argument(
         "--split", action="append", default=[], help="Omni-DuplexEval split to run (repeatable; default: all)"
@@ -117,6 +125,15 @@ def register(commands: argparse._SubParsersAction[argparse.ArgumentParser]) -> N
     target.add_argument("--served-model", default=None, help="`model` query parameter sent to --url")
     add_protocol_option(target)
     add_placement_option(target)
+    target.add_argument(
+        "--sentence-timing",
+        choices=SENTENCE_TIMINGS,
+        default="audio",
+        help="Omni-DuplexEval: how a sentence is timed: 'audio' (default), the span of its own audio on the "
+        "timeline; 'arrival', the arrival of its first and last deltas read on the media clock sent, as "
+        "vLLM-Omni's benchmark runner times them (to compare with its nightly numbers); run.json and each "
+        "sample's meta record which",
+    )
     add_model_options(target)
 
     run = parser.add_argument_group("run")
@@ -170,6 +187,7 @@ def register(commands: argparse._SubParsersAction[argparse.ArgumentParser]) -> N
     add_bound_options(parser)
     add_judge_options(parser)
     add_fdb_options(parser)
+    add_fdb3_options(parser, run=True)
     parser.set_defaults(handler=lambda args: run_command(args, parser))
 
 
@@ -209,6 +227,9 @@ def run_command(args: argparse.Namespace, parser: argparse.ArgumentParser) -> in
             "subsets": args.subset,
             "scenarios": args.scenario,
             "tasks": args.task,
+            "tool_latency": args.tool_latency,
+            "scenarios_file": args.scenarios,
+            "oracle_calls": args.oracle_calls,
             "ids": args.ids,
             "exclude_ids": args.exclude_ids,
             "limit": args.limit,
@@ -255,8 +276,11 @@ def run_command(args: argparse.Namespace, parser: argparse.ArgumentParser) -> in
         command=_redacted(sys.argv),
         urls=list(args.url),
         plugin=plugin,
+        model_args=None if args.url else model_args_from_args(args),
         api_key=args.api_key,
         protocol=args.protocol,
+        placement=placement_from_args(args),
+        sentence_timing=args.sentence_timing,
         pace=args.pace,
         fps=args.fps,
         chunk_ms=args.chunk_ms

@@ -92,6 +92,7 @@ def run(args: argparse.Namespace) -> int:
         model=args.model,
         command=list(sys.argv),
         plugin=plugin,
+        model_args={},
         pace=args.pace,
         concurrency=concurrency,
         allow_invalid_clock=args.pace != "realtime",

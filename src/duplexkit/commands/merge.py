@@ -51,6 +51,9 @@ def run(args: argparse.Namespace) -> int:
             else " (incomplete: parts missing)"
         )
     )
+    whole = result.completeness
+    if shards is None and not whole["complete"]:
+        held = f" (incomplete: {whole['attempted']} of {whole['selected']} selected samples attempted)"
     print(
         f"merged {len(args.run_dirs)} runs → {result.out}: {result.samples} samples · published "
         f"{counts['published']} · failed {counts['failed']}{held}"

@@ -3,9 +3,10 @@
 No sockets, tasks or sleeps live here; the server's session runner and the tests drive the same objects.
 """
 
-from duplexkit.engine.decisions import Decision, Interrupt, Listen, Speak, Transcribed
+from duplexkit.engine.decisions import Decision, FunctionCall, Interrupt, Listen, Speak, Transcribed
 from duplexkit.engine.fence import Fence
 from duplexkit.engine.session import EngineConfig, EngineSession, Step
+from duplexkit.engine.tools import FunctionOutput
 from duplexkit.engine.units import Unit
 
 __all__ = [
@@ -13,6 +14,8 @@ __all__ = [
     "EngineConfig",
     "EngineSession",
     "Fence",
+    "FunctionCall",
+    "FunctionOutput",
     "Interrupt",
     "Listen",
     "Speak",

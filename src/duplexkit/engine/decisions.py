@@ -62,4 +62,18 @@ class Transcribed:
     speech_end_ms: float | None = None
 
 
-Decision = Listen | Speak | Interrupt | Transcribed
+@dataclass(frozen=True, slots=True)
+class FunctionCall:
+    """The model calls function `name` with `arguments` (a JSON-encoded object) as `call_id` (unique in
+    the session). A response may speak first and then call; several calls may follow one another, and the
+    one with `end_of_turn` closes the response (`completed`, listing every call). The output comes back on
+    a later unit (`Unit.tool_outputs`); a model speaks its answer when that unit is `final` (the client's
+    `response.create`). Speech after a call opens the next response."""
+
+    call_id: str
+    name: str
+    arguments: str
+    end_of_turn: bool = True
+
+
+Decision = Listen | Speak | Interrupt | Transcribed | FunctionCall

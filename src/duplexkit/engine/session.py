@@ -8,6 +8,7 @@ order, and units for the model to step, in order. It never sleeps, reads a clock
 
 from __future__ import annotations
 
+import dataclasses
 import math
 from dataclasses import dataclass, field
 from typing import Any, Literal, get_args
@@ -15,14 +16,15 @@ from typing import Any, Literal, get_args
 import numpy as np
 
 from duplexkit.engine.assembler import AssembledUnit, UnitAssembler
-from duplexkit.engine.decisions import Decision, Interrupt, Listen, Speak, Transcribed
+from duplexkit.engine.decisions import Decision, FunctionCall, Interrupt, Listen, Speak, Transcribed
 from duplexkit.engine.fence import Fence
 from duplexkit.engine.ledger import RequestStartLedger, ResponseTiming
 from duplexkit.engine.playback import CommitPolicy, PlaybackLedger
+from duplexkit.engine.tools import FunctionOutput, ToolLedger, check_arguments
 from duplexkit.engine.units import Unit
 from duplexkit.protocol import client_events as ce
 from duplexkit.protocol import server_events as se
-from duplexkit.protocol.audio import AudioFormat, encode_base64_audio
+from duplexkit.protocol.audio import AudioFormat, EncodedAudio
 from duplexkit.protocol.errors import ErrorCode, ProtocolError
 from duplexkit.protocol.units import UnitGrid, ms_to_samples, samples_to_ms
 
@@ -44,6 +46,8 @@ class EngineConfig:
     supports_barge_in: bool = True
     max_sessions: int = 64
     continuation_limit: int = 8
+    input_clocked: bool = False
+    """No continuation silence: the model steps only on input (`ModelCapabilities.input_clocked`)."""
     idle_timeout_s: float = 300.0
     server_vad: bool = False
     supports_session_resume: bool = False
@@ -65,6 +69,8 @@ class SessionSettings:
     idle_timeout_s: float = 300.0
     overlap_policy: Literal["listen_only", "barge_in_on_speech"] = "barge_in_on_speech"
     playback_commit_policy: CommitPolicy = "ack_only"
+    tools: list[ce.FunctionTool] = field(default_factory=list)
+    tool_choice: ce.ToolChoice = "auto"
     extra_body: dict[str, Any] = field(default_factory=dict)
 
 
@@ -84,13 +90,20 @@ class Step:
 
 @dataclass(slots=True)
 class _ActiveResponse:
+    """The response being generated. Its message item opens with its first speech (`item_id`), and
+    closes when it ends or when a function call follows it (`message_done`); `calls` are its function
+    call items, in order."""
+
     id: str
-    item_id: str
     turn: int
     timing: ResponseTiming
     modalities: list[Modality]
+    metadata: dict[str, Any] | None = None
+    item_id: str | None = None
+    message_done: bool = False
     text: str = ""
     audio_ms: float = 0.0
+    outputs: list[se.ConversationItem] = field(default_factory=list)
 
 
 class EngineSession:
@@ -121,6 +134,11 @@ class EngineSession:
         self._unheard: str | None = None
         """The latest user item announced (server VAD's speech, a commit) whose transcript has not come."""
         self._transcript_item: str | None = None
+        self._tools = ToolLedger()
+        self._outputs: list[FunctionOutput] = []
+        """Function outputs the client sent that the model has not received yet (they ride the next unit)."""
+        self._metadata: dict[str, Any] | None = None
+        """The latest `response.create`'s `response.metadata`, for the next response to echo."""
 
     # --- client events --------------------------------------------------------------------------------
 
@@ -178,11 +196,7 @@ class EngineSession:
                 self._assembler.clear()
                 return Step(events=[se.InputAudioBufferCleared()])
             case ce.ResponseCreate():
-                return (
-                    self._units([self._assembler.flush()], now)
-                    if self._assembler.buffered_samples
-                    else Step()
-                )
+                return self._respond(event, now)
             case ce.ResponseCancel():
                 return self._cancel(event.response_id, now)
             case ce.InputCancel():
@@ -200,7 +214,7 @@ class EngineSession:
                 )
             case ce.ConversationItemDelete():
                 self._history.remove(self._item(event.item_id))
-                del self._entered_ms[event.item_id]
+                self._entered_ms.pop(event.item_id, None)
                 return Step(events=[se.ConversationItemDeleted(item_id=event.item_id)])
             case ce.ConversationItemTruncate():
                 return self._truncate(event)
@@ -238,6 +252,8 @@ class EngineSession:
             "idle_timeout_s",
             "overlap_policy",
             "playback_commit_policy",
+            "tools",
+            "tool_choice",
             "extra_body",
         ):
             if name in update.model_fields_set and getattr(update, name) is not None:
@@ -278,7 +294,14 @@ class EngineSession:
         committed = se.InputAudioBufferCommitted(
             item_id=item_id, previous_item_id=previous, audio_end_ms=self._assembler.media_ms
         )
-        step = Step(events=[committed])
+        item = self._history[-1]
+        step = Step(
+            events=[
+                committed,
+                se.ConversationItemAdded(item=item, previous_item_id=previous),
+                se.ConversationItemDone(item=item, previous_item_id=previous),
+            ]
+        )
         step.extend(self._units([self._assembler.flush()], now, is_speech=is_speech))
         return step
 
@@ -293,8 +316,8 @@ class EngineSession:
                 se.InputAudioBufferSpeechStarted(audio_start_ms=round(audio_start_ms), item_id=self._vad_item)
             ]
         )
-        if vad.interrupt_response and self._response is not None:
-            step.extend(self._interrupt("barge_in", now))
+        if vad.interrupt_response and (self._response is not None or self._tools.pending):
+            step.extend(self._interrupt("turn_detected", now))
         return step
 
     def vad_failed(self, message: str) -> Step:
@@ -348,11 +371,25 @@ class EngineSession:
             )
             for i, a in enumerate(assembled)
         ]
+        if units and self._outputs:  # the model receives the outputs with the next unit it steps
+            units[0] = dataclasses.replace(units[0], tool_outputs=tuple(self._outputs))
+            self._outputs = []
         self._unit_index += len(units)
         self._outstanding += len(units)
         if units:
             self._last_unit_at = now
         return Step(units=units)
+
+    def _respond(self, event: ce.ResponseCreate, now: float) -> Step:
+        """`response.create`: answer now. The buffered input (possibly none) becomes a final unit, which
+        asks the model for its answer (function outputs the client sent ride it), and the response that
+        answers echoes this request's `response.metadata`. While a response is active, nothing more is
+        stepped (its metadata waits for the next response)."""
+        metadata = (event.response or {}).get("metadata")
+        self._metadata = metadata if isinstance(metadata, dict) else None
+        if self._response is not None:
+            return Step()
+        return self._units([self._assembler.flush()], now)
 
     def _cancel(self, response_id: str | None, now: float) -> Step:
         if self._response is None or (response_id is not None and response_id != self._response.id):
@@ -365,11 +402,15 @@ class EngineSession:
             )
         return self._interrupt("client_cancelled", now)
 
-    def _interrupt(self, reason: Literal["barge_in", "client_cancelled"], now: float) -> Step:
-        """Barge-in, cancel, clear: end the active response, make everything in flight stale."""
+    def _interrupt(
+        self, reason: Literal["barge_in", "client_cancelled", "turn_detected"], now: float
+    ) -> Step:
+        """Barge-in, cancel, clear: end the active response, make everything in flight stale (pending
+        function calls too: an output that comes for one later is refused as stale)."""
         step = Step()
         if self._response is not None:
             step.events.extend(self._finish("cancelled", reason, interrupted=True))
+        self._tools.retire()
         self.fence = self.fence.next_epoch()
         self._requests.clear()
         return step
@@ -388,18 +429,41 @@ class EngineSession:
         )
 
     def _create_item(self, event: ce.ConversationItemCreate) -> Step:
-        try:
-            item = se.ConversationItem.model_validate({"id": self._new_id("item"), **event.item})
-        except ValueError as exc:
-            raise ProtocolError(
-                ErrorCode.INVALID_VALUE, f"invalid conversation item: {exc}", param="item"
-            ) from None
-        previous = self._append_item(item, self._assembler.media_ms)
+        """A client's item: a message, a `function_call`, or a `function_call_output` answering a call
+        (which the model receives with its next unit). It goes after `previous_item_id` (`root`: first;
+        absent: last); an unknown one is `unknown_item`, a malformed function item
+        `invalid_function_call`, an output for no pending call a code of the tool ledger's."""
+        item = _client_item(event.item, self._new_id("item"))
+        if any(h.id == item.id for h in self._history):
+            raise ProtocolError(ErrorCode.INVALID_VALUE, f"item {item.id!r} already exists", param="item.id")
+        at = self._place(event.previous_item_id)
+        if item.type == "function_call":
+            assert item.call_id is not None and item.name is not None and item.arguments is not None
+            self._tools.open(item.call_id, item.name, item.arguments)
+        elif item.type == "function_call_output":
+            assert item.call_id is not None and item.output is not None
+            self._outputs.append(self._tools.answer(item.call_id, item.output))
+        self._history.insert(at, item)
+        self._entered_ms[item.id] = self._assembler.media_ms
+        previous = self._history[at - 1].id if at else None
         return Step(
             events=[
                 se.ConversationItemAdded(item=item, previous_item_id=previous),
                 se.ConversationItemDone(item=item, previous_item_id=previous),
             ]
+        )
+
+    def _place(self, previous_item_id: str | None) -> int:
+        """Where an item created after `previous_item_id` goes in the history."""
+        if previous_item_id is None:
+            return len(self._history)
+        if previous_item_id == "root":
+            return 0
+        for index, item in enumerate(self._history):
+            if item.id == previous_item_id:
+                return index + 1
+        raise ProtocolError(
+            ErrorCode.UNKNOWN_ITEM, f"no conversation item {previous_item_id!r}", param="previous_item_id"
         )
 
     def _truncate(self, event: ce.ConversationItemTruncate) -> Step:
@@ -450,9 +514,15 @@ class EngineSession:
         if isinstance(decision, Listen):
             return self._listen(decision, unit.end_ms)
         if isinstance(decision, Interrupt):
-            return self._interrupt("barge_in", now) if self._response is not None else Step()
+            return (
+                self._interrupt("barge_in", now)
+                if self._response is not None or self._tools.pending
+                else Step()
+            )
         if isinstance(decision, Transcribed):
             return self._transcribed(decision)
+        if isinstance(decision, FunctionCall):
+            return self._call(decision, unit.end_ms, now)
         return self._speak(decision, unit.end_ms, now)
 
     def _transcribed(self, heard: Transcribed) -> Step:
@@ -471,7 +541,7 @@ class EngineSession:
             self._unheard = None
         step = Step()
         known = [item for item in self._history if item.id == item_id]
-        if known:
+        if known and known[0].content:
             known[0].content[0].transcript = heard.text
         else:
             item = se.ConversationItem(
@@ -514,7 +584,7 @@ class EngineSession:
             due = math.inf
         else:
             due = self._last_input_at + self.settings.idle_timeout_s
-        if self._response is not None and not self.closed:
+        if self._response is not None and not self.closed and not self.config.input_clocked:
             due = min(due, self._last_unit_at + self.config.chunk_period_ms / 1000.0)
         return due
 
@@ -529,7 +599,9 @@ class EngineSession:
             step.extend(self.close("idle_timeout", now))
             return step
         period_s = self.config.chunk_period_ms / 1000.0
-        if self._response is None or self._outstanding or now - self._last_unit_at < period_s:
+        if self.config.input_clocked or self._response is None or self._outstanding:
+            return Step()
+        if now - self._last_unit_at < period_s:
             return Step()
         if self._continuations >= self.config.continuation_limit:
             response_id = self._response.id
@@ -557,9 +629,17 @@ class EngineSession:
     def _speak(self, segment: Speak, unit_end_ms: float, now: float) -> Step:
         step = Step()
         response = self._response
+        if response is not None and response.message_done:  # speech after a call: the next response
+            step.events.extend(self._finish("completed", "stop", interrupted=False))
+            response = None
         if response is None:
             response = self._begin_response(step, unit_end_ms)
         text, audio = segment.text, segment.audio
+        empty = not text and not len(audio) and not segment.end_of_turn
+        opened = response.item_id is None and not (empty and self.settings.tools)
+        # With tools offered, an empty segment opens only the response: what follows may be a call
+        if opened:
+            self._open_message(step, response, unit_end_ms)
         speaks_audio = "audio" in response.modalities
         first = response.timing.mark_response_first_outputs(
             now, text=bool(text.strip()), audio=speaks_audio and len(audio) > 0
@@ -567,24 +647,27 @@ class EngineSession:
         response.timing.record_segment(len(segment.tokens), tpot_ms=segment.tpot_ms, itl_ms=segment.itl_ms)
         if segment.stages_ms:
             response.timing.model_stages_ms = dict(segment.stages_ms)
-        if step.events:  # the response opened with this segment: created carries what it already observed
-            created = step.events[0]
-            assert isinstance(created, se.ResponseCreated)
-            if response.timing.request_start is not None:
-                created.response_request_metrics = self._metrics(response.timing)
+        created = next((e for e in step.events if isinstance(e, se.ResponseCreated)), None)
+        if created is not None and response.timing.request_start is not None:
+            # the response opened with this segment: created carries what it already observed
+            created.response_request_metrics = self._metrics(response.timing)
+        if opened:
+            assert response.item_id is not None
             step.events.append(se.ResponseSpeak(response_id=response.id, item_id=response.item_id))
-        if not text and not len(audio) and not segment.end_of_turn:
+        if empty:
             return step  # nothing to say yet: the response is open, its output follows
-        ids = {"response_id": response.id, "item_id": response.item_id}
+        item_id = response.item_id
+        assert item_id is not None
+        ids = {"response_id": response.id, "item_id": item_id}
         audio_ms = samples_to_ms(len(audio), self.config.output_sample_rate_hz) if speaks_audio else 0.0
         text_chars, audio_end_ms = self._playback.generated(response.id, text, audio_ms)
         response.text += text
         response.audio_ms = audio_end_ms
         if speaks_audio:
             step.events.append(
-                se.ResponseOutputAudioDelta(
+                se.ResponseOutputAudioDelta.of_audio(
+                    EncodedAudio.of_samples(audio, self.settings.output_audio_format),
                     **ids,
-                    delta=encode_base64_audio(audio, self.settings.output_audio_format),
                     sample_rate_hz=self.config.output_sample_rate_hz,
                     metadata=se.AudioDeltaMetadata(
                         audio_duration_ms=audio_end_ms,
@@ -622,48 +705,119 @@ class EngineSession:
             step.events.extend(self._finish("completed", "stop", interrupted=False))
         return step
 
+    def _call(self, call: FunctionCall, unit_end_ms: float, now: float) -> Step:
+        """The model calls a function: its item opens and completes at once (the arguments in one delta),
+        after the response's message, which closes first. A call the session cannot accept (an undeclared
+        function, arguments that are not a JSON object, a reused `call_id`) fails closed: never shown as a
+        call, an `invalid_function_call` error instead; the response still ends if the call ended it."""
+        step = Step()
+        response = self._response or self._begin_response(step, unit_end_ms)
+        created = next((e for e in step.events if isinstance(e, se.ResponseCreated)), None)
+        if created is not None and response.timing.request_start is not None:
+            created.response_request_metrics = self._metrics(response.timing)
+        try:
+            self._check_call(call)
+            self._tools.open(call.call_id, call.name, call.arguments)
+        except ProtocolError as exc:
+            code = ErrorCode.INVALID_FUNCTION_CALL
+            step.events.append(se.error_event(code, f"the model's function call was refused: {exc.message}"))
+        else:
+            if response.item_id is not None and not response.message_done:
+                step.events.extend(self._close_message(response, interrupted=False))
+            response.message_done = True
+            step.events.extend(self._call_events(response, call, unit_end_ms))
+        if call.end_of_turn:
+            step.events.extend(self._finish("completed", "stop", interrupted=False))
+        return step
+
+    def _check_call(self, call: FunctionCall) -> None:
+        declared = {tool.name for tool in self.settings.tools}
+        if call.name not in declared or self.settings.tool_choice == "none":
+            raise ProtocolError(
+                ErrorCode.INVALID_FUNCTION_CALL, f"{call.name!r} is not a function the session offers"
+            )
+        check_arguments(call.arguments)
+
+    def _call_events(self, response: _ActiveResponse, call: FunctionCall, unit_end_ms: float) -> ServerEvents:
+        item_id = self._new_id("item")
+        opening = se.ConversationItem(
+            id=item_id,
+            type="function_call",
+            status="in_progress",
+            content=None,
+            call_id=call.call_id,
+            name=call.name,
+            arguments="",
+        )
+        done = opening.model_copy(update={"status": "completed", "arguments": call.arguments})
+        previous = self._append_item(done, unit_end_ms)
+        index = len(response.outputs)
+        response.outputs.append(done)
+        ids = {"response_id": response.id, "item_id": item_id, "output_index": index, "call_id": call.call_id}
+        return [
+            se.ResponseOutputItemAdded(response_id=response.id, output_index=index, item=opening),
+            se.ConversationItemAdded(item=opening, previous_item_id=previous),
+            se.ResponseFunctionCallArgumentsDelta(**ids, delta=call.arguments),
+            se.ResponseFunctionCallArgumentsDone(**ids, name=call.name, arguments=call.arguments),
+            se.ResponseOutputItemDone(response_id=response.id, output_index=index, item=done),
+            se.ConversationItemDone(item=done, previous_item_id=previous),
+        ]
+
     def _begin_response(self, step: Step, unit_end_ms: float) -> _ActiveResponse:
+        """Open a response (`response.created`, echoing the `response.create` metadata it answers); its
+        message item opens with its first speech (`_open_message`)."""
         turn = self.fence.turn_id
         response = _ActiveResponse(
             id=self._new_id("resp"),
-            item_id=self._new_id("item"),
             turn=turn,
             timing=ResponseTiming(
                 request_start=self._requests.begin_response(turn),
                 queue_wait_ms=self._requests.queue_wait_ms_of(turn),
             ),
             modalities=list(self.settings.modalities),
+            metadata=self._metadata,
         )
+        self._metadata = None
         self._response = response
         self._continuations = 0
+        step.events.append(
+            se.ResponseCreated(
+                response=se.ResponseInfo(
+                    id=response.id,
+                    status="in_progress",
+                    output_modalities=response.modalities,
+                    metadata=response.metadata,
+                ),
+                unit_end_ms=unit_end_ms,
+            )
+        )
+        return response
+
+    def _open_message(self, step: Step, response: _ActiveResponse, unit_end_ms: float) -> None:
+        response.item_id = self._new_id("item")
         self._playback.open(response.id, response.item_id)
         item = se.ConversationItem(id=response.item_id, role="assistant", status="in_progress")
         previous = self._append_item(item, unit_end_ms)
         part = se.ContentPart(type="audio" if "audio" in response.modalities else "text")
+        index = len(response.outputs)
         step.events.extend(
             [
-                se.ResponseCreated(
-                    response=se.ResponseInfo(
-                        id=response.id, status="in_progress", output_modalities=response.modalities
-                    ),
-                    unit_end_ms=unit_end_ms,
-                ),
                 se.ConversationItemAdded(item=item, previous_item_id=previous),
-                se.ResponseOutputItemAdded(response_id=response.id, item=item),
-                se.ResponseContentPartAdded(response_id=response.id, item_id=response.item_id, part=part),
+                se.ResponseOutputItemAdded(response_id=response.id, output_index=index, item=item),
+                se.ResponseContentPartAdded(
+                    response_id=response.id, item_id=response.item_id, output_index=index, part=part
+                ),
             ]
         )
-        return response
 
-    def _finish(
-        self, status: se.ResponseStatus, reason: se.ResponseEndReason, *, interrupted: bool
-    ) -> ServerEvents:
-        """Close the active response: the done events in order, history and ledgers settled."""
-        response = self._response
-        assert response is not None
-        self._response = None
-        entry = self._playback.finish(response.id, interrupted=interrupted)
-        ids = {"response_id": response.id, "item_id": response.item_id}
+    def _close_message(self, response: _ActiveResponse, *, interrupted: bool) -> ServerEvents:
+        """The done events of the response's message item, its history entry and playback settled."""
+        item_id = response.item_id
+        assert item_id is not None
+        response.message_done = True
+        self._playback.finish(response.id, interrupted=interrupted)
+        index = len(response.outputs)
+        ids = {"response_id": response.id, "item_id": item_id, "output_index": index}
         audio = "audio" in response.modalities
         content = (
             se.ItemContent(type="output_audio", transcript=response.text)
@@ -671,12 +825,13 @@ class EngineSession:
             else se.ItemContent(type="output_text", text=response.text)
         )
         item = se.ConversationItem(
-            id=response.item_id,
+            id=item_id,
             role="assistant",
-            status="completed" if status == "completed" else "incomplete",
+            status="incomplete" if interrupted else "completed",
             content=[content],
         )
         self._history = [item if h.id == item.id else h for h in self._history]
+        response.outputs.append(item)
         part = (
             se.ContentPart(type="audio", transcript=response.text)
             if audio
@@ -688,26 +843,43 @@ class EngineSession:
             events.append(se.ResponseOutputAudioTranscriptDone(**ids, transcript=response.text))
         else:
             events.append(se.ResponseOutputTextDone(**ids, text=response.text))
+        events += [
+            se.ResponseContentPartDone(**ids, part=part),
+            se.ResponseOutputItemDone(response_id=response.id, output_index=index, item=item),
+        ]
+        return events
+
+    def _finish(
+        self, status: se.ResponseStatus, reason: se.ResponseEndReason, *, interrupted: bool
+    ) -> ServerEvents:
+        """Close the active response: the done events in order, history and ledgers settled."""
+        response = self._response
+        assert response is not None
+        self._response = None
+        events: ServerEvents = []
+        if response.item_id is not None and not response.message_done:
+            events.extend(self._close_message(response, interrupted=interrupted or status != "completed"))
+        entry = self._playback.get(response.id)
+        audio = "audio" in response.modalities
         timing = response.timing
         metrics = self._metrics(timing)
         metrics.tpot_ms = timing.tpot_ms
         metrics.output_tokens = timing.output_tokens
-        metrics.output_audio_ms = entry.generated_ms if audio else None
-        events += [
-            se.ResponseContentPartDone(**ids, part=part),
-            se.ResponseOutputItemDone(response_id=response.id, item=item),
+        metrics.output_audio_ms = entry.generated_ms if audio and entry is not None else None
+        events.append(
             se.ResponseDone(
                 response=se.ResponseInfo(
                     id=response.id,
                     status=status,
                     status_details=se.StatusDetails(type=status, reason=reason),
-                    output=[item],
+                    output=list(response.outputs),
                     output_modalities=response.modalities,
                     usage=se.Usage(output_tokens=timing.output_tokens, total_tokens=timing.output_tokens),
+                    metadata=response.metadata,
                 ),
                 response_request_metrics=metrics,
             ),
-        ]
+        )
         self._requests.complete_model_turn(response.turn)
         self.fence = self.fence.next_turn()
         return events
@@ -746,6 +918,8 @@ class EngineSession:
             idle_timeout_s=s.idle_timeout_s,
             overlap_policy=s.overlap_policy,
             playback_commit_policy=s.playback_commit_policy,
+            tools=s.tools,
+            tool_choice=s.tool_choice,
             capabilities=se.Capabilities(
                 chunk_period_ms=c.chunk_period_ms,
                 first_unit_ms=self.grid.unit_end_ms(0),
@@ -795,6 +969,34 @@ class EngineSession:
             for part in item.content
         ]
         return item.model_copy(update={"content": content})
+
+
+def _client_item(raw: dict[str, Any], default_id: str) -> se.ConversationItem:
+    """A client's `conversation.item.create` item, checked for its type: a message needs a `role`; a
+    `function_call` a `call_id`, a `name` and JSON-object `arguments`; a `function_call_output` a `call_id`
+    and a string `output`."""
+    kind = raw.get("type", "message")
+    code = ErrorCode.INVALID_VALUE if kind == "message" else ErrorCode.INVALID_FUNCTION_CALL
+    try:
+        item = se.ConversationItem.model_validate({"id": default_id, **raw})
+    except ValueError as exc:
+        raise ProtocolError(code, f"invalid conversation item: {exc}", param="item") from None
+    required = {
+        "message": ("role",),
+        "function_call": ("call_id", "name", "arguments"),
+        "function_call_output": ("call_id", "output"),
+    }[item.type]
+    missing = [name for name in required if getattr(item, name) is None]
+    if missing:
+        raise ProtocolError(
+            code, f"a {item.type} item needs {', '.join(missing)}", param=f"item.{missing[0]}"
+        )
+    if item.type == "function_call":
+        assert item.arguments is not None
+        check_arguments(item.arguments)
+    if item.type != "message":
+        item.content = None
+    return item
 
 
 def _listen_event(

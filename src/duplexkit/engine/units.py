@@ -8,6 +8,7 @@ import numpy as np
 import numpy.typing as npt
 
 from duplexkit.engine.fence import Fence
+from duplexkit.engine.tools import FunctionOutput
 from duplexkit.protocol.units import samples_to_ms
 
 
@@ -16,8 +17,9 @@ class Unit:
     """One model step's input: `samples` (float32 mono at the model's input rate) covering
     `[start_ms, end_ms)` of the client's media clock.
 
-    `final` marks the residual flushed by a commit; `continuation` marks silence the server synthesised
-    while input paused (it is not on the client's media clock).
+    `final` marks the residual flushed by a commit (or a `response.create`: answer now); `continuation`
+    marks silence the server synthesised while input paused (it is not on the client's media clock).
+    `tool_outputs` are the outputs of the model's function calls that the client sent since the last unit.
     """
 
     index: int
@@ -31,6 +33,7 @@ class Unit:
     continuation: bool = False
     force_listen: bool = False
     is_speech: bool | None = None
+    tool_outputs: tuple[FunctionOutput, ...] = ()
 
     @property
     def duration_ms(self) -> float:

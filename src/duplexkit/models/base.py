@@ -19,6 +19,7 @@ from dataclasses import dataclass, replace
 from typing import Any, ClassVar, Literal
 
 from duplexkit.engine import Decision, EngineConfig, Unit
+from duplexkit.protocol.client_events import FunctionTool, ToolChoice
 
 CONTINUATION_BUDGET_MS = 8_000
 """How long the server keeps stepping a reply on synthesised silence after input pauses: 8 units of the
@@ -36,6 +37,10 @@ class ModelCapabilities:
     modalities: tuple[Literal["audio", "text"], ...] = ("audio", "text")
     accepts_video: bool = False
     supports_barge_in: bool = True
+    input_clocked: bool = False
+    """The model steps only on the client's input frames, as its own server does (Moshi: one output frame
+    per input frame): the engine never steps synthesised silence into it to continue a reply past the
+    input, so a stalled or late input never shifts what the model hears; the reply waits for more input."""
 
     def engine_config(self, model: str, *, max_sessions: int, server_vad: bool = False) -> EngineConfig:
         return EngineConfig(
@@ -49,6 +54,7 @@ class ModelCapabilities:
             supports_barge_in=self.supports_barge_in,
             max_sessions=max_sessions,
             continuation_limit=max(1, math.ceil(CONTINUATION_BUDGET_MS / self.chunk_period_ms)),
+            input_clocked=self.input_clocked,
             server_vad=server_vad,
         )
 
@@ -61,6 +67,10 @@ class SamplingParams:
     max_tokens: int = 512
     instructions: str | None = None
     voice: str | None = None
+    tools: tuple[FunctionTool, ...] = ()
+    """The functions the session offers the model (`session.tools`); the model calls them with
+    `FunctionCall` decisions and receives their outputs on `Unit.tool_outputs`."""
+    tool_choice: ToolChoice = "auto"
 
     def with_overrides(
         self,
@@ -69,6 +79,8 @@ class SamplingParams:
         max_tokens: int | None = None,
         instructions: str | None = None,
         voice: str | None = None,
+        tools: Sequence[FunctionTool] | None = None,
+        tool_choice: ToolChoice | None = None,
     ) -> SamplingParams:
         return replace(
             self,
@@ -76,6 +88,8 @@ class SamplingParams:
             max_tokens=self.max_tokens if max_tokens is None else max_tokens,
             instructions=self.instructions if instructions is None else instructions,
             voice=self.voice if voice is None else voice,
+            tools=self.tools if tools is None else tuple(tools),
+            tool_choice=self.tool_choice if tool_choice is None else tool_choice,
         )
 
 
@@ -99,6 +113,12 @@ class ModelSession(ABC):
         """Bring the model's state in line with the settings `configure` accepted (e.g. prefill a persona
         prompt) before the server announces them: awaited before `session.created` / `session.updated`
         (and so before the Moshi handshake) and before the session's next unit is stepped."""
+
+    def tools_refusal(self) -> str | None:
+        """Why this session cannot take `session.tools` (`None`: it can). A session that offers tools to
+        a model that cannot call them is refused with `tools_unsupported` and this message, never served
+        with the tools silently ignored; a model that calls tools overrides this."""
+        return "this model cannot call tools"
 
     def interrupt(self) -> None:  # noqa: B027 - optional hook, nothing to do by default
         """The reply in progress was cut off (barge-in, cancel): drop what remains of it."""

@@ -6,6 +6,12 @@ per character, cut into one segment per unit. The first segment's first token is
 `first_output_ms` after the unit's request started, later tokens `token_ms` apart; it really waits for
 those times, so the server measures them like any model's. Otherwise it listens.
 
+With `tool_calls` (a JSON list of `{"name", "arguments"}`) and the session offering those functions, a
+turn is answered with those function calls (one response, the last call ending it) instead of the reply;
+once their outputs have come and the client asks for a response (`response.create`: a final unit), it
+speaks `reply` with `{output}` replaced by the outputs (joined by a space). A user who speaks while a call
+waits for its output barges in (`Interrupt`): the call is retired, and the turn is answered afresh.
+
 Alternatively a script of explicit per-unit decisions (`script`, a JSON list or a path to one) replaces
 the policy: `{"listen": true}` or `{"speak": "text", "end_of_turn": true}`, one entry per stepped unit.
 
@@ -28,7 +34,7 @@ from typing import Any
 import numpy as np
 import numpy.typing as npt
 
-from duplexkit.engine import Decision, Listen, Speak, Unit
+from duplexkit.engine import Decision, FunctionCall, Interrupt, Listen, Speak, Unit
 from duplexkit.models.base import (
     BatchItem,
     BatchPolicy,
@@ -49,6 +55,13 @@ class ScriptEntry:
 
 
 @dataclass(frozen=True, slots=True)
+class ScriptedCall:
+    name: str
+    arguments: str
+    """JSON-encoded, as the wire carries it."""
+
+
+@dataclass(frozen=True, slots=True)
 class ScriptedParams:
     reply: str = "This is a scripted reply."
     speech_rms: float = 0.003
@@ -57,6 +70,7 @@ class ScriptedParams:
     ms_per_char: float = 60.0
     tone_hz: float = 220.0
     script: tuple[ScriptEntry, ...] | None = None
+    tool_calls: tuple[ScriptedCall, ...] = ()
 
     @classmethod
     def parse(cls, base: ScriptedParams, values: Mapping[str, Any]) -> ScriptedParams:
@@ -84,6 +98,8 @@ def _coerce(name: str, raw: Any) -> Any:
         return raw
     if name == "script":
         return _load_script(raw)
+    if name == "tool_calls":
+        return _load_calls(raw)
     value = float(raw)
     if not math.isfinite(value) or value < 0 or (name in {"ms_per_char", "tone_hz"} and value == 0):
         raise ValueError(f"must be a finite number {'> 0' if name in {'ms_per_char', 'tone_hz'} else '>= 0'}")
@@ -106,6 +122,22 @@ def _load_script(raw: Any) -> tuple[ScriptEntry, ...]:
     return tuple(entries)
 
 
+def _load_calls(raw: Any) -> tuple[ScriptedCall, ...]:
+    if isinstance(raw, str):
+        raw = json.loads(Path(raw).read_text() if not raw.lstrip().startswith("[") else raw)
+    if not isinstance(raw, list):
+        raise TypeError("must be a list of {'name', 'arguments'} calls")
+    calls = []
+    for i, item in enumerate(raw):
+        if not isinstance(item, dict) or not isinstance(item.get("name"), str):
+            raise ValueError(f"call {i} must be {{'name': str, 'arguments': object}}")
+        arguments = item.get("arguments", {})
+        if not isinstance(arguments, dict):
+            raise TypeError(f"call {i}: 'arguments' must be an object")
+        calls.append(ScriptedCall(item["name"], json.dumps(arguments)))
+    return tuple(calls)
+
+
 @dataclass(frozen=True, slots=True)
 class PlannedSegment:
     """A reply segment and when (ms after the request start) each of its tokens is produced."""
@@ -125,9 +157,24 @@ class ScriptedPolicy:
         self._heard_speech = False
         self._pending: list[PlannedSegment] = []
         self._steps = 0
+        self._calls = 0
+        self._awaiting: set[str] = set()
+        """Calls made whose outputs have not come."""
+        self._outputs: list[str] = []
+        """Outputs received, to be spoken when the client asks for the answer."""
+        self.tools: frozenset[str] = frozenset()
+        """The functions the session offers; only those of `tool_calls` among them are called."""
 
-    def decide(self, unit: Unit) -> Listen | PlannedSegment:
+    def decide(self, unit: Unit) -> Listen | PlannedSegment | Interrupt | list[FunctionCall]:
+        for result in unit.tool_outputs:
+            if result.call_id in self._awaiting:
+                self._awaiting.discard(result.call_id)
+                self._outputs.append(result.output)
         if self._pending:  # a reply in progress continues before anything else is decided
+            return self._next_segment()
+        if self._outputs and not self._awaiting and unit.final:  # the client asks for the answer
+            outputs, self._outputs = " ".join(self._outputs), []
+            self._pending = self._plan(self.params.reply.replace("{output}", outputs), end_of_turn=True)
             return self._next_segment()
         if self.params.script is not None:
             self._steps += 1
@@ -139,9 +186,15 @@ class ScriptedPolicy:
         )
         if speech and not unit.final:
             self._heard_speech = True
+            if self._awaiting:  # the user speaks while a call runs: a barge-in on it
+                self._awaiting.clear()
+                return Interrupt()
             return Listen()
         if unit.final or (self._heard_speech and not unit.continuation):
             self._heard_speech = False
+            calls = self._tool_calls()
+            if calls:
+                return calls
             self._pending = self._plan(self.params.reply, end_of_turn=True)
             return self._next_segment()
         return Listen("silence_or_noise" if not speech else "model_listen")
@@ -149,6 +202,19 @@ class ScriptedPolicy:
     def interrupt(self) -> None:
         self._pending.clear()
         self._heard_speech = False
+        self._awaiting.clear()  # a barge-in retired the calls: their outputs would be stale
+        self._outputs.clear()
+
+    def _tool_calls(self) -> list[FunctionCall]:
+        """The turn's function calls (those the session offers), the last ending the response."""
+        offered = [call for call in self.params.tool_calls if call.name in self.tools]
+        calls = []
+        for k, call in enumerate(offered):
+            self._calls += 1
+            call_id = f"call_scripted_{self._calls}"
+            self._awaiting.add(call_id)
+            calls.append(FunctionCall(call_id, call.name, call.arguments, end_of_turn=k == len(offered) - 1))
+        return calls
 
     def _scripted(self, index: int) -> Listen | PlannedSegment:
         script = self.params.script or ()
@@ -199,10 +265,19 @@ class ScriptedSession(ModelSession):
         params = ScriptedParams.parse(self._plugin.params, extra_body)
         self.sampling = sampling
         self._policy.params = params
+        self._policy.tools = frozenset(tool.name for tool in sampling.tools)
+
+    def tools_refusal(self) -> str | None:
+        return None  # it calls the functions of its `tool_calls` parameter that the session offers
 
     async def step(self, unit: Unit, request_started_at: float) -> AsyncIterator[Decision]:
         decision = self._policy.decide(unit)
-        if isinstance(decision, Listen):
+        if isinstance(decision, list):
+            await _sleep_until(request_started_at + self._policy.params.first_output_ms / 1000.0)
+            for call in decision:
+                yield call
+            return
+        if isinstance(decision, Listen | Interrupt):
             yield decision
             return
         offsets = decision.token_offsets_ms
@@ -212,7 +287,7 @@ class ScriptedSession(ModelSession):
         yield _speak(decision)
         await _sleep_until(request_started_at + offsets[-1] / 1000.0)
 
-    def decide(self, unit: Unit) -> Listen | PlannedSegment:
+    def decide(self, unit: Unit) -> Listen | PlannedSegment | Interrupt | list[FunctionCall]:
         """The policy's decision for `unit` (the batched path's share of `step`)."""
         return self._policy.decide(unit)
 
@@ -242,6 +317,12 @@ class ScriptedModel(ModelPlugin):
         ModelParameter("ms_per_char", "ms of tone per reply character"),
         ModelParameter("tone_hz", "pitch of the reply's tone"),
         ModelParameter("script", "per-unit decisions instead: a JSON list, or a path to one"),
+        ModelParameter(
+            "tool_calls",
+            'answer a turn with these function calls (JSON list of {"name", "arguments"}, or a path to '
+            "one) when the session offers them; after their outputs and response.create, speak reply "
+            "with {output} replaced by the outputs",
+        ),
         ModelParameter("chunk_period_ms", "unit length advertised to clients"),
         ModelParameter("batch_size", "step sessions in batches of up to this many"),
         ModelParameter("batch_wait_ms", "with batch_size: how long a batch waits to fill"),
@@ -270,7 +351,10 @@ class ScriptedModel(ModelPlugin):
                 results.append(TypeError(f"not a scripted session: {type(item.session).__name__}"))
                 continue
             decision = item.session.decide(item.unit)
-            if isinstance(decision, Listen):
+            if isinstance(decision, list):  # several decisions do not fit a batch's one per item
+                results.append(TypeError("the scripted model's function calls are not batched"))
+                continue
+            if isinstance(decision, Listen | Interrupt):
                 results.append(decision)
                 continue
             until = max(until, item.request_started_at + decision.token_offsets_ms[-1] / 1000.0)

@@ -221,6 +221,16 @@ class EncodedAudio:
         """Samples in the payload."""
         return len(self.data) // BYTES_PER_SAMPLE[self.format]
 
+    @classmethod
+    def of_samples(cls, samples: npt.ArrayLike, fmt: AudioFormat) -> EncodedAudio:
+        """Float samples encoded in `fmt` (`encode_audio`'s rules: clipped, NaN refused with ValueError):
+        what an in-process edge or the engine holds where a JSON socket would carry base64."""
+        return cls(encode_audio(samples, fmt), _require_format(fmt))
+
+    def to_base64(self) -> str:
+        """The payload as a JSON socket carries it: standard (padded, non-URL-safe) base64."""
+        return pybase64.b64encode(self.data).decode("ascii")
+
     def decode(self) -> Float32Array:
         """The samples as a new, writable float32 array in [-1, 1]."""
         out = np.empty(len(self), dtype=np.float32)

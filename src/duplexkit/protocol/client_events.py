@@ -25,11 +25,13 @@ from pydantic import (
     Field,
     PrivateAttr,
     Tag,
+    ValidationError,
     ValidationInfo,
+    field_serializer,
     field_validator,
     model_validator,
 )
-from pydantic_core import PydanticCustomError
+from pydantic_core import ErrorDetails, PydanticCustomError
 
 from duplexkit.protocol.audio import (
     AudioDecodeError,
@@ -39,6 +41,7 @@ from duplexkit.protocol.audio import (
     decode_base64_payload,
     normalize_audio_format,
 )
+from duplexkit.protocol.errors import ErrorCode, ProtocolError
 
 FiniteFloat = Annotated[float, Field(allow_inf_nan=False)]
 NonNegativeMs = Annotated[float, Field(ge=0, allow_inf_nan=False)]
@@ -103,6 +106,28 @@ TurnDetection = Annotated[
 """What a server-side turn detector is configured with; a config without `type` is `server_vad`."""
 
 
+class FunctionTool(BaseModel):
+    """A function the model may call (OpenAI's flat realtime shape); `parameters` is a JSON Schema object."""
+
+    model_config = ConfigDict(extra="allow")
+
+    type: Literal["function"] = "function"
+    name: str = Field(min_length=1, max_length=64, pattern=r"^[A-Za-z0-9_-]+$")
+    description: str | None = None
+    parameters: dict[str, Any] | None = None
+
+
+class ToolChoiceFunction(BaseModel):
+    """`tool_choice` naming one function the model must call."""
+
+    type: Literal["function"] = "function"
+    name: str
+
+
+ToolChoice = Literal["auto", "none", "required"] | ToolChoiceFunction
+"""`auto` (the model decides), `none` (no calls), `required` (a call in every response), or one function."""
+
+
 class SessionConfig(BaseModel):
     """The `session` object of `session.update`; every field optional so an update changes only what it names.
 
@@ -125,12 +150,23 @@ class SessionConfig(BaseModel):
     idle_timeout_s: FiniteFloat | None = Field(None, gt=0)
     overlap_policy: Literal["listen_only", "barge_in_on_speech"] | None = None
     playback_commit_policy: Literal["commit_all_on_done", "ack_only"] | None = None
+    tools: list[FunctionTool] | None = None
+    """The functions the model may call (an empty list clears them); MCP tools are not served."""
+    tool_choice: ToolChoice | None = None
     extra_body: dict[str, Any] | None = None
 
     @field_validator("input_audio_format", "output_audio_format", mode="before")
     @classmethod
     def _known_format(cls, value: object) -> object:
         return _audio_format(value) if isinstance(value, str) else value
+
+    @field_validator("tool_choice", mode="before")
+    @classmethod
+    def _function_by_name(cls, value: object) -> object:
+        """The beta API's `tool_choice` is a string: a function's name where it is not a mode."""
+        if isinstance(value, str) and value not in ("auto", "none", "required"):
+            return {"type": "function", "name": value}
+        return value
 
     @model_validator(mode="before")
     @classmethod
@@ -258,6 +294,40 @@ class InputAudioBufferAppend(ClientEventBase):
         object.__setattr__(event, "__pydantic_extra__", {})
         object.__setattr__(event, "__pydantic_private__", {"_payload": payload, "_frames": []})
         return event
+
+    @classmethod
+    def of_audio(
+        cls,
+        payload: EncodedAudio,
+        *,
+        sample_rate_hz: int | None = None,
+        input_audio_format: AudioFormat | None = None,
+        duration_ms: float | None = None,
+        audio_end_ms: float | None = None,
+    ) -> InputAudioBufferAppend:
+        """The append an in-process edge (Moshi, a WebRTC track) hands the runner for audio it decoded
+        itself: the event a JSON client's append of the same audio and fields parses to, with no base64 or
+        JSON on the way. `audio` stays empty (`payload` is the audio; a dump writes it as base64)."""
+        fields = dict(_APPEND_FIELDS)
+        given = {
+            "sample_rate_hz": sample_rate_hz,
+            "input_audio_format": input_audio_format,
+            "duration_ms": duration_ms,
+            "audio_end_ms": audio_end_ms,
+        }
+        fields.update(audio="", **{name: value for name, value in given.items() if value is not None})
+        event = cls.__new__(cls)
+        object.__setattr__(event, "__dict__", fields)
+        fields_set = {"type", "audio"} | {name for name, value in given.items() if value is not None}
+        object.__setattr__(event, "__pydantic_fields_set__", fields_set)
+        object.__setattr__(event, "__pydantic_extra__", {})
+        object.__setattr__(event, "__pydantic_private__", {"_payload": payload, "_frames": []})
+        return event
+
+    @field_serializer("audio")
+    def _audio_text(self, audio: str) -> str:
+        """An in-process edge's append (`of_audio`) dumps its payload as the base64 a client would send."""
+        return audio or self.payload.to_base64()
 
     # The properties read `__pydantic_private__` directly: pydantic's `__getattr__`, which serves private
     # attributes otherwise, costs ~1.6 µs a read, a few times per append.
@@ -427,3 +497,63 @@ CLIENT_EVENT_TYPES: dict[str, type[ClientEventBase]] = {
     cls.model_fields["type"].default: cls for cls in get_args(get_args(ClientEvent)[0])
 }
 """Event type → model: the parser's dispatch table and the list the documentation test walks."""
+
+
+def validate_client_event(obj: dict[str, Any], input_audio_format: AudioFormat = "pcm16") -> ClientEventBase:
+    """The typed event for one client event object, its `type` canonical (a JSON socket's parsed frame,
+    `wire.parse_client_event`, or an object an in-process edge built): the one table from a type to its
+    model, the append's fast path first. `input_audio_format` is the session's, for an append that names
+    none. Raises only `ProtocolError` (with the object's `event_id` when it has one)."""
+    event_id = obj.get("event_id") if isinstance(obj.get("event_id"), str) else None
+    event_type = obj.get("type")
+    if event_type == "input_audio_buffer.append":
+        append = InputAudioBufferAppend.from_plain(obj, input_audio_format)
+        if append is not None:
+            return append
+    model = CLIENT_EVENT_TYPES.get(event_type) if isinstance(event_type, str) else None
+    if model is None:
+        raise ProtocolError(
+            ErrorCode.UNKNOWN_EVENT, f"unknown event type {event_type!r}", param="type", event_id=event_id
+        )
+    try:
+        return model.model_validate(obj, context={"input_audio_format": input_audio_format})
+    except ValidationError as exc:
+        raise _protocol_error(exc, str(event_type), event_id) from None
+
+
+_CUSTOM_CODES = {
+    "invalid_audio": ErrorCode.INVALID_AUDIO,
+    "unsupported_audio_format": ErrorCode.UNSUPPORTED_AUDIO_FORMAT,
+    "invalid_video_frame": ErrorCode.INVALID_VIDEO_FRAME,
+}
+"""The validators' own error types and the wire codes they stand for."""
+
+
+def _loc(error: ErrorDetails) -> str:
+    return ".".join(str(part) for part in error["loc"])
+
+
+def _protocol_error(exc: ValidationError, event_type: str, event_id: str | None) -> ProtocolError:
+    errors = exc.errors(include_url=False, include_input=False)
+    for error in errors:
+        if error["type"] in _CUSTOM_CODES:
+            return ProtocolError(
+                _CUSTOM_CODES[error["type"]], error["msg"], param=_loc(error) or None, event_id=event_id
+            )
+    missing = [error for error in errors if error["type"] == "missing"]
+    if missing:
+        param = _loc(missing[0])
+        return ProtocolError(
+            ErrorCode.MISSING_FIELD,
+            f"{event_type}: missing required field '{param}'",
+            param=param,
+            event_id=event_id,
+        )
+    first = errors[0]
+    param = _loc(first)
+    return ProtocolError(
+        ErrorCode.INVALID_VALUE,
+        f"{event_type}: invalid '{param}': {first['msg']}",
+        param=param,
+        event_id=event_id,
+    )

@@ -43,6 +43,7 @@ _BETA_NAMES: dict[str, str] = {
     "response.output_audio_transcript.done": "response.audio_transcript.done",
     "response.output_text.delta": "response.text.delta",
     "response.output_text.done": "response.text.done",
+    "conversation.item.added": "conversation.item.created",
 }
 
 _VLLM_OMNI_ALIASES: dict[str, str] = {
@@ -52,9 +53,15 @@ _VLLM_OMNI_ALIASES: dict[str, str] = {
     "close_session": "session.close",
     "close": "session.close",
 }
-"""vLLM-Omni's input aliases whose canonical event this server implements. (Its text input and turn signal
-aliases, `input_text.append`/`push_text`/`signal_turn`, name events this server does not have; they get
-`unknown_event` like any other unknown type.)"""
+"""vLLM-Omni's input aliases whose canonical event this server implements."""
+
+_VLLM_OMNI_REFUSED: dict[str, str] = {
+    "input_text.append": "input.text.append",
+    "push_text": "input.text.append",
+    "signal_turn": "turn.signal",
+}
+"""vLLM-Omni's aliases whose canonical event (text appended to the user's input, a turn signal) this server
+does not have: refused with `unsupported_event`, naming the event, so a client can tell them from a typo."""
 
 _WAV_BY_DEFAULT = frozenset({"input.audio.append", "push_chunk"})
 """Aliases whose audio is a base64 WAV file unless the event names another `input_audio_format`."""
@@ -83,12 +90,16 @@ class DialectSpec:
     """Its clients reconnect with `session.resume` after a lost socket (vLLM-Omni's contract), so a lost
     socket may detach the session (with resume on). GA and beta clients have no resume: their sessions end
     with their socket."""
+    call_name_in_arguments_done: bool = True
+    """`response.function_call_arguments.done` names the function (GA); the beta event has no `name`."""
 
 
 DIALECTS: dict[Dialect, DialectSpec] = {
     Dialect.GA: DialectSpec({}, True, False, False, {}, False, None, False),
-    Dialect.BETA: DialectSpec(_BETA_NAMES, False, False, False, {}, False, 24_000, False),
-    Dialect.VLLM_OMNI: DialectSpec(_BETA_NAMES, False, True, True, _VLLM_OMNI_ALIASES, True, None, True),
+    Dialect.BETA: DialectSpec(_BETA_NAMES, False, False, False, {}, False, 24_000, False, False),
+    Dialect.VLLM_OMNI: DialectSpec(
+        _BETA_NAMES, False, True, True, _VLLM_OMNI_ALIASES, True, None, True, False
+    ),
 }
 
 CANONICAL_NAMES: dict[str, str] = {dialect_name: ga for ga, dialect_name in _BETA_NAMES.items()}
@@ -130,6 +141,8 @@ def reshapes(event: se.ServerEventBase, dialect: Dialect, *, opened: bool = True
         return spec.flat_handshake_errors and not opened
     if isinstance(event, se.ResponseCreated | se.ResponseOutputAudioDelta):
         return spec.vllm_omni_metrics and event.response_request_metrics is not None
+    if isinstance(event, se.ResponseFunctionCallArgumentsDone):
+        return not spec.call_name_in_arguments_done
     return False
 
 
@@ -151,6 +164,8 @@ def render(payload: dict[str, Any], dialect: Dialect, *, opened: bool = True) ->
         return {**payload, "error": error["message"], "code": code}
     if isinstance(kind, str):
         payload["type"] = spec.names.get(kind, kind)
+    if kind == "response.function_call_arguments.done" and not spec.call_name_in_arguments_done:
+        payload.pop("name", None)
     if spec.ga_session and kind in ("session.created", "session.updated", "session.resumed"):
         payload["session"] = _ga_session(payload["session"])
     if spec.vllm_omni_metrics and "response_request_metrics" in payload:
@@ -192,9 +207,17 @@ def resolve_alias(obj: dict[str, Any], dialect: Dialect) -> dict[str, Any]:
     """A parsed client frame with the dialect's alias resolved to the canonical event (else unchanged).
 
     WAV-by-default aliases carry a base64 WAV file: it is unpacked to PCM16 at its own rate. Raises
-    `ProtocolError(invalid_audio)` for a WAV this server cannot read.
+    `ProtocolError(invalid_audio)` for a WAV this server cannot read, `ProtocolError(unsupported_event)`
+    for an alias of an event this server does not have (`_VLLM_OMNI_REFUSED`).
     """
     alias = obj.get("type")
+    if dialect is Dialect.VLLM_OMNI and alias in _VLLM_OMNI_REFUSED:
+        raise ProtocolError(
+            ErrorCode.UNSUPPORTED_EVENT,
+            f"{alias!r} (vLLM-Omni's {_VLLM_OMNI_REFUSED[alias]}) is not supported by this server: it takes "
+            "input as audio (input_audio_buffer.append) and decides turns itself",
+            param="type",
+        )
     canonical = DIALECTS[dialect].aliases.get(alias) if isinstance(alias, str) else None
     if canonical is None:
         return obj

@@ -20,6 +20,8 @@ class ErrorCode(StrEnum):
     INVALID_JSON = "invalid_json"
     NOT_AN_OBJECT = "not_an_object"
     UNKNOWN_EVENT = "unknown_event"
+    UNSUPPORTED_EVENT = "unsupported_event"
+    """A known event (a dialect's documented alias) this server does not implement; see docs/protocol.md."""
     MISSING_FIELD = "missing_field"
     INVALID_VALUE = "invalid_value"
     EVENT_TOO_LARGE = "event_too_large"
@@ -39,6 +41,13 @@ class ErrorCode(StrEnum):
     NO_ACTIVE_RESPONSE = "no_active_response"
     UNKNOWN_ITEM = "unknown_item"
     PLAYBACK_ACK_TOO_LATE = "playback_ack_too_late"
+    # Tool (function) calls: the model's calls and the client's outputs for them.
+    TOOLS_UNSUPPORTED = "tools_unsupported"
+    INVALID_FUNCTION_CALL = "invalid_function_call"
+    UNKNOWN_FUNCTION_CALL = "unknown_function_call"
+    DUPLICATE_FUNCTION_CALL = "duplicate_function_call"
+    DUPLICATE_FUNCTION_CALL_OUTPUT = "duplicate_function_call_output"
+    STALE_FUNCTION_CALL_OUTPUT = "stale_function_call_output"
     # Session resume (vLLM-Omni's contract): a client treats every one of these as final.
     INVALID_SESSION_RESUME = "invalid_session_resume"
     SESSION_RESUME_EXPIRED = "session_resume_expired"

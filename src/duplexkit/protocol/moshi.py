@@ -161,7 +161,10 @@ class QueryMapping:
 
 
 _FLOAT_PARAMS = {"text_temperature": "temperature"}
-_TEXT_PARAMS = {"text_prompt": "instructions", "voice_prompt": "voice"}
+_TEXT_PARAMS = {"text_prompt": "instructions"}
+_STRICT_PARAMS = {"voice_prompt": "voice_prompt"}
+"""Parameters a client asks for by name, as `extra_body` keys: a model that has them must honour them or
+refuse the session (PersonaPlex's client sends `voice_prompt=NATF0.pt`; never silently ignored)."""
 _DECODER_PARAMS = {"audio_temperature": "temp", "text_topk": "top_k_text", "audio_topk": "top_k"}
 """Moshi's decoder knobs beyond the text temperature, as `extra_body` keys (the `moshi` model reads them;
 other models ignore them)."""
@@ -190,6 +193,8 @@ def map_query(query: dict[str, str]) -> QueryMapping:
                 ignored.append(key)
         elif key in _TEXT_PARAMS and value:
             session[_TEXT_PARAMS[key]] = value
+        elif key in _STRICT_PARAMS and value:
+            session.setdefault("extra_body", {})[_STRICT_PARAMS[key]] = value
         else:
             ignored.append(key)
     return QueryMapping(session, ignored)

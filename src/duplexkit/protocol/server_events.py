@@ -10,10 +10,10 @@ from __future__ import annotations
 
 from typing import Annotated, Any, Literal, get_args
 
-from pydantic import BaseModel, ConfigDict, Field
+from pydantic import BaseModel, ConfigDict, Field, PrivateAttr, field_serializer
 
-from duplexkit.protocol.audio import AudioFormat
-from duplexkit.protocol.client_events import TurnDetection
+from duplexkit.protocol.audio import AudioFormat, EncodedAudio
+from duplexkit.protocol.client_events import FunctionTool, ToolChoice, TurnDetection
 from duplexkit.protocol.errors import ERROR_SPECS, ErrorCode, ErrorType
 
 METRICS_SOURCE_SERVER: Literal["server_monotonic_request_start"] = "server_monotonic_request_start"
@@ -23,7 +23,9 @@ ResponseStatus = Literal["in_progress", "completed", "cancelled", "failed", "inc
 ResponseEndReason = Literal[
     "stop", "barge_in", "client_cancelled", "turn_detected", "model_error", "continuation_limit"
 ]
-ListenReason = Literal["model_listen", "buffering", "silence_or_noise", "continuation_limit"]
+ListenReason = Literal[
+    "model_listen", "buffering", "silence_or_noise", "continuation_limit", "response_budget"
+]
 
 
 class ServerEventBase(BaseModel):
@@ -70,6 +72,8 @@ class SessionInfo(BaseModel):
     idle_timeout_s: float
     overlap_policy: Literal["listen_only", "barge_in_on_speech"]
     playback_commit_policy: Literal["commit_all_on_done", "ack_only"]
+    tools: list[FunctionTool] = Field(default_factory=list)
+    tool_choice: ToolChoice = "auto"
     capabilities: Capabilities
 
 
@@ -81,17 +85,28 @@ class ItemContent(BaseModel):
     transcript: str | None = None
 
 
+ItemType = Literal["message", "function_call", "function_call_output"]
+
+
 class ConversationItem(BaseModel):
-    """A message in the conversation; assistant items hold only what the listener actually heard."""
+    """An item of the conversation, in OpenAI's flat shape (the beta `ConversationItem`; GA's per-type
+    classes have the same fields): a `message` (assistant messages hold only what the listener actually
+    heard), a model's `function_call` (`call_id`, `name`, `arguments`: a JSON-encoded string), or the
+    client's `function_call_output` for one (`call_id`, `output`). Fields another type does not have stay
+    `None` and are not sent."""
 
     model_config = ConfigDict(extra="allow")
 
     id: str
     object: Literal["realtime.item"] = "realtime.item"
-    type: Literal["message"] = "message"
-    role: Literal["user", "assistant", "system"]
+    type: ItemType = "message"
+    role: Literal["user", "assistant", "system"] | None = None
     status: Literal["in_progress", "completed", "incomplete"] = "completed"
-    content: list[ItemContent] = Field(default_factory=list)
+    content: list[ItemContent] | None = Field(default_factory=list)
+    call_id: str | None = None
+    name: str | None = None
+    arguments: str | None = None
+    output: str | None = None
 
 
 class MeasurementOrigin(BaseModel):
@@ -143,6 +158,9 @@ class ResponseInfo(BaseModel):
     output: list[ConversationItem] = Field(default_factory=list)
     output_modalities: list[Literal["audio", "text"]] | None = None
     usage: Usage | None = None
+    metadata: dict[str, Any] | None = None
+    """The `response.metadata` of the `response.create` that asked for this response, echoed (LiveKit
+    matches its `client_event_id` to tell which request a response answers)."""
 
 
 class AudioTextMark(BaseModel):
@@ -353,12 +371,39 @@ class _ContentDelta(ServerEventBase):
 
 
 class ResponseOutputAudioDelta(_ContentDelta):
+    """A piece of reply audio. The engine builds it around the samples in the session's output format
+    (`of_audio`); they become base64 only where a JSON socket renders the event (the `delta` it writes),
+    and an in-process edge (Moshi, a WebRTC track) takes `audio` as it is."""
+
     type: Literal["response.output_audio.delta"] = "response.output_audio.delta"
     delta: str
+    """The audio as base64, as a JSON socket carries it (empty on an event built by `of_audio`, whose
+    dump writes it from `audio`)."""
     sample_rate_hz: int
     metadata: AudioDeltaMetadata
     unit_end_ms: float | None = None
     """End, on the input media clock, of the unit whose step produced this delta."""
+
+    _audio: EncodedAudio | None = PrivateAttr(default=None)
+
+    @classmethod
+    def of_audio(cls, audio: EncodedAudio, **fields: Any) -> ResponseOutputAudioDelta:
+        event = cls(delta="", **fields)
+        private = event.__pydantic_private__
+        assert private is not None  # the model declares a private attribute, so pydantic sets the dict
+        private["_audio"] = audio
+        return event
+
+    @property
+    def audio(self) -> EncodedAudio | None:
+        """The audio in the session's output format, not base64 (`None`: an event read from JSON text)."""
+        private = self.__pydantic_private__
+        return None if private is None else private["_audio"]
+
+    @field_serializer("delta")
+    def _delta_text(self, delta: str) -> str:
+        audio = self.audio
+        return delta if audio is None else audio.to_base64()
 
 
 class ResponseOutputAudioTranscriptDelta(_ContentDelta):
@@ -374,6 +419,30 @@ class ResponseOutputTextDelta(_ContentDelta):
     delta: str
     unit_end_ms: float | None = None
     """End, on the input media clock, of the unit whose step produced this delta."""
+
+
+class ResponseFunctionCallArgumentsDelta(ServerEventBase):
+    """More of a function call's arguments (a JSON-encoded string, in pieces)."""
+
+    type: Literal["response.function_call_arguments.delta"] = "response.function_call_arguments.delta"
+    response_id: str
+    item_id: str
+    output_index: int = 0
+    call_id: str
+    delta: str
+
+
+class ResponseFunctionCallArgumentsDone(ServerEventBase):
+    """A function call's arguments are complete. GA carries the function's `name`; the beta dialect does
+    not (its event has no such field)."""
+
+    type: Literal["response.function_call_arguments.done"] = "response.function_call_arguments.done"
+    response_id: str
+    item_id: str
+    output_index: int = 0
+    call_id: str
+    name: str | None = None
+    arguments: str
 
 
 class ResponseOutputAudioDone(_ContentDelta):
@@ -522,6 +591,8 @@ ServerEvent = Annotated[
     | ResponseOutputAudioDelta
     | ResponseOutputAudioTranscriptDelta
     | ResponseOutputTextDelta
+    | ResponseFunctionCallArgumentsDelta
+    | ResponseFunctionCallArgumentsDone
     | ResponseOutputAudioDone
     | ResponseOutputAudioTranscriptDone
     | ResponseOutputTextDone

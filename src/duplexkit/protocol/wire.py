@@ -1,9 +1,14 @@
-"""Bytes on the wire ↔ typed events: the client-event parser and the server-event stamper.
+"""JSON text ↔ typed events, for the sockets that carry JSON: the client-event parser, the server-event
+stamper and renderer.
 
 `parse_client_event` is total: whatever it is given, it returns a typed event or raises `ProtocolError`
-with a wire code, never anything else. The hot event, `input_audio_buffer.append` (5-12.5 a second per
-session), takes its fast path when it has the common shape (`InputAudioBufferAppend.from_plain`).
-`ServerEventStamper` gives each outgoing event its `event_id` and the connection's next `server_event_seq`.
+with a wire code, never anything else; it reads the text (`client_object`) and hands the object to the
+one table of event types (`client_events.validate_client_event`). The hot event, `input_audio_buffer.append`
+(5-12.5 a second per session), takes its fast path when it has the common shape
+(`InputAudioBufferAppend.from_plain`). `ServerEventStamper` gives each outgoing event its `event_id` and
+the session's next `server_event_seq`; `EventRenderer` writes a stamped event as a JSON socket's text.
+In-process edges (`server.moshi`, `server.webrtc`'s track) never come here: they hand the runner typed
+events and take event objects (`server.edge.EventSocket`).
 """
 
 from __future__ import annotations
@@ -14,11 +19,10 @@ import secrets
 from json.encoder import encode_basestring
 from typing import Any
 
-from pydantic import ValidationError
-from pydantic_core import ErrorDetails, from_json
+from pydantic_core import from_json
 
 from duplexkit.protocol.audio import AudioFormat
-from duplexkit.protocol.client_events import CLIENT_EVENT_TYPES, ClientEventBase, InputAudioBufferAppend
+from duplexkit.protocol.client_events import ClientEventBase, validate_client_event
 from duplexkit.protocol.dialects import Dialect, render, reshapes, resolve_alias, wire_name
 from duplexkit.protocol.errors import ErrorCode, ProtocolError
 from duplexkit.protocol.server_events import (
@@ -32,12 +36,6 @@ from duplexkit.protocol.server_events import (
 
 MAX_EVENT_BYTES = 15 * 1024 * 1024
 """Largest client frame accepted (vLLM-Omni's limit); larger frames are answered with `event_too_large`."""
-
-_CUSTOM_CODES = {
-    "invalid_audio": ErrorCode.INVALID_AUDIO,
-    "unsupported_audio_format": ErrorCode.UNSUPPORTED_AUDIO_FORMAT,
-    "invalid_video_frame": ErrorCode.INVALID_VIDEO_FRAME,
-}
 
 
 def _reject_constant(name: str) -> Any:
@@ -61,10 +59,6 @@ def _loads(data: str | bytes) -> Any:
         raise ProtocolError(ErrorCode.INVALID_JSON, f"frame is not valid JSON: {exc}") from None
 
 
-def _loc(error: ErrorDetails) -> str:
-    return ".".join(str(part) for part in error["loc"])
-
-
 def parse_client_event(
     data: str | bytes,
     *,
@@ -78,6 +72,16 @@ def parse_client_event(
     name its own; `dialect` decides which input aliases are accepted. Raises only `ProtocolError`; its
     `event_id` is the client's, when it could be read.
     """
+    obj = client_object(data, max_bytes=max_bytes, dialect=dialect)
+    return validate_client_event(obj, input_audio_format)
+
+
+def client_object(
+    data: str | bytes, *, max_bytes: int = MAX_EVENT_BYTES, dialect: Dialect = Dialect.GA
+) -> dict[str, Any]:
+    """One client frame as the event object `client_events.validate_client_event` takes: within
+    `max_bytes`, JSON, an object with a `type`, the dialect's alias resolved. Raises only `ProtocolError`.
+    (A WebRTC call pins a `session.update`'s audio terms between the two steps.)"""
     size = (
         len(data)
         if isinstance(data, bytes) or len(data) * 4 <= max_bytes
@@ -94,62 +98,21 @@ def parse_client_event(
     if "type" not in obj:
         raise ProtocolError(ErrorCode.MISSING_FIELD, "event has no 'type'", param="type", event_id=event_id)
     try:
-        obj = resolve_alias(obj, dialect)
+        return resolve_alias(obj, dialect)
     except ProtocolError as exc:
         exc.event_id = event_id
         raise
-    event_type = obj["type"]
-    if event_type == "input_audio_buffer.append":
-        append = InputAudioBufferAppend.from_plain(obj, input_audio_format)
-        if append is not None:
-            return append
-    model = CLIENT_EVENT_TYPES.get(event_type) if isinstance(event_type, str) else None
-    if model is None:
-        raise ProtocolError(
-            ErrorCode.UNKNOWN_EVENT, f"unknown event type {event_type!r}", param="type", event_id=event_id
-        )
-    try:
-        return model.model_validate(obj, context={"input_audio_format": input_audio_format})
-    except ValidationError as exc:
-        raise _protocol_error(exc, event_type, event_id) from None
-
-
-def _protocol_error(exc: ValidationError, event_type: str, event_id: str | None) -> ProtocolError:
-    errors = exc.errors(include_url=False, include_input=False)
-    for error in errors:
-        if error["type"] in _CUSTOM_CODES:
-            return ProtocolError(
-                _CUSTOM_CODES[error["type"]], error["msg"], param=_loc(error) or None, event_id=event_id
-            )
-    missing = [error for error in errors if error["type"] == "missing"]
-    if missing:
-        param = _loc(missing[0])
-        return ProtocolError(
-            ErrorCode.MISSING_FIELD,
-            f"{event_type}: missing required field '{param}'",
-            param=param,
-            event_id=event_id,
-        )
-    first = errors[0]
-    param = _loc(first)
-    return ProtocolError(
-        ErrorCode.INVALID_VALUE,
-        f"{event_type}: invalid '{param}': {first['msg']}",
-        param=param,
-        event_id=event_id,
-    )
 
 
 class ServerEventStamper:
-    """Stamps one connection's events: a unique `event_id` and a gap-free increasing `server_event_seq`,
-    and renders them in the connection's dialect."""
+    """Stamps one session's events: a unique `event_id` and a gap-free increasing `server_event_seq`
+    (`stamp`); `encode` also renders them as the JSON text of the connection's dialect (`EventRenderer`)."""
 
     def __init__(self, dialect: Dialect = Dialect.GA) -> None:
         self.dialect = dialect
-        self._opened = False
         self._seq = itertools.count(1)
         self._prefix = f"evt_{secrets.token_hex(6)}_"
-        self._listen_name = wire_name("response.listen", dialect)
+        self._renderer = EventRenderer(dialect)
 
     def stamp(self, event: ServerEventBase) -> ServerEventBase:
         """Assign the next sequence number (in place) and return the event."""
@@ -162,10 +125,24 @@ class ServerEventStamper:
         return event
 
     def encode(self, event: ServerEventBase) -> str:
-        """Stamp and serialise to the JSON text frame in the dialect; unobserved (`None`) values are
-        omitted, except an item's `previous_item_id`, whose `null` says "first in the conversation"
-        (OpenAI's insertion rule: a client places an item without one where it arrives)."""
-        stamped = self.stamp(event)
+        """Stamp, then render as JSON text in the dialect (`EventRenderer.render`)."""
+        return self._renderer.render(self.stamp(event))
+
+
+class EventRenderer:
+    """Renders one JSON socket's stamped events as JSON text in its dialect: where audio samples become
+    base64 (`se.ResponseOutputAudioDelta.audio`) and event objects become text. It sees the socket's
+    events in order (whether `session.created` went out decides how vLLM-Omni's errors look)."""
+
+    def __init__(self, dialect: Dialect = Dialect.GA) -> None:
+        self.dialect = dialect
+        self._opened = False
+        self._listen_name = wire_name("response.listen", dialect)
+
+    def render(self, stamped: ServerEventBase) -> str:
+        """The JSON text frame of one stamped event in the dialect; unobserved (`None`) values are omitted,
+        except an item's `previous_item_id`, whose `null` says "first in the conversation" (OpenAI's
+        insertion rule: a client places an item without one where it arrives)."""
         if type(stamped) is ResponseListen:  # one per unit per session: written by hand when it can be
             text = _listen_json(stamped, self._listen_name)
             if text is not None:

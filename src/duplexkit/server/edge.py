@@ -1,16 +1,28 @@
-"""What an I/O edge (`server.asgi`, `server.websockets`) and the framework-neutral core exchange.
+"""What an I/O edge and the framework-neutral core exchange, and what a session's runner takes from a socket.
 
-An edge turns its framework's objects into these and back: an accepted WebSocket is a `Connection`, a POST
-(the WebRTC offer) is an `HttpRequest`, a plain HTTP answer is an `HttpResponse`. The core
-(`server.service`) never imports a framework, so every rule it holds (auth, dialects, admission, resume,
-the routes' payloads) is the same on every edge.
+A transport edge (`server.picows`, `server.websockets`, `server.asgi`) turns its framework's objects into
+these and back: an accepted WebSocket is a `Connection`, a POST (the WebRTC offer) is an `HttpRequest`, a
+plain HTTP answer is an `HttpResponse`. The core (`server.service`) never imports a framework, so every
+rule it holds (auth, dialects, admission, resume, the routes' payloads) is the same on every edge.
+
+A session's runner (`server.runner`) is attached to one of two kinds of socket. A `Connection` on
+`/v1/realtime` carries the realtime JSON events: the runner parses its text and renders its events
+(`protocol.wire`). An in-process edge whose wire is something else (`server.moshi`: Moshi's binary frames;
+`server.webrtc.call`: a call's tracks and data channel) is an `EventSocket`: it hands the runner typed
+client events and takes the session's event objects, so audio stays samples and no JSON or base64 is made
+or read between its socket and the model.
 """
 
 from __future__ import annotations
 
 from collections.abc import Callable, Mapping
 from dataclasses import dataclass, field
-from typing import Literal, Protocol, runtime_checkable
+from typing import TYPE_CHECKING, Literal, Protocol, runtime_checkable
+
+if TYPE_CHECKING:
+    from duplexkit.protocol.client_events import ClientEventBase
+    from duplexkit.protocol.errors import ProtocolError
+    from duplexkit.protocol.server_events import ServerEventBase
 
 
 class SocketClosed(Exception):
@@ -76,6 +88,29 @@ class DirectSend(Protocol):
     def buffered_bytes(self) -> int:
         """Bytes written that the peer has not taken yet (the transport's write buffer)."""
         ...
+
+
+@runtime_checkable
+class EventSocket(Protocol):
+    """The edge contract of an in-process edge (Moshi's `/api/chat`, a WebRTC call, any edge whose wire is
+    not the realtime JSON): typed events both ways, in order.
+
+    `receive_event` returns the client's next event, parsed by the edge from its own wire (audio decoded
+    into `InputAudioBufferAppend.of_audio`), or the `ProtocolError` the runner answers for input the edge
+    could not make an event of, or `None` once the peer is gone (`close_code` then says how, as
+    `Connection.close_code`). The first event of a session opened with `autostart=0` is its
+    `session.update`. `send_event` takes each of the session's events, stamped (`server_event_seq`), in
+    canonical form (GA names, audio in `ResponseOutputAudioDelta.audio`): the edge renders it on its own
+    wire, or drops it; it raises `SocketClosed` when the peer is gone."""
+
+    async def receive_event(self) -> ClientEventBase | ProtocolError | None: ...
+
+    @property
+    def close_code(self) -> int | None: ...
+
+    async def send_event(self, event: ServerEventBase) -> None: ...
+
+    async def close(self, code: int = 1000) -> None: ...
 
 
 @dataclass(frozen=True, slots=True)

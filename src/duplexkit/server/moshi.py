@@ -1,60 +1,77 @@
 """`/api/chat`: the Moshi protocol in front of any duplexkit model.
 
-`MoshiSocket` stands between the edge's `Connection` and an unchanged `SessionRunner`: the runner reads
-canonical JSON events and writes canonical JSON events, and this edge translates both ways.
+`MoshiSocket` stands between the edge's `Connection` and the session's runner as an in-process edge
+(`edge.EventSocket`): it hands the runner typed client events and takes the session's event objects, so a
+frame's audio goes from Opus to samples to the model and back with no JSON or base64 in between.
 
-* In: Ogg-Opus audio (kind 1) becomes `input_audio_buffer.append` at 24 kHz on the input's media clock;
-  control end-turn (kind 3, 1) becomes a commit; pings, metadata and other controls are accepted and
+* In: Ogg-Opus audio (kind 1) becomes an `input_audio_buffer.append` of the decoded samples
+  (`InputAudioBufferAppend.of_audio`, PCM16 at 24 kHz) on the input's media clock; control end-turn
+  (kind 3, 1) becomes a commit; pings, metadata and other controls are accepted and
   ignored. A frame that is not Moshi protocol (unknown kind, bytes that are not Ogg, text from the client,
   a text WebSocket message) is answered with a kind 5 error and the connection is kept.
 * Out: the handshake (kind 0) when the session is ready (`session.created`); then one continuous stream of
-  80 ms Ogg-Opus frames, one per 80 ms of input received: reply audio when the model has some queued,
-  silence while it listens, so a client that builds its output by concatenation stays on the input's
-  timeline. Each reply delta's transcript goes out as a kind 2 text piece just before its first audio
-  frame; a cancelled reply (barge-in) drops what was not played yet. `error` events become kind 5 frames.
+  80 ms Ogg-Opus frames, one per 80 ms of input the model has stepped (as `moshi.server` sends each
+  frame's audio right after its step): reply audio when the model has some queued, silence while it
+  listens, so a client that builds its output by concatenation stays on the input's timeline. The model's
+  decisions say how far it has stepped (`unit_end_ms` of each `response.listen` and audio delta). Each
+  reply delta's transcript goes out as a kind 2 text piece after its audio frame, as `moshi.server` sends
+  them; a cancelled reply (barge-in) drops what was not played yet. `error` events become kind 5 frames.
 
 The first event the runner reads is a `session.update` built from the query (see `moshi.map_query`):
-24 kHz PCM16 input, model-native turns, playback counted as heard when sent (Moshi has no playback acks).
+24 kHz PCM16 input, model-native turns, playback counted as heard when sent (Moshi has no playback acks);
+a query the session object refuses is the runner's coded error instead (a kind 5 frame).
 """
 
 from __future__ import annotations
 
 import asyncio
-import json
 import logging
 from collections import deque
 from typing import Any
 
 import numpy as np
 
+from duplexkit.protocol import client_events as ce
 from duplexkit.protocol import moshi
-from duplexkit.protocol.audio import decode_base64_audio, encode_base64_audio, resample
-from duplexkit.protocol.units import samples_to_ms
+from duplexkit.protocol import server_events as se
+from duplexkit.protocol.audio import EncodedAudio, resample
+from duplexkit.protocol.errors import ProtocolError
+from duplexkit.protocol.units import ms_to_samples, samples_to_ms
 from duplexkit.server.edge import Connection
 
 log = logging.getLogger("duplexkit.server")
 
 
 class MoshiSocket:
-    """The WebSocket as the runner sees it (`receive`, `send_text`, `close`), speaking Moshi on the wire."""
+    """The runner's socket for one `/api/chat` connection (`edge.EventSocket`), speaking Moshi on the wire.
+    `session`: the opening `session.update`'s session object (`session_from_query`)."""
 
     def __init__(self, websocket: Connection, session: dict[str, Any]) -> None:
         self.ws = websocket
-        self._first: str | None = json.dumps({"type": "session.update", "session": session})
+        self._first: ce.ClientEventBase | ProtocolError | None
+        try:
+            self._first = ce.validate_client_event({"type": "session.update", "session": session})
+        except ProtocolError as exc:
+            self._first = exc
         self._decoder = moshi.OpusDecoder()
         self._encoder = moshi.OpusEncoder()
         self._send_lock = asyncio.Lock()
         self._input_samples = 0
+        self._decided_samples = 0
+        """Input the model has stepped (its decisions' `unit_end_ms`): the output stream follows it."""
+        self._held_ms: float | None = None
+        """A decision whose audio spans several frames waits for its transcript (which the engine sends
+        right after it) so the piece goes out with the first of them, not after the last."""
         self._frames_out = 0
         self._ready = False
         self._reply: deque[tuple[np.ndarray[Any, np.dtype[np.float32]], str]] = deque()
         self._reply_offset = 0
 
-    async def receive(self) -> str | None:
-        """The next canonical event for the runner, as JSON text (`None`: the client is gone)."""
+    async def receive_event(self) -> ce.ClientEventBase | ProtocolError | None:
+        """The client's next event for the runner (`None`: the client is gone)."""
         if self._first is not None:
-            text, self._first = self._first, None
-            return text
+            first, self._first = self._first, None
+            return first
         while True:
             message = await self.ws.receive()
             if message is None:
@@ -64,37 +81,44 @@ class MoshiSocket:
                 continue
             event = await self._on_frame(message)
             if event is not None:
-                return json.dumps(event)
+                return event
 
-    async def send_text(self, text: str) -> None:
-        """One canonical event from the runner, rendered as Moshi frames (or kept for the output clock)."""
-        event = json.loads(text)
-        kind = event.get("type")
-        if kind == "session.created":
+    async def send_event(self, event: se.ServerEventBase) -> None:
+        """One of the session's events, rendered as Moshi frames (or kept for the output clock); the rest
+        have no Moshi form and are dropped."""
+        if isinstance(event, se.SessionCreated):
             self._ready = True
             await self._send(moshi.handshake())
-        elif kind == "response.output_audio.delta":
-            rate = int(event.get("sample_rate_hz") or moshi.SAMPLE_RATE_HZ)
-            samples = decode_base64_audio(event["delta"], "pcm16")
-            if rate != moshi.SAMPLE_RATE_HZ:
-                samples = resample(samples, rate, moshi.SAMPLE_RATE_HZ)
+        elif isinstance(event, se.ResponseOutputAudioDelta):
+            assert event.audio is not None  # the engine's deltas hold their audio
+            samples = event.audio.decode()
+            if event.sample_rate_hz != moshi.SAMPLE_RATE_HZ:
+                samples = resample(samples, event.sample_rate_hz, moshi.SAMPLE_RATE_HZ)
+            await self._release_held()
             self._reply.append((samples, ""))
-        elif kind == "response.output_audio_transcript.delta" and event.get("delta"):
+            if len(samples) > moshi.FRAME_SAMPLES:  # a long unit: its transcript rides its first frame
+                self._held_ms = event.unit_end_ms
+            else:
+                await self._decided(event.unit_end_ms)
+        elif isinstance(event, se.ResponseListen):
+            await self._release_held()
+            await self._decided(event.unit_end_ms)
+        elif isinstance(event, se.ResponseOutputAudioTranscriptDelta) and event.delta:
             # The engine sends a unit's audio, then its transcript: the piece rides with that audio.
             started = len(self._reply) == 1 and self._reply_offset > 0
             if self._reply and not started and not self._reply[-1][1]:
                 samples, _ = self._reply.pop()
-                self._reply.append((samples, event["delta"]))
-            else:  # its audio already started going out (or there is none): send the piece now
-                await self._send(moshi.frame(moshi.Kind.TEXT, event["delta"].encode()))
-        elif kind == "response.output_text.delta" and event.get("delta"):
-            await self._send(moshi.frame(moshi.Kind.TEXT, event["delta"].encode()))
-        elif kind == "response.done" and event.get("response", {}).get("status") == "cancelled":
+                self._reply.append((samples, event.delta))
+            else:  # its audio already went out (or there is none): the piece follows it, as moshi.server's
+                await self._send(moshi.frame(moshi.Kind.TEXT, event.delta.encode()))
+            await self._release_held()
+        elif isinstance(event, se.ResponseOutputTextDelta) and event.delta:
+            await self._send(moshi.frame(moshi.Kind.TEXT, event.delta.encode()))
+        elif isinstance(event, se.ResponseDone) and event.response.status == "cancelled":
             self._reply.clear()  # barge-in or cancel: what was not played yet is never said
             self._reply_offset = 0
-        elif kind == "error":
-            error = event.get("error", {})
-            await self._error(f"{error.get('code')}: {error.get('message')}")
+        elif isinstance(event, se.Error):
+            await self._error(f"{event.error.code.value}: {event.error.message}")
 
     @property
     def close_code(self) -> int | None:
@@ -105,7 +129,7 @@ class MoshiSocket:
 
     # --- internals ------------------------------------------------------------------------------------
 
-    async def _on_frame(self, data: bytes) -> dict[str, Any] | None:
+    async def _on_frame(self, data: bytes) -> ce.ClientEventBase | None:
         try:
             kind, payload = moshi.parse_frame(data)
         except moshi.MoshiFrameError as exc:
@@ -114,12 +138,12 @@ class MoshiSocket:
         if kind is moshi.Kind.AUDIO:
             return await self._audio(payload)
         if kind is moshi.Kind.CONTROL and payload[:1] == bytes([moshi.Control.END_TURN]):
-            return {"type": "input_audio_buffer.commit"}
+            return ce.InputAudioBufferCommit()
         if kind in (moshi.Kind.TEXT, moshi.Kind.HANDSHAKE, moshi.Kind.ERROR):
             await self._error(f"a client does not send kind {int(kind)} ({kind.name.lower()}) frames")
         return None  # ping, metadata, other controls: nothing to do
 
-    async def _audio(self, payload: bytes) -> dict[str, Any] | None:
+    async def _audio(self, payload: bytes) -> ce.InputAudioBufferAppend | None:
         samples, problem = self._decoder.decode(payload)
         if problem is not None:
             await self._error(problem)
@@ -128,20 +152,31 @@ class MoshiSocket:
         start_ms = samples_to_ms(self._input_samples, moshi.SAMPLE_RATE_HZ)
         self._input_samples += len(samples)
         end_ms = samples_to_ms(self._input_samples, moshi.SAMPLE_RATE_HZ)
+        # PCM16, as a JSON client's append carries it: the model hears what it would hear on /v1/realtime.
+        return ce.InputAudioBufferAppend.of_audio(
+            EncodedAudio.of_samples(samples, "pcm16"),
+            sample_rate_hz=moshi.SAMPLE_RATE_HZ,
+            duration_ms=end_ms - start_ms,
+            audio_end_ms=end_ms,
+        )
+
+    async def _release_held(self) -> None:
+        if self._held_ms is not None:
+            held, self._held_ms = self._held_ms, None
+            await self._decided(held)
+
+    async def _decided(self, unit_end_ms: float | None) -> None:
+        """The model has stepped the input up to `unit_end_ms`: send the output frames now due."""
+        if unit_end_ms is None:
+            return
+        self._decided_samples = max(self._decided_samples, ms_to_samples(unit_end_ms, moshi.SAMPLE_RATE_HZ))
         await self._advance_output()
-        return {
-            "type": "input_audio_buffer.append",
-            "audio": encode_base64_audio(samples, "pcm16"),
-            "sample_rate_hz": moshi.SAMPLE_RATE_HZ,
-            "duration_ms": end_ms - start_ms,
-            "audio_end_ms": end_ms,
-        }
 
     async def _advance_output(self) -> None:
-        """Send one output frame per whole input frame received so far: reply audio, else silence."""
+        """Send one output frame per whole input frame the model has stepped: reply audio, else silence."""
         if not self._ready:
             return
-        due = self._input_samples // moshi.FRAME_SAMPLES
+        due = self._decided_samples // moshi.FRAME_SAMPLES
         while self._frames_out < due:
             self._frames_out += 1
             pcm, texts = self._next_output_frame()

@@ -31,10 +31,10 @@ import math
 import secrets
 import time
 from collections import deque
-from collections.abc import Callable
+from collections.abc import Callable, Mapping
 from dataclasses import dataclass, field
 from functools import partial
-from typing import Protocol
+from typing import Any, Protocol
 
 from duplexkit import vad
 from duplexkit.engine import EngineSession, Step, Unit
@@ -44,9 +44,9 @@ from duplexkit.protocol import client_events as ce
 from duplexkit.protocol import server_events as se
 from duplexkit.protocol.dialects import Dialect, follow_ups, render
 from duplexkit.protocol.errors import ErrorCode, ProtocolError
-from duplexkit.protocol.wire import MAX_EVENT_BYTES, ServerEventStamper, parse_client_event
+from duplexkit.protocol.wire import MAX_EVENT_BYTES, EventRenderer, ServerEventStamper, parse_client_event
 from duplexkit.server.batching import BatchScheduler
-from duplexkit.server.edge import DirectSend, PushReceive, SocketClosed, left_on_purpose
+from duplexkit.server.edge import DirectSend, EventSocket, PushReceive, SocketClosed, left_on_purpose
 from duplexkit.server.metrics import ServerMetrics
 from duplexkit.server.ticker import SessionTicker
 
@@ -54,10 +54,10 @@ log = logging.getLogger("duplexkit.server")
 
 
 class SessionSocket(Protocol):
-    """What the runner needs of its connection: an edge's `Connection`, or a protocol edge standing in
-    front of one (`server.moshi.MoshiSocket`). `receive` returns `None` once the peer is gone, and
-    `close_code` then says how it went (`edge.Connection.close_code`); a send to a peer that is gone raises
-    `SocketClosed`."""
+    """What the runner needs of a JSON socket (an edge's `Connection` on `/v1/realtime`): `receive` returns
+    a text frame to parse, or `None` once the peer is gone, and `close_code` then says how it went
+    (`edge.Connection.close_code`); a send to a peer that is gone raises `SocketClosed`. An in-process
+    edge is an `edge.EventSocket` instead: typed events both ways."""
 
     async def receive(self) -> str | bytes | None: ...
 
@@ -81,6 +81,29 @@ class RunnerLimits:
     """The longest a model may take to yield its next decision for a unit before the step is abandoned."""
 
 
+Inbound = str | bytes | ce.ClientEventBase | ProtocolError | None
+"""One message an attachment hands the runner: a JSON socket's text frame (parsed by the runner), an
+in-process edge's typed event or coded refusal (`edge.EventSocket`), or `None`: the peer is gone."""
+Outbound = str | se.ServerEventBase
+"""One thing an attachment sends: a rendered text frame (a JSON socket) or a stamped event (an
+`EventSocket`)."""
+
+_EVENT_BYTES = 256
+"""What an event object counts against the byte bounds besides its audio (a nominal size: it is not text)."""
+
+
+def _size(message: str | bytes | ce.ClientEventBase | se.ServerEventBase | ProtocolError) -> int:
+    """Bytes a message counts against the runner's bounds: a text frame its length; an event object its
+    audio (`pcm16`: 2 bytes a sample) plus `_EVENT_BYTES`."""
+    if isinstance(message, (str, bytes)):
+        return len(message)
+    if isinstance(message, ce.InputAudioBufferAppend):
+        return _EVENT_BYTES + len(message.payload.data)
+    if isinstance(message, se.ResponseOutputAudioDelta) and message.audio is not None:
+        return _EVENT_BYTES + len(message.audio.data)
+    return _EVENT_BYTES
+
+
 @dataclass(frozen=True, slots=True)
 class FirstMessage:
     """A connection's first message, read before admission (`None`: none came within the config timeout)."""
@@ -90,13 +113,14 @@ class FirstMessage:
 
 @dataclass(eq=False)
 class _Attachment:
-    """One WebSocket the session is attached to. Its messages are handed to the runner as they arrive by a
-    socket that pushes them (`edge.PushReceive`), else read by a reader task. Events go straight to a socket
-    whose sends never wait (`edge.DirectSend`); any other socket gets an outbound queue and a writer task."""
+    """One socket the session is attached to: a JSON socket, or an in-process edge (`edge.EventSocket`,
+    `events`). Its messages are handed to the runner as they arrive by a socket that pushes them
+    (`edge.PushReceive`), else read by a reader task. Events go straight to a socket whose sends never wait
+    (`edge.DirectSend`); any other socket gets an outbound queue and a writer task."""
 
-    ws: SessionSocket
+    ws: SessionSocket | EventSocket
     generation: int
-    outbound: asyncio.Queue[str | None] = field(default_factory=asyncio.Queue)
+    outbound: asyncio.Queue[Outbound | None] = field(default_factory=asyncio.Queue)
     outbound_bytes: int = 0
     reader: asyncio.Task[None] | None = None
     """A socket that is read (not `edge.PushReceive`): the task reading it."""
@@ -108,22 +132,49 @@ class _Attachment:
     the attachment ended)."""
     updating: asyncio.Task[None] | None = None
     """A `session.update`'s asynchronous part (the model's prepare); the messages after it wait in `held`."""
-    held: deque[str | bytes | None] = field(default_factory=deque)
+    held: deque[Inbound] = field(default_factory=deque)
     held_bytes: int = 0
     first_deadline: asyncio.TimerHandle | None = None
     """A new session's first message is due before this fires (`config_timeout_s`)."""
 
+    events: EventSocket | None = None
+    """The socket, when it is an in-process edge (it takes event objects, not text)."""
+    text: SessionSocket | None = None
+    """The socket, when it is a JSON socket."""
+
     def __post_init__(self) -> None:
+        if isinstance(self.ws, EventSocket):
+            self.events = self.ws
+            return
+        self.text = self.ws
         if isinstance(self.ws, DirectSend):
             self.direct = self.ws
 
-    def send(self, text: str) -> None:
+    def send(self, message: Outbound) -> None:
+        """Send a text frame (a JSON socket) or a stamped event (an `EventSocket`)."""
         if self.direct is not None:
+            assert type(message) is str
             with contextlib.suppress(SocketClosed):  # the peer is gone: the reader sees the loss
-                self.direct.send_now(text)
+                self.direct.send_now(message)
             return
-        self.outbound_bytes += len(text)
-        self.outbound.put_nowait(text)
+        self.outbound_bytes += _size(message)
+        self.outbound.put_nowait(message)
+
+    async def receive(self) -> Inbound:
+        """The socket's next message (a socket that does not push them)."""
+        if self.events is not None:
+            return await self.events.receive_event()
+        assert self.text is not None
+        return await self.text.receive()
+
+    async def write(self, message: Outbound) -> None:
+        """Hand one queued message to the socket (the writer task); raises `SocketClosed`."""
+        if self.events is not None:
+            assert isinstance(message, se.ServerEventBase)
+            await self.events.send_event(message)
+            return
+        assert type(message) is str and self.text is not None
+        await self.text.send_text(message)
 
     def cancel_first_deadline(self) -> None:
         if self.first_deadline is not None:
@@ -162,7 +213,7 @@ class _Units:
 class SessionRunner:
     def __init__(
         self,
-        websocket: SessionSocket,
+        websocket: SessionSocket | EventSocket,
         engine: EngineSession,
         model: ModelSession,
         metrics: ServerMetrics,
@@ -186,6 +237,11 @@ class SessionRunner:
         self.resume_config = resume if resume is not None and resume.enabled else None
         self._stamper = ServerEventStamper(dialect)
         self._attachment: _Attachment | None = _Attachment(websocket, generation=1)
+        self._renderer = None if self._attachment.events is not None else EventRenderer(dialect)
+        """A JSON session's renderer (its events become text here, once, for the socket and the journal);
+        `None` for an in-process edge's session, whose events go to the edge as objects."""
+        if self._renderer is None and self.resume_config is not None:
+            raise ValueError("a session on an in-process edge has no resume (its journal holds JSON text)")
         self._opening = self._attachment
         """The attachment the session opened on (see `opening_closed`)."""
         self._journal: ReplayJournal | None = None
@@ -210,6 +266,8 @@ class SessionRunner:
         self._vad_config: ce.TurnDetection | None = None
         self._done = asyncio.Event()
         self.close_reason: str | None = None
+        self._close_code = 1000
+        """How the session's socket closes: 1008 when its opening was refused, else normally."""
         self._stepper: asyncio.Task[None] | None = None
         self._decision_due: float | None = None
         """When the decision the stepper awaits is overdue (`None`: it awaits none)."""
@@ -407,7 +465,7 @@ class SessionRunner:
             attachment.writer.cancel()
             await asyncio.gather(attachment.writer, return_exceptions=True)
         with contextlib.suppress(Exception):
-            await asyncio.wait_for(attachment.ws.close(1000), self.limits.close_timeout_s)
+            await asyncio.wait_for(attachment.ws.close(self._close_code), self.limits.close_timeout_s)
         attachment.ended.set()
 
     @staticmethod
@@ -458,14 +516,14 @@ class SessionRunner:
         """Read a socket that does not push its messages, until its peer is gone."""
         try:
             while attachment.reading:
-                message = await attachment.ws.receive()
+                message = await attachment.receive()
                 self._on_message(attachment, message)
                 if message is None:
                     return
         except (SocketClosed, RuntimeError, OSError):
             self._on_message(attachment, None)
 
-    def _on_message(self, attachment: _Attachment, message: str | bytes | None) -> None:
+    def _on_message(self, attachment: _Attachment, message: Inbound) -> None:
         """One message of the attachment's socket, in arrival order (`None`: the peer is gone). Handled at
         once, unless a `session.update` is still being prepared: then it waits its turn behind it."""
         if not attachment.reading:
@@ -485,10 +543,10 @@ class SessionRunner:
         if update is not None:
             attachment.updating = asyncio.create_task(self._update(attachment, *update), name="update")
 
-    def _hold(self, attachment: _Attachment, message: str | bytes | None) -> None:
+    def _hold(self, attachment: _Attachment, message: Inbound) -> None:
         """Keep a message until the update before it is prepared; past `max_pending_input_bytes` held, it
         is refused with `input_backpressure` instead (a socket that pushes is not paused meanwhile)."""
-        size = 0 if message is None else len(message)
+        size = 0 if message is None else _size(message)
         if message is not None and attachment.held_bytes + size > self.limits.max_pending_input_bytes:
             error = ProtocolError(
                 ErrorCode.INPUT_BACKPRESSURE,
@@ -508,7 +566,7 @@ class SessionRunner:
             attachment.updating = None
         while attachment.held and attachment.updating is None:
             message = attachment.held.popleft()
-            attachment.held_bytes -= 0 if message is None else len(message)
+            attachment.held_bytes -= 0 if message is None else _size(message)
             self._on_message(attachment, message)
 
     def _first_overdue(self, attachment: _Attachment) -> None:
@@ -522,22 +580,32 @@ class SessionRunner:
         self._apply(self.engine.protocol_error(_config_timeout(self.limits.config_timeout_s)))
         self._apply(self.engine.close("config_timeout", now))
 
-    def _handle_frame(self, data: str | bytes) -> tuple[ce.SessionUpdate, float] | None:
-        """Parse and apply one client frame. A `session.update` is returned with its arrival time instead:
-        the model may have to prepare for it, which is asynchronous (`_update_session`)."""
+    def _handle_frame(
+        self, message: str | bytes | ce.ClientEventBase | ProtocolError
+    ) -> tuple[ce.SessionUpdate, float] | None:
+        """Apply one client message: a JSON socket's text frame is parsed here (with the session's input
+        format, which an update before it may have changed); an in-process edge's event comes typed. This
+        is the one dispatch on a client event's type. A `session.update` is returned with its arrival time
+        instead: the model may have to prepare for it, which is asynchronous (`_update_session`)."""
         now = self.clock()
         if self._lease is not None:
             self._lease.renew(now)
-        try:
-            event = parse_client_event(
-                data,
-                input_audio_format=self.engine.settings.input_audio_format,
-                max_bytes=self.limits.max_event_bytes,
-                dialect=self.dialect,
-            )
-        except ProtocolError as exc:
-            self._apply(self.engine.protocol_error(exc))
+        if isinstance(message, (str, bytes)):
+            try:
+                event = parse_client_event(
+                    message,
+                    input_audio_format=self.engine.settings.input_audio_format,
+                    max_bytes=self.limits.max_event_bytes,
+                    dialect=self.dialect,
+                )
+            except ProtocolError as exc:
+                self._apply(self.engine.protocol_error(exc))
+                return None
+        elif isinstance(message, ProtocolError):
+            self._apply(self.engine.protocol_error(message))
             return None
+        else:
+            event = message
         if isinstance(event, ce.InputAudioBufferAppend):
             if not self._over_input_limit(event):
                 self._apply(self.engine.handle(event, now))
@@ -551,14 +619,28 @@ class SessionRunner:
         return None
 
     async def _update_session(self, event: ce.SessionUpdate, now: float) -> None:
+        opening = not self.engine.started
         previous = (self.model.sampling, dict(self.engine.settings.extra_body))
         if not self._configure_model(event) or not await self._prepare_model(event.event_id):
+            if opening:
+                self._refuse_opening()
             return
         step = self.engine.handle(event, now)
         if any(isinstance(e, se.Error) for e in step.events):  # the engine refused it: undo the model's part
             self.model.configure(*previous)
         self._apply(step)
+        if opening and not self.engine.started:
+            self._refuse_opening()
+            return
         self._wake_ticker()
+
+    def _refuse_opening(self) -> None:
+        """The settings a session was to open with (`autostart=0`: `/api/chat`'s query, a call's offer, a
+        client's first `session.update`) were refused: its coded error is out; the session ends, the
+        socket closes with 1008 (policy) and the slot is free at once, never held by a session that
+        cannot start."""
+        self._close_code = 1008
+        self._finish("opening_refused")
 
     def _resume_event(self, event: ce.SessionEventAck | ce.SessionResume) -> None:
         """`session.event_ack` trims the journal; `session.resume` is only valid as a connection's first."""
@@ -591,27 +673,9 @@ class SessionRunner:
         return True
 
     def _configure_model(self, event: ce.SessionUpdate) -> bool:
-        update = event.session
-        sampling = self.model.sampling.with_overrides(
-            temperature=update.temperature,
-            max_tokens=update.max_tokens,
-            instructions=update.instructions,
-            voice=update.voice,
-        )
-        try:
-            extra = self.engine.settings.extra_body if update.extra_body is None else update.extra_body
-            self.model.configure(sampling, extra)
-        except ValueError as exc:
-            self._apply(
-                self.engine.protocol_error(
-                    ProtocolError(
-                        ErrorCode.INVALID_VALUE,
-                        f"session.extra_body: {exc}",
-                        param="session.extra_body",
-                        event_id=event.event_id,
-                    )
-                )
-            )
+        refusal = configure_model(self.model, self.engine.settings.extra_body, event)
+        if refusal is not None:
+            self._apply(self.engine.protocol_error(refusal))
             return False
         return True
 
@@ -777,12 +841,12 @@ class SessionRunner:
 
     async def _write(self, attachment: _Attachment) -> None:
         while True:
-            text = await attachment.outbound.get()
-            if text is None:
+            message = await attachment.outbound.get()
+            if message is None:
                 return
-            attachment.outbound_bytes -= len(text)
+            attachment.outbound_bytes -= _size(message)
             try:
-                await attachment.ws.send_text(text)
+                await attachment.write(message)
             except SocketClosed:  # the peer is gone: its reader sees the loss (detach or end), the rest
                 return  # of the queue is in the journal, or was never going to arrive
 
@@ -825,10 +889,16 @@ class SessionRunner:
             self._finish("client_too_slow")
 
     def _send(self, attachment: _Attachment | None, event: se.ServerEventBase) -> None:
-        """Render one event in the session's dialect, journal it (resume on), send it if attached."""
-        text = self._stamper.encode(event)
+        """Stamp one event; on a JSON session render it in the session's dialect, journal it (resume on)
+        and send the text if attached; on an in-process edge's session hand it the event."""
+        self._stamper.stamp(event)
         assert event.server_event_seq is not None
         self.last_seq = event.server_event_seq
+        if self._renderer is None:
+            if attachment is not None:
+                attachment.send(event)
+            return
+        text = self._renderer.render(event)
         if self._journal is not None:
             self._journal.record(self.last_seq, text, self.clock())
         if attachment is not None:
@@ -861,6 +931,37 @@ class SessionRunner:
             self.close_reason = reason
             log.info("session %s: closing (%s)", self.engine.session_id, reason)
         self._done.set()
+
+
+def configure_model(
+    model: ModelSession, extra_body: Mapping[str, Any], event: ce.SessionUpdate
+) -> ProtocolError | None:
+    """Give the model the update's sampling, tools and `extra_body` (`extra_body`: the session's so far,
+    kept when the update has none); what it refuses, as the update's coded error."""
+    update = event.session
+    refusal = model.tools_refusal() if update.tools else None
+    if refusal is not None:
+        return ProtocolError(
+            ErrorCode.TOOLS_UNSUPPORTED, refusal, param="session.tools", event_id=event.event_id
+        )
+    sampling = model.sampling.with_overrides(
+        temperature=update.temperature,
+        max_tokens=update.max_tokens,
+        instructions=update.instructions,
+        voice=update.voice,
+        tools=update.tools,
+        tool_choice=update.tool_choice,
+    )
+    try:
+        model.configure(sampling, extra_body if update.extra_body is None else update.extra_body)
+    except ValueError as exc:
+        return ProtocolError(
+            ErrorCode.INVALID_VALUE,
+            f"session.extra_body: {exc}",
+            param="session.extra_body",
+            event_id=event.event_id,
+        )
+    return None
 
 
 async def refuse(websocket: SessionSocket, error: ProtocolError, dialect: Dialect) -> None:

@@ -18,6 +18,7 @@ import dataclasses
 import importlib.util
 import json
 import logging
+import time
 from collections.abc import Awaitable, Callable, Mapping
 from dataclasses import dataclass, field
 from typing import Literal
@@ -26,7 +27,9 @@ from duplexkit import __version__
 from duplexkit.engine import EngineConfig, EngineSession
 from duplexkit.engine.journal import ResumeConfig
 from duplexkit.models import ModelPlugin
+from duplexkit.protocol import client_events as ce
 from duplexkit.protocol import moshi
+from duplexkit.protocol import server_events as se
 from duplexkit.protocol.dialects import DIALECTS, Dialect, select_dialect
 from duplexkit.protocol.errors import ERROR_SPECS, ErrorCode, ProtocolError
 from duplexkit.protocol.server_events import error_event
@@ -34,13 +37,26 @@ from duplexkit.protocol.wire import ServerEventStamper
 from duplexkit.server import webrtc
 from duplexkit.server.auth import is_authorized, presented_keys
 from duplexkit.server.batching import BatchScheduler
-from duplexkit.server.edge import MAX_POST_BYTES, Connection, HttpRequest, HttpResponse, WebSocketRoute
+from duplexkit.server.edge import (
+    MAX_POST_BYTES,
+    Connection,
+    EventSocket,
+    HttpRequest,
+    HttpResponse,
+    WebSocketRoute,
+)
 from duplexkit.server.manager import SessionManager, Slot
 from duplexkit.server.metrics import ServerMetrics
 from duplexkit.server.moshi import MoshiSocket, session_from_query
 from duplexkit.server.playground import playground_pages
 from duplexkit.server.resume import ResumeRegistry, is_resume, read_first
-from duplexkit.server.runner import FirstMessage, RunnerLimits, SessionRunner, SessionSocket
+from duplexkit.server.runner import (
+    FirstMessage,
+    RunnerLimits,
+    SessionRunner,
+    SessionSocket,
+    configure_model,
+)
 from duplexkit.server.ticker import SessionTicker
 from duplexkit.server.webrtc.signalling import opening_update, parse_offer
 
@@ -202,7 +218,7 @@ class DuplexServer:
     async def _admit_and_run(
         self,
         connection: Connection,
-        socket: SessionSocket,
+        socket: SessionSocket | EventSocket,
         refuse: Callable[[str], Awaitable[None]],
         *,
         dialect: Dialect,
@@ -252,7 +268,7 @@ class DuplexServer:
     def _start_session(
         self,
         slot: Slot,
-        socket: SessionSocket,
+        socket: SessionSocket | EventSocket,
         config: EngineConfig,
         *,
         dialect: Dialect,
@@ -310,7 +326,7 @@ class DuplexServer:
         try:
             dialect = select_dialect(request.query, request.headers)
             offer = parse_offer(request.headers.get("content-type", ""), request.body)
-            opening = opening_update(offer.session, config.input_sample_rate_hz, dialect)
+            opening = opening_update(offer.session, config.input_sample_rate_hz)
         except ValueError as exc:
             return _http_error(400, ErrorCode.INVALID_VALUE, str(exc), "dialect")
         except ProtocolError as exc:
@@ -318,6 +334,12 @@ class DuplexServer:
         slot = self.manager.try_admit()
         if slot is None:
             return _http_error(429, ErrorCode.SESSION_CAPACITY_EXHAUSTED, self._capacity_message())
+        refusal = await self._opening_refusal(opening, config)
+        if (
+            refusal is not None
+        ):  # answered before any call exists: never a 201 for a session that cannot start
+            self.manager.release(slot)
+            return _http_error(400, refusal.code, refusal.message, refusal.param)
         from duplexkit.server.webrtc.call import WebRTCCall
 
         try:
@@ -326,7 +348,7 @@ class DuplexServer:
                 opening,
                 dialect=dialect,
                 input_rate_hz=config.input_sample_rate_hz,
-                output_rate_hz=config.output_sample_rate_hz,
+                max_event_bytes=self.config.limits.max_event_bytes,
                 metrics=self.metrics,
                 connect_timeout_s=self.config.limits.config_timeout_s,
             )
@@ -338,6 +360,24 @@ class DuplexServer:
             return _http_error(500, ErrorCode.INTERNAL_ERROR, "the session failed to start")
         headers = {"Location": f"/v1/realtime/calls/{slot.session_id}"}
         return HttpResponse(201, answer.encode(), "application/sdp", headers)
+
+    async def _opening_refusal(self, event: ce.SessionUpdate, config: EngineConfig) -> ProtocolError | None:
+        """Try a call's opening `session.update` on a fresh engine and a probe model session, as its runner
+        will apply it: the coded error it would be refused with, or `None`."""
+        probe = self.plugin.new_session()
+        try:
+            refusal = configure_model(probe, {}, event)
+        finally:
+            await probe.aclose()
+        if refusal is not None:
+            return refusal
+        engine = EngineSession("opening-check", config)
+        for error in engine.handle(event, time.monotonic()).events:
+            if isinstance(error, se.Error):
+                return ProtocolError(
+                    ErrorCode(error.error.code), error.error.message, param=error.error.param
+                )
+        return None
 
     async def _live(
         self, runner: SessionRunner, slot: Slot, autostart: bool, first: FirstMessage | None

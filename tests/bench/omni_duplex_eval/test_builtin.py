@@ -57,19 +57,39 @@ def test_generation_is_deterministic_and_location_independent(dataset: Dataset, 
 
 
 def test_the_cache_is_reused_and_lives_under_a_versioned_name(dataset: Dataset, cache: Path) -> None:
-    manifest = builtin.builtin_dir(cache) / "manifest.jsonl"
+    marker = builtin.builtin_dir(cache) / "README.md"
     version, voice = builtin.builtin_dir(cache).name.removeprefix("builtin-").split("-")
     assert version == builtin.BUILTIN_VERSION and voice in {"piper", "espeak", "buzz"}
-    written = manifest.stat().st_mtime_ns
-    assert builtin.ensure_builtin(cache) == manifest
-    assert manifest.stat().st_mtime_ns == written
+    written = marker.stat().st_mtime_ns
+    assert builtin.ensure_builtin(cache) == builtin.builtin_dir(cache)
+    assert marker.stat().st_mtime_ns == written
     assert [p.name for p in cache.iterdir()] == [builtin.builtin_dir(cache).name]  # no staging left over
 
 
-def test_the_generated_folder_is_an_ordinary_manifest_dataset(dataset: Dataset, cache: Path) -> None:
+def test_the_generated_folder_is_an_ordinary_hf_layout_dataset(dataset: Dataset, cache: Path) -> None:
     by_folder = load_dataset(str(builtin.builtin_dir(cache)), Selection())
     assert by_folder.fingerprint == dataset.fingerprint
     assert by_folder.source == str(builtin.builtin_dir(cache).resolve())
+
+
+def test_datasets_load_dataset_reads_the_folder_as_the_official_batch_scorers_do(
+    dataset: Dataset, cache: Path, tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """`batch_*.py` call `datasets.load_dataset(PATH, split=SPLIT)` and read `id`, `question_text`,
+    `answer1/2`, `reminder1/2`, `video` (a path, `{bytes, path}` or bytes) per row."""
+    import datasets
+
+    monkeypatch.setenv("HF_HUB_OFFLINE", "1")
+    monkeypatch.setenv("HF_DATASETS_CACHE", str(tmp_path / "hf"))
+    for sample in dataset.samples:
+        rows = datasets.load_dataset(str(builtin.builtin_dir(cache)), split=sample.split)
+        (row,) = [dict(r) for r in rows if r["id"] == sample.id]
+        assert row["question_text"] == sample.question_text
+        assert (row["answer1"], row["answer2"]) == (sample.answer1, sample.answer2)
+        assert (row["reminder1"], row["reminder2"]) == (sample.reminder1, sample.reminder2)
+        assert row["video_duration"] == sample.video_duration
+        assert row["video"]["bytes"] == sample.video_bytes() and row["video"]["path"].endswith(".mp4")
+        assert row["question_audio"]["bytes"] == sample.question_audio_bytes()
 
 
 def test_a_damaged_cache_entry_is_reported(tmp_path: Path) -> None:

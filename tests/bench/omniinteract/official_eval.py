@@ -1,13 +1,15 @@
 """A stand-in for OmniInteract's official scorer (`eval/run_eval.py --manifest`, Lucky-Lance/OmniInteract at
-de304cef), written from its documented contract (../shared/reference/benchmarks.md) and the input shapes its
-reader takes, not from duplexkit's scorer.
+de304cef), written from its code (`build_slots.py`, `match_slots.py`, `compute_unified_eval.py`,
+`summarize_unified_eval.py`, read with fetch), not from duplexkit's scorer.
 
 It reads what the official one reads: manifest rows `{sample_id, gt_json, model_json, scene_type}`; each
 case's annotation (`gt_json`) and model output (`model_json`, an object `{"chunks": [{"text", "timestamp",
 "aligned_words": [{"text", "start", "end"}]}]}`; anything else is no output). It builds the slots, matches
 chunks, splits early / core at t_a, applies the timeliness decay and the TP / FP / FN rules, and sums
-IA-QTF1 (All Global, 1Q1A Global) and NCCS (each slot's stored core score, TP_core). The judge is passed in
-(`Judge`): the same verdicts for the same phase, as a deterministic LLM gives.
+IA-QTF1 (All Global, 1Q1A Global) and NCCS (each slot's stored core score, TP_core), with upstream's weights
+(0.2 / 0.8; 0 / 1.0 on a 1QnA step after the first), its nested walk and its core start for a chunk split at
+t_a (t_a). The judge is passed in (`Judge`): the same verdicts for the same phase, as a deterministic LLM
+gives, with no trigger phrase (so the core starts at its first chunk).
 """
 
 from __future__ import annotations
@@ -42,7 +44,7 @@ class _Slot:
     hard: bool
     scenario: str
     interrupted: bool
-    early_phase: bool
+    step: int = 1
     pair: int | None = None
     role: str | None = None
     chunks: list[dict[str, Any]] = field(default_factory=list)
@@ -76,7 +78,7 @@ def _slots(gt: Any, scene_type: str) -> list[_Slot]:
         for k, (t_a, interrupted) in enumerate(steps):
             start = q if k == 0 else t_a
             end = steps[k + 1][0] if k + 1 < len(steps) else t_a + TAIL_S
-            out.append(_Slot(start, t_a, end, interrupted, "1qna", interrupted, start < t_a))
+            out.append(_Slot(start, t_a, end, interrupted, "1qna", interrupted, k + 1))
         return out
     qs = sorted(
         (
@@ -87,40 +89,24 @@ def _slots(gt: Any, scene_type: str) -> list[_Slot]:
         )
         for e in gt
     )
-    inner_of: dict[int, int] = {}
-    if scene_type == "nested":
-        for i, (q, a, _, _) in enumerate(qs):
-            if i in inner_of.values():
-                continue
-            for j, (q2, a2, _, _) in enumerate(qs):
-                if j != i and j not in inner_of and q < q2 < a and a2 <= a:
-                    inner_of[i] = j
-                    break
-    inners = set(inner_of.values())
-    outer_times = [qs[i][0] for i in range(len(qs)) if i not in inners]
+    if scene_type != "nested":
+        return [
+            _Slot(q, a, max(qs[i + 1][0] if i + 1 < len(qs) else a + TAIL_S, q), True, kind, interrupted)
+            for i, (q, a, kind, interrupted) in enumerate(qs)
+        ]
+    groups = []
+    i = 0
+    while i < len(qs):
+        q, a = qs[i][0], qs[i][1]
+        j = next(j for j in range(i + 1, len(qs)) if q < qs[j][0] < a and qs[j][1] <= a)
+        groups.append((i, j))
+        i = j + 1
     out = []
-    for i, (q, a, kind, interrupted) in enumerate(qs):
-        if i in inners:
-            outer = next(o for o, n in inner_of.items() if n == i)
-            out.append(_Slot(q, a, qs[outer][1], True, "nested", interrupted, q < a, outer, "inner"))
-            continue
-        later = [t for t in outer_times if t > q]
-        end = later[0] if later else a + TAIL_S
-        paired = i in inner_of
-        scenario = "nested" if paired else kind
-        out.append(
-            _Slot(
-                q,
-                a,
-                end,
-                True,
-                scenario,
-                interrupted,
-                q < a,
-                i if paired else None,
-                "outer" if paired else None,
-            )
-        )
+    for g, (i, j) in enumerate(groups):
+        (q, a, _, interrupted), (q2, a2, _, interrupted2) = qs[i], qs[j]
+        end = max(qs[groups[g + 1][0]][0] if g + 1 < len(groups) else a + TAIL_S, a)
+        out.append(_Slot(q, a, end, True, "nested", interrupted, 1, g, "outer"))
+        out.append(_Slot(q2, a2, a, True, "nested", interrupted2, 1, g, "inner"))
     return out
 
 
@@ -151,18 +137,16 @@ def _decay(t: float, peak: float, end: float) -> float:
 
 
 def _phases(slot: _Slot) -> tuple[list[tuple[float, float]], list[tuple[float, float]]]:
-    """(early, core) spans of the slot's chunks."""
+    """(early, core) spans of the slot's chunks; a core part split off at t_a starts at t_a."""
     early, core = [], []
     for c in slot.chunks:
-        if not slot.early_phase:
-            core.append((c["start"], c["end"]))
-        elif c["words"] and c["start"] < slot.t_a < c["end"]:
+        if c["words"] and c["start"] < slot.t_a < c["end"]:
             before = [w for w in c["words"] if w[1] < slot.t_a]
             after = [w for w in c["words"] if w[1] >= slot.t_a]
             if before:
                 early.append((before[0][1], before[-1][2]))
             if after:
-                core.append((after[0][1], after[-1][2]))
+                core.append((min(after[0][1], slot.t_a), after[-1][2]))
         elif c["start"] < slot.t_a:
             early.append((c["start"], c["end"]))
         else:
@@ -193,20 +177,21 @@ def evaluate(manifest_path: str, judge: Judge) -> dict[str, float | None]:
         for slot in slots:
             v = judge()
             early, core = _phases(slot)
+            w_ack = 0.0 if slot.scenario == "1qna" and slot.step > 1 else 0.2
             tp_ack = tp_core = 0.0
             fp = 0
             if early:
                 if v.hallucination:
                     fp += 1
                 else:
-                    tp_ack = _decay(early[0][0], slot.start, slot.t_a) * v.ack * 0.2
+                    tp_ack = _decay(early[0][0], slot.start, slot.t_a) * v.ack * w_ack
             core_start = None
             if not slot.interrupted and core:
                 core_start = max(core[0][0], slot.t_a)
                 if v.core < 0.5:
                     fp += 1
                 else:
-                    tp_core = _decay(core_start, slot.t_a, slot.end) * v.core * 0.8
+                    tp_core = _decay(core_start, slot.t_a, slot.end) * v.core * (1.0 - w_ack)
             if slot.hard and slot.chunks and max(c["end"] for c in slot.chunks) > slot.end:
                 fp += 1
             tp = min(1.0, max(0.0, tp_ack + tp_core))

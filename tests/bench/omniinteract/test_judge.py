@@ -107,5 +107,5 @@ async def test_a_second_unparseable_reply_makes_the_case_an_error(fake_judge: Fa
 
 def test_the_prompts_are_pinned_to_their_version() -> None:
     # changing any prompt text, reply format or the follow-up must bump PROMPT_VERSION and this digest
-    assert PROMPT_VERSION == "duplexkit-omniinteract-judge-1"
+    assert PROMPT_VERSION == "duplexkit-omniinteract-judge-2"
     assert prompt_digest(PROMPTS.texts) == "e66f8d7958104e8ac1fd0eb166d4efd8d37baf2a13ee3ce4f9f015a53ee786dd"

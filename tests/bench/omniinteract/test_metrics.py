@@ -344,3 +344,59 @@ def test_the_summary_counts_failed_and_unjudged_cases_as_silence_in_every_sum() 
     assert summary["ia_qtf1"]["by_scenario"]["realtime"]["ia_qtf1"] == pytest.approx(0.6154, abs=1e-4)
     assert summary["ia_qtf1"]["by_scenario"]["proactive"]["ia_qtf1"] == 0.0
     assert summary["ia_qtf1"]["by_scenario"]["proactive"]["fn"] == 2.0
+
+
+def test_a_later_qna_step_weighs_its_core_fully_and_its_ack_not_at_all() -> None:
+    """compute_unified_eval.py (de304ce) L260-266: a 1QnA slot of step index > 1 has W_ack = 0, W_core = 1.0.
+    Steps at t_a 10 and 20 (question at 5), last slot ends at 80; one chunk per step; S_ack = 1, S_core = 0.8.
+    Step 1: early chunk at 6 → decay(6, 5, 10) = 0.8 → TP_ack = 0.8·1·0.2 = 0.16; core at 12 → decay(12, 10,
+    20) = 0.8 → TP_core = 0.8·0.8·0.8 = 0.512; TP = 0.672. Step 2 (starts at its t_a 20): core at 26 →
+    decay(26, 20, 80) = 0.9 → TP_core = 0.9·0.8·1.0 = 0.72 (0.576 under the 0.8 weight)."""
+    steps = (qa(5.0, 10.0, "1qna"), qa(5.0, 20.0, "1qna"))
+    slots = build_slots(Case("1qna", "x", "1qna", steps, "a.json"))
+    chunks = [Chunk("hmm", 6.0, 7.0), Chunk("the pan", 12.0, 13.0), Chunk("now stir", 26.0, 27.0)]
+    outputs = match(slots, chunks).outputs
+    first = slot_result(outputs[0], EarlyVerdict("neutral", 1.0), CoreVerdict(0.8, None, False))
+    later = slot_result(outputs[1], None, CoreVerdict(0.8, None, False))
+    assert (first.tp_ack, first.tp_core, first.tp) == pytest.approx((0.16, 0.512, 0.672))
+    assert (later.tp_ack, later.tp_core, later.tp) == pytest.approx((0.0, 0.72, 0.72))
+    totals = case_totals([first, later], 0, "1qna")
+    # IA-QTF1 = 2·1.392 / (2·1.392 + 0 + 0) = 1.0: no FP, no FN; the TP sum carries the rule
+    assert totals["all_global/tp"] == pytest.approx(1.392)
+
+
+def test_the_core_part_split_off_at_the_answer_time_starts_there_without_a_trigger() -> None:
+    """match_slots.py gives the core part of a chunk that straddles t_a the hint t_a, and
+    compute_unified_eval.py's fallback start is max(min(first word, t_a), t_a) = t_a:
+    decay(10, 10, 20) = 1."""
+    s = slot(5.0, 10.0, 20.0)
+    words = (Word("so", 8.0, 8.5), Word("the", 12.0, 12.5), Word("cup", 13.0, 13.5))
+    out = match([s], [Chunk("so the cup", 8.0, 13.5, words)]).outputs[0]
+    r = slot_result(out, EarlyVerdict("neutral", 1.0), CoreVerdict(1.0, None, False))
+    assert r.core_start == 10.0 and r.tp_core == pytest.approx(0.8)
+    # with a trigger phrase found in the words its first word's start counts: decay(13, 10, 20) = 0.7
+    r = slot_result(out, EarlyVerdict("neutral", 1.0), CoreVerdict(1.0, "Cup", False))
+    assert r.core_start == 13.0 and r.tp_core == pytest.approx(0.56)
+
+
+def test_a_trigger_phrase_in_a_chunk_without_words_has_no_time() -> None:
+    """Without word times no character has a time (compute_unified_eval.py `_chunk_char_start_times`): the
+    first core chunk's start counts, not the start of the chunk that holds the phrase."""
+    s = slot(5.0, 10.0, 20.0)
+    out = match([s], [Chunk("well", 12.0, 13.0), Chunk("a red cup", 15.0, 16.0)]).outputs[0]
+    r = slot_result(out, None, CoreVerdict(1.0, "red cup", False))
+    assert r.core_start == 12.0
+
+
+def test_nested_walk_skips_the_questions_between_an_outer_and_its_inner() -> None:
+    """build_slots.py's nested walk goes on after the inner: the question at 15 (answered after the outer)
+    makes no slot; the next outer is the one at 50."""
+    case = Case(
+        "1q1a", "n", "nested", (qa(10.0, 40.0), qa(15.0, 45.0), qa(20.0, 25.0), qa(50.0, 55.0)), "a.json"
+    )
+    got = [(s.start, s.end, s.scenario, s.role) for s in build_slots(case)]
+    assert got == [
+        (10.0, 50.0, "nested", "outer"),
+        (20.0, 40.0, "nested", "inner"),
+        (50.0, 115.0, "realtime", None),
+    ]

@@ -8,6 +8,7 @@ from collections.abc import AsyncIterator, Sequence
 import numpy as np
 import numpy.typing as npt
 import pytest
+from openai import AsyncOpenAI
 
 from duplexkit.engine import Decision, Interrupt, Listen, Speak, Transcribed, Unit
 from duplexkit.engine.fence import Fence
@@ -15,7 +16,7 @@ from duplexkit.models.base import SamplingParams
 from duplexkit.models.cascade.asr import DecoderPool
 from duplexkit.models.cascade.drive import silence, speech_end_ms, units
 from duplexkit.models.cascade.plugin import CascadeModel, CascadeSession
-from duplexkit.models.cascade.responders import EchoResponder, LocalResponder, Message
+from duplexkit.models.cascade.responders import EchoResponder, LocalResponder, Message, OpenAIResponder
 from duplexkit.models.cascade.tts import PiperSynthesizer
 from duplexkit.models.cascade.whisper import WhisperAsr
 from duplexkit.protocol.audio import resample
@@ -326,3 +327,13 @@ async def test_the_full_stack_ends_the_turn_at_a_short_pause_and_streams_the_llm
     stages = dict(first.stages_ms)  # the first audio carries the split the playground's marker shows
     assert {"vad_tail", "smart_turn", "final_decode", "llm_first_token", "first_phrase"} <= set(stages)
     assert all(s.stages_ms == () for s in segments if s is not first)
+
+
+def test_only_a_responder_that_calls_tools_takes_a_session_s_tools(echo: CascadeModel) -> None:
+    refusal = echo.new_session().tools_refusal()
+    assert refusal is not None and "responder=openai" in refusal
+    client = AsyncOpenAI(base_url="http://127.0.0.1:9/v1", api_key="k")
+    openai = CascadeModel(
+        synthesizer=echo.synthesizer, responder=OpenAIResponder(client, "m"), pool=echo.pool
+    )
+    assert openai.new_session().tools_refusal() is None

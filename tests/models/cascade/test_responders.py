@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import json
+from typing import Any
 
 import httpx
 import pytest
@@ -15,7 +16,9 @@ from duplexkit.models.cascade.responders import (
     LocalResponder,
     Message,
     OpenAIResponder,
+    ToolCallRequest,
 )
+from duplexkit.protocol.client_events import FunctionTool
 
 
 async def collect(
@@ -131,3 +134,103 @@ async def test_a_prompt_sharing_the_conversation_so_far_evaluates_only_what_foll
     assert "".join([d async for d in local.reply(other, greedy)])
     assert 5 < llm.evaluated < len(llm.held)
     assert llm._ctx.memory_seq_pos_max(0) == len(llm.held) - 1
+
+
+def _sse_chunks(*deltas: dict[str, object], finish: str) -> bytes:
+    chunks = [{"index": 0, "delta": delta, "finish_reason": None} for delta in deltas]
+    chunks.append({"index": 0, "delta": {}, "finish_reason": finish})
+    body = [
+        {"id": "c1", "object": "chat.completion.chunk", "created": 0, "model": "m", "choices": [choice]}
+        for choice in chunks
+    ]
+    return ("".join(f"data: {json.dumps(chunk)}\n\n" for chunk in body) + "data: [DONE]\n\n").encode()
+
+
+async def test_openai_offers_the_session_tools_and_yields_streamed_calls_after_the_text() -> None:
+    requests: list[dict[str, Any]] = []
+
+    def handler(request: httpx.Request) -> httpx.Response:
+        requests.append(json.loads(request.content))
+        body = _sse_chunks(
+            {"role": "assistant", "content": "One moment. "},
+            {
+                "tool_calls": [
+                    {
+                        "index": 0,
+                        "id": "x1",
+                        "type": "function",
+                        "function": {"name": "get_weather", "arguments": ""},
+                    }
+                ]
+            },
+            {"tool_calls": [{"index": 0, "function": {"arguments": '{"city": '}}]},
+            {
+                "tool_calls": [
+                    {
+                        "index": 1,
+                        "id": "x2",
+                        "type": "function",
+                        "function": {"name": "get_time", "arguments": "{}"},
+                    }
+                ]
+            },
+            {"tool_calls": [{"index": 0, "function": {"arguments": '"Paris"}'}}]},
+            finish="tool_calls",
+        )
+        return httpx.Response(200, content=body, headers={"content-type": "text/event-stream"})
+
+    client = AsyncOpenAI(
+        base_url="http://llm.test/v1",
+        api_key="k",
+        http_client=httpx.AsyncClient(transport=httpx.MockTransport(handler)),
+    )
+    weather = FunctionTool(name="get_weather", description="Weather.", parameters={"type": "object"})
+    sampling = SamplingParams(tools=(weather, FunctionTool(name="get_time")), tool_choice="required")
+    earlier = ToolCallRequest("call_0", "get_time", "{}")
+    history = [
+        Message("user", "time?"),
+        Message("assistant", "", calls=(earlier,)),
+        Message("tool", "noon", call_id="call_0"),
+        Message("assistant", "It is noon."),
+        Message("user", "weather in Paris and the time?"),
+    ]
+    out = [d async for d in OpenAIResponder(client, "m").reply(history, sampling)]
+    assert out[0] == "One moment. "
+    calls = out[1:]
+    assert [(c.name, json.loads(c.arguments)) for c in calls] == [
+        ("get_weather", {"city": "Paris"}),
+        ("get_time", {}),
+    ]
+    assert len({c.call_id for c in calls}) == 2
+    (sent,) = requests
+    assert sent["tools"] == [
+        {
+            "type": "function",
+            "function": {"name": "get_weather", "description": "Weather.", "parameters": {"type": "object"}},
+        },
+        {"type": "function", "function": {"name": "get_time", "parameters": {"type": "object"}}},
+    ]
+    assert sent["tool_choice"] == "required"
+    assert sent["messages"][2:4] == [
+        {
+            "role": "assistant",
+            "content": None,
+            "tool_calls": [
+                {"id": "call_0", "type": "function", "function": {"name": "get_time", "arguments": "{}"}}
+            ],
+        },
+        {"role": "tool", "tool_call_id": "call_0", "content": "noon"},
+    ]
+
+
+async def test_openai_sends_no_tools_when_the_session_offers_none() -> None:
+    def handler(request: httpx.Request) -> httpx.Response:
+        assert "tools" not in json.loads(request.content)
+        return httpx.Response(200, content=_sse("ok"), headers={"content-type": "text/event-stream"})
+
+    client = AsyncOpenAI(
+        base_url="http://llm.test/v1",
+        api_key="k",
+        http_client=httpx.AsyncClient(transport=httpx.MockTransport(handler)),
+    )
+    assert await collect(OpenAIResponder(client, "m"), [Message("user", "hi")], SamplingParams()) == ["ok"]

@@ -266,3 +266,19 @@ def test_on_cuda_a_session_may_change_only_the_text_sampling(tiny_checkpoint: Pa
         with pytest.raises(ValueError, match="CUDA graph"):
             s.configure(SamplingParams(), audio)
     assert (s.gen.temp_text, s.gen.top_k_text) == (0.3, 7)
+
+
+async def test_a_closed_session_refuses_to_step_and_its_neighbours_go_on(tiny_checkpoint: Path) -> None:
+    """Its slot may belong to another session already: stepping it would feed that session's slot."""
+    plugin = model(tiny_checkpoint, slots="2")
+    a, b = plugin.new_session(), plugin.new_session()
+    await step(plugin, {a: 0, b: 0})
+    await a.aclose()
+    stepped = plugin.slot_stats().frames_stepped
+    results = await plugin.step_batch(
+        [BatchItem(a, unit(1), time.monotonic()), BatchItem(b, unit(1), time.monotonic())]
+    )
+    assert isinstance(results[0], RuntimeError) and "closed" in str(results[0])
+    assert isinstance(results[1], Listen | Speak)
+    assert plugin.slot_stats().frames_stepped == stepped + 1
+    assert a.frames == 1

@@ -64,12 +64,21 @@ def test_a_speak_segment_is_not_a_listen_decision() -> None:
     assert isinstance(t.decide(frame(3)), Listen)
 
 
-def test_a_response_ends_at_its_frame_budget_and_the_next_word_opens_another() -> None:
+def test_a_budget_bounds_speech_until_the_user_speaks_again() -> None:
+    """The frame that reaches the budget ends the response; the model talks on (Moshi never stops by
+    itself) but is muted, reported as listening, until the user speaks; then its next word opens a reply."""
     t = tracker(max_frames=2)
     first = [t.decide(frame(5, piece="a")), t.decide(frame(6, piece="b"))]
     assert [d.end_of_turn for d in first if isinstance(d, Speak)] == [False, True]
-    again = t.decide(frame(7, piece="c"))
+    muted = [t.decide(frame(7, LOUD, piece="c")) for _ in range(5)]
+    assert all(isinstance(d, Listen) and d.reason == "response_budget" for d in muted)
+    assert not t.in_response
+    again = t.decide(frame(7, piece="c"), user_speaking=True)
     assert isinstance(again, Speak) and not again.end_of_turn and t.in_response
+    t.decide(frame(8, piece="d"))  # the budget again: muted again, until an interruption
+    assert isinstance(t.decide(frame(9, piece="e")), Listen)
+    t.interrupt()
+    assert isinstance(t.decide(frame(9, piece="e")), Speak)
 
 
 def test_an_interrupted_response_starts_afresh() -> None:

@@ -15,6 +15,7 @@ from collections.abc import Callable, Mapping, Sequence
 from pathlib import Path
 from typing import Any
 
+from duplexkit.bench.artifacts import RECORDS_SENTENCES
 from duplexkit.bench.attempt import Attempt, RunConfig
 from duplexkit.bench.benchmark import FolderScores
 from duplexkit.bench.errors import ConfigError
@@ -73,6 +74,7 @@ class FullDuplexBench:
     options = ("--task", "--icc-distribution", "--words", "--transcription-url")
     bounds = SessionBounds()
     folder_scorer = FdbScorer()
+    sentences = RECORDS_SENTENCES
 
     def load_dataset(self, spec: str, selection: Selection, *, cache_dir: Path | None = None) -> Dataset:
         """FDB sample folders under `spec`, or the built-in set (`builtin`, generated on first use)."""

@@ -93,7 +93,7 @@ async def score_run(
     invalid` samples without `allow_invalid_clock`; `JudgeUnreachable` aborts the run (scores written so
     far stay and are reused next time).
     """
-    run = RunDir(run_dir)
+    run = RunDir.open(run_dir)
     metas = _metas(run)
     hooks = benchmark or get_benchmark(benchmark_name_of_run(run_dir))
     invalid = [

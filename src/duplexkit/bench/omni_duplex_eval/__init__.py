@@ -12,6 +12,7 @@ from collections.abc import Mapping, Sequence
 from pathlib import Path
 from typing import Any
 
+from duplexkit.bench.artifacts import SPLIT_SENTENCES
 from duplexkit.bench.attempt import Attempt, RunConfig
 from duplexkit.bench.errors import ConfigError
 from duplexkit.bench.judge.base import Judge, JudgeInfo
@@ -49,9 +50,10 @@ class OmniDuplexEval:
     title = "Omni-DuplexEval"
     artifacts = runner.ARTIFACTS
     report = REPORT
-    options = ("--split", "--family", "--exclude-ids")
+    options = ("--split", "--family", "--exclude-ids", "--sentence-timing")
     bounds = SessionBounds()
     folder_scorer = None
+    sentences = SPLIT_SENTENCES
 
     def load_dataset(self, spec: str, selection: Selection, *, cache_dir: Path | None = None) -> Dataset:
         return load_dataset(spec, selection, cache_dir=cache_dir)

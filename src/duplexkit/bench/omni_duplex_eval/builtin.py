@@ -4,8 +4,12 @@ Six samples, one per task shape (three RTD, three PR), each a 6-10 s H.264 clip 
 content changes at known times, a spoken question padded with silence to the clip's length, reference answers
 and reminder times that match the picture, and a ``ground_truth`` record (event times, counts, colours, pixel
 probes, the voice used) for offline judging and tests. Generation is deterministic, needs no downloads and
-takes a few seconds; the result is a plain ``manifest.jsonl`` plus ``<split>/<id>.mp4`` and ``.wav`` files,
-read by the ordinary manifest loader.
+takes a few seconds. The result is a folder in the Hugging Face layout of Omni-DuplexEval itself, so that
+``datasets.load_dataset(FOLDER, split=SPLIT)`` (what the official batch scorers call) loads it as it loads
+``Hothan/Omni-DuplexEval``: ``data/<split>-00000-of-00001.parquet`` per split with the dataset's fields
+(``video`` and ``question_audio`` as ``{bytes, path}`` media cells holding the mp4 and wav files, ``path``
+their names), a ``README.md`` whose YAML ``configs`` names each split's file, and ``ground_truth`` as a JSON
+string column; our own loader reads it as any local HF-layout dataset.
 
 The question voice is the best available of: the cascade model's TTS (piper in its deterministic mode, else
 espeak-ng), espeak-ng directly, else a synthetic voiced signal (a harmonic buzz with one syllable per word).
@@ -15,6 +19,7 @@ espeak-ng), espeak-ng directly, else a synthetic voiced signal (a harmonic buzz 
 from __future__ import annotations
 
 import json
+import shutil
 from collections.abc import Callable
 from dataclasses import dataclass
 from pathlib import Path
@@ -29,7 +34,7 @@ from duplexkit.client.wavfile import write_wav
 
 __all__ = ["BUILTIN_VERSION", "builtin_dir", "ensure_builtin", "generate_builtin"]
 
-BUILTIN_VERSION = "1"
+BUILTIN_VERSION = "2"
 
 _WIDTH, _HEIGHT, _FPS = 320, 240, 10
 _AUDIO_RATE = 16_000
@@ -69,31 +74,35 @@ def builtin_dir(cache_dir: Path | None = None) -> Path:
     return (cache_dir or sources.cache_dir()) / f"builtin-{BUILTIN_VERSION}-{available_voice()}"
 
 
+_MARKER = "README.md"
+"""Written last: its presence proves a whole dataset."""
+
+
 def ensure_builtin(cache_dir: Path | None = None) -> Path:
-    """Return the built-in ``manifest.jsonl``, generating the dataset on first use.
+    """Return the built-in dataset's folder, generating it on first use.
 
     Generation writes into a temporary sibling directory renamed into place, so concurrent or interrupted
     generations never leave a half-written dataset behind the final name.
     """
     root = builtin_dir(cache_dir)
-    sources.materialise(root, "manifest.jsonl", generate_builtin)
-    return root / "manifest.jsonl"
+    sources.materialise(root, _MARKER, generate_builtin)
+    return root
 
 
 def generate_builtin(dest: Path) -> Path:
-    """Write the built-in dataset into the existing directory ``dest``; return its ``manifest.jsonl``."""
+    """Write the built-in dataset into the existing directory ``dest`` (see the module docstring)."""
     clips = _clips()
     voice, speeches = _speak_all([clip.question for clip in clips], [clip.duration_s for clip in clips])
     rows = []
+    media = dest / ".media"
+    media.mkdir()
     for clip, speech in zip(clips, speeches, strict=True):
-        folder = dest / clip.split
-        folder.mkdir(parents=True, exist_ok=True)
-        video, audio = f"{clip.split}/{clip.id}.mp4", f"{clip.split}/{clip.id}.wav"
-        _write_video(dest / video, clip)
+        video, audio = media / f"{clip.id}.mp4", media / f"{clip.id}.wav"
+        _write_video(video, clip)
         padded = np.zeros(round(clip.duration_s * _AUDIO_RATE), dtype=np.float32)
         start = round(_LEAD_IN_S * _AUDIO_RATE)
         padded[start : start + speech.size] = speech
-        write_wav(dest / audio, padded, _AUDIO_RATE)
+        write_wav(audio, padded, _AUDIO_RATE)
         ground_truth = {
             **clip.ground_truth,
             "voice": voice,
@@ -111,14 +120,37 @@ def generate_builtin(dest: Path) -> Path:
                 "reminder2": clip.reminder2,
                 "video_type": "synthetic",
                 "video_duration": clip.duration_s,
-                "video": video,
-                "question_audio": audio,
-                "ground_truth": ground_truth,
+                "video": {"bytes": video.read_bytes(), "path": f"{clip.split}/{clip.id}.mp4"},
+                "question_audio": {"bytes": audio.read_bytes(), "path": f"{clip.split}/{clip.id}.wav"},
+                "ground_truth": json.dumps(ground_truth, sort_keys=True),
             }
         )
-    manifest = dest / "manifest.jsonl"
-    manifest.write_text("".join(json.dumps(row, sort_keys=True) + "\n" for row in rows), encoding="utf-8")
-    return manifest
+    shutil.rmtree(media)
+    _write_hf_layout(dest, rows)
+    return dest
+
+
+def _write_hf_layout(dest: Path, rows: list[dict[str, Any]]) -> None:
+    """One parquet file per split under ``data/`` and the README whose ``configs`` name them."""
+    import pyarrow as pa  # type: ignore[import-untyped,unused-ignore]
+    import pyarrow.parquet as pq  # type: ignore[import-untyped,unused-ignore]
+
+    cell = pa.struct([("bytes", pa.binary()), ("path", pa.string())])
+    schema = pa.schema(
+        [("id", pa.string())]
+        + [(name, pa.string()) for name in ("question_text", "answer1", "answer2")]
+        + [(name, pa.float64()) for name in ("reminder1", "reminder2")]
+        + [("video_type", pa.string()), ("video_duration", pa.float64())]
+        + [("video", cell), ("question_audio", cell), ("ground_truth", pa.string())]
+    )
+    splits = list(dict.fromkeys(row["split"] for row in rows))
+    (dest / "data").mkdir()
+    for split in splits:
+        table = pa.Table.from_pylist([r for r in rows if r["split"] == split], schema=schema)
+        pq.write_table(table, dest / "data" / f"{split}-00000-of-00001.parquet")
+    files = "".join(f"  - split: {s}\n    path: data/{s}-*.parquet\n" for s in splits)
+    readme = f"---\nconfigs:\n- config_name: default\n  data_files:\n{files}---\n\n# duplexkit built-in\n"
+    (dest / _MARKER).write_text(readme, encoding="utf-8")
 
 
 # --------------------------------------------------------------------------------------------------

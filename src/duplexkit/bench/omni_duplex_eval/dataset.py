@@ -7,7 +7,7 @@ Face ``{bytes, path}`` layout are read a row group at a time on demand: a large 
 Spec forms accepted by ``load_dataset``:
 
 - ``"builtin"``: the synthetic dataset of ``duplexkit.bench.omni_duplex_eval.builtin``, generated into the
-  cache on first use;
+  cache on first use (a local HF-layout folder, read as one);
 - a ``.jsonl`` manifest (or a ``.json`` list of rows): dataset fields plus ``split``, with ``video`` and
   ``question_audio`` as file paths relative to the manifest;
 - a ``.parquet`` file, a glob of them, or a directory searched recursively for ``*.parquet``;
@@ -268,7 +268,8 @@ def load_dataset(spec: str, selection: Selection, *, cache_dir: Path | None = No
 def _load_all(spec: str, cache_dir: Path | None) -> tuple[str, list[Sample]]:
     """The samples ``spec`` names and the canonical spec to load them again (see ``Dataset.source``)."""
     if spec == "builtin":
-        return "builtin", _load_manifest(builtin.ensure_builtin(cache_dir))
+        folder = builtin.ensure_builtin(cache_dir)
+        return "builtin", _load_parquet_files(_parquet_files_in(folder), folder)
     path = Path(spec).expanduser()
     if path.is_dir():
         if (path / "manifest.jsonl").is_file():

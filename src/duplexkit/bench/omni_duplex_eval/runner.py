@@ -46,13 +46,14 @@ async def run_attempt(
     bounds = config.bounds
     input_bound = bounds.input_bound_s(media.duration_ms / 1000.0)
     meta: dict[str, Any] = {
+        "sentence_timing": config.sentence_timing,
         "bounds": {
             "configure_timeout": bounds.configure_timeout_s,
             "input_timeout": input_bound,
             "commit_timeout": bounds.commit_timeout_s,
             "drain_timeout": bounds.drain_timeout_s,
             "close_timeout": bounds.close_timeout_s,
-        }
+        },
     }
     async with DuplexClient(
         config.url,
@@ -62,6 +63,7 @@ async def run_attempt(
         open_timeout_s=bounds.open_timeout_s,
         resume=config.resume_policy(),
         placement=config.placement,
+        sentence_timing=config.sentence_timing,
     ) as client:
         samples = np.frombuffer(media.pcm16, dtype="<i2").astype(np.float32) / 32768.0
         try:

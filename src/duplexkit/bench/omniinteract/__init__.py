@@ -13,6 +13,7 @@ from collections.abc import Mapping, Sequence
 from pathlib import Path
 from typing import Any
 
+from duplexkit.bench.artifacts import RECORDS_SENTENCES
 from duplexkit.bench.attempt import Attempt, RunConfig
 from duplexkit.bench.errors import ConfigError
 from duplexkit.bench.judge.base import Judge, JudgeInfo
@@ -36,6 +37,7 @@ class OmniInteract:
     options = ("--subset", "--scenario")
     bounds = SessionBounds(drain_timeout_s=runner.COMPLETION_TIMEOUT_S)
     folder_scorer = None
+    sentences = RECORDS_SENTENCES
 
     def load_dataset(self, spec: str, selection: Selection, *, cache_dir: Path | None = None) -> Dataset:
         return load_dataset(spec, selection, cache_dir=cache_dir)

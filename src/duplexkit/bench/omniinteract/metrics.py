@@ -4,16 +4,21 @@ interruption and nested metrics. Pure functions over plain values; judges supply
 - **Matching.** An output chunk `{text, start, end, words?}` goes to the slot with start ≤ chunk.start < end;
   when several contain it (nested), the latest start wins. A chunk in no slot is one false positive.
 - **Phases.** The part of a slot's output before t_a is its early phase, the rest its core. A chunk that
-  straddles t_a is split at its words' start times when it has words; a chunk without words belongs whole
-  to the phase in which it starts. A slot without an early phase (later 1QnA steps) has only a core.
-- **Spill.** The latest end of a slot's chunks past the slot's end, in seconds; on a HARD slot any spill is
-  one false positive.
+  straddles t_a (start < t_a < end) is split at its words' start times when it has words (each part spans
+  its words; the core part starts at t_a for the fallback below); any other chunk belongs whole to the
+  phase in which it starts. A slot without an early phase (later 1QnA steps) has only a core.
+- **Spill.** The latest end of a slot's chunks past the slot's end, in seconds; on a HARD slot any spill
+  (unrounded) is one false positive.
 - **decay(t, peak, end)** = clamp(1 - alpha·(max(0, t - peak)/(end - peak))^gamma, 0, 1), with
   alpha = gamma = 1; when end ≤ peak it is 1 at or before the peak and 0 after.
-- **Early.** Neutral: TP_ack = decay(first early start, start, t_a)·S_ack·0.2; hallucination: +1 FP.
-- **Core** (not interrupted, some core output). t_start = the trigger phrase's first word time (words), else
-  the start of the first core chunk holding the phrase, else the first core chunk's start; never before t_a.
-  S_core < 0.5: +1 FP and TP_core = 0; else TP_core = decay(t_start, t_a, end)·S_core·0.8.
+- **Weights.** W_ack = 0.2 and W_core = 0.8, except on a 1QnA step after the first (built with start = t_a,
+  so without an early phase): W_ack = 0, W_core = 1.0 (upstream `compute_unified_eval.py` ~L260-266).
+- **Early.** Neutral: TP_ack = decay(first early start, start, t_a)·S_ack·W_ack; hallucination: +1 FP.
+- **Core** (not interrupted, some core output). t_start = the time of the first character of the trigger
+  phrase that has one, found as text in the core chunks' texts joined as they are (case-sensitive, then
+  case-insensitive; a character's time is its word's start, so only chunks with words give one), when
+  S_core > 0; else the first core chunk's start (t_a for a part split off at t_a); never before t_a.
+  S_core < 0.5: +1 FP and TP_core = 0; else TP_core = decay(t_start, t_a, end)·S_core·W_core.
 - **Slot.** TP = clamp(TP_ack + TP_core, 0, 1); FN = 1 when the slot is not interrupted and TP_core ≤ 0.
   Interrupted slots skip the core (TP_core = 0, FN = 0).
 - **IA-QTF1** = 2ΣTP / (2ΣTP + ΣFP + ΣFN), `None` when the denominator is 0.
@@ -29,7 +34,6 @@ interruption and nested metrics. Pure functions over plain values; judges supply
 from __future__ import annotations
 
 import math
-import re
 from collections.abc import Iterable, Mapping, Sequence
 from dataclasses import dataclass, field
 from typing import Literal
@@ -40,8 +44,9 @@ ALPHA = 1.0
 GAMMA = 1.0
 ACK_WEIGHT = 0.2
 CORE_WEIGHT = 0.8
+LATER_STEP_WEIGHTS = (0.0, 1.0)
+"""(W_ack, W_core) of a 1QnA step after the first: it has no early phase."""
 CORE_PASS = 0.5
-_WORD = re.compile(r"[\w']+", re.UNICODE)
 
 
 @dataclass(frozen=True)
@@ -53,12 +58,14 @@ class Word:
 
 @dataclass(frozen=True)
 class Chunk:
-    """One piece of model output on the playback timeline (seconds); `words` when word times are known."""
+    """One piece of model output on the playback timeline (seconds); `words` when word times are known;
+    `split_at` the answer time when this is the core part of a chunk split there."""
 
     text: str
     start: float
     end: float
     words: tuple[Word, ...] | None = None
+    split_at: float | None = None
 
 
 @dataclass
@@ -88,8 +95,9 @@ class SlotOutput:
 
     @property
     def spill_s(self) -> float:
+        """Seconds past the slot's end, unrounded (any > 0 is a spill)."""
         latest = max((c.end for c in self.chunks), default=self.slot.end)
-        return round(max(0.0, latest - self.slot.end), 3)
+        return max(0.0, latest - self.slot.end)
 
 
 @dataclass(frozen=True)
@@ -119,17 +127,19 @@ def match(slots: Sequence[Slot], chunks: Iterable[Chunk]) -> Matching:
 
 def split_at(chunk: Chunk, t: float) -> tuple[Chunk | None, Chunk | None]:
     """The chunk's part before `t` and its part from `t` on (see Phases)."""
-    if chunk.words:
-        before = tuple(w for w in chunk.words if w.start < t)
-        after = tuple(w for w in chunk.words if w.start >= t)
-        return _from_words(before), _from_words(after)
+    if chunk.words and chunk.start < t < chunk.end:
+        early = _from_words(tuple(w for w in chunk.words if w.start < t), None)
+        core = _from_words(tuple(w for w in chunk.words if w.start >= t), t)
+        if early is not None or core is not None:
+            return early, core
     return (chunk, None) if chunk.start < t else (None, chunk)
 
 
-def _from_words(words: tuple[Word, ...]) -> Chunk | None:
-    if not words:
+def _from_words(words: tuple[Word, ...], split_at: float | None) -> Chunk | None:
+    text = " ".join(w.text for w in words if w.text).strip()
+    if not text:
         return None
-    return Chunk(" ".join(w.text for w in words), words[0].start, words[-1].end, words)
+    return Chunk(text, words[0].start, words[-1].end, words, split_at)
 
 
 def decay(t: float, peak: float, end: float) -> float:
@@ -142,32 +152,55 @@ def decay(t: float, peak: float, end: float) -> float:
 
 
 def trigger_time(output: SlotOutput, phrase: str | None) -> float | None:
-    """When the core answer starts: the trigger phrase's first word, else the fallbacks; never before t_a."""
+    """When the core answer starts: the trigger phrase's first timed character, else the first core chunk's
+    start (t_a for a part split off there); never before t_a (see Core). `phrase` None: not looked for."""
     if not output.core:
         return None
-    found = None
-    wanted = _tokens(phrase or "")
-    if wanted:
-        words = [w for c in output.core for w in (c.words or ())]
-        if words:
-            tokens = [_tokens(w.text) for w in words]
-            flat = [(i, tok) for i, toks in enumerate(tokens) for tok in toks]
-            for k in range(len(flat) - len(wanted) + 1):
-                if [tok for _, tok in flat[k : k + len(wanted)]] == wanted:
-                    found = words[flat[k][0]].start
-                    break
-        if found is None:
-            found = next((c.start for c in output.core if _contains(_tokens(c.text), wanted)), None)
-    start = found if found is not None else output.core[0].start
-    return max(start, output.slot.answer)
+    t_a = output.slot.answer
+    first = output.core[0]
+    fallback = first.start if first.split_at is None else min(first.start, first.split_at)
+    found = _phrase_time(output.core, phrase) if phrase else None
+    return max(found if found is not None else fallback, t_a)
 
 
-def _tokens(text: str) -> list[str]:
-    return [t.lower() for t in _WORD.findall(text)]
+def _phrase_time(core: Sequence[Chunk], phrase: str) -> float | None:
+    wanted = phrase.strip().strip("\"'\u201c\u201d\u2018\u2019")
+    if not wanted:
+        return None
+    text = "".join(c.text for c in core)
+    times = [t for c in core for t in _char_times(c)]
+    at = text.find(wanted)
+    if at < 0:
+        at = text.lower().find(wanted.lower())
+    if at < 0:
+        return None
+    return next((t for t in times[at : at + len(wanted)] if t is not None), None)
 
 
-def _contains(haystack: list[str], needle: list[str]) -> bool:
-    return any(haystack[k : k + len(needle)] == needle for k in range(len(haystack) - len(needle) + 1))
+def _char_times(chunk: Chunk) -> list[float | None]:
+    """Each character of the chunk's text with its word's start time, where the words spell it."""
+    words = [w for w in chunk.words or () if w.text]
+    if not chunk.text or not words:
+        return [None] * len(chunk.text)
+    gap = "" if _has_cjk("".join(w.text for w in words)) else " "
+    spelled: list[float | None] = []
+    for k, w in enumerate(words):
+        spelled += [w.start] * len(w.text)
+        if gap and k + 1 < len(words):
+            spelled.append(None)
+    built = gap.join(w.text for w in words).strip()
+    if built == chunk.text:
+        return spelled[: len(chunk.text)]
+    times: list[float | None] = [None] * len(chunk.text)
+    at = chunk.text.find(built)
+    if at >= 0:
+        for k, t in enumerate(spelled[: len(chunk.text) - at]):
+            times[at + k] = t
+    return times
+
+
+def _has_cjk(text: str) -> bool:
+    return any("\u4e00" <= ch <= "\u9fff" for ch in text)
 
 
 @dataclass(frozen=True)
@@ -223,6 +256,11 @@ class SlotResult:
         }
 
 
+def weights(slot: Slot) -> tuple[float, float]:
+    """(W_ack, W_core) of the slot (see Weights)."""
+    return LATER_STEP_WEIGHTS if slot.scenario == "1qna" and slot.index > 0 else (ACK_WEIGHT, CORE_WEIGHT)
+
+
 def slot_result(
     output: SlotOutput,
     early: EarlyVerdict | None,
@@ -231,6 +269,7 @@ def slot_result(
 ) -> SlotResult:
     """Apply the slot rules to one slot's output and its verdicts (None: that phase had no output)."""
     slot = output.slot
+    w_ack, w_core = weights(slot)
     reasons: list[str] = []
     tp_ack = 0.0
     if early is not None and output.early:
@@ -239,16 +278,16 @@ def slot_result(
         else:
             first = output.first_early_start
             assert first is not None
-            tp_ack = decay(first, slot.start, slot.answer) * early.score * ACK_WEIGHT
+            tp_ack = decay(first, slot.start, slot.answer) * early.score * w_ack
     tp_core, core_score, core_start = 0.0, None, None
     if not slot.interrupted and core is not None and output.core:
         core_score = core.score
-        core_start = trigger_time(output, core.trigger_phrase)
+        core_start = trigger_time(output, core.trigger_phrase if core.score > 0 else None)
         assert core_start is not None
         if core.score < CORE_PASS:
             reasons.append("core_below_pass")
         else:
-            tp_core = decay(core_start, slot.answer, slot.end) * core.score * CORE_WEIGHT
+            tp_core = decay(core_start, slot.answer, slot.end) * core.score * w_core
     spill = output.spill_s
     if slot.hard and spill > 0:
         reasons.append("spill")
@@ -261,7 +300,7 @@ def slot_result(
         fn=int(not slot.interrupted and tp_core <= 0),
         core_score=core_score,
         core_start=core_start,
-        spill_s=spill,
+        spill_s=round(spill, 3),
         has_output=output.has_output,
         partial_quality=partial.quality if (slot.interrupted and partial is not None) else None,
         fp_reasons=tuple(reasons),

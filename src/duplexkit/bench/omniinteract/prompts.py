@@ -5,7 +5,9 @@ time: a neutral acknowledgement, or a hallucinated answer), `core` (what it said
 well it answers, the verbatim phrase where the answer starts, whether it gives away a later step) and
 `partial` (an interrupted slot: the quality of what was said before the interruption). Any change to a text
 must bump PROMPT_VERSION: a test pins the digest of every text to the version, since scores are cached per
-prompt version.
+prompt version. A change to a scoring rule in `metrics.py` bumps it too, for the same reason (a cached record
+holds the slot sums, not only the verdicts): -2 brought upstream's 1QnA later-step weights, core start of a
+split chunk, trigger-phrase timing and nested walk.
 """
 
 from __future__ import annotations
@@ -15,7 +17,7 @@ from collections.abc import Mapping
 from duplexkit.bench.judge.parsing import Field
 from duplexkit.bench.judge.prompting import PromptRules, PromptSet
 
-PROMPT_VERSION = "duplexkit-omniinteract-judge-1"
+PROMPT_VERSION = "duplexkit-omniinteract-judge-2"
 
 PLACEHOLDERS: Mapping[str, tuple[str, ...]] = {
     "early": ("question", "reference", "response"),

@@ -3,11 +3,14 @@
 A slot is `[start, answer, end)`: `start` the question time, `answer` (t_a) the reference answer time.
 
 - multi_turn (1Q1A): questions in time order; a slot ends at the next question's time (the last one at
-  t_a + 60 s). The boundary is HARD.
-- nested (1Q1A): an outer question's inner question is the first one asked strictly inside (outer.q, outer.a)
-  whose answer is no later than outer.a. The inner slot ends at outer.a, the outer one at the next outer
-  question (or t_a + 60 s); both are HARD and tagged `nested`. A question of a nested video that pairs with
-  nothing is an ordinary slot tagged with its `question_type` (upstream is silent on that case).
+  t_a + 60 s), never before its own start (upstream's floor: a next question asked before this answer
+  time leaves the slot no core phase). The boundary is HARD.
+- nested (1Q1A): walking the questions in time order, an outer question's inner question is the first later
+  one asked strictly inside (outer.q, outer.a) whose answer is no later than outer.a; the walk goes on after
+  the inner, so questions between the two make no slot (upstream's walk). The inner slot ends at outer.a,
+  the outer one at the next outer question (or t_a + 60 s, never before outer.a); both are HARD and tagged
+  `nested`. A question of a nested video that pairs with nothing is an ordinary slot tagged with its
+  `question_type` (upstream fails the whole case there).
 - 1QnA: one question, n steps in answer-time order. Step 1 starts at the question, later steps start at
   their own t_a (no early phase); each ends at the next step's t_a (the last at t_a + 60 s). SOFT boundaries.
   The judge sees the later steps' references, so it can tell a spoiler.
@@ -103,18 +106,20 @@ def build_slots(case: Case) -> list[Slot]:
     if case.scene_type == "nested":
         return _nested_slots(qas)
     return [
-        _slot(i, qa, qas[i + 1].question_time if i + 1 < len(qas) else None, qa.question_type)
+        _slot(
+            i, qa, qas[i + 1].question_time if i + 1 < len(qas) else None, qa.question_type, qa.question_time
+        )
         for i, qa in enumerate(qas)
     ]
 
 
-def _slot(index: int, qa: QA, end: float | None, scenario: str, **extra: object) -> Slot:
+def _slot(index: int, qa: QA, end: float | None, scenario: str, floor: float, **extra: object) -> Slot:
     stop = qa.answer_time + LAST_SLOT_S if end is None else end
     return Slot(
         index=index,
         start=qa.question_time,
         answer=qa.answer_time,
-        end=max(stop, qa.answer_time),
+        end=max(stop, floor),
         hard=True,
         scenario=scenario,
         interrupted=qa.interrupted,
@@ -125,34 +130,37 @@ def _slot(index: int, qa: QA, end: float | None, scenario: str, **extra: object)
 
 
 def _nested_slots(qas: list[QA]) -> list[Slot]:
-    inner_of: dict[int, int] = {}
-    taken: set[int] = set()
-    for i, outer in enumerate(qas):
-        if i in taken:
+    """Upstream's walk: from each outer, the first later question that fits is its inner; the walk goes on
+    after the inner, so the questions between an outer and its inner make no slot. An outer with no inner
+    is an ordinary slot and the walk goes on with the next question (upstream fails such a case)."""
+    groups: list[tuple[int, int | None]] = []
+    i = 0
+    while i < len(qas):
+        outer = qas[i]
+        j = next(
+            (
+                j
+                for j in range(i + 1, len(qas))
+                if outer.question_time < qas[j].question_time < outer.answer_time
+                and qas[j].answer_time <= outer.answer_time
+            ),
+            None,
+        )
+        groups.append((i, j))
+        i = i + 1 if j is None else j + 1
+    slots: list[Slot] = []
+    pair = 0
+    for n, (i, j) in enumerate(groups):
+        following = qas[groups[n + 1][0]].question_time if n + 1 < len(groups) else None
+        if j is None:
+            slots.append(_slot(i, qas[i], following, qas[i].question_type, qas[i].question_time))
             continue
-        for j in range(i + 1, len(qas)):
-            inner = qas[j]
-            if j in taken or j in inner_of:
-                continue
-            if (
-                outer.question_time < inner.question_time < outer.answer_time
-                and inner.answer_time <= outer.answer_time
-            ):
-                inner_of[i] = j
-                taken.add(j)
-                break
-    outers = [i for i in range(len(qas)) if i not in taken]
-    slots: dict[int, Slot] = {}
-    for n, i in enumerate(outers):
-        following = qas[outers[n + 1]].question_time if n + 1 < len(outers) else None
-        if i in inner_of:
-            pair = len([k for k in inner_of if k < i])
-            slots[i] = _slot(i, qas[i], following, "nested", pair=pair, role="outer")
-            j = inner_of[i]
-            slots[j] = _slot(j, qas[j], qas[i].answer_time, "nested", pair=pair, role="inner")
-        else:
-            slots[i] = _slot(i, qas[i], following, qas[i].question_type)
-    return [slots[i] for i in sorted(slots, key=lambda k: (slots[k].start, k))]
+        slots.append(_slot(i, qas[i], following, "nested", qas[i].answer_time, pair=pair, role="outer"))
+        slots.append(
+            _slot(j, qas[j], qas[i].answer_time, "nested", qas[j].question_time, pair=pair, role="inner")
+        )
+        pair += 1
+    return sorted(slots, key=lambda slot: (slot.start, slot.index))
 
 
 def _qna_slots(qas: tuple[QA, ...]) -> list[Slot]:

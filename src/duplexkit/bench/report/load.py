@@ -60,7 +60,7 @@ def load_run(run_dir: Path) -> ReportData:
     if raw_run is not None and not isinstance(raw_run, dict):
         problems.append("run.json: not a JSON object; run details are unknown")
     run_json = _obj(raw_run)
-    run = RunDir(run_dir)
+    run = RunDir.open(run_dir)
     meta_paths = run.meta_paths()
     if not run_path.is_file() and not meta_paths:
         raise ReportError(

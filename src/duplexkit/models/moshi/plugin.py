@@ -162,6 +162,16 @@ class MoshiSession(ModelSession):
             raise decision
         yield decision
 
+    @property
+    def closed(self) -> bool:
+        return self._closed
+
+    def tools_refusal(self) -> str | None:
+        return (
+            "Moshi and PersonaPlex have no tool-call tokens: they cannot call tools (serve the cascade "
+            "with --model-arg responder=openai for tool calls)"
+        )
+
     def interrupt(self) -> None:
         self.tracker.interrupt()
 
@@ -191,7 +201,7 @@ class MoshiModel(ModelPlugin):
 
         torch.set_num_threads(1)  # one torch thread per process: two stalled steps for seconds on 2 cores
         self.args = args
-        self.checkpoint: Checkpoint = resolve(args.checkpoint)
+        self.checkpoint: Checkpoint = resolve(args.checkpoint, args.config)
         device = args.device
         dtype = {"float32": torch.float32, "bfloat16": torch.bfloat16, "float16": torch.float16}[
             args.dtype or ("bfloat16" if device.startswith("cuda") else "float32")
@@ -200,10 +210,19 @@ class MoshiModel(ModelPlugin):
         mimi_q = max(lm_config["dep_q"], lm_config["n_q"] - lm_config["dep_q"])
         if lm_config["dep_q"] >= lm_config["n_q"]:
             mimi_q = lm_config["n_q"] // 2
-        mimi = loaders.get_mimi(
-            self.checkpoint.mimi_weights, self.checkpoint.mimi_config, device=device, num_codebooks=mimi_q
-        )
-        lm = loaders.get_moshi_lm(self.checkpoint.lm_weights, lm_kwargs=lm_config, device=device, dtype=dtype)
+        try:
+            mimi = loaders.get_mimi(
+                self.checkpoint.mimi_weights, self.checkpoint.mimi_config, device=device, num_codebooks=mimi_q
+            )
+            lm = loaders.get_moshi_lm(
+                self.checkpoint.lm_weights, lm_kwargs=lm_config, device=device, dtype=dtype
+            )
+        except RuntimeError as exc:  # load_state_dict: the weights are not of this configuration
+            where = "moshi's built-in 7B configuration" if self.checkpoint.builtin else "its configuration"
+            raise ValueError(
+                f"checkpoint {args.checkpoint}: the weights do not fit {where} (give the right one with "
+                f"--model-arg config=PATH): {str(exc)[:300]}"
+            ) from None
         self.tokenizer = sentencepiece.SentencePieceProcessor(str(self.checkpoint.tokenizer))
         gen_config = self.checkpoint.lm_gen_config
         self.gen_defaults = Sampling(
@@ -221,6 +240,7 @@ class MoshiModel(ModelPlugin):
             chunk_period_ms=FRAME_MS,
             input_sample_rate_hz=SAMPLE_RATE_HZ,
             output_sample_rate_hz=SAMPLE_RATE_HZ,
+            input_clocked=True,
         )
         self.default_sampling = SamplingParams(
             temperature=self.gen_defaults.temp,
@@ -232,7 +252,12 @@ class MoshiModel(ModelPlugin):
         self.max_sessions = args.slots
         self._executor = ThreadPoolExecutor(max_workers=1, thread_name_prefix="moshi")
         self._batch: SlotBatch = self._executor.submit(
-            SlotBatch, mimi, lm, args.slots, self.gen_defaults
+            SlotBatch,
+            mimi,
+            lm,
+            args.slots,
+            self.gen_defaults,
+            published_mimi=self.checkpoint.mimi_config is None,
         ).result()
         self._free = list(range(args.slots))
         self._needs_reset: set[int] = set()
@@ -297,28 +322,47 @@ class MoshiModel(ModelPlugin):
     # --- stepping -------------------------------------------------------------------------------------
 
     async def step_batch(self, items: Sequence[BatchItem]) -> Sequence[Decision | Exception]:
-        """Every item's frame in one pass per distinct sampling setting (usually one)."""
-        sessions: list[MoshiSession] = []
+        """Every item's frame in one pass per distinct sampling setting (usually one). A closed session's
+        item is refused (its slot may be another session's already) and the others step."""
+        live: list[tuple[MoshiSession, BatchItem]] = []
         for item in items:
             if not isinstance(item.session, MoshiSession):
                 raise TypeError(f"not a moshi session: {type(item.session).__name__}")
-            sessions.append(item.session)
-        resets = [s.slot for s in sessions if s.slot in self._needs_reset]
+            if not item.session.closed:
+                live.append((item.session, item))
+        resets = [s.slot for s, _ in live if s.slot in self._needs_reset]
         self._needs_reset.difference_update(resets)
         groups: dict[Sampling, dict[int, npt.NDArray[np.float32]]] = {}
-        for session, item in zip(sessions, items, strict=True):
+        for session, item in live:
             groups.setdefault(session.gen, {})[session.slot] = _frame(item.unit)
         occupied = self.args.slots - len(self._free)
-        loop = asyncio.get_running_loop()
-        outputs = await loop.run_in_executor(self._executor, self._step_groups, resets, groups, occupied)
+        outputs: dict[int, SlotFrame] = {}
+        if live:
+            loop = asyncio.get_running_loop()
+            outputs = await loop.run_in_executor(self._executor, self._step_groups, resets, groups, occupied)
         results: list[Decision | Exception] = []
-        for session in sessions:
-            out = outputs[session.slot]
-            session.frames += 1
-            results.append(
-                session.tracker.decide(FrameOutput(out.text_id, self.piece(out.text_id), out.audio))
-            )
+        for item in items:
+            moshi_session = item.session
+            assert isinstance(moshi_session, MoshiSession)
+            if moshi_session.closed or moshi_session.slot not in outputs:
+                results.append(RuntimeError(f"the moshi session on slot {moshi_session.slot} is closed"))
+                continue
+            out = outputs[moshi_session.slot]
+            moshi_session.frames += 1
+            frame = FrameOutput(out.text_id, self.piece(out.text_id), out.audio)
+            speaking = self._user_speaking(item.unit)
+            results.append(moshi_session.tracker.decide(frame, user_speaking=speaking))
         return results
+
+    def _user_speaking(self, unit: Unit) -> bool:
+        """Whether the user speaks in this frame (what lifts a spent budget's mute): the server's VAD where
+        it runs, else the input's RMS at `speech_rms` or above."""
+        if unit.is_speech is not None:
+            return unit.is_speech
+        samples = unit.samples
+        return len(samples) > 0 and float(np.sqrt(np.mean(np.square(samples, dtype=np.float64)))) >= (
+            self.args.speech_rms
+        )
 
     def _step_groups(
         self,
@@ -362,6 +406,11 @@ class MoshiModel(ModelPlugin):
             raise ValueError("voice_prompt: this server has no voices folder (--model-arg voices=DIR)")
         if not _VOICE_NAME.match(spec):
             raise ValueError(f"voice_prompt: {spec!r} is not a voice name")
+        if spec.endswith(".pt"):
+            raise ValueError(
+                f"voice_prompt: {spec}: PersonaPlex's .pt voice embeddings are not served here; put the "
+                f"voice as a WAV in the voices folder ({spec[:-3]}.wav) and ask for {spec[:-3]}"
+            )
         path = self._voice_path(spec)
         try:
             return _read_wav(path.read_bytes())
@@ -382,21 +431,32 @@ class MoshiModel(ModelPlugin):
         for start in range(0, len(frames), PREFILL_CHUNK_FRAMES):
             chunk = frames[start : start + PREFILL_CHUNK_FRAMES]
             await loop.run_in_executor(self._executor, self._batch.force, slot, chunk)
+        await loop.run_in_executor(self._executor, self._batch.prompted, slot)
 
     def _prompt_frames(self, persona: Persona) -> list[ForcedFrame]:
+        """NVIDIA's prompt phase (`LMGen.step_system_prompts`): the voice prompt's frames, 0.5 s of silence,
+        the text prompt (in `<system>` tags unless it has them) one token per frame, 0.5 s of silence."""
+        if persona.empty:
+            return []
         pad = min(self.pad_ids - {0}, default=3)
-        silence = [ForcedFrame(None, None, pad)] * PROMPT_SILENCE_FRAMES
+        silence = [ForcedFrame(None, pad)] * PROMPT_SILENCE_FRAMES
         frames: list[ForcedFrame] = []
         if persona.voice is not None:
             voice = persona.voice
             for start in range(0, len(voice), FRAME_SAMPLES):
-                frames.append(ForcedFrame(None, voice[start : start + FRAME_SAMPLES], pad))
-            frames += silence
+                frames.append(ForcedFrame(voice[start : start + FRAME_SAMPLES], pad))
+        frames += silence
         if persona.text:
-            ids = self.tokenizer.encode(f"<system> {persona.text} <system>")
-            frames += [ForcedFrame(None, None, int(i)) for i in ids]
-            frames += silence
-        return frames
+            frames += [ForcedFrame(None, int(i)) for i in self.tokenizer.encode(system_prompt(persona.text))]
+        return frames + silence
+
+
+def system_prompt(text: str) -> str:
+    """The text prompt as PersonaPlex's model expects it: in `<system>` tags, unless it already is."""
+    cleaned = text.strip()
+    if cleaned.startswith("<system>") and cleaned.endswith("<system>"):
+        return cleaned
+    return f"<system> {cleaned} <system>"
 
 
 def _frame(unit: Unit) -> npt.NDArray[np.float32]:

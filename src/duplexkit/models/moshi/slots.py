@@ -5,6 +5,11 @@ slot); every call steps only the slots it was given and freezes the others (`set
 whose frame is late keeps its state and never holds the others back. Everything here runs on the one
 thread that owns the model (see `plugin.MoshiModel`): these calls are not thread-safe and never awaited.
 
+A slot's first frame follows the server its family ships with. Kyutai's `moshi.server` resets the codec
+after encoding a session's first frame (the encoder's left padding makes that first encoding special; its
+codes still go to the LM), so a Moshi slot's codec is reset once more right after its first encode. NVIDIA's
+PersonaPlex server does not (it resets the codec after the prompt phase), so a PersonaPlex slot is not.
+
 PersonaPlex's layout (`dep_q=16`, the depformer also predicting the user's 8 codebooks) takes the user's
 codes through the same cache the upstream `LMGen` keeps for generated tokens: the user's codebooks are
 written over the predicted ones, at their delays, before and after each step (`_feed_user`).
@@ -13,7 +18,7 @@ written over the predicted ones, at their delays, before and after each step (`_
 from __future__ import annotations
 
 import time
-from collections.abc import Sequence
+from collections.abc import Iterable, Sequence
 from contextlib import ExitStack
 
 import numpy as np
@@ -25,11 +30,25 @@ from moshi.models.lm import LMGen, LMModel
 from duplexkit.models.moshi.frames import FRAME_SAMPLES, ForcedFrame, SlotFrame
 from duplexkit.models.moshi.params import Sampling
 
+PERSONAPLEX_SILENCE_CODES = (948, 243, 1178, 546, 1736, 1030, 1978, 2008)
+"""The agent's audio during PersonaPlex's prompt frames: digital silence as the published Mimi's codes
+(NVIDIA/personaplex, `moshi/models/lm.py`)."""
+PERSONAPLEX_SINE_CODES = (430, 1268, 381, 1611, 1095, 1495, 56, 472)
+"""The user's audio during every PersonaPlex prompt frame: a 440 Hz sine as the published Mimi's codes."""
+
 
 class SlotBatch:
     """The streaming state of `slots` sessions over one Mimi and one LM."""
 
-    def __init__(self, mimi: MimiModel, lm: LMModel, slots: int, gen_defaults: Sampling) -> None:
+    def __init__(
+        self,
+        mimi: MimiModel,
+        lm: LMModel,
+        slots: int,
+        gen_defaults: Sampling,
+        *,
+        published_mimi: bool = False,
+    ) -> None:
         self.mimi = mimi
         self.lm = lm
         self.slots = slots
@@ -46,7 +65,10 @@ class SlotBatch:
             top_k_text=gen_defaults.top_k_text,
             support_out_of_sync=True,
         )
-        self._silence_codes = self._codes_of_silence()
+        self.silence_codes, self.sine_codes = self._prompt_codes(published_mimi)
+        """The agent's and the user's codes during prompt frames (see `_prompt_codes`)."""
+        self._first_frame: set[int] = set()
+        """Moshi slots whose next frame is their first since a reset (the codec is reset after it)."""
         self._streams = ExitStack()
         self._streams.enter_context(self.mimi.streaming(slots))
         self._streams.enter_context(self.gen.streaming(slots))
@@ -55,14 +77,28 @@ class SlotBatch:
         self.frames_stepped = 0
         self.frames_frozen = 0
 
+    def _prompt_codes(self, published_mimi: bool) -> tuple[torch.Tensor, torch.Tensor]:
+        """PersonaPlex's prompt codes: digital silence (the agent's channel) and a 440 Hz sine of amplitude
+        0.5 (the user's), as Mimi codes. For the published Mimi they are NVIDIA's constants; another codec
+        (a test's tiny Mimi) gets its own, derived the same way."""
+        if published_mimi and self.mimi.num_codebooks == 8:
+            return (
+                torch.tensor(PERSONAPLEX_SILENCE_CODES, dtype=torch.long, device=self.device),
+                torch.tensor(PERSONAPLEX_SINE_CODES, dtype=torch.long, device=self.device),
+            )
+        t = np.arange(FRAME_SAMPLES) / self.mimi.sample_rate
+        tone = (0.5 * np.sin(2 * np.pi * 440.0 * t)).astype(np.float32)
+        return self._steady_codes(np.zeros(FRAME_SAMPLES, dtype=np.float32)), self._steady_codes(tone)
+
     def close(self) -> None:
         """Leave streaming mode: the codec and LM can then be given to another `SlotBatch`."""
         self._streams.close()
 
-    def _codes_of_silence(self) -> torch.Tensor:
-        """The codec's codes for a frame of silence in steady state ([K], K = Mimi's codebooks)."""
+    def _steady_codes(self, pcm: npt.NDArray[np.float32]) -> torch.Tensor:
+        """The codec's codes for the last of four frames of `pcm` repeated ([K], K = Mimi's codebooks)."""
         with torch.no_grad():
-            codes = self.mimi.encode(torch.zeros(1, 1, 4 * FRAME_SAMPLES, device=self.device))
+            signal = torch.from_numpy(np.tile(pcm, 4)).to(self.device)
+            codes = self.mimi.encode(signal[None, None])
         return codes[0, :, -1]
 
     def reset(self, slot: int) -> None:
@@ -71,6 +107,8 @@ class SlotBatch:
         mask[slot] = True
         self.mimi.reset_streaming(mask)
         self.gen.reset_streaming(mask)
+        if not self.user_fed:
+            self._first_frame.add(slot)
 
     def step(
         self, groups: dict[Sampling, dict[int, npt.NDArray[np.float32]]], occupied: int
@@ -100,6 +138,11 @@ class SlotBatch:
         with torch.no_grad():
             self._set_mask(active)
             codes = self.mimi.encode(pcm)
+            first = self._first_frame.intersection(frames)
+            if first:  # as `moshi.server` does after a session's first frame: the codec starts again
+                self._first_frame.difference_update(first)
+                self.mimi.reset_streaming(self._mask(first))
+                self.mimi.set_exec_mask(active)
             tokens = self._lm_step(codes, active)
             texts = tokens[:, 0, 0].tolist()
             decodable = active & (tokens[:, 1 : 1 + self.agent_q, 0] >= 0).all(dim=1)
@@ -109,30 +152,40 @@ class SlotBatch:
                 out = self.mimi.decode(tokens[:, 1 : 1 + self.agent_q].clamp(min=0))
                 audio = out[:, 0].float().cpu().numpy()
         valid = decodable.tolist()
+        codes_out = tokens[:, 1 : 1 + self.agent_q, 0].tolist()
         return {
             slot: SlotFrame(
-                int(texts[slot]), audio[slot].copy() if valid[slot] else np.zeros(0, dtype=np.float32)
+                int(texts[slot]),
+                audio[slot].copy() if valid[slot] else np.zeros(0, dtype=np.float32),
+                tuple(codes_out[slot]) if valid[slot] else (),
             )
             for slot in frames
         }
 
     def force(self, slot: int, frames: Sequence[ForcedFrame]) -> None:
-        """Step `slot` alone through prompt frames with the agent's audio and text forced (the persona
-        prefill: the model has "said" its prompt when the session starts)."""
-        active = self._mask({slot: np.zeros(0, dtype=np.float32)})
+        """Step `slot` alone through prompt frames, as NVIDIA's prompt phase does: the user's channel
+        carries the sine codes, the agent's the voice prompt's codes or the silence codes, the text is
+        forced (the persona prefill: the model has "said" its prompt when the session starts). Call
+        `prompted` after the last frame."""
+        active = self._mask([slot])
         forced_text = 0
 
         def force_text(text: torch.Tensor) -> None:
             text[slot] = forced_text
 
+        user = self.sine_codes[None, :, None].expand(self.slots, -1, 1).clone()
         self.gen.on_text_hook = force_text
         try:
             with torch.no_grad():
                 for frame in frames:
                     forced_text = frame.text_id
                     self._set_mask(active)
-                    user = self._encode_or_silence(frame.user_pcm, slot)
-                    agent = self._encode_or_silence(frame.agent_pcm, slot)
+                    agent = self.silence_codes[None, :, None].expand(self.slots, -1, 1).clone()
+                    if frame.agent_pcm is not None:
+                        batch = torch.zeros(self.slots, 1, FRAME_SAMPLES, device=self.device)
+                        pcm = frame.agent_pcm[:FRAME_SAMPLES]
+                        batch[slot, 0, : len(pcm)] = torch.from_numpy(pcm)
+                        agent[slot] = self.mimi.encode(batch)[slot]
                     replace = torch.zeros(self.slots, self.lm.dep_q, 1, dtype=torch.long, device=self.device)
                     replace[:, : self.agent_q, 0] = agent[:, : self.agent_q, 0]
                     if self.lm.dep_q > self.agent_q:  # PersonaPlex: the user's predicted codebooks too
@@ -140,17 +193,10 @@ class SlotBatch:
                     self._lm_step(user, active, replace)
         finally:
             self.gen.on_text_hook = None
-        mask = torch.zeros(self.slots, dtype=torch.bool, device=self.device)
-        mask[slot] = True
-        self.mimi.reset_streaming(mask)  # the codec starts clean on the user's first real frame
 
-    def _encode_or_silence(self, pcm: npt.NDArray[np.float32] | None, slot: int) -> torch.Tensor:
-        codes = self._silence_codes[None, :, None].expand(self.slots, -1, 1).clone()
-        if pcm is not None:
-            batch = torch.zeros(self.slots, 1, FRAME_SAMPLES, device=self.device)
-            batch[slot, 0, : len(pcm)] = torch.from_numpy(pcm[:FRAME_SAMPLES])
-            codes[slot] = self.mimi.encode(batch)[slot]
-        return codes
+    def prompted(self, slot: int) -> None:
+        """The prompt phase is over: the codec starts clean on the user's first real frame."""
+        self.mimi.reset_streaming(self._mask([slot]))
 
     def _lm_step(
         self, codes: torch.Tensor, active: torch.Tensor, replace: torch.Tensor | None = None
@@ -185,9 +231,9 @@ class SlotBatch:
             rows = torch.nonzero(state.exec_mask).flatten()
             cache[rows, first + k, positions[rows]] = codes[rows, k, 0]
 
-    def _mask(self, frames: dict[int, npt.NDArray[np.float32]]) -> torch.Tensor:
+    def _mask(self, slots: Iterable[int]) -> torch.Tensor:
         mask = torch.zeros(self.slots, dtype=torch.bool, device=self.device)
-        mask[list(frames)] = True
+        mask[list(slots)] = True
         return mask
 
     def _set_mask(self, mask: torch.Tensor) -> None:

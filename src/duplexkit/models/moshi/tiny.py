@@ -4,6 +4,15 @@ the server without the real 15 GB weights (what it says is noise; its step cost 
 The sizes follow `../shared/reference/models.md`: Mimi with SEANet `dimension=32, n_filters=4` (frames
 stay 1920 samples), an 8-codebook quantizer of 64 bins, and a 2-layer LM of width 32 with `dep_q=4`, or
 `dep_q=16` in PersonaPlex's layout (the depformer also predicts the user's codebooks).
+
+It *hears*: a fresh Mimi's codebooks are zero vectors (every sound would encode to code 0 and no output
+could depend on the input), so its quantizer initialises itself as in training (k-means on the latents of
+varied sounds: noise at several levels, tones, a chirp, silence), and the LM's embeddings of the user's
+codebooks are scaled up so the user's codes move its text. Its `lm_gen_config` is greedy, so outputs are a
+pure function of the input: different inputs give different text in most frames (a test holds it).
+
+`write_published_layout` writes the same weights under the file names of Kyutai's and NVIDIA's Hugging Face
+repos (`kyutai/moshiko-pytorch-bf16`, `nvidia/personaplex-7b-v1`), without `config.json`, as they ship.
 """
 
 from __future__ import annotations
@@ -11,8 +20,12 @@ from __future__ import annotations
 import copy
 import io
 import json
+import os
 from pathlib import Path
 from typing import Any
+
+import numpy as np
+import numpy.typing as npt
 
 _LINES = (
     "hello there how are you today",
@@ -77,8 +90,44 @@ def lm_config(dep_q: int = 4) -> dict[str, Any]:
     }
 
 
+GREEDY = {"temp": 0.0, "temp_text": 0.0}
+"""The tiny checkpoints' `lm_gen_config`: greedy decoding, so a slot's outputs depend on its input only."""
+USER_EMBEDDING_SCALE = 30.0
+"""How much the user's codebook embeddings are scaled: enough for the user's codes to move the text."""
+TINY_CONFIG_NAME = "tiny_config.json"
+"""Where `write_published_layout` leaves the tiny LM's configuration: beside the folder, never in it (the
+published repos have no `config.json`); `--model-arg config=` names it, as `moshi.server --config-path`."""
+
+
+def hearing_sounds(seconds: float = 2.0, rate: int = 24_000) -> npt.NDArray[np.float32]:
+    """Varied sounds, one per row: silence, noise at several levels, tones at several pitches, a chirp."""
+    rng = np.random.default_rng(1234)
+    t = np.arange(int(seconds * rate)) / rate
+    rows = [np.zeros_like(t)]
+    rows += [level * rng.standard_normal(len(t)) for level in (0.003, 0.03, 0.1, 0.3)]
+    rows += [0.3 * np.sin(2 * np.pi * f * t) for f in (110, 220, 440, 880, 1760, 3520)]
+    rows += [0.3 * np.sin(2 * np.pi * (100 * t + (4000 - 100) * t**2 / (2 * seconds)))]
+    rows += [0.2 * np.sign(np.sin(2 * np.pi * 150 * t)), 0.5 * rng.standard_normal(len(t)) * (t % 0.5 < 0.1)]
+    return np.stack(rows).astype(np.float32)
+
+
+def _teach_codebooks(mimi: Any) -> None:
+    """Initialise Mimi's codebooks by k-means on the latents of `hearing_sounds`, as training does (each
+    residual layer initialises on a pass after the one before it did, hence the repeated passes)."""
+    import torch
+
+    sounds = torch.from_numpy(hearing_sounds())[:, None]
+    with torch.no_grad():
+        latent = mimi._encode_to_unquantized_latent(sounds)
+        mimi.quantizer.train()
+        for _ in range(mimi.quantizer.total_codebooks + 1):
+            mimi.quantizer(latent, mimi.frame_rate)
+        mimi.quantizer.eval()
+
+
 def write_tiny_checkpoint(folder: Path, *, dep_q: int = 4, seed: int = 0) -> Path:
-    """Build and save a tiny random checkpoint into `folder` (created); returns `folder`."""
+    """Build and save a tiny random checkpoint that hears into `folder` (created); returns `folder`."""
+    os.environ.setdefault("NO_TORCH_COMPILE", "1")  # before moshi is imported: compiling costs ~20 s on CPU
     import sentencepiece
     import torch
     from moshi.models import loaders
@@ -87,9 +136,15 @@ def write_tiny_checkpoint(folder: Path, *, dep_q: int = 4, seed: int = 0) -> Pat
     torch.manual_seed(seed)
     folder.mkdir(parents=True, exist_ok=True)
     mimi = loaders.get_mimi(None, mimi_config())
+    _teach_codebooks(mimi)
     save_file({k: v.contiguous() for k, v in mimi.state_dict().items()}, str(folder / "mimi.safetensors"))
     lm_kwargs = lm_config(dep_q)
     lm = loaders.get_moshi_lm(None, lm_kwargs=lm_kwargs, dtype=torch.float32)
+    n_agent = dep_q if dep_q < lm_kwargs["n_q"] else lm_kwargs["n_q"] // 2
+    with torch.no_grad():
+        for emb in list(lm.emb)[n_agent:]:
+            assert isinstance(emb, torch.nn.Embedding)
+            emb.weight.mul_(USER_EMBEDDING_SCALE)
     save_file({k: v.contiguous() for k, v in lm.state_dict().items()}, str(folder / "model.safetensors"))
     model = io.BytesIO()
     sentencepiece.SentencePieceTrainer.train(
@@ -112,6 +167,42 @@ def write_tiny_checkpoint(folder: Path, *, dep_q: int = 4, seed: int = 0) -> Pat
         "mimi_name": "file://mimi.safetensors",
         "tokenizer_name": "tokenizer.model",
         "mimi_config_name": "mimi_config.json",
+        "lm_gen_config": GREEDY,
     }
     (folder / "config.json").write_text(json.dumps(config, indent=1))
     return folder
+
+
+PUBLISHED_REPOS = {"moshiko": "kyutai/moshiko-pytorch-bf16", "personaplex": "nvidia/personaplex-7b-v1"}
+"""The Hugging Face repos whose file layout `write_published_layout` reproduces."""
+
+
+def write_published_layout(folder: Path, family: str, *, seed: int = 0) -> Path:
+    """A tiny checkpoint under the file names of `PUBLISHED_REPOS[family]` and, like those repos, without
+    `config.json` (PersonaPlex's with its `voices/` folder, as `voices.tgz` unpacks); the tiny LM's
+    configuration (a random tiny model is not the built-in 7B one) goes beside the folder, in
+    `TINY_CONFIG_NAME`, for `--model-arg config=` (as `moshi.server --config-path` takes one).
+    Returns the configuration file's path."""
+    from moshi.models import loaders
+
+    if family not in PUBLISHED_REPOS:
+        raise ValueError(f"family: one of {', '.join(PUBLISHED_REPOS)}")
+    build = folder.parent / f".{folder.name}-build"
+    write_tiny_checkpoint(build, dep_q=16 if family == "personaplex" else 4, seed=seed)
+    folder.mkdir(parents=True, exist_ok=True)
+    (build / "model.safetensors").rename(folder / loaders.MOSHI_NAME)
+    (build / "mimi.safetensors").rename(folder / loaders.MIMI_NAME)
+    (build / "tokenizer.model").rename(folder / loaders.TEXT_TOKENIZER_NAME)
+    if family == "personaplex":
+        (folder / "voices").mkdir(exist_ok=True)
+    config = json.loads((build / "config.json").read_text())
+    mimi_config = folder.parent / f"{folder.name}-mimi_config.json"
+    (build / "mimi_config.json").rename(mimi_config)
+    for key in ("moshi_name", "mimi_name", "tokenizer_name"):
+        config.pop(key)
+    config["mimi_config_name"] = f"file://{mimi_config.resolve()}"  # as moshi.server reads a local file
+    path = folder.parent / f"{folder.name}-{TINY_CONFIG_NAME}"
+    path.write_text(json.dumps(config, indent=1))
+    (build / "config.json").unlink()
+    build.rmdir()
+    return path

@@ -1,16 +1,18 @@
 """One WebRTC call as the runner's socket: the client's track and `oai-events` channel in, the server's track
 and the channel out (aiortc; imported only when a call comes).
 
-`WebRTCCall` stands where a WebSocket stands for `SessionRunner`, as `server.moshi.MoshiSocket` does, so the
-runner, the engine and the model do not change:
+`WebRTCCall` is an in-process edge (`edge.EventSocket`), as `server.moshi.MoshiSocket` is: it hands the
+runner typed client events and takes the session's event objects, so the track's audio goes to the model
+and back as samples, with no JSON or base64 in between; the data channel is the call's JSON socket, and
+only what rides it is parsed or rendered (`protocol.wire`, in the session's dialect):
 
-* In (`receive`): first the call's opening `session.update` (the session object of the offer, with the
-  call's audio terms, see `signalling`); then the client's audio as `input_audio_buffer.append` events on
-  the track's RTP media clock (`media.TrackInput`), the channel's events (a `session.update`'s audio terms
-  pinned), and the playback acks the server's track makes.
-* Out (`send_text`): reply audio deltas go to the server's track (`media.Playout`, paced in real time by
-  `ReplyTrack`), never on the channel; every other event goes on the channel as the runner rendered it (in
-  the session's dialect). A cancelled response's unsent audio is dropped. The call adds OpenAI's
+* In (`receive_event`): first the call's opening `session.update` (the session object of the offer, with
+  the call's audio terms, see `signalling`); then the client's audio as `input_audio_buffer.append` events
+  of its samples on the track's RTP media clock (`media.TrackInput`), the channel's events, parsed here (a
+  `session.update`'s audio terms pinned), and the playback acks the server's track makes.
+* Out (`send_event`): reply audio deltas go to the server's track as samples (`media.Playout`, paced in
+  real time by `ReplyTrack`), never on the channel; every other event is rendered on the channel in the
+  session's dialect. A cancelled response's unsent audio is dropped. The call adds OpenAI's
   WebRTC-only `output_audio_buffer.started` (a response's first frame went out on the track), `.stopped`
   (a finished response's last frame went out, after its `response.done`) and `.cleared` (a cancelled
   response's audio was cut from the track); they are the call's, outside the session's
@@ -26,7 +28,6 @@ from __future__ import annotations
 import asyncio
 import contextlib
 import fractions
-import json
 import logging
 import secrets
 import time
@@ -44,16 +45,17 @@ from aiortc import (
 from aiortc.mediastreams import MediaStreamError
 from av import AudioFrame
 
+from duplexkit.protocol import client_events as ce
 from duplexkit.protocol import server_events as se
-from duplexkit.protocol.audio import decode_base64_audio, encode_audio, encode_base64_audio
-from duplexkit.protocol.dialects import CANONICAL_NAMES, Dialect, wire_name
+from duplexkit.protocol.audio import EncodedAudio, encode_audio
+from duplexkit.protocol.dialects import Dialect
 from duplexkit.protocol.errors import ErrorCode, ProtocolError
 from duplexkit.protocol.server_events import error_event
-from duplexkit.protocol.wire import ServerEventStamper
+from duplexkit.protocol.wire import EventRenderer, ServerEventStamper, client_object
 from duplexkit.server.edge import NO_CLOSE_FRAME, SocketClosed
 from duplexkit.server.metrics import ServerMetrics
 from duplexkit.server.webrtc.media import FRAME_SAMPLES, TRACK_RATE_HZ, Ack, Playout, TrackInput, to_mono
-from duplexkit.server.webrtc.signalling import EVENTS_CHANNEL, Offer, pinned_client_event
+from duplexkit.server.webrtc.signalling import EVENTS_CHANNEL, Offer, pinned_client_object
 
 log = logging.getLogger("duplexkit.server")
 
@@ -108,19 +110,21 @@ class WebRTCCall:
         self,
         pc: RTCPeerConnection,
         offer: Offer,
-        opening: str,
+        opening: ce.SessionUpdate,
         *,
         dialect: Dialect,
         input_rate_hz: int,
-        output_rate_hz: int,
+        max_event_bytes: int,
         metrics: ServerMetrics,
     ) -> None:
         self._pc = pc
         self._dialect = dialect
+        self._renderer = EventRenderer(dialect)
+        """The channel's JSON: the session's events in its dialect (the runner stamped them)."""
         self._input_rate_hz = input_rate_hz
-        self._output_rate_hz = output_rate_hz
+        self._max_event_bytes = max_event_bytes
         self._metrics = metrics
-        self._inbound: asyncio.Queue[str | bytes | None] = asyncio.Queue()
+        self._inbound: asyncio.Queue[ce.ClientEventBase | ProtocolError | None] = asyncio.Queue()
         self._inbound.put_nowait(opening)
         self._input = TrackInput(input_rate_hz)
         self._playout = Playout()
@@ -144,16 +148,17 @@ class WebRTCCall:
     async def answer(
         cls,
         offer: Offer,
-        opening: str,
+        opening: ce.SessionUpdate,
         *,
         dialect: Dialect,
         input_rate_hz: int,
-        output_rate_hz: int,
+        max_event_bytes: int,
         metrics: ServerMetrics,
         connect_timeout_s: float,
     ) -> tuple[WebRTCCall, str]:
         """A call for `offer` and its SDP answer. Raises `ProtocolError(invalid_sdp)` when the offer cannot
-        be answered (nothing is left running then). Host candidates only: no STUN or TURN server is asked."""
+        be answered (nothing is left running then). Host candidates only: no STUN or TURN server is asked.
+        `max_event_bytes`: the largest channel message parsed (the runner's limit for a JSON socket)."""
         pc = RTCPeerConnection(RTCConfiguration(iceServers=[]))
         call = cls(
             pc,
@@ -161,7 +166,7 @@ class WebRTCCall:
             opening,
             dialect=dialect,
             input_rate_hz=input_rate_hz,
-            output_rate_hz=output_rate_hz,
+            max_event_bytes=max_event_bytes,
             metrics=metrics,
         )
         pc.on("track", call._on_track)
@@ -181,35 +186,33 @@ class WebRTCCall:
 
     # --- the runner's socket --------------------------------------------------------------------------
 
-    async def receive(self) -> str | bytes | None:
+    async def receive_event(self) -> ce.ClientEventBase | ProtocolError | None:
         message = await self._inbound.get()
         if message is None:
             self._inbound.put_nowait(None)  # every later read sees the end too
         return message
 
-    async def send_text(self, data: str) -> None:
-        event = json.loads(data)
-        kind = CANONICAL_NAMES.get(event.get("type", ""), event.get("type"))
-        if kind == "response.output_audio.delta":
-            rate = int(event.get("sample_rate_hz") or self._output_rate_hz)
-            self._playout.add(event["response_id"], decode_base64_audio(event["delta"], "pcm16"), rate)
+    async def send_event(self, event: se.ServerEventBase) -> None:
+        if isinstance(event, se.ResponseOutputAudioDelta):
+            assert event.audio is not None  # the engine's deltas hold their audio
+            self._playout.add(event.response_id, event.audio.decode(), event.sample_rate_hz)
             return
-        if kind == "response.done":
-            response = event.get("response", {})
-            response_id = response.get("id", "")
-            if response.get("status") == "cancelled":
+        if isinstance(event, se.Error) and _answers_own_ack(event):
+            return  # an answer to the call's own ack (e.g. too late after a barge-in): not the client's
+        text = self._renderer.render(event)
+        if isinstance(event, se.ResponseDone):
+            response_id = event.response.id
+            if event.response.status == "cancelled":
                 cleared = self._playout.drop(response_id)
-                await self._send_event(data)
+                await self._send_event(text)
                 if cleared:
                     await self._send_event(self._own(se.OutputAudioBufferCleared(response_id=response_id)))
             else:
-                await self._send_event(data)
+                await self._send_event(text)
                 if self._playout.finish(response_id):  # its audio had all gone out: it stops now
                     await self._send_event(self._own(se.OutputAudioBufferStopped(response_id=response_id)))
             return
-        if kind == "error" and _answers_own_ack(event.get("error")):
-            return  # an answer to the call's own ack (e.g. too late after a barge-in): not the client's
-        await self._send_event(data)
+        await self._send_event(text)
 
     async def close(self, code: int = 1000) -> None:
         """End the call: close its channels cleanly (bounded), then the peer connection; idempotent."""
@@ -256,7 +259,16 @@ class WebRTCCall:
 
     def _on_message(self, message: str | bytes) -> None:
         if not self._ended:
-            self._inbound.put_nowait(pinned_client_event(message, self._input_rate_hz))
+            self._inbound.put_nowait(self._client_event(message))
+
+    def _client_event(self, message: str | bytes) -> ce.ClientEventBase | ProtocolError:
+        """A channel message as the runner takes it: its typed event (a `session.update`'s audio terms
+        pinned; audio is PCM16 on a call), or the coded error the runner answers it with."""
+        try:
+            obj = client_object(message, max_bytes=self._max_event_bytes, dialect=self._dialect)
+            return ce.validate_client_event(pinned_client_object(obj, self._input_rate_hz), "pcm16")
+        except ProtocolError as exc:
+            return exc
 
     def _on_state(self) -> None:
         state = self._pc.connectionState
@@ -291,13 +303,12 @@ class WebRTCCall:
                         (self._input.lost_samples - lost) / TRACK_RATE_HZ
                     )
                 if len(samples) and not self._ended:
-                    append = {
-                        "type": "input_audio_buffer.append",
-                        "audio": encode_base64_audio(samples, "pcm16"),
-                        "input_audio_format": "pcm16",
-                        "sample_rate_hz": self._input_rate_hz,
-                    }
-                    self._inbound.put_nowait(json.dumps(append))
+                    append = ce.InputAudioBufferAppend.of_audio(
+                        EncodedAudio.of_samples(samples, "pcm16"),
+                        input_audio_format="pcm16",
+                        sample_rate_hz=self._input_rate_hz,
+                    )
+                    self._inbound.put_nowait(append)
 
     def _acknowledge(self, acks: list[Ack]) -> None:
         """What the track sent counts as played: a `playback.ack` per response it advanced; its first and
@@ -308,13 +319,12 @@ class WebRTCCall:
             started, stopped = se.OutputAudioBufferStarted, se.OutputAudioBufferStopped
             if ack.first:
                 self._spawn(self._mark(started(response_id=ack.response_id)), "webrtc-mark")
-            event = {
-                "type": "playback.ack",
-                "event_id": f"{_ACK_PREFIX}{secrets.token_hex(6)}",
-                "response_id": ack.response_id,
-                "played_ms": round(ack.played_ms, 3),
-            }
-            self._inbound.put_nowait(json.dumps(event))
+            event = ce.PlaybackAck(
+                event_id=f"{_ACK_PREFIX}{secrets.token_hex(6)}",
+                response_id=ack.response_id,
+                played_ms=round(ack.played_ms, 3),
+            )
+            self._inbound.put_nowait(event)
             if ack.last:
                 self._spawn(self._mark(stopped(response_id=ack.response_id)), "webrtc-mark")
 
@@ -327,9 +337,7 @@ class WebRTCCall:
         """One of the call's own events as JSON in the session's dialect: an `event_id`, no sequence number
         (the session's `server_event_seq` counts the session's events only)."""
         event.event_id = f"{_EVENT_PREFIX}{secrets.token_hex(6)}"
-        payload = event.model_dump(mode="json", exclude_none=True)
-        payload["type"] = wire_name(event.type, self._dialect)
-        return json.dumps(payload)
+        return self._renderer.render(event)
 
     async def _send_event(self, text: str) -> None:
         await self._channel_settled.wait()
@@ -368,10 +376,9 @@ class WebRTCCall:
         task.add_done_callback(self._tasks.discard)
 
 
-def _answers_own_ack(error: object) -> bool:
-    """Whether an `error` event's error (an object; a string in vLLM-Omni's handshake errors) answers one
-    of the acks the call made."""
-    return isinstance(error, dict) and str(error.get("event_id", "")).startswith(_ACK_PREFIX)
+def _answers_own_ack(event: se.Error) -> bool:
+    """Whether an `error` event answers one of the acks the call made."""
+    return (event.error.event_id or "").startswith(_ACK_PREFIX)
 
 
 async def _close_channels(channels: list[RTCDataChannel]) -> None:

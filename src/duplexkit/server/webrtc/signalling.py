@@ -19,9 +19,7 @@ from dataclasses import dataclass, field
 from typing import Any
 
 from duplexkit.protocol import client_events as ce
-from duplexkit.protocol.dialects import Dialect
 from duplexkit.protocol.errors import ErrorCode, ProtocolError
-from duplexkit.protocol.wire import parse_client_event
 
 EVENTS_CHANNEL = "oai-events"
 """The data channel the client opens for the session's JSON events (OpenAI's name)."""
@@ -124,25 +122,19 @@ def pinned_session(session: Mapping[str, Any], input_rate_hz: int) -> dict[str, 
     return pinned
 
 
-def opening_update(session: Mapping[str, Any], input_rate_hz: int, dialect: Dialect) -> str:
+def opening_update(session: Mapping[str, Any], input_rate_hz: int) -> ce.SessionUpdate:
     """The call's first event for the runner: `session.update` with the pinned session. Raises
     `ProtocolError` when the client's session object is not valid, so the POST can refuse it."""
-    text = json.dumps({"type": "session.update", "session": pinned_session(session, input_rate_hz)})
-    event = parse_client_event(text, input_audio_format="pcm16", dialect=dialect)
+    obj = {"type": "session.update", "session": pinned_session(session, input_rate_hz)}
+    event = ce.validate_client_event(obj, "pcm16")
     assert isinstance(event, ce.SessionUpdate)
-    return text
+    return event
 
 
-def pinned_client_event(message: str | bytes, input_rate_hz: int) -> str | bytes:
-    """A client event from the data channel, with a `session.update`'s audio terms pinned (others, and
-    what is not JSON, pass unchanged: the runner reports them)."""
-    try:
-        event = json.loads(message)
-    except (UnicodeDecodeError, ValueError):
-        return message
-    if not isinstance(event, dict) or event.get("type") != "session.update":
-        return message
-    session = event.get("session")
-    if not isinstance(session, dict):
-        return message
-    return json.dumps({**event, "session": pinned_session(session, input_rate_hz)})
+def pinned_client_object(obj: dict[str, Any], input_rate_hz: int) -> dict[str, Any]:
+    """A client event object from the data channel, with a `session.update`'s audio terms pinned (any
+    other passes unchanged)."""
+    session = obj.get("session")
+    if obj.get("type") != "session.update" or not isinstance(session, dict):
+        return obj
+    return {**obj, "session": pinned_session(session, input_rate_hz)}

@@ -1,0 +1,196 @@
+"""Function calls in the engine: the call's events, the client's output, continuing, barge-in and staleness.
+
+Driven like `test_session.py`: client events through `handle`, model decisions through `on_decision`, on
+a fake clock. The wire contract the events follow is OpenAI's (checked against the SDK's own types in
+`tests/protocol/test_tools_wire.py`).
+"""
+
+from __future__ import annotations
+
+import json
+from typing import Any
+
+from duplexkit.engine import FunctionCall, Listen
+from duplexkit.protocol.errors import ErrorCode
+from tests.engine.test_session import Harness, error_codes, only, speak, types
+
+WEATHER = {"type": "function", "name": "get_weather", "parameters": {"type": "object"}}
+TIME = {"type": "function", "name": "get_time"}
+CALL_EVENTS = [
+    "response.output_item.added",
+    "conversation.item.added",
+    "response.function_call_arguments.delta",
+    "response.function_call_arguments.done",
+    "response.output_item.done",
+    "conversation.item.done",
+]
+
+
+def _harness(*tools: dict[str, Any]) -> Harness:
+    h = Harness()
+    h.send("session.update", session={"tools": list(tools or (WEATHER,)), "tool_choice": "auto"})
+    return h
+
+
+def _call(call_id: str = "call_1", name: str = "get_weather", end: bool = True, **args: Any) -> FunctionCall:
+    return FunctionCall(call_id, name, json.dumps(args or {"city": "Paris"}), end_of_turn=end)
+
+
+def _output(h: Harness, call_id: str = "call_1", output: str = '{"temp": 21}', **fields: Any) -> Any:
+    item = {"type": "function_call_output", "call_id": call_id, "output": output}
+    return h.send("conversation.item.create", item=item, **fields)
+
+
+def test_session_update_with_tools_is_echoed_in_session_updated() -> None:
+    h = Harness()
+    step = h.send("session.update", session={"tools": [WEATHER, TIME], "tool_choice": "required"})
+    session = only(step.events, "session.updated").session
+    assert [t.name for t in session.tools] == ["get_weather", "get_time"]
+    assert session.tools[0].parameters == {"type": "object"}
+    assert session.tool_choice == "required"
+    cleared = only(h.send("session.update", session={"tools": []}).events, "session.updated").session
+    assert cleared.tools == [] and cleared.tool_choice == "required"  # only what an update names changes
+
+
+def test_a_function_call_response_lists_the_call_and_opens_no_message() -> None:
+    h = _harness()
+    events = h.step(h.unit(), _call(), at=1.0)
+    assert types(events) == ["response.created", *CALL_EVENTS, "response.done"]
+    added, done = only(events, "response.output_item.added"), only(events, "response.output_item.done")
+    assert (added.item.type, added.item.status, added.item.arguments) == ("function_call", "in_progress", "")
+    assert (done.item.call_id, done.item.name, done.item.arguments) == (
+        "call_1",
+        "get_weather",
+        '{"city": "Paris"}',
+    )
+    assert only(events, "response.function_call_arguments.done").name == "get_weather"
+    response = only(events, "response.done").response
+    assert (response.status, [item.id for item in response.output]) == ("completed", [done.item.id])
+
+
+def test_speech_then_several_calls_in_one_response_in_output_order() -> None:
+    h = _harness(WEATHER, TIME)
+    unit = h.unit()
+    events = h.step(
+        unit, speak("One moment. ", 500), _call("call_a", end=False), _call("call_b", "get_time"), at=1.0
+    )
+    done = only(events, "response.done").response
+    assert [(i.type, i.call_id) for i in done.output] == [
+        ("message", None),
+        ("function_call", "call_a"),
+        ("function_call", "call_b"),
+    ]
+    indices = [e.output_index for e in events if e.type == "response.function_call_arguments.done"]
+    assert indices == [1, 2]
+    # the message is done before the first call opens
+    order = types(events)
+    assert order.index("response.output_audio.done") < order.index("response.function_call_arguments.delta")
+
+
+def test_output_then_response_create_gives_the_model_the_output_on_a_final_unit() -> None:
+    h = _harness()
+    h.step(h.unit(), _call(), at=1.0)
+    created = _output(h, previous_item_id=None)
+    assert types(created.events) == ["conversation.item.added", "conversation.item.done"]
+    assert created.units == []  # the server does not answer a tool output by itself
+    item = only(created.events, "conversation.item.added").item
+    assert (item.type, item.call_id, item.output) == ("function_call_output", "call_1", '{"temp": 21}')
+    step = h.send("response.create", response={"metadata": {"client_event_id": "ce_9"}})
+    [unit] = step.units
+    assert unit.final and [(o.call_id, o.name, o.output) for o in unit.tool_outputs] == [
+        ("call_1", "get_weather", '{"temp": 21}')
+    ]
+    answer = h.step(unit, speak("It is 21 degrees.", 800, end_of_turn=True), at=2.0)
+    assert only(answer, "response.created").response.metadata == {"client_event_id": "ce_9"}
+    assert only(answer, "response.done").response.metadata == {"client_event_id": "ce_9"}
+
+
+def test_an_output_without_response_create_rides_the_next_unit_but_asks_for_nothing() -> None:
+    h = _harness()
+    h.step(h.unit(), _call(), at=1.0)
+    _output(h)
+    unit = h.unit(now=2.0)
+    assert not unit.final and [o.call_id for o in unit.tool_outputs] == ["call_1"]
+    assert h.unit(now=3.0).tool_outputs == ()  # delivered once
+
+
+def test_outputs_that_cannot_be_accepted_get_codes_and_the_session_goes_on() -> None:
+    h = _harness()
+    assert error_codes(_output(h, "call_nope").events) == [ErrorCode.UNKNOWN_FUNCTION_CALL]
+    h.step(h.unit(), _call(), at=1.0)
+    assert error_codes(_output(h).events) == []
+    assert error_codes(_output(h).events) == [ErrorCode.DUPLICATE_FUNCTION_CALL_OUTPUT]
+    malformed = h.send("conversation.item.create", item={"type": "function_call_output", "output": "x"})
+    assert error_codes(malformed.events) == [ErrorCode.INVALID_FUNCTION_CALL]
+    assert only(malformed.events, "error").error.param == "item.call_id"
+    bad_args = {"type": "function_call", "call_id": "c", "name": "f", "arguments": "[1]"}
+    assert error_codes(h.send("conversation.item.create", item=bad_args).events) == [
+        ErrorCode.INVALID_FUNCTION_CALL
+    ]
+    unknown_place = _output(h, "call_1", previous_item_id="item_nowhere")
+    assert error_codes(unknown_place.events) == [ErrorCode.UNKNOWN_ITEM]
+    # still serving: a new turn is answered
+    assert "response.created" in types(h.step(h.unit(now=5.0), speak("Hi", 100), at=5.5))
+
+
+def test_barge_in_during_a_pending_call_cancels_its_response_and_its_output_is_stale() -> None:
+    h = _harness()
+    unit = h.unit()
+    opened = h.step(unit, speak("Let me check. ", 500), _call(end=False), at=1.0)
+    response_id = only(opened, "response.created").response.id
+    interrupted = h.send("barge_in", 1.5)
+    done = only(interrupted.events, "response.done").response
+    assert (done.id, done.status, done.status_details.reason) == (response_id, "cancelled", "barge_in")
+    assert [i.type for i in done.output] == ["message", "function_call"]  # the call was made, then cut
+    stale = _output(h)
+    assert error_codes(stale.events) == [ErrorCode.STALE_FUNCTION_CALL_OUTPUT]
+    assert h.unit(now=2.0).tool_outputs == ()  # nothing reaches the model
+
+
+def test_server_vad_speech_during_a_pending_call_retires_it_as_turn_detected() -> None:
+    h = Harness(server_vad=True)
+    h.send("session.update", session={"tools": [WEATHER], "turn_detection": {"type": "server_vad"}})
+    h.step(h.unit(), _call(), at=1.0)  # the call's response completed; the tool runs
+    started = h.engine.speech_started(1200.0, 1.2)
+    assert types(started.events) == ["input_audio_buffer.speech_started"]  # nothing active to cancel
+    assert error_codes(_output(h).events) == [ErrorCode.STALE_FUNCTION_CALL_OUTPUT]
+    # a response opened while the user spoke during the call is cancelled with OpenAI's reason
+    h.step(h.unit(now=2.0), _call("call_2"), at=2.5)
+    h.step(h.unit(now=3.0), speak("Still checking", 500), at=3.5)
+    done = only(h.engine.speech_started(4000.0, 4.0).events, "response.done").response
+    assert (done.status, done.status_details.reason) == ("cancelled", "turn_detected")
+    assert error_codes(_output(h, "call_2").events) == [ErrorCode.STALE_FUNCTION_CALL_OUTPUT]
+
+
+def test_a_call_the_session_does_not_offer_fails_closed() -> None:
+    h = _harness()
+    events = h.step(h.unit(), _call(name="launch_rockets"), at=1.0)
+    assert error_codes(events) == [ErrorCode.INVALID_FUNCTION_CALL]
+    assert "response.function_call_arguments.done" not in types(events)
+    assert only(events, "response.done").response.output == []
+    not_json = h.step(h.unit(now=2.0), FunctionCall("call_x", "get_weather", "{oops"), at=2.5)
+    assert error_codes(not_json) == [ErrorCode.INVALID_FUNCTION_CALL]
+
+
+def test_a_client_function_call_item_can_be_answered_and_placed_after_root() -> None:
+    h = _harness()
+    call = {
+        "type": "function_call",
+        "id": "item_c",
+        "call_id": "c1",
+        "name": "get_weather",
+        "arguments": "{}",
+    }
+    first = h.send("conversation.item.create", item=call, previous_item_id="root")
+    assert only(first.events, "conversation.item.added").item.id == "item_c"  # the client's id echoed
+    answered = _output(h, "c1", previous_item_id="item_c")
+    assert only(answered.events, "conversation.item.added").previous_item_id == "item_c"
+    assert [i.id for i in h.engine.history][:1] == ["item_c"]
+    assert error_codes(h.send("conversation.item.create", item=call).events) == [ErrorCode.INVALID_VALUE]
+
+
+def test_listen_does_not_end_a_pending_call() -> None:
+    h = _harness()
+    h.step(h.unit(), _call(), at=1.0)
+    h.step(h.unit(now=1.5), Listen(), at=2.0)  # audio keeps flowing; the model keeps listening
+    assert error_codes(_output(h).events) == []

