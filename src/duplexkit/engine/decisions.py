@@ -33,6 +33,9 @@ class Speak:
     end_of_turn: bool = False
     itl_ms: tuple[float, ...] = ()
     tpot_ms: float | None = None
+    stages_ms: tuple[tuple[str, float], ...] = ()
+    """The model's own latency split of this response (stage name, ms), when it measures one: carried
+    once, by the segment with its first audio, and passed on in the response's metrics."""
 
     @property
     def text(self) -> str:

@@ -83,6 +83,8 @@ class ResponseTiming:
     ttft_ms: float | None = None
     ttfp_ms: float | None = None
     output_tokens: int = 0
+    model_stages_ms: dict[str, float] | None = None
+    """The model's own latency split, when it reported one (`Speak.stages_ms`)."""
     _segments: list[tuple[int, float]] = field(default_factory=list)
     _text_seen: bool = False
     _audio_seen: bool = False

@@ -704,6 +704,8 @@ class EngineSession:
             now, text=bool(text.strip()), audio=speaks_audio and len(audio) > 0
         )
         response.timing.record_segment(len(segment.tokens), tpot_ms=segment.tpot_ms, itl_ms=segment.itl_ms)
+        if segment.stages_ms:
+            response.timing.model_stages_ms = dict(segment.stages_ms)
         created = next((e for e in step.events if isinstance(e, se.ResponseCreated)), None)
         if created is not None and response.timing.request_start is not None:
             # the response opened with this segment: created carries what it already observed
@@ -991,7 +993,10 @@ class EngineSession:
         if timing.request_start is None:
             return se.ResponseRequestMetrics(source=None, measurement_origin=None)
         return se.ResponseRequestMetrics(
-            ttft_ms=timing.ttft_ms, ttfp_ms=timing.ttfp_ms, queue_wait_ms=timing.queue_wait_ms
+            ttft_ms=timing.ttft_ms,
+            ttfp_ms=timing.ttfp_ms,
+            queue_wait_ms=timing.queue_wait_ms,
+            model_stages_ms=timing.model_stages_ms,
         )
 
     # --- helpers --------------------------------------------------------------------------------------

@@ -132,6 +132,9 @@ class ResponseRequestMetrics(BaseModel):
     output_audio_ms: float | None = None
     queue_wait_ms: float | None = None
     """How long the unit at the request start waited in the model's queue before it was stepped."""
+    model_stages_ms: dict[str, float] | None = None
+    """The model's own split of its latency (stage → ms, on its clocks; the cascade's are documented in
+    docs/models.md), when it measures one."""
 
 
 class StatusDetails(BaseModel):

@@ -118,6 +118,24 @@ async def test_dropping_a_local_reply_stops_its_generation(local: LocalResponder
     assert again  # the model is free again: the dropped generation gave it back
 
 
+async def test_a_prompt_sharing_the_conversation_so_far_evaluates_only_what_follows_it(
+    local: LocalResponder,
+) -> None:
+    greedy = SamplingParams(temperature=0.0, max_tokens=12)
+    first = [Message("user", "What is the capital of France?")]
+    said = "".join([d async for d in local.reply(first, greedy)])
+    history = [*first, Message("assistant", said), Message("user", "And of Italy?")]
+    reused = "".join([d async for d in local.reply(history, greedy)])
+    llm = local._llm
+    assert 0 < llm.evaluated < 20  # the new turn only: system prompt, question and answer were held
+    assert len(reused.split()) >= 1 and "<|" not in reused
+    assert llm._ctx.memory_seq_pos_max(0) == len(llm.held) - 1  # the context holds exactly those tokens
+    other = [Message("user", "Name a colour.")]  # shares only the system prompt
+    assert "".join([d async for d in local.reply(other, greedy)])
+    assert 5 < llm.evaluated < len(llm.held)
+    assert llm._ctx.memory_seq_pos_max(0) == len(llm.held) - 1
+
+
 def _sse_chunks(*deltas: dict[str, object], finish: str) -> bytes:
     chunks = [{"index": 0, "delta": delta, "finish_reason": None} for delta in deltas]
     chunks.append({"index": 0, "delta": {}, "finish_reason": finish})

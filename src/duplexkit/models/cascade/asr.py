@@ -230,6 +230,10 @@ class Recognizer:
         hyp = self._decoder.decoder.hyp()
         return " ".join(hyp.hypstr.split()) if hyp is not None else ""
 
+    def guess(self) -> Future[Transcript]:
+        """The transcript so far, known at once (the tree pass's best path)."""
+        return finished(Transcript(self.partial()))
+
     def finish(self) -> Future[Transcript]:
         """End the utterance: its transcript, known at once (lower case words, empty if nothing was found;
         pocketsphinx's first pass gives no word timestamps).

@@ -7,9 +7,10 @@ the rest of a pause is held back, and fed only if the speech goes on. Decoding t
 cost CPU and let the recognizer hallucinate words into the noise floor. The end of speech (`SpeechStopped`
 or a commit) is reported at once as `SpeechEnded`, whose transcript may still be decoding: a turn's end
 never waits for the recogniser. Once the speech in progress has paused for `preempt_ms`, each chunk also
-reports the transcript so far (final unless the user goes on: with `preempt_ms >= tail_ms`, the
-default, the recognizer has already heard all of the pause it will), so the plugin can prepare the reply
-before the end of the turn is confirmed.
+reports the recogniser's guess at the transcript so far (a decode, possibly still running; final unless
+the user goes on: with `preempt_ms >= tail_ms`, the default, the recognizer has already heard all of the
+pause it will, and the turn's `SpeechEnded.transcript` is then that same decode), so the plugin can
+prepare the reply before the end of the turn is confirmed.
 """
 
 from __future__ import annotations
@@ -49,8 +50,9 @@ class SpeechRecognizer(Protocol):
 
     def feed(self, samples: npt.NDArray[np.float32]) -> None: ...
 
-    def partial(self) -> str | None:
-        """The transcript so far, or `None` when it is not known yet (a decode under way)."""
+    def guess(self) -> Future[Transcript]:
+        """The transcript so far: a decode started once per length of audio fed (the same future while no
+        audio is added), or known at once."""
         ...
 
     def finish(self) -> Future[Transcript]:
@@ -170,8 +172,17 @@ class Heard:
     """Start of the speech still in progress at `end_ms`, if any."""
     voiced_until_ms: float | None = None
     """End of the latest speech frame of that speech (its trailing silence does not count)."""
-    partial: str | None = None
-    """The transcript so far, when that speech has paused for at least `Listener.preempt_ms`."""
+    guess: Future[Transcript] | None = None
+    """The recogniser's transcript so far, when that speech has paused for at least `Listener.preempt_ms`
+    (a decode that may still be running)."""
+
+    @property
+    def partial(self) -> str | None:
+        """The guess's text once decoded (`None` before, or when it failed)."""
+        guess = self.guess
+        if guess is None or not guess.done() or guess.cancelled() or guess.exception() is not None:
+            return None
+        return guess.result().text
 
 
 class AudioHistory:
@@ -256,7 +267,7 @@ class Listener:
             end_ms=end_ms,
             speech_start_ms=self._speech_start_ms,
             voiced_until_ms=voiced_until,
-            partial=self.recognizer.partial() if paused else None,
+            guess=self.recognizer.guess() if paused else None,
         )
 
     def _feed_until(self, until_ms: float) -> None:

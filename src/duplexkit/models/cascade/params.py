@@ -88,7 +88,9 @@ class CascadeConfig:
 
     chunk_period_ms: int = 100
     lead_ms: float = 400.0
-    """Reply audio sent ahead of playback (> 0: with no lead nothing would ever be due)."""
+    """Reply audio sent ahead of playback (> 0: with no lead nothing would ever be due). Kept short: the
+    response ends when its last audio is released, so a barge-in in the last `lead_ms` of a reply can no
+    longer cancel it and the client plays that much on (docs/performance.md, the demo's RTF)."""
     responder: ResponderKind = "auto"
     """`auto`: `local` when its extra is installed, else `echo`."""
     asr: AsrKind = "auto"
@@ -113,7 +115,7 @@ class CascadeConfig:
     no_speech_reply: str = "Sorry, I did not catch that."
     preempt_ms: float | None = None
     """Start recognising and preparing the reply once the user has paused this long (before the turn's
-    end is confirmed); 0 turns it off. Default: the recogniser's tail (200 ms for pocketsphinx, 100 for
+    end is confirmed); 0 turns it off. Default: the recogniser's tail (200 ms for pocketsphinx, 50 for
     Whisper), off for `openai`, where each pause that does not end the turn costs a discarded request."""
 
     @property

@@ -8,9 +8,10 @@ ASR while the user speaks), judges turn-taking, and decides:
   is produced in the background (transcript, responder, synthesis, piece by piece), released at the pace
   of playback, `lead_ms` ahead. No step waits for any of it: a unit for which a starved reply has no
   audio yet gets no decision at all (a `Listen` would end the response), so the session keeps hearing
-  in real time while its reply is made. The reply is also prepared as soon as the user pauses
-  (`preempt_ms`) and the pause's transcript is known, and adopted if the turn then ends with the same
-  transcript;
+  in real time while its reply is made. The reply is also started speculatively as soon as the user
+  pauses (`preempt_ms`): from the recogniser's decode of the pause, while Smart Turn decides
+  (`speculation.Speculation`), and adopted if the turn then ends on the same words, else thrown away
+  (counted in `speculation`); the first segment carries the turn's latency split (`TurnTrace.stages`);
 - with eyes (a session's `eyes`), `Speak` up when the text the camera shows changes while nobody speaks;
 - `Interrupt` when the user talks over the reply for `min_barge_in_ms`: the reply is cut, the
   conversation keeps what was played, and the speech becomes the next user turn. Shorter overlapping
@@ -39,11 +40,12 @@ event loop's default executor.
 from __future__ import annotations
 
 import asyncio
+import dataclasses
 import functools
 import threading
 import time
 from collections.abc import AsyncIterator, Callable, Mapping
-from concurrent.futures import CancelledError, ThreadPoolExecutor
+from concurrent.futures import CancelledError, Future, ThreadPoolExecutor
 from dataclasses import dataclass
 from typing import Any, TypeVar
 
@@ -64,7 +66,7 @@ from duplexkit.models.base import (
     ReplyCapacity,
     SamplingParams,
 )
-from duplexkit.models.cascade.asr import DecoderPool, Recognizer
+from duplexkit.models.cascade.asr import DecoderPool, Recognizer, Transcript
 from duplexkit.models.cascade.eyes import EYES_INSTALL, Eyes, Sight
 from duplexkit.models.cascade.listener import (
     Heard,
@@ -83,6 +85,7 @@ from duplexkit.models.cascade.responders import (
     Responder,
     ToolCallRequest,
 )
+from duplexkit.models.cascade.speculation import Speculation, SpeculationStats
 from duplexkit.models.cascade.tts import Synthesizer, load_synthesizer
 from duplexkit.models.cascade.turns import TurnOutcome, TurnPolicy
 from duplexkit.models.cascade.whisper import WhisperAsr, WhisperRecognizer
@@ -110,22 +113,49 @@ class TurnTrace:
     turn: SpeechEnded
     reply: ReplyTiming
     prepared: bool
-    """The reply was prepared during the pause, before the end of the turn was confirmed."""
-    hear_ms: float
-    """Wall time of hearing the unit that ended the turn (VAD, ASR, transcript)."""
-    answered_at: float
-    """Monotonic time the reply was started (or adopted) for this turn."""
+    """The reply was started during the pause (speculatively), before the end of the turn was confirmed."""
+    ended_at_ms: float
+    """Media time of the end of the unit that ended the turn."""
+    speech_end_at: float
+    """Monotonic time of the end of speech: the step of the unit that ended the turn, less the media time
+    from the speech's last voiced frame to that unit's end (units are stepped as they arrive)."""
+    paused_at_ms: float | None = None
+    """Media time (a unit's end) at which the pause was acted on: its decode and the speculative reply
+    started; `None` when the reply started at the end of the turn."""
 
     @property
     def utterance(self) -> Utterance | None:
         """The turn with its transcript, once decoded."""
         return self.turn.utterance()
 
+    @property
+    def stages(self) -> dict[str, float | None]:
+        """Where the time from the end of speech to the first audio sent went, in ms (`None`: not
+        observed). Media clock: `vad_tail` (last voiced frame → the unit where the pause was acted on, or
+        the turn's end without one), `smart_turn` (→ the unit where the turn's end was established: the
+        semantic pause and Smart Turn's verdict, or the silence window). Monotonic clock, on the reply's
+        path, which runs beside Smart Turn when the reply was started at the pause: `final_decode` (reply
+        started → its transcript known), `llm_first_token` (responder asked → first text), `first_phrase`
+        (first text → the first phrase's audio ready; `tts_first_phrase` is its synthesis alone),
+        `first_audio_sent` (audio ready → released by a step: waiting for the turn's end and a unit),
+        and `total` (end of speech → first audio sent, the end of speech placed by `speech_end_at`)."""
+        r, end = self.reply, self.turn.speech_end_ms
+        paused = self.paused_at_ms if self.paused_at_ms is not None else self.ended_at_ms
+        ready, sent = r.first_audio_at, r.released_at
+        return {
+            "vad_tail": max(0.0, paused - end),
+            "smart_turn": max(0.0, self.ended_at_ms - paused),
+            "final_decode": _ms(r.started_at, r.transcript_at),
+            "llm_first_token": _ms(r.asked_at, r.first_text_at),
+            "first_phrase": _ms(r.first_text_at, ready),
+            "tts_first_phrase": r.first_synthesis_ms,
+            "first_audio_sent": _ms(ready, sent),
+            "total": _ms(self.speech_end_at, sent),
+        }
 
-@dataclass(frozen=True, slots=True)
-class _Prepared:
-    text: str
-    reply: Reply
+
+def _ms(start: float | None, end: float | None) -> float | None:
+    return None if start is None or end is None else max(0.0, 1000.0 * (end - start))
 
 
 class CascadeModel(ModelPlugin):
@@ -158,6 +188,8 @@ class CascadeModel(ModelPlugin):
         self.turn_model = turn_model
         self.eyes = eyes
         self.listen_pool = ThreadPoolExecutor(thread_name_prefix="cascade-listen")
+        self.speculation = SpeculationStats()
+        """Speculative replies of the sessions closed so far (a live session counts its own)."""
         self.synthesis_pool = ThreadPoolExecutor(synthesis_threads, thread_name_prefix="cascade-tts")
         self.capabilities = ModelCapabilities(
             chunk_period_ms=self.config.chunk_period_ms, accepts_video=eyes is not None
@@ -233,7 +265,8 @@ class CascadeSession(ModelSession):
         """The conversation as the user experienced it: transcripts, and replies as far as they played."""
         self.last_turn: TurnTrace | None = None
         self._reply: Reply | None = None
-        self._prepared: _Prepared | None = None
+        self.speculation: Speculation[Reply] = Speculation(self._speculate)
+        """The reply started at a pause, before the end of the turn is confirmed."""
         self._pending_turn: SpeechEnded | None = None
         self._unreported: list[SpeechEnded] = []
         """Ended speech whose final transcript has not been reported yet, in order."""
@@ -300,7 +333,6 @@ class CascadeSession(ModelSession):
             if unit.continuation
             else await loop.run_in_executor(self._model.listen_pool, self._hear, unit)
         )
-        hear_ms = 1000.0 * (time.monotonic() - began)
         saw = self.sight is not None and not unit.continuation and self.sight.look(unit.frames)
         self._advance_playback(unit.duration_ms)
         self._take_outputs(unit.tool_outputs)
@@ -308,7 +340,9 @@ class CascadeSession(ModelSession):
         if heard is not None:
             outcome = self._turns.observe(heard, model_audible=self._reply is not None)
             self._unreported.extend(e for e in heard.events if isinstance(e, SpeechEnded))
-            self._prepare(heard)
+            if self._reply is None and not self._calls:  # (calls wait: not answerable yet)
+                speaking = heard.speech_start_ms is not None
+                self.speculation.observe(heard.guess, speaking=speaking, at_ms=unit.end_ms, now=began)
         for transcribed in self._transcriptions(heard):
             yield transcribed
         if outcome.interrupt or (heard is not None and self._barges_in_on_calls(heard, outcome)):
@@ -319,7 +353,7 @@ class CascadeSession(ModelSession):
         turn, self._pending_turn = outcome.turn or self._pending_turn, None
         opens = turn is not None
         if turn is not None:
-            self._start_reply(turn, hear_ms)
+            self._start_reply(turn, unit.end_ms, began)
         elif unit.final and self._outputs_unanswered and not self._calls and self._reply is None:
             opens = self._answer_outputs()
         elif saw and self._reply is None and heard is not None and heard.speech_start_ms is None:
@@ -334,7 +368,7 @@ class CascadeSession(ModelSession):
                 self._drop_reply()
                 raise
             if segment is not None:
-                yield segment
+                yield self._with_stages(reply, segment)
             elif opens:  # the answer starts at this unit, its audio follows
                 yield Speak()
             if reply.emitted and reply.calls:
@@ -362,7 +396,8 @@ class CascadeSession(ModelSession):
         """Wait until the reply in progress and the one prepared during a pause, if any, are fully
         produced: for drivers that step units faster than real time (tests), which would otherwise outrun
         the responder and synthesis."""
-        for reply in (self._reply, self._prepared.reply if self._prepared is not None else None):
+        current = self.speculation.current
+        for reply in (self._reply, current.reply if current is not None else None):
             if reply is not None:
                 await reply.produced()
 
@@ -389,7 +424,8 @@ class CascadeSession(ModelSession):
     async def aclose(self) -> None:
         """End of session: stop the reply and give the recognizer's decoder back to the pool."""
         self._drop_reply()
-        self._drop_prepared()
+        self.speculation.discard(time.monotonic())
+        self._model.speculation.add(self.speculation.stats)
         await asyncio.get_running_loop().run_in_executor(self._model.listen_pool, self._close_listener)
 
     # --- internals ------------------------------------------------------------------------------------
@@ -428,7 +464,7 @@ class CascadeSession(ModelSession):
     def _answer_outputs(self) -> bool:
         """The client asked for the answer to the outputs: the responder answers the history as it is."""
         self._outputs_unanswered = False
-        self._drop_prepared()
+        self.speculation.discard(time.monotonic())
         timing = ReplyTiming(started_at=time.monotonic(), asked_at=time.monotonic())
         text = self._model.responder.reply(list(self.history), self._sampling_now())
         self._reply = self._new_reply(text, timing)
@@ -449,6 +485,7 @@ class CascadeSession(ModelSession):
         utterance as completed once decoded (with the rest of its text as a delta first), then the guess
         at a pause of the speech in progress as a delta (when it extends what was reported)."""
         out: list[Transcribed] = []
+        self._settle_history()
         while self._unreported:
             ended = self._unreported[0]
             try:
@@ -458,7 +495,6 @@ class CascadeSession(ModelSession):
             if utterance is None:
                 return out  # still decoding: later ones wait for it
             self._unreported.pop(0)
-            self._user_said(ended, utterance.text)
             reported, self._transcribed = self._transcribed, ""
             if utterance.text.startswith(reported) and utterance.text != reported:
                 out.append(Transcribed(utterance.text[len(reported) :], final=False))
@@ -494,17 +530,6 @@ class CascadeSession(ModelSession):
             self._remember(reply.text)
             self._reply = None
 
-    def _prepare(self, heard: Heard) -> None:
-        """Prepare the reply to the transcript so far while the user pauses; drop it if they go on."""
-        if heard.partial and self._reply is None and not self._calls:  # (calls wait: not answerable yet)
-            if self._prepared is None or self._prepared.text != heard.partial:
-                self._drop_prepared()
-                timing = ReplyTiming(started_at=time.monotonic())
-                text = self._respond(heard.partial, self.history, timing)
-                self._prepared = _Prepared(heard.partial, self._new_reply(text, timing))
-        elif heard.speech_start_ms is not None:
-            self._drop_prepared()
-
     def _new_reply(
         self, text: AsyncIterator[str | ToolCallRequest], timing: ReplyTiming | None = None
     ) -> Reply:
@@ -518,46 +543,57 @@ class CascadeSession(ModelSession):
             timing=timing,
         )
 
-    def _respond(
-        self, heard: str, history: list[Message], timing: ReplyTiming
-    ) -> AsyncIterator[str | ToolCallRequest]:
-        """The responder's answer to `heard` after `history`, or the no-speech line when nothing was heard."""
-        timing.asked_at = time.monotonic()
-        if not heard:
-            return _say(self._model.config.no_speech_reply)
-        return self._model.responder.reply([*history, Message("user", heard)], self._sampling_now())
+    def _speculate(self, guess: Future[Transcript]) -> Reply:
+        """The reply to the pause's decode `guess`, started now (`Speculation` decides its fate)."""
+        timing = ReplyTiming(started_at=time.monotonic())
+        return self._new_reply(self._answer(guess, list(self.history), timing), timing)
 
-    async def _answer(self, turn: SpeechEnded, timing: ReplyTiming) -> AsyncIterator[str | ToolCallRequest]:
-        """The reply to `turn`: its transcript (awaited, the decode may still run), then the answer."""
-        await asyncio.shield(asyncio.wrap_future(turn.transcript))
-        utterance = turn.utterance()
-        assert utterance is not None
-        history = list(self.history)
-        self._user_said(turn, utterance.text)
-        async for delta in self._respond(utterance.text, history, timing):
+    async def _answer(
+        self, transcript: Future[Transcript], history: list[Message], timing: ReplyTiming
+    ) -> AsyncIterator[str | ToolCallRequest]:
+        """The reply to `transcript` (awaited: the decode may still run) after `history`: the responder's
+        answer, or the no-speech line when nothing was heard."""
+        heard = (await asyncio.shield(asyncio.wrap_future(transcript))).text
+        timing.transcript_at = timing.asked_at = time.monotonic()
+        if not heard:
+            yield self._model.config.no_speech_reply
+            return
+        async for delta in self._model.responder.reply(
+            [*history, Message("user", heard)], self._sampling_now()
+        ):
             yield delta
 
-    def _start_reply(self, turn: SpeechEnded, hear_ms: float) -> None:
-        """Start the reply to `turn`, or adopt the one prepared during the pause when the turn's transcript
-        is already known and the same. Nothing here waits: the step opens the response and moves on."""
-        prepared, self._prepared = self._prepared, None
-        try:
-            known = turn.utterance()
-        except (Exception, CancelledError):  # the reply below re-raises it in its own production
-            known = None
-        adopted = prepared is not None and known is not None and prepared.text == known.text
+    def _start_reply(self, turn: SpeechEnded, end_ms: float, now: float) -> None:
+        """Start the reply to `turn`, or adopt the one started during the pause when the turn ends on the
+        same words. Nothing here waits: the step opens the response and moves on."""
+        adopted = self.speculation.adopt(turn.transcript, now)
         self._unsaid.append(turn)
-        if prepared is not None and known is not None and adopted:
-            reply = prepared.reply
-            self._user_said(turn, known.text)
+        if adopted is not None:
+            reply = adopted.reply
         else:
-            if prepared is not None:
-                prepared.reply.cancel()
             timing = ReplyTiming(started_at=time.monotonic())
-            reply = self._new_reply(self._answer(turn, timing), timing)
+            reply = self._new_reply(self._answer(turn.transcript, list(self.history), timing), timing)
         self._reply = reply
         self._heard_by_ledger = None
-        self.last_turn = TurnTrace(turn, reply.timing, adopted, hear_ms, time.monotonic())
+        self._settle_history()
+        self.last_turn = TurnTrace(
+            turn,
+            reply.timing,
+            adopted is not None,
+            ended_at_ms=end_ms,
+            speech_end_at=now - (end_ms - turn.speech_end_ms) / 1000.0,
+            paused_at_ms=adopted.at_ms if adopted is not None else None,
+        )
+
+    def _with_stages(self, reply: Reply, segment: Speak) -> Speak:
+        """`segment` carrying the turn's latency split when it holds the reply's first audio."""
+        trace = self.last_turn
+        if trace is None or trace.reply is not reply.timing or not len(segment.audio):
+            return segment
+        if reply.released_ms * self._model.capabilities.output_sample_rate_hz / 1000.0 > len(segment.audio):
+            return segment  # audio went out before this segment: not the first
+        stages = tuple((k, v) for k, v in trace.stages.items() if v is not None)
+        return dataclasses.replace(segment, stages_ms=stages)
 
     def _speak_up(self) -> bool:
         """The camera shows new text while nobody speaks: say what it reads (in every responder's words
@@ -565,14 +601,18 @@ class CascadeSession(ModelSession):
         assert self.sight is not None
         if not self.sight.text:
             return False
-        self._drop_prepared()
+        self.speculation.discard(time.monotonic())
         self._reply = self._new_reply(_say(f"I can see: {self.sight.text.rstrip('.')}."))
         return True
 
-    def _user_said(self, turn: SpeechEnded, text: str) -> None:
-        """An answered turn's words join the history once, when first known (backchannels never do)."""
-        if turn in self._unsaid:
-            self._unsaid.remove(turn)
+    def _settle_history(self) -> None:
+        """Answered turns' words join the history once decoded, in order (backchannels never do)."""
+        while self._unsaid and self._unsaid[0].transcript.done():
+            turn = self._unsaid.pop(0)
+            try:
+                text = turn.transcript.result().text
+            except (Exception, CancelledError):  # a failed decode fails its reply; nothing was said
+                continue
             if text:
                 self.history.append(Message("user", text))
 
@@ -586,11 +626,6 @@ class CascadeSession(ModelSession):
         if self._reply is not None:
             self._reply.cancel()
             self._reply = None
-
-    def _drop_prepared(self) -> None:
-        if self._prepared is not None:
-            self._prepared.reply.cancel()
-            self._prepared = None
 
     def _remember(self, text: str) -> None:
         """Record the reply as heard: the playback ledger's text when the server has reported it, else the

@@ -44,12 +44,20 @@ class ReplyTiming:
     """When the reply's production reached its milestones (monotonic seconds), for latency breakdowns."""
 
     started_at: float
+    transcript_at: float | None = None
+    """When the transcript it answers was known (its decode done)."""
     asked_at: float | None = None
     """When the responder was asked (after the turn's transcript was known)."""
     first_text_at: float | None = None
     """When the responder's first text arrived."""
+    first_piece_at: float | None = None
+    """When the first piece's text was complete (the first phrase, sent to synthesis)."""
     first_synthesis_ms: float | None = None
     """How long the first piece took to synthesise."""
+    first_audio_at: float | None = None
+    """When the first piece's audio was ready."""
+    released_at: float | None = None
+    """When a step released its first audio."""
 
 
 class Reply:
@@ -97,6 +105,11 @@ class Reply:
         return self.timing.first_text_at is not None
 
     @property
+    def produced_ms(self) -> float:
+        """Audio synthesised so far (released or not)."""
+        return 1000.0 * self._produced / self._rate
+
+    @property
     def released_ms(self) -> float:
         return 1000.0 * self._released / self._rate
 
@@ -140,6 +153,8 @@ class Reply:
             return None
         for piece in pieces:
             piece.sent = True
+        if len(audio) and self.timing.released_at is None:
+            self.timing.released_at = time.monotonic()
         self._emitted = final
         if final and self.calls and len(audio) == 0 and not pieces:
             return None  # nothing left to say: the calls end the turn
@@ -206,11 +221,15 @@ class Reply:
         start = self._ideal_output(self._resampler.total_in)
         audio = np.zeros(0, dtype=np.float32)
         if text.strip():
+            timing = self.timing
             began = time.monotonic()
+            if timing.first_piece_at is None:
+                timing.first_piece_at = began
             loop = asyncio.get_running_loop()
             audio = await loop.run_in_executor(self._executor, self._synthesizer.synthesize, text.strip())
-            if self.timing.first_synthesis_ms is None:
-                self.timing.first_synthesis_ms = 1000.0 * (time.monotonic() - began)
+            if timing.first_synthesis_ms is None:
+                timing.first_audio_at = time.monotonic()
+                timing.first_synthesis_ms = 1000.0 * (timing.first_audio_at - began)
         out = self._resampler.process(audio)
         end = self._ideal_output(self._resampler.total_in)
         self._pieces.append(_Piece(text=text, start=start, end=end, itl_ms=itl_ms))

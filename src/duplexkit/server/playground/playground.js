@@ -547,9 +547,13 @@
     if (at === null) return;
     const m = r.metrics;
     const ms = (v) => (v === undefined || v === null ? "—" : `${Math.round(v)} ms`);
-    timeline.turn(r.id, at, [`TTFT ${ms(m.ttft_ms)}`, `TTFP ${ms(m.ttfp_ms)}`, `you→audio ${ms(r.heardAfterSpeechMs)}`],
+    const split = PlaygroundView.stageSplit(m.model_stages_ms);
+    const lines = [`TTFT ${ms(m.ttft_ms)}`, `TTFP ${ms(m.ttfp_ms)}`, `you→audio ${ms(r.heardAfterSpeechMs)}`];
+    if (split) lines.push(split.line);
+    timeline.turn(r.id, at, lines,
       `${r.id}: server TTFT ${ms(m.ttft_ms)}, TTFP ${ms(m.ttfp_ms)} (from the model request's start); ` +
-      `end of your speech → first audio heard ${ms(r.heardAfterSpeechMs)} (this page's clock)`);
+      `end of your speech → first audio heard ${ms(r.heardAfterSpeechMs)} (this page's clock)` +
+      (split ? `; the model's split: ${split.title}` : ""));
   }
 
   // What the model heard of user item `id`: an entry in the transcript, where the server put the item.

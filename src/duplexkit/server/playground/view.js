@@ -257,5 +257,29 @@ const PlaygroundView = (() => {
     }
   }
 
-  return { Timeline, Transcript };
+  // The model's own latency split of a reply (`model_stages_ms` in its metrics: the cascade's stages, see
+  // docs/models.md), as one short marker line and a longer title; `null` when the model reports none.
+  const STAGE_LABELS = [
+    ["vad_tail", "tail", "VAD tail (last voiced frame → pause acted on)"],
+    ["smart_turn", "turn", "Smart Turn (→ end of turn established)"],
+    ["final_decode", "asr", "final decode"],
+    ["llm_first_token", "llm", "LLM first token"],
+    ["first_phrase", "phrase", "first phrase (first token → its audio ready)"],
+    ["tts_first_phrase", "tts", "of which synthesis"],
+    ["first_audio_sent", "send", "first audio sent (ready → released)"],
+    ["total", "total", "end of speech → first audio sent (model clock)"],
+  ];
+  function stageSplit(stages) {
+    if (!stages) return null;
+    const known = STAGE_LABELS.filter(([key]) => typeof stages[key] === "number");
+    if (!known.length) return null;
+    const ms = (v) => `${Math.round(v)}`;
+    return {
+      line: known.filter(([key]) => key !== "total" && key !== "tts_first_phrase")
+        .map(([key, short]) => `${short} ${ms(stages[key])}`).join(" · "),
+      title: known.map(([key, , long]) => `${long} ${ms(stages[key])} ms`).join("; "),
+    };
+  }
+
+  return { Timeline, Transcript, stageSplit };
 })();
