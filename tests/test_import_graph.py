@@ -17,6 +17,17 @@ import duplexkit
 SRC = Path(duplexkit.__file__).parent.parent
 
 
+def parse(path: Path) -> ast.Module:
+    """`path`'s syntax tree. CPython 3.11.7's AST converter can raise a spurious "recursion depth
+    mismatch" SystemError when its interpreter state was left skewed by earlier work in the same process
+    (CPython gh-106905, fixed in 3.11.8); a second conversion of the same text succeeds."""
+    text = path.read_text(encoding="utf-8")
+    try:
+        return ast.parse(text)
+    except SystemError:
+        return ast.parse(text)
+
+
 def module_files(src: Path, package: str) -> dict[str, Path]:
     """Dotted module name → file, for every module of `package` under `src`."""
     out: dict[str, Path] = {}
@@ -41,7 +52,7 @@ def import_graph(src: Path, package: str) -> dict[str, set[str]]:
     for name, path in modules.items():
         here = name if path.name == "__init__.py" else name.rpartition(".")[0]
         edges: set[str | None] = set()
-        for node in ast.walk(ast.parse(path.read_text(encoding="utf-8"))):
+        for node in ast.walk(parse(path)):
             if isinstance(node, ast.ImportFrom):
                 base = node.module or ""
                 if node.level:
@@ -112,7 +123,7 @@ def imported_names(path: Path) -> set[str]:
     """Every dotted name a module's source imports, anywhere in it (`import a.b` is `a.b`; `from a import
     b` is `a` and `a.b`), standard library and third party included; relative imports are not resolved."""
     names: set[str] = set()
-    for node in ast.walk(ast.parse(path.read_text(encoding="utf-8"))):
+    for node in ast.walk(parse(path)):
         if isinstance(node, ast.ImportFrom) and not node.level and node.module:
             names.add(node.module)
             names.update(f"{node.module}.{alias.name}" for alias in node.names)
