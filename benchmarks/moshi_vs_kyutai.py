@@ -64,7 +64,7 @@ async def _start(argv: list[str], port: int, wait_s: float = 300.0) -> asyncio.s
 
 async def _chat(url: str, oggs: list[bytes], idle_s: float) -> list[str]:
     pieces: list[str] = []
-    async with websockets.connect(url, max_size=None) as ws:
+    async with websockets.connect(url, max_size=None, ping_interval=None) as ws:
         handshake = await asyncio.wait_for(ws.recv(), 120)
         assert isinstance(handshake, bytes) and handshake[:1] == b"\x00", handshake
 
