@@ -11,7 +11,13 @@ contracts (`shared/reference/protocol.md`), not from our adapters.
   → a response in GA or beta names; with `turn_detection: server_vad` it detects the turn itself
   (`speech_started`, then after 500 ms of silence `speech_stopped`, `committed` and its response); no
   `response.listen`, no playback acks, no `session.close`, and unknown events or fields are rejected with
-  an `error`, as the OpenAI API does.
+  an `error`, as the OpenAI API does. With `tool_call=(name, arguments)` its first response is that
+  function call instead (GA: `response.output_item.added`, `conversation.item.added`,
+  `response.function_call_arguments.delta/.done` with `name`, `response.output_item.done`,
+  `conversation.item.done`, `response.done` listing the call; beta: `conversation.item.created` and no
+  `name` on `arguments.done`); a `conversation.item.create` with a `function_call_output` for a call it
+  made is acknowledged (GA `conversation.item.added` + `.done`, beta `conversation.item.created`), one for
+  an unknown `call_id` is an `error`; the next `response.create` is the spoken reply.
 """
 
 from __future__ import annotations
@@ -99,14 +105,18 @@ _KNOWN = {
     "input_audio_buffer.clear",
     "response.create",
     "response.cancel",
+    "conversation.item.create",
 }
 
 
 class OpenAIPeer:
     """An OpenAI-Realtime-style server in GA (`beta=False`) or beta names; records every event read."""
 
-    def __init__(self, *, beta: bool) -> None:
+    def __init__(self, *, beta: bool, tool_call: tuple[str, str] | None = None) -> None:
         self.beta = beta
+        self.tool_call = tool_call
+        self.calls_made: set[str] = set()
+        self.tools: list[Any] = []
         self.names = OPENAI_BETA_NAMES if beta else OPENAI_GA_NAMES
         self.events: list[dict[str, Any]] = []
         self.headers: dict[str, str] = {}
@@ -152,6 +162,7 @@ class OpenAIPeer:
                     else shape["audio"]["input"].get("turn_detection")
                 )
                 self.server_vad = isinstance(turns, dict) and turns.get("type") == "server_vad"
+                self.tools = list(shape.get("tools") or [])
                 await self.send(ws, "session.updated", session={**session, **event["session"]})
             elif kind == "input_audio_buffer.append":
                 unknown = set(event) - _APPEND_FIELDS
@@ -167,6 +178,17 @@ class OpenAIPeer:
                 await self.send(ws, "input_audio_buffer.committed", item_id="item_user", audio_end_ms=end_ms)
             elif kind == "response.create":
                 await self._respond(ws)
+            elif kind == "conversation.item.create":
+                item = event.get("item") or {}
+                if item.get("type") != "function_call_output" or item.get("call_id") not in self.calls_made:
+                    await self.error(ws, "invalid_value", "no function_call with that call_id")
+                    continue
+                stored = {**item, "id": f"item_out_{len(self.events)}", "object": "realtime.item"}
+                if self.beta:
+                    await self.send(ws, "conversation.item.created", item=stored, previous_item_id=None)
+                else:
+                    await self.send(ws, "conversation.item.added", item=stored, previous_item_id=None)
+                    await self.send(ws, "conversation.item.done", item=stored, previous_item_id=None)
 
     async def _detect(self, ws: ServerConnection, pcm: np.ndarray) -> None:
         loud = len(pcm) > 0 and float(np.sqrt(np.mean((pcm / 32768.0) ** 2))) > 0.01
@@ -183,7 +205,39 @@ class OpenAIPeer:
             await self.send(ws, "input_audio_buffer.committed", item_id="item_user", audio_end_ms=end_ms)
             await self._respond(ws)
 
+    async def _call(self, ws: ServerConnection, name: str, arguments: str) -> None:
+        call_id, rid = f"call_{len(self.calls_made)}", f"resp_call_{len(self.calls_made)}"
+        self.calls_made.add(call_id)
+        ids = {"response_id": rid, "item_id": f"item_{call_id}", "output_index": 0}
+        base = {
+            "id": f"item_{call_id}",
+            "object": "realtime.item",
+            "type": "function_call",
+            "call_id": call_id,
+        }
+        started = {**base, "name": name, "arguments": "", "status": "in_progress"}
+        item = {**base, "name": name, "arguments": arguments, "status": "completed"}
+        await self.send(ws, "response.created", response={"id": rid, "status": "in_progress", "output": []})
+        await self.send(ws, "response.output_item.added", response_id=rid, output_index=0, item=started)
+        await self.send(
+            ws, "conversation.item.created" if self.beta else "conversation.item.added", item=started
+        )
+        half = len(arguments) // 2
+        for piece in (arguments[:half], arguments[half:]):
+            await self.send(ws, "response.function_call_arguments.delta", **ids, call_id=call_id, delta=piece)
+        done = {} if self.beta else {"name": name}
+        await self.send(
+            ws, "response.function_call_arguments.done", **ids, call_id=call_id, arguments=arguments, **done
+        )
+        await self.send(ws, "response.output_item.done", response_id=rid, output_index=0, item=item)
+        if not self.beta:
+            await self.send(ws, "conversation.item.done", item=item)
+        await self.send(ws, "response.done", response={"id": rid, "status": "completed", "output": [item]})
+
     async def _respond(self, ws: ServerConnection) -> None:
+        if self.tool_call is not None and not self.calls_made:
+            await self._call(ws, *self.tool_call)
+            return
         ids = {"response_id": "resp_oai", "item_id": "item_oai", "output_index": 0, "content_index": 0}
         await self.send(ws, "response.created", response={"id": "resp_oai", "status": "in_progress"})
         words = OPENAI_REPLY.split(" ")

@@ -101,6 +101,10 @@ def test_chunk_ms_defaults_to_one_moshi_frame_for_the_moshi_protocol_and_placeme
     assert config["sentence_timing"] == "arrival"
     meta = json.loads(meta_path.read_text())
     assert meta["audio_placement"] == "arrival" and meta["sentence_timing"] == "arrival"
+    # the sentences sit where Omni-DuplexEval's batch scorers look: {response_root}/{split}/{id}.json
+    assert json.loads((other / meta["split"] / f"{meta['id']}.json").read_text())
+    assert json.loads((other / "run.json").read_text())["layout"]["sentences"] == "{split}/{id}.json"
+    assert [p.name for p in (other / "records" / meta["split"]).iterdir()] == [meta_path.name]
     # an Omni-DuplexEval option: another benchmark refuses it
     fdb = ["bench", "--benchmark", "fdb", "--dataset", "builtin", "--out", str(tmp_path / "f"), *FAST]
     assert main([*fdb, "--sentence-timing", "arrival"]) == 2

@@ -495,3 +495,33 @@ async def test_the_worklet_resampler_keeps_speech_band_rejects_aliases_and_ignor
     assert result["passband"] == pytest.approx(sine_rms, rel=0.01)
     assert result["upPassband"] == pytest.approx(sine_rms, rel=0.01)
     assert result["alias"] < 0.01 * sine_rms  # 12 kHz cannot fold into a 16 kHz stream: below -40 dB
+
+
+async def test_a_function_call_is_answered_from_the_tools_field_and_shown(speech_wav: Path) -> None:
+    """The Tools field declares `get_weather` with a fixed result; the scripted model calls it after the
+    user's turn: the page shows the call on the model lane and in the transcript, answers it, asks for the
+    answer, and the reply speaks the output."""
+    assert BROWSER is not None
+    calls = json.dumps([{"name": "get_weather", "arguments": {"city": "Paris"}}])
+    plugin = load_model(
+        "scripted", {"reply": "It is {output}", "first_output_ms": "150", "tool_calls": calls}
+    )
+    async with (
+        EmbeddedServer(plugin) as server,
+        HeadlessChromium(BROWSER, flags=_mic(speech_wav), timeout_s=30) as browser,
+    ):
+        await browser.open(server.http_url + "/?transport=websocket")
+        await browser.evaluate('document.getElementById("tools").value = \'{"get_weather": "21 degrees"}\'')
+        await browser.click("#connect")
+        state = await _until(
+            browser, lambda s: any(r["text"] == "It is 21 degrees" for r in s["responses"]), 40
+        )
+        call = next(e for e in state["entries"] if e["status"] == "call")
+        assert call["text"] == 'called get_weather({"city": "Paris"}) → 21 degrees'
+        assert "ms of your audio" in call["meta"]
+        runs = await browser.evaluate(
+            "window.duplexkitPlayground.timeline.runs.model"
+            '.filter((r) => r.kind === "call").map((r) => r.title)'
+        )
+        assert len(runs) == 1 and runs[0].startswith('called get_weather({"city": "Paris"}) at ')
+        assert state["stats"]["errors"] == [] and browser.log.console_errors == []

@@ -6,7 +6,9 @@ from __future__ import annotations
 
 import asyncio
 import base64
+import importlib.util
 import json
+from pathlib import Path
 from typing import Any
 
 import numpy as np
@@ -25,6 +27,7 @@ WEATHER = {
     "description": "The weather in a city.",
     "parameters": {"type": "object", "properties": {"city": {"type": "string"}}, "required": ["city"]},
 }
+ROOT = Path(__file__).resolve().parents[2]
 CALLS = json.dumps([{"name": "get_weather", "arguments": {"city": "Paris"}}])
 
 
@@ -148,3 +151,18 @@ async def test_a_model_that_cannot_call_tools_refuses_them_with_a_code_and_goes_
             [],
             "Be brief.",
         )  # the refused update changed nothing
+
+
+async def test_the_example_agent_runs_its_tool_and_saves_the_spoken_answer(
+    server: EmbeddedServer, tmp_path: Path
+) -> None:
+    spec = importlib.util.spec_from_file_location("weather_agent", ROOT / "examples" / "weather_agent.py")
+    assert spec is not None and spec.loader is not None
+    agent = importlib.util.module_from_spec(spec)
+    spec.loader.exec_module(agent)
+    question = base64.b64decode(_speech(24_000))
+    result = await agent.converse(server.url, question, tmp_path / "answer.wav")
+    [call] = result["calls"]
+    assert (call["name"], json.loads(call["arguments"])) == ("get_weather", {"city": "Paris"})
+    assert result["transcript"] == f"It is {json.dumps(agent.get_weather('Paris'))}."
+    assert result["answer_seconds"] > 0 and (tmp_path / "answer.wav").stat().st_size > 44

@@ -52,6 +52,7 @@ BENCHMARKS: Mapping[str, str] = {
     "omni-duplex-eval": "duplexkit.bench.omni_duplex_eval",
     "omniinteract": "duplexkit.bench.omniinteract",
     "fdb": "duplexkit.bench.fdb",
+    "fdb3": "duplexkit.bench.fdb3",
 }
 """Benchmark name (as `--benchmark` and `run.json` `benchmark` spell it) → the package holding `BENCHMARK`."""
 

@@ -40,6 +40,7 @@ from duplexkit.client.session import (
     close_session,
     converse,
 )
+from duplexkit.client.tools import ToolBox, ToolCall, ToolCallRecord, load_tools_file
 
 __all__ = [
     "CLIENT_SOURCES",
@@ -73,8 +74,12 @@ __all__ = [
     "Stage",
     "StreamReport",
     "TimedSentence",
+    "ToolBox",
+    "ToolCall",
+    "ToolCallRecord",
     "build_url",
     "close_session",
     "converse",
     "dump_events",
+    "load_tools_file",
 ]

@@ -56,6 +56,7 @@ from duplexkit.client.protocols import ProtocolAdapter, Wire, protocol_for
 from duplexkit.client.protocols.duplex import DuplexProtocol
 from duplexkit.client.reconnect import FINAL_RESUME_CODES, ResumePolicy, ResumeState
 from duplexkit.client.results import CloseResult, DrainResult, Pace, StreamReport
+from duplexkit.client.tools import ToolBox, ToolCallRecord, ToolCallTracker
 from duplexkit.protocol import client_events as ce
 from duplexkit.protocol.audio import encode_audio, resample
 from duplexkit.protocol.units import MediaClock, chunk_samples, ms_to_samples, samples_to_ms
@@ -121,6 +122,8 @@ class DuplexClient:
         resume: ResumePolicy | None = None,
         rng: random.Random | None = None,
         placement: Placement | None = None,
+        tools: ToolBox | None = None,
+        tool_timeout_s: float | None = None,
         sentence_timing: SentenceTiming = "audio",
     ) -> None:
         self.protocol = protocol_for(protocol, url) if isinstance(protocol, str) else protocol
@@ -175,6 +178,16 @@ class DuplexClient:
         """The `session.resync_required` event, if a resume could not replay what was missed."""
         self.resume_failures: list[str] = []
         """Why each failed resume attempt failed."""
+        self.tools = tools
+        """The tools the client answers function calls with (`client.tools`); `configure` declares them.
+        Without it, function calls are recorded by the server's events only and never answered."""
+        self.tool_calls: list[ToolCallRecord] = []
+        """Every function call the server asked for and what became of it, in arrival order."""
+        self._tool_timeout_s = tool_timeout_s
+        self._tool_tracker = ToolCallTracker()
+        self._continuations = 0
+        """`response.create`s sent to continue a call's response and not yet answered (`response.created`)."""
+        self._tool_tasks: set[asyncio.Task[None]] = set()
 
     # --- connection -----------------------------------------------------------------------------------
 
@@ -188,7 +201,7 @@ class DuplexClient:
     async def __aexit__(
         self, exc_type: type[BaseException] | None, exc: BaseException | None, tb: TracebackType | None
     ) -> None:
-        tasks = [t for t in (*self._tasks, self._acker, self._recovery) if t is not None]
+        tasks = [t for t in (*self._tasks, *self._tool_tasks, self._acker, self._recovery) if t is not None]
         for task in tasks:
             task.cancel()
         await asyncio.gather(*tasks, return_exceptions=True)
@@ -286,6 +299,7 @@ class DuplexClient:
         extra_body: Mapping[str, Any] | None = None,
         timeout_s: float = 10.0,
         capacity_timeout_s: float | None = None,
+        tool_choice: str | Mapping[str, Any] | None = None,
     ) -> ServerCapabilities:
         """Send `session.update` (PCM16 in and out, `turn_detection: null`, `playback_commit_policy:
         ack_only`, `extra_body` as the session's model parameters); wait up to `timeout_s` for
@@ -294,6 +308,9 @@ class DuplexClient:
         With `capacity_timeout_s`, a server that admits a session by sending its ready event (Moshi's
         one-lock server) is first waited for up to that long: the socket is open and waiting for a slot,
         recorded as `capacity_wait_s`, not as configuring; `timeout_s` then bounds the rest.
+
+        With `tools` (the client's `ToolBox`), the update declares them (`tools`, and `tool_choice` when
+        given), as OpenAI's function tools.
 
         Raises `ConfigureTimeout` (a `TimeoutError`), `CapacityTimeout` when no slot came in time, or
         `SessionError` when the server answers with an error or hangs up.
@@ -312,6 +329,10 @@ class DuplexClient:
         )
         payload = ce.SessionUpdate(session=session).model_dump(mode="json", exclude_none=True)
         payload["session"]["turn_detection"] = None  # explicit null: model-native turn taking
+        if self.tools is not None:
+            payload["session"]["tools"] = self.tools.definitions()
+            if tool_choice is not None:
+                payload["session"]["tool_choice"] = tool_choice
         answer = None
         try:
             async with asyncio.timeout(timeout_s):
@@ -544,7 +565,7 @@ class DuplexClient:
             now = time.monotonic()
             status = tracker.poll(now, settle_s)
             outcome: Literal["settled", "timeout", "error", "connection_closed"] | None = None
-            if status.settled:
+            if status.settled and not self.tools_busy:
                 outcome = "settled"
             elif status.failure is not None:
                 outcome = "error"
@@ -738,7 +759,67 @@ class DuplexClient:
         self.collector.observe(event)
         if self._drain is not None:
             self._drain.observe(event)
+        if self.tools is not None:
+            if event.type == "response.created" and self._continuations:
+                self._continuations -= 1
+            elif is_failure(event.data) and self._continuations:
+                self._continuations -= 1  # a refused response.create is answered by its error
+            for call in self._tool_tracker.observe(event.data, event.received_at, event.media_ms):
+                record = ToolCallRecord(call)
+                self.tool_calls.append(record)
+                task = asyncio.create_task(self._answer_call(record), name=f"duplex-tool-{call.name}")
+                self._tool_tasks.add(task)
+                task.add_done_callback(self._tool_tasks.discard)
+            self._continue_responses()
         self._wake()
+
+    # --- function calls -------------------------------------------------------------------------------
+
+    async def _answer_call(self, record: ToolCallRecord) -> None:
+        """Run one call's tool (bounded by the client's `tool_timeout_s`) and send its output, unless its
+        response was cancelled meanwhile (`client.tools`); then continue the response when it is due."""
+        assert self.tools is not None
+        call = record.call
+        record.started_at = time.monotonic()
+        try:
+            async with asyncio.timeout(self._tool_timeout_s):
+                record.output, record.error = await self.tools.run(call.name, call.arguments)
+        except TimeoutError:
+            bound = f"the tool did not answer within {self._tool_timeout_s:g} s"
+            record.output = json.dumps({"error": bound})
+            record.error = "tool_timeout"
+        record.finished_at = time.monotonic()
+        sent = False
+        if self._tool_tracker.cancelled(call):
+            record.status = "cancelled"
+        elif self._lost is not None:
+            record.status = "failed"
+        else:
+            item = {"type": "function_call_output", "call_id": call.call_id, "output": record.output}
+            try:
+                at = await self._written(self._enqueue({"type": "conversation.item.create", "item": item}))
+            except ConnectionLost:
+                record.status = "failed"
+            else:
+                record.output_sent_at, record.output_media_ms = at, self.heard_at_ms(at)
+                record.status = "answered"
+                sent = True
+        self._tool_tracker.finished(call, sent=sent)
+        self._continue_responses()
+        self._wake()
+
+    @property
+    def tools_busy(self) -> bool:
+        """A tool is running, or a `response.create` continuing a call's response is not answered yet: the
+        replies are not settled while this holds (`drain`)."""
+        return any(r.status == "running" for r in self.tool_calls) or self._continuations > 0
+
+    def _continue_responses(self) -> None:
+        """Queue `response.create` for each response whose calls are all answered and which is done."""
+        for _ in self._tool_tracker.continuations():
+            if self._lost is None and not self._closing:
+                self._continuations += 1
+                self._enqueue({"type": "response.create"})
 
     def _dropped(self, exc: ConnectionClosed | None) -> None:
         """The socket is gone: resume the session when the policy allows it, else the connection is lost."""

@@ -37,8 +37,9 @@ A value that was not observed is `None`, never 0. Per session, `stream_ttft_ms`,
 from __future__ import annotations
 
 import itertools
+from collections.abc import Sequence
 from dataclasses import dataclass, field, replace
-from typing import Any, Literal
+from typing import TYPE_CHECKING, Any, Literal
 
 import numpy as np
 import numpy.typing as npt
@@ -57,6 +58,9 @@ from duplexkit.client.stats import Distribution
 from duplexkit.client.voicing import voicings
 from duplexkit.protocol.audio import AudioDecodeError, decode_base64_audio, resample
 from duplexkit.protocol.units import ms_to_samples, samples_to_ms
+
+if TYPE_CHECKING:
+    from duplexkit.client.tools import ToolCallRecord
 
 MetricsSource = Literal[
     "server_request_start_and_client_receive",
@@ -455,11 +459,16 @@ def _round(value: float | None, digits: int = 3) -> float | None:
     return None if value is None else round(value, digits)
 
 
-def dump_events(events: list[ReceivedEvent], origin: float) -> list[dict[str, Any]]:
+def dump_events(
+    events: list[ReceivedEvent], origin: float, tool_calls: Sequence[ToolCallRecord] = ()
+) -> list[dict[str, Any]]:
     """Events as JSON-ready dicts: `t_ms` since `origin` (client monotonic clock), `media_ms` where it was
     heard on the input timeline (`ReceivedEvent.media_ms`), and the event with audio payloads replaced by
-    their decoded byte counts (`<field>_bytes`)."""
-    return [
+    their decoded byte counts (`<field>_bytes`).
+
+    The function-call outputs the client sent (`tool_calls`) are listed among them in time order, marked
+    `"sent": true`, at their wire time and where they were sent on the input timeline."""
+    out = [
         {
             "t_ms": round((event.received_at - origin) * 1000.0, 3),
             "media_ms": round(event.media_ms, 3),
@@ -467,6 +476,25 @@ def dump_events(events: list[ReceivedEvent], origin: float) -> list[dict[str, An
         }
         for event in events
     ]
+    sent = [
+        {
+            "t_ms": round((record.output_sent_at - origin) * 1000.0, 3),
+            "media_ms": round(record.output_media_ms or 0.0, 3),
+            "sent": True,
+            "event": {
+                "type": "conversation.item.create",
+                "item": {
+                    "type": "function_call_output",
+                    "call_id": record.call.call_id,
+                    "output": record.output,
+                },
+                "name": record.call.name,
+            },
+        }
+        for record in tool_calls
+        if record.output_sent_at is not None
+    ]
+    return sorted(out + sent, key=lambda entry: entry["t_ms"]) if sent else out
 
 
 def _without_audio(data: dict[str, Any]) -> dict[str, Any]:

@@ -26,6 +26,7 @@ from duplexkit.commands.options import (
     resolve_protocol,
 )
 from duplexkit.commands.score import (
+    add_fdb3_options,
     add_fdb_options,
     add_judge_options,
     judge_from_args,
@@ -54,7 +55,9 @@ def register(commands: argparse._SubParsersAction[argparse.ArgumentParser]) -> N
         choices=sorted(BENCHMARKS),
         default=DEFAULT_BENCHMARK,
         help="which benchmark's data, session and scoring rules; fdb (Full-Duplex-Bench) streams in full "
-        "duplex with no commit and writes FDB sample folders under RUN_DIR/<task folder>/<id>/ "
+        "duplex with no commit and writes FDB sample folders under RUN_DIR/<task folder>/<id>/; fdb3 "
+        "(Full-Duplex-Bench v3) streams as FDB-v3 does, answers the model's function calls with its 12 mock "
+        "APIs and writes its recording folders under RUN_DIR/<domain>/<example>_<speaker>/ "
         "(default: %(default)s)",
     )
     data.add_argument(
@@ -71,7 +74,9 @@ def register(commands: argparse._SubParsersAction[argparse.ArgumentParser]) -> N
         help="'builtin', a local HF dataset directory or .parquet file, a .jsonl manifest, or a HF dataset "
         "id already in the local HF cache (never downloaded); OmniInteract: 'builtin', a directory holding "
         "data/{1q1a,1q1a_math,1qna}, or its HF id in the cache; fdb: 'builtin' (synthetic, generated "
-        "offline) or a folder of FDB sample folders (or of task folders of them)",
+        "offline) or a folder of FDB sample folders (or of task folders of them); fdb3: 'builtin' "
+        "(synthetic, generated offline), a folder of FDB-v3 recording folders "
+        "({example_id}_{speaker_id}/input.wav), or its HF id in the local cache",
     )
     data.add_argument(
         "--split", action="append", default=[], help="Omni-DuplexEval split to run (repeatable; default: all)"
@@ -182,6 +187,7 @@ def register(commands: argparse._SubParsersAction[argparse.ArgumentParser]) -> N
     add_bound_options(parser)
     add_judge_options(parser)
     add_fdb_options(parser)
+    add_fdb3_options(parser, run=True)
     parser.set_defaults(handler=lambda args: run_command(args, parser))
 
 
@@ -221,6 +227,9 @@ def run_command(args: argparse.Namespace, parser: argparse.ArgumentParser) -> in
             "subsets": args.subset,
             "scenarios": args.scenario,
             "tasks": args.task,
+            "tool_latency": args.tool_latency,
+            "scenarios_file": args.scenarios,
+            "oracle_calls": args.oracle_calls,
             "ids": args.ids,
             "exclude_ids": args.exclude_ids,
             "limit": args.limit,

@@ -61,6 +61,7 @@ def register(commands: argparse._SubParsersAction[argparse.ArgumentParser]) -> N
         "any folder of Full-Duplex-Bench sample folders holding output.wav and output.json)",
     )
     add_fdb_options(parser)
+    add_fdb3_options(parser, run=False)
     add_judge_options(parser)
     parser.add_argument(
         "--workers", type=int, default=4, help="samples and judge requests in flight (default: %(default)s)"
@@ -98,6 +99,46 @@ def add_fdb_options(parser: argparse.ArgumentParser) -> None:
         help="OpenAI-compatible base URL serving /audio/transcriptions with word timestamps",
     )
     group.add_argument("--transcription-model", metavar="NAME", help="model name for --transcription-url")
+
+
+def add_fdb3_options(parser: argparse.ArgumentParser, *, run: bool) -> None:
+    """FDB-v3's options: `bench` takes the mock APIs' latency profile, `score` whose results to read; both
+    take the scenario file for recording folders without their own metadata.json."""
+    group = parser.add_argument_group("Full-Duplex-Bench v3 (fdb3)")
+    group.add_argument(
+        "--scenarios",
+        type=Path,
+        metavar="PATH",
+        help="fdb3: FDB-v3's scenario file (benchmark_data_v2.json) for recording folders without a "
+        "metadata.json (default: one in the data folder, beside it or one level up)",
+    )
+    if run:
+        from duplexkit.bench.fdb3.apis import PROFILE_CHOICES
+
+        group.add_argument(
+            "--tool-latency",
+            choices=PROFILE_CHOICES,
+            default="instant",
+            help="fdb3: the mock APIs' injected latency, FDB-v3's profiles (instant 0, fast 50-200 ms, "
+            "normal 200-800, slow 1000-3000, degraded 500-2000 growing 1.5x a call, timeout_risk 3000-8000; "
+            "per-api: FDB-v3's per-API table), drawn from a generator seeded by the recording "
+            "(default: %(default)s, FDB-v3's)",
+        )
+        group.add_argument(
+            "--oracle-calls",
+            action="store_true",
+            help="fdb3, a self-check of the harness: send each recording's expected calls as the session's "
+            "extra_body tool_calls, which the scripted model makes (its results are flagged; they measure "
+            "no model); the duplex protocol only, as the OpenAI dialects carry no extra_body",
+        )
+    else:
+        group.add_argument(
+            "--provider",
+            default=None,
+            metavar="NAME",
+            help="fdb3: score result_NAME.json (FDB-v3's provider name, e.g. gpt_realtime for its own runs; "
+            "default: duplexkit, what duplexkit's runs write)",
+        )
 
 
 def add_judge_options(parser: argparse.ArgumentParser) -> None:
@@ -160,8 +201,8 @@ def judge_settings(args: argparse.Namespace, concurrency: int) -> JudgeSettings:
 
 def scoring_options(args: argparse.Namespace) -> dict[str, Any]:
     """The scoring options of `add_fdb_options`, by name (what a `FolderScorer` reads)."""
-    names = ("icc_distribution", "words", "transcription_url", "transcription_model")
-    return {name: getattr(args, name) for name in names}
+    names = ("icc_distribution", "words", "transcription_url", "transcription_model", "provider", "scenarios")
+    return {name: getattr(args, name, None) for name in names}
 
 
 def judge_from_args(
@@ -186,6 +227,9 @@ def run(args: argparse.Namespace) -> int:
         return asyncio.run(score_folder(args, args.run_dir, scorer, args.workers or 1))
     if args.icc_distribution or args.words != "keep" or args.transcription_url or args.transcription_model:
         _usage(args, "--icc-distribution, --words and --transcription-* are Full-Duplex-Bench options")
+        return 2
+    if args.provider or args.scenarios:
+        _usage(args, "--provider and --scenarios are Full-Duplex-Bench v3 options")
         return 2
     if args.workers < 1:
         _usage(args, "--workers must be at least 1")

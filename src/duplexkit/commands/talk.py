@@ -41,6 +41,7 @@ from duplexkit.client import (
 from duplexkit.client.collector import WAV_RATE_HZ, Placement
 from duplexkit.client.events import ReceivedEvent, as_str, dig, error_code_of, response_id_of
 from duplexkit.client.protocols import protocol_for
+from duplexkit.client.tools import ToolBox, ToolCallRecord, ToolsFileError, load_tools_file
 from duplexkit.client.wavfile import read_wav, write_wav
 from duplexkit.commands.options import (
     add_bound_options,
@@ -82,6 +83,8 @@ class TalkOptions:
     """The wire protocol (`client.protocols`); `auto` detects it from the URL."""
     placement: Placement | None = None
     """Where output sits on the input timeline (`None`: the protocol's default)."""
+    tools: ToolBox | None = None
+    """The tools the client answers function calls with (`--tools`)."""
 
 
 @dataclass(slots=True)
@@ -145,6 +148,15 @@ def register(commands: argparse._SubParsersAction[argparse.ArgumentParser]) -> N
     add_placement_option(parser)
     parser.add_argument(
         "--extra-body", type=json_object, help="JSON object sent as session.extra_body (model parameters)"
+    )
+    parser.add_argument(
+        "--tools",
+        type=Path,
+        metavar="FILE",
+        help="answer the server's function calls: a Python module (a TOOLS dict of name → callable, sync or "
+        "async, else its public functions; an optional DEFINITIONS list of function tools declares them) or "
+        "a JSON object of fixed results by tool name; the tools are declared in session.update and every "
+        "call is shown in the summary, tool_calls.json and events.json",
     )
     add_model_options(parser)
     parser.set_defaults(handler=run)
@@ -216,10 +228,19 @@ def run(args: argparse.Namespace) -> int:
         except (OSError, MediaError) as exc:
             print(f"duplexkit talk: cannot read --video: {exc}", file=sys.stderr)
             return EXIT_USAGE
+    tools = None
+    if args.tools is not None:
+        try:
+            tools = load_tools_file(args.tools)
+        except ToolsFileError as exc:
+            print(f"duplexkit talk: --tools: {exc}", file=sys.stderr)
+            return EXIT_USAGE
     plugin = None if args.url else model_from_args(args)
     if args.url is None and plugin is None:
         return EXIT_USAGE
-    options = dataclasses.replace(options_from_args(args, url=args.url, out=args.out), frames=frames)
+    options = dataclasses.replace(
+        options_from_args(args, url=args.url, out=args.out), frames=frames, tools=tools
+    )
     return run_and_report(options, samples, rate, plugin)
 
 
@@ -258,6 +279,7 @@ async def _session(options: TalkOptions, url: str, samples: Samples, rate: int) 
         open_timeout_s=options.connect_timeout_s,
         protocol=protocol_for(options.protocol, url),
         placement=options.placement,
+        tools=options.tools,
     )
     async with contextlib.AsyncExitStack() as stack:
         try:
@@ -340,8 +362,10 @@ def write_outputs(result: TalkResult, out: Path) -> None:
     collector = client.collector
     write_wav(out / "output.wav", collector.output_audio(), WAV_RATE_HZ)
     _write_json(out / "transcript.json", [s.to_json() for s in collector.sentences()])
-    _write_json(out / "events.json", dump_events(client.events, client.connected_at))
+    _write_json(out / "events.json", dump_events(client.events, client.connected_at, client.tool_calls))
     _write_json(out / "timing.json", timing(result))
+    if client.tools is not None:
+        _write_json(out / "tool_calls.json", [r.to_json(client.connected_at) for r in client.tool_calls])
 
 
 def timing(result: TalkResult) -> dict[str, Any]:
@@ -415,6 +439,9 @@ def summary(result: TalkResult, out: Path) -> str:
     lines = [f"session {session_id or '-'} at {result.url}{protocol}: {result.failure or 'ok'}"]
     if client is None:
         return lines[0]
+    calls: dict[str, list[ToolCallRecord]] = {}
+    for record in client.tool_calls:
+        calls.setdefault(record.call.response_id or "", []).append(record)
     responses = {r.response_id: r for r in client.collector.responses()}
     order = conversation_order(client.events)
     order += [("said", rid) for rid in responses if ("said", rid) not in order]
@@ -430,6 +457,8 @@ def summary(result: TalkResult, out: Path) -> str:
             f"    response {r.response_id} ({r.status or 'open'}): TTFT {_ms(r.ttft_ms)}, "
             f"TTFP {_ms(r.ttfp_ms)}, TPOT {_ms(r.tpot_ms)}, RTF {_num(r.rtf)}  [{r.source}]"
         )
+        lines.extend(_call_line(record) for record in calls.pop(value, []))
+    lines.extend(_call_line(record) for records in calls.values() for record in records)
     s = client.collector.session()
     lines.append(
         f"  stream: {s.turns} turn(s), TTFT {_ms(s.stream_ttft_ms)}, TTFP {_ms(s.stream_ttfp_ms)}, "
@@ -457,6 +486,17 @@ def summary(result: TalkResult, out: Path) -> str:
     lines.extend(f"  warning: {w}" for w in result.warnings)
     lines.append(f"  sentences: {len(client.collector.sentences())}; outputs in {out}")
     return "\n".join(lines)
+
+
+def _call_line(record: ToolCallRecord) -> str:
+    """One function call for the summary: name, arguments, output and when, on the input timeline."""
+    call = record.call
+    sent = "-" if record.output_media_ms is None else f"{record.output_media_ms / 1000:.2f} s"
+    error = f" [{record.error}]" if record.error else ""
+    return (
+        f"  called: {call.name}({call.arguments}) at {call.media_ms / 1000:.2f} s → {record.output!r} "
+        f"sent at {sent} ({record.status}{error}; input timeline)"
+    )
 
 
 def conversation_order(events: list[ReceivedEvent]) -> list[tuple[str, str]]:

@@ -381,13 +381,13 @@ class EngineSession:
         return Step(units=units)
 
     def _respond(self, event: ce.ResponseCreate, now: float) -> Step:
-        """`response.create`: the buffered input (possibly none) becomes a final unit, which asks the model
-        to answer now; its `metadata` is echoed by the response that answers it. Function outputs the
-        client sent ride that unit. With nothing buffered and no outputs, nothing is stepped (a duplex
-        model answers input, and there is none)."""
+        """`response.create`: answer now. The buffered input (possibly none) becomes a final unit, which
+        asks the model for its answer (function outputs the client sent ride it), and the response that
+        answers echoes this request's `response.metadata`. While a response is active, nothing more is
+        stepped (its metadata waits for the next response)."""
         metadata = (event.response or {}).get("metadata")
         self._metadata = metadata if isinstance(metadata, dict) else None
-        if not (self._assembler.buffered_samples or self._outputs or self._metadata is not None):
+        if self._response is not None:
             return Step()
         return self._units([self._assembler.flush()], now)
 

@@ -78,7 +78,8 @@ class OpenAIProtocol(ProtocolAdapter):
     def _session(self, ours: dict[str, Any]) -> dict[str, Any]:
         modalities = ours.get("modalities") or ["audio", "text"]
         turns = {"type": "server_vad"} if self.server_vad else None
-        common = {k: ours[k] for k in ("instructions",) if ours.get(k) is not None}
+        # Function tools have the same flat shape in both dialects (`{"type": "function", "name", ...}`).
+        common = {k: ours[k] for k in ("instructions", "tools", "tool_choice") if ours.get(k) is not None}
         if self.beta:
             beta: dict[str, Any] = {
                 **common,

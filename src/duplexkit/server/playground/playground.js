@@ -11,6 +11,8 @@
   const SPEECH_RMS = 0.015; // a chunk louder than this counts as speech (the page's voice-activity hint)
   const ACK_EVERY_MS = 250;
   const MIC_READING_MS = 10; // the transport reads the microphone's level this often
+  const CALL_MARK_MS = 120; // a function call's width on the model lane (a call is an instant)
+  let toolResults = {}; // the Tools field: name -> the fixed result a call of it is answered with
   const KEY_STORE = "duplexkit.playground.api-key";
   const authRequired = root.dataset.auth === "required";
 
@@ -79,19 +81,25 @@
       (stats.acksTooLate ? `, ${stats.acksTooLate} too late (benign)` : "");
   }
 
-  function settings() {
-    const raw = $("extra-body").value.trim();
-    let extra = {};
-    if (raw) {
-      try {
-        extra = JSON.parse(raw);
-      } catch (error) {
-        throw new SettingsError(`extra_body is not JSON: ${error.message}`);
-      }
-      if (extra === null || typeof extra !== "object" || Array.isArray(extra)) {
-        throw new SettingsError("extra_body must be a JSON object");
-      }
+  // A settings field holding a JSON object ("{}" when empty); SettingsError names the field.
+  function jsonObject(field, what) {
+    const raw = $(field).value.trim();
+    if (!raw) return {};
+    let value;
+    try {
+      value = JSON.parse(raw);
+    } catch (error) {
+      throw new SettingsError(`${what} is not JSON: ${error.message}`, field);
     }
+    if (value === null || typeof value !== "object" || Array.isArray(value)) {
+      throw new SettingsError(`${what} must be a JSON object`, field);
+    }
+    return value;
+  }
+
+  function settings() {
+    const extra = jsonObject("extra-body", "extra_body");
+    const tools = jsonObject("tools", "Tools");
     const session = {
       modalities: ["audio", "text"],
       input_audio_format: "pcm16",
@@ -103,23 +111,36 @@
     };
     if ($("instructions").value.trim()) session.instructions = $("instructions").value;
     if ($("voice").value.trim()) session.voice = $("voice").value.trim();
+    if (Object.keys(tools).length) {
+      session.tools = Object.keys(tools).map((name) => ({
+        type: "function", name, description: `${name} (the playground answers it with a fixed result)`,
+        parameters: { type: "object", properties: {} },
+      }));
+    }
+    toolResults = tools;
     return session;
   }
 
-  class SettingsError extends Error {}
+  class SettingsError extends Error {
+    constructor(message, field) {
+      super(message);
+      this.field = field;
+    }
+  }
 
   function checkSettings() {
+    for (const field of ["extra-body", "tools"]) {
+      $(`${field}-error`).hidden = true;
+      $(field).removeAttribute("aria-invalid");
+    }
     try {
-      const session = settings();
-      $("extra-body-error").hidden = true;
-      $("extra-body").removeAttribute("aria-invalid");
-      return session;
+      return settings();
     } catch (error) {
       if (!(error instanceof SettingsError)) throw error;
-      $("extra-body-error").textContent = error.message;
-      $("extra-body-error").hidden = false;
-      $("extra-body").setAttribute("aria-invalid", "true");
-      $("extra-body").focus();
+      $(`${error.field}-error`).textContent = error.message;
+      $(`${error.field}-error`).hidden = false;
+      $(error.field).setAttribute("aria-invalid", "true");
+      $(error.field).focus();
       return null;
     }
   }
@@ -212,6 +233,9 @@
       items: [], // conversation item ids in the server's order (each after its `previous_item_id`)
       mediaOffsetMs: null, // page clock - input media clock: where on the page's clock the microphone started
       micLoudAt: [], // over WebRTC: loud microphone readings (page clock) not on the timeline yet
+      calls: new Map(), // function calls the model made, by call_id
+      callNames: new Map(), // function_call item id -> its name (beta's arguments.done carries none)
+      callResponses: new Set(), // responses with calls answered, to continue once they are done
     };
     timeline.reset();
     transcript.reset();
@@ -473,6 +497,31 @@
     renderStats();
   }
 
+  // A function call the model made: a mark on the model lane where it was heard (the input media clock), an
+  // entry in the transcript with its arguments and output, and the answer at once: the Tools field's fixed
+  // result for it (text as is, else JSON), or an error output naming the missing tool; the model then goes
+  // on (`response.done` sends the `response.create`).
+  function functionCall(conn, event) {
+    if (!event.call_id || conn.calls.has(event.call_id)) return;
+    const name = event.name || conn.callNames.get(event.item_id) || "function";
+    const atMs = stats.sentMs;
+    const fixed = Object.prototype.hasOwnProperty.call(toolResults, name) ? toolResults[name] : undefined;
+    const output = fixed === undefined ? JSON.stringify({ error: `the playground has no result for ${name}` })
+      : typeof fixed === "string" ? fixed : JSON.stringify(fixed);
+    conn.calls.set(event.call_id, { name, arguments: event.arguments, atMs, output });
+    const line = `${name}(${event.arguments || ""})`;
+    timeline.span("model", "call", Math.max(0, atMs - CALL_MARK_MS), atMs,
+      { key: event.call_id, title: `called ${line} at ${Math.round(atMs)} ms → ${output}`, gapMs: -Infinity });
+    const entry = transcript.entry("model", `call:${event.call_id}`);
+    entry.text.textContent = `called ${line} → ${output}`;
+    entry.meta.textContent = `function call heard at ${Math.round(atMs)} ms of your audio (input media clock)`;
+    entry.li.dataset.status = "call";
+    entry.li.dataset.call = name;
+    send(conn, { type: "conversation.item.create",
+      item: { type: "function_call_output", call_id: event.call_id, output } });
+    if (event.response_id) conn.callResponses.add(event.response_id);
+  }
+
   // Where on the input media clock a unit-stamped event belongs (the unit's span), else the present.
   function unitSpan(conn, event) {
     const period = (conn.session.capabilities || {}).chunk_period_ms || 100;
@@ -557,6 +606,7 @@
         break;
       }
       case "response.output_item.added":
+        if (event.item && event.item.type === "function_call") conn.callNames.set(event.item.id, event.item.name);
         if (r && event.item) {
           r.itemId = event.item.id;
           if (conn.items.includes(r.itemId)) transcript.place(r.entry, r.itemId, conn.items);
@@ -611,8 +661,13 @@
           timeline.flag("played", done.id, "cancelled");
         }
         renderResponse(conn, done);
+        // the calls of a finished response were answered: ask the model to go on (it does not by itself)
+        if (conn.callResponses.delete(done.id) && done.status === "completed") send(conn, { type: "response.create" });
         break;
       }
+      case "response.function_call_arguments.done":
+        functionCall(conn, event);
+        break;
       case "response.listen": {
         stats.units.listen += 1;
         const [startMs, endMs] = unitSpan(conn, event);
