@@ -11,7 +11,8 @@ Each session streams 80 ms appends on a real-time schedule, starting at a random
 reads every unit's decision (`response.listen` or the reply's audio delta). A unit's lag is (its append
 sent → its decision received) on the load generator's `time.monotonic`. N sessions are *held* when every
 unit was answered and p99 lag is within one 80 ms frame. Also reported: the slotted server's mean tick
-time and frozen-frame rate (from its `/metrics`), and, in process, tick time against slot count.
+time and frozen-frame rate (from its `/metrics`), and, in process, tick time against slot count and a
+neighbour's frame latency while a 2,000-character persona is prefilled into another slot (`prefill`).
 
     .venv/bin/python benchmarks/moshi_slots.py --seconds 8
 """
@@ -152,6 +153,65 @@ async def tick_curve(checkpoint: Path, counts: list[int], frames: int) -> list[d
     return rows
 
 
+PERSONA = (
+    "You are a patient and friendly guide who tells stories about the sea, the ships that cross it and "
+    "the people who live by it. "
+)
+
+
+async def prefill_neighbour(checkpoint: Path, seconds: float, chars: int) -> dict[str, float]:
+    """In process: a neighbour streams 80 ms frames on a real-time schedule while another session's
+    `chars`-character persona is prefilled, against the same run without it. A frame's latency is (its due
+    time -> its decision) on `time.monotonic`; the figure is the ratio of the two p99s."""
+    from duplexkit.engine import Fence, Unit
+    from duplexkit.models import BatchItem, SamplingParams, load_model
+
+    samples = (0.1 * np.random.default_rng(0).standard_normal(FRAME)).astype(np.float32)
+    persona = (PERSONA * (chars // len(PERSONA) + 1))[:chars]
+
+    async def run(with_persona: bool) -> tuple[list[float], float | None, int]:
+        plugin = load_model("moshi", {"checkpoint": str(checkpoint), "slots": "2"})
+        neighbour = plugin.new_session()
+        other = plugin.new_session()
+        other.configure(SamplingParams(), {"text_prompt": persona} if with_persona else {})
+        prompt_frames = len(plugin._prompt_frames(other.persona))  # type: ignore[attr-defined]
+        prefill_s: float | None = None
+
+        async def prefill() -> None:
+            nonlocal prefill_s
+            await asyncio.sleep(1.0)  # the neighbour is streaming when the persona goes in
+            started = time.monotonic()
+            await other.prepare()
+            prefill_s = time.monotonic() - started
+
+        task = asyncio.create_task(prefill()) if with_persona else None
+        lags: list[float] = []
+        start = time.monotonic() + 0.2
+        for k in range(int(seconds / PERIOD_S)):
+            due = start + k * PERIOD_S
+            await asyncio.sleep(max(0.0, due - time.monotonic()))
+            unit = Unit(k, Fence("bench"), samples, RATE, k * 80.0, (k + 1) * 80.0)
+            await plugin.step_batch([BatchItem(neighbour, unit, due)])
+            lags.append(time.monotonic() - due)
+        if task is not None:
+            await task
+        return lags, prefill_s, prompt_frames
+
+    base, _, _ = await run(False)
+    loaded, prefill_s, prompt_frames = await run(True)
+    p99_base = float(np.percentile(base, 99)) * 1e3
+    p99_loaded = float(np.percentile(loaded, 99)) * 1e3
+    return {
+        "persona_chars": chars,
+        "prompt_frames": prompt_frames,
+        "prefill_s": round(prefill_s, 2) if prefill_s is not None else float("nan"),
+        "neighbour_p99_ms_without": round(p99_base, 1),
+        "neighbour_p99_ms_with": round(p99_loaded, 1),
+        "neighbour_max_ms_with": round(max(loaded) * 1e3, 1),
+        "p99_ratio": round(p99_loaded / p99_base, 2),
+    }
+
+
 async def main() -> None:
     parser = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
     parser.add_argument("--seconds", type=float, default=8.0, help="streaming time per session count")
@@ -161,6 +221,13 @@ async def main() -> None:
         "--batch-wait-ms", type=float, default=None, help="the servers' batch wait (default: the model's)"
     )
     parser.add_argument("--modes", default="slotted,per-process", help="which ways to serve, comma-separated")
+    parser.add_argument(
+        "--prefill-seconds",
+        type=float,
+        default=12.0,
+        help="neighbour streaming time for the persona-prefill figure (0: skip it)",
+    )
+    parser.add_argument("--persona-chars", type=int, default=2000, help="persona length for that figure")
     args = parser.parse_args()
     os.environ.setdefault("NO_TORCH_COMPILE", "1")
     from duplexkit.models.moshi.tiny import write_tiny_checkpoint
@@ -168,12 +235,16 @@ async def main() -> None:
     with tempfile.TemporaryDirectory() as tmp:
         checkpoint = write_tiny_checkpoint(Path(tmp) / "tiny")
         print(f"load average before: {os.getloadavg()[0]:.2f}")
+        if args.prefill_seconds > 0:  # a context long enough for the persona's prompt (4096 frames)
+            long_context = write_tiny_checkpoint(Path(tmp) / "tiny-long", context=4096)
+            figure = await prefill_neighbour(long_context, args.prefill_seconds, args.persona_chars)
+            print("prefill", json.dumps(figure))
         if args.tick_slots:
             for row in await tick_curve(checkpoint, [int(x) for x in args.tick_slots.split(",")], 40):
                 print("tick", json.dumps(row))
-        held = dict.fromkeys(args.modes.split(","), 0)
+        held = dict.fromkeys(filter(None, args.modes.split(",")), 0)
         failed: set[str] = set()
-        for n in [int(x) for x in args.ladder.split(",")]:
+        for n in [int(x) for x in args.ladder.split(",") if x]:
             for mode in [m for m in held if m not in failed]:
                 print(f"load average before {mode} {n}: {os.getloadavg()[0]:.2f}")
                 result = await run_mode(checkpoint, mode, n, args.seconds, args.batch_wait_ms)

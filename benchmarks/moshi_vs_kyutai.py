@@ -62,9 +62,9 @@ async def _start(argv: list[str], port: int, wait_s: float = 300.0) -> asyncio.s
     raise RuntimeError(f"{argv[:3]} did not start on port {port}")
 
 
-async def _chat(url: str, oggs: list[bytes]) -> list[str]:
+async def _chat(url: str, oggs: list[bytes], idle_s: float) -> list[str]:
     pieces: list[str] = []
-    async with websockets.connect(url, max_size=None) as ws:
+    async with websockets.connect(url, max_size=None, ping_interval=None) as ws:
         handshake = await asyncio.wait_for(ws.recv(), 120)
         assert isinstance(handshake, bytes) and handshake[:1] == b"\x00", handshake
 
@@ -78,7 +78,10 @@ async def _chat(url: str, oggs: list[bytes]) -> list[str]:
             if ogg:
                 await ws.send(b"\x01" + ogg)
             await asyncio.sleep(0.08)
-        await asyncio.sleep(3.0)
+        seen = -1
+        while seen != len(pieces):  # a CPU steps bfloat16 slowly: wait until the pieces stop coming
+            seen = len(pieces)
+            await asyncio.sleep(idle_s)
         receiving.cancel()
         with contextlib.suppress(asyncio.CancelledError):
             await receiving
@@ -88,6 +91,7 @@ async def _chat(url: str, oggs: list[bytes]) -> list[str]:
 async def main() -> None:
     parser = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
     parser.add_argument("--seconds", type=float, default=6.0, help="input length")
+    parser.add_argument("--idle", type=float, default=15.0, help="seconds without a new piece that end a run")
     args = parser.parse_args()
     os.environ["NO_TORCH_COMPILE"] = "1"
     from duplexkit.models.moshi.tiny import write_published_layout
@@ -110,8 +114,8 @@ async def main() -> None:
         oggs = [bytes(writer.append_pcm(pcm[i : i + FRAME])) for i in range(0, len(pcm) - FRAME + 1, FRAME)]
         procs = [await _start(kyutai, kyutai_port), await _start(ours, ours_port)]
         try:
-            theirs = await _chat(f"ws://127.0.0.1:{kyutai_port}/api/chat", oggs)
-            mine = await _chat(f"ws://127.0.0.1:{ours_port}/api/chat", oggs)
+            theirs = await _chat(f"ws://127.0.0.1:{kyutai_port}/api/chat", oggs, args.idle)
+            mine = await _chat(f"ws://127.0.0.1:{ours_port}/api/chat", oggs, args.idle)
         finally:
             for proc in procs:
                 proc.terminate()

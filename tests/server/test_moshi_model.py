@@ -23,6 +23,7 @@ from duplexkit.models import load_model
 from duplexkit.models.moshi.plugin import MoshiModel
 from duplexkit.models.moshi.tiny import write_tiny_checkpoint
 from duplexkit.server import EmbeddedServer, ServerConfig
+from tests.models.moshi.reference import assert_hears
 from tests.server.test_dialects_e2e import _sdk, _speech_pcm16
 from tests.server.test_moshi_endpoint import FdbMoshiClient
 
@@ -31,7 +32,9 @@ RATE = 24_000
 
 @pytest.fixture(scope="module")
 def checkpoint(tmp_path_factory: pytest.TempPathFactory) -> Path:
-    return write_tiny_checkpoint(tmp_path_factory.mktemp("moshi") / "tiny")
+    folder = write_tiny_checkpoint(tmp_path_factory.mktemp("moshi") / "tiny")
+    assert_hears(folder)  # or a session routed to the wrong slot could not fail anything here
+    return folder
 
 
 @pytest.fixture

@@ -7,6 +7,7 @@ from __future__ import annotations
 
 import shutil
 import time
+from dataclasses import replace
 from pathlib import Path
 
 import numpy as np
@@ -161,7 +162,7 @@ async def test_a_persona_is_prefilled_into_its_own_slot_only(tiny_checkpoint: Pa
     reference = await alone(tiny_checkpoint, 4)
     voices = tmp_path / "voices"
     voices.mkdir()
-    _write_wav(voices / "NATF0.wav", (0.1 * np.sin(np.arange(16_000) / 7)).astype(np.float32), 16_000)
+    _write_wav(voices / "NATF0.wav", (0.1 * np.sin(np.arange(4_800) / 7)).astype(np.float32), 16_000)
     plugin = model(tiny_checkpoint, slots="2", voices=str(voices))
     a, b = plugin.new_session(), plugin.new_session()
     b.configure(SamplingParams(), {"text_prompt": "you are a pirate", "voice_prompt": "NATF0"})
@@ -282,3 +283,17 @@ async def test_a_closed_session_refuses_to_step_and_its_neighbours_go_on(tiny_ch
     assert isinstance(results[1], Listen | Speak)
     assert plugin.slot_stats().frames_stepped == stepped + 1
     assert a.frames == 1
+
+
+def test_a_prompt_longer_than_the_context_is_refused_with_a_code(tiny_checkpoint: Path) -> None:
+    """The tiny LM's context is 50 frames: a persona whose prompt needs more would slide out of the window
+    while it is still being said, so it is refused before anything is stepped."""
+    plugin = model(tiny_checkpoint, slots="1")
+    s = plugin.new_session()
+    s.configure(SamplingParams(), {"text_prompt": "be brief"})
+    assert len(plugin._prompt_frames(s.persona)) <= plugin.context_frames
+    long = " ".join(["tell me a story about the sea"] * 10)
+    assert len(plugin._prompt_frames(replace(s.persona, text=long))) > plugin.context_frames
+    with pytest.raises(ValueError, match="prompt_too_long"):
+        s.configure(SamplingParams(), {"text_prompt": long})
+    assert s.persona.text == "be brief"

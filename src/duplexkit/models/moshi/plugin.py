@@ -48,8 +48,9 @@ if TYPE_CHECKING:
 SAMPLE_RATE_HZ = 24_000
 PROMPT_SILENCE_FRAMES = 6
 """Silence around each part of a persona prompt: 0.5 s, rounded up to whole 80 ms frames."""
-PREFILL_CHUNK_FRAMES = 8
-"""Prompt frames stepped per turn on the model thread, so other sessions' ticks interleave."""
+PREFILL_CHUNK_FRAMES = 1
+"""Prompt frames stepped per turn on the model thread: one, so a neighbour's tick that comes due during a
+prefill waits behind at most one prompt frame's step (eight let a neighbour fall behind real time)."""
 _VOICE_NAME = re.compile(r"^[A-Za-z0-9][A-Za-z0-9_.-]{0,63}$")
 
 
@@ -110,6 +111,13 @@ class MoshiSession(ModelSession):
                 "captured with it); a session may change temp_text and top_k_text"
             )
         persona = self._persona(sampling, extra_body)
+        if persona.key != self.persona.key:
+            prompt = len(plugin._prompt_frames(persona))
+            if prompt > plugin.context_frames:
+                raise ValueError(
+                    f"text_prompt/voice_prompt: the persona's prompt is {prompt} frames and this model's "
+                    f"context holds {plugin.context_frames}: shorten it (prompt_too_long)"
+                )
         if persona.key != self.persona.key and self.frames > 0:
             if "text_prompt" in extra_body or "voice_prompt" in extra_body:
                 raise ValueError(

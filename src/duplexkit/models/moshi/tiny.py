@@ -54,8 +54,9 @@ def mimi_config() -> dict[str, Any]:
     return config
 
 
-def lm_config(dep_q: int = 4) -> dict[str, Any]:
-    """LM arguments; `dep_q=16` gives PersonaPlex's layout (8 agent + 8 user codebooks predicted)."""
+def lm_config(dep_q: int = 4, context: int = 50) -> dict[str, Any]:
+    """LM arguments; `dep_q=16` gives PersonaPlex's layout (8 agent + 8 user codebooks predicted);
+    `context`: the frames its KV cache holds (50, 4 s; a benchmark of long prompts wants more)."""
     if dep_q not in (4, 16):
         raise ValueError("dep_q must be 4 (Moshi's layout) or 16 (PersonaPlex's)")
     user = 4 if dep_q == 4 else 8
@@ -71,7 +72,7 @@ def lm_config(dep_q: int = 4) -> dict[str, Any]:
         "num_layers": 2,
         "hidden_scale": 2,
         "causal": True,
-        "context": 50,
+        "context": context,
         "max_period": 10000,
         "gating": "silu",
         "norm": "rms_norm_f32",
@@ -125,7 +126,7 @@ def _teach_codebooks(mimi: Any) -> None:
         mimi.quantizer.eval()
 
 
-def write_tiny_checkpoint(folder: Path, *, dep_q: int = 4, seed: int = 0) -> Path:
+def write_tiny_checkpoint(folder: Path, *, dep_q: int = 4, seed: int = 0, context: int = 50) -> Path:
     """Build and save a tiny random checkpoint that hears into `folder` (created); returns `folder`."""
     os.environ.setdefault("NO_TORCH_COMPILE", "1")  # before moshi is imported: compiling costs ~20 s on CPU
     import sentencepiece
@@ -138,7 +139,7 @@ def write_tiny_checkpoint(folder: Path, *, dep_q: int = 4, seed: int = 0) -> Pat
     mimi = loaders.get_mimi(None, mimi_config())
     _teach_codebooks(mimi)
     save_file({k: v.contiguous() for k, v in mimi.state_dict().items()}, str(folder / "mimi.safetensors"))
-    lm_kwargs = lm_config(dep_q)
+    lm_kwargs = lm_config(dep_q, context)
     lm = loaders.get_moshi_lm(None, lm_kwargs=lm_kwargs, dtype=torch.float32)
     n_agent = dep_q if dep_q < lm_kwargs["n_q"] else lm_kwargs["n_q"] // 2
     with torch.no_grad():
