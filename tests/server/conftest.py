@@ -74,6 +74,25 @@ def plugin() -> ModelPlugin:
     return load_model("scripted", {"first_output_ms": "50", "token_ms": "5"})
 
 
+WEATHER_CALLS = json.dumps([{"name": "get_weather", "arguments": {"city": "Paris"}}])
+"""The scripted model's tool call in the tool-call tests: `get_weather` for Paris, then `It is {output}.`"""
+
+
+def weather_tool_plugin() -> ModelPlugin:
+    """The scripted model that calls `get_weather` once per turn and speaks the tool's output after it."""
+    return load_model(
+        "scripted",
+        {
+            "first_output_ms": "50",
+            "token_ms": "5",
+            "ms_per_char": "10",
+            "chunk_period_ms": "200",
+            "tool_calls": WEATHER_CALLS,
+            "reply": "It is {output}.",
+        },
+    )
+
+
 @pytest.fixture(params=EDGES)
 def edge(request: pytest.FixtureRequest) -> Edge:
     """Each I/O edge in turn, for the few tests that hold both to the same behaviour (the rest run on the

@@ -18,29 +18,18 @@ from typing import Any
 import numpy as np
 import pytest
 
-from duplexkit.models import ModelPlugin, load_model
+from duplexkit.models import ModelPlugin
 from duplexkit.server import EmbeddedServer
+from tests.server.conftest import weather_tool_plugin
 
 lk_openai = pytest.importorskip("livekit.plugins.openai", reason="needs livekit-plugins-openai (dev extra)")
 from livekit import rtc  # noqa: E402
 from livekit.agents import llm  # noqa: E402
 
-CALLS = json.dumps([{"name": "get_weather", "arguments": {"city": "Paris"}}])
-
 
 @pytest.fixture
 def plugin() -> ModelPlugin:
-    return load_model(
-        "scripted",
-        {
-            "first_output_ms": "50",
-            "token_ms": "5",
-            "ms_per_char": "10",
-            "chunk_period_ms": "200",
-            "tool_calls": CALLS,
-            "reply": "It is {output}.",
-        },
-    )
+    return weather_tool_plugin()
 
 
 @llm.function_tool

@@ -15,11 +15,11 @@ import numpy as np
 import pytest
 from openai import AsyncOpenAI
 
-from duplexkit.models import ModelPlugin, load_model
+from duplexkit.models import ModelPlugin
 from duplexkit.models.base import ModelSession
 from duplexkit.models.scripted import ScriptedModel, ScriptedSession
 from duplexkit.server import EmbeddedServer
-from tests.server.conftest import connect
+from tests.server.conftest import connect, weather_tool_plugin
 
 WEATHER = {
     "type": "function",
@@ -28,22 +28,11 @@ WEATHER = {
     "parameters": {"type": "object", "properties": {"city": {"type": "string"}}, "required": ["city"]},
 }
 ROOT = Path(__file__).resolve().parents[2]
-CALLS = json.dumps([{"name": "get_weather", "arguments": {"city": "Paris"}}])
 
 
 @pytest.fixture
 def plugin() -> ModelPlugin:
-    return load_model(
-        "scripted",
-        {
-            "first_output_ms": "50",
-            "token_ms": "5",
-            "ms_per_char": "10",
-            "chunk_period_ms": "200",
-            "tool_calls": CALLS,
-            "reply": "It is {output}.",
-        },
-    )
+    return weather_tool_plugin()
 
 
 def _speech(rate: int, seconds: float = 1.0) -> str:
