@@ -14,13 +14,14 @@ pytest.importorskip("aiortc")
 
 from duplexkit.models import ModelPlugin, load_model
 from duplexkit.server import EmbeddedServer
-from tests.server.test_tools_e2e import CALLS, WEATHER
+from tests.server.conftest import WEATHER_CALLS
+from tests.server.test_tools_e2e import WEATHER
 from tests.server.webrtc_peer import CallPeer, tone
 
 
 @pytest.fixture
 async def server() -> AsyncIterator[EmbeddedServer]:
-    args = {"first_output_ms": "50", "token_ms": "5", "chunk_period_ms": "200", "tool_calls": CALLS}
+    args = {"first_output_ms": "50", "token_ms": "5", "chunk_period_ms": "200", "tool_calls": WEATHER_CALLS}
     plugin: ModelPlugin = load_model("scripted", {**args, "reply": "It is {output}."})
     async with EmbeddedServer(plugin) as srv:
         yield srv
