@@ -228,6 +228,45 @@ async def test_a_prompt_frame_is_one_more_row_of_the_neighbours_ticks(tiny_check
     assert after == await prompted_alone()
 
 
+async def test_a_prompt_cut_short_stops_and_its_slot_starts_clean(tiny_checkpoint: Path) -> None:
+    """A session closed during its prefill: the prefill fails with a message naming it and stops taking
+    rows; a prefill cancelled by its caller stops too; the slot's next session steps as if alone."""
+    reference = await alone(tiny_checkpoint, 6)
+    plugin = model(tiny_checkpoint, slots="2")
+    rows: list[int] = []
+    tick = plugin._batch.step
+
+    def counting(groups, occupied, forced=None):  # type: ignore[no-untyped-def]
+        rows.append(len(forced or {}))
+        return tick(groups, occupied, forced)
+
+    plugin._batch.step = counting  # type: ignore[method-assign]
+    a = plugin.new_session()
+    for cut in ("close", "cancel"):
+        b = plugin.new_session()
+        b.configure(GREEDY, {"text_prompt": "you are a pirate"})
+        prefill = asyncio.create_task(b.prepare())
+        for i in range(3):
+            await step(plugin, {a: i})
+        if cut == "close":
+            await b.aclose()
+            with pytest.raises(RuntimeError, match="closed during its prefill"):
+                await prefill
+        else:
+            prefill.cancel()
+            with pytest.raises(asyncio.CancelledError):
+                await prefill
+            await b.aclose()
+        rows.clear()
+        await step(plugin, {a: 3})
+        await asyncio.sleep(0.3)  # time enough for a prompt still queued to step on its own
+        assert rows == [0]  # no prompt row any more
+        c = plugin.new_session()  # on b's slot
+        assert c.slot == b.slot
+        assert [signature((await step(plugin, {c: i}))[c]) for i in range(6)] == reference
+        await c.aclose()
+
+
 async def test_a_personaplex_layout_checkpoint_loads_hears_the_user_and_decodes_the_agent(
     tiny_checkpoint_dep16: Path,
 ) -> None:

@@ -13,6 +13,7 @@ from __future__ import annotations
 import asyncio
 import base64
 import contextlib
+import functools
 import io
 import logging
 import math
@@ -323,8 +324,8 @@ class MoshiModel(ModelPlugin):
         self._needs_reset.add(slot)
 
     def release(self, slot: int) -> None:
+        self._drop_prompt(slot, RuntimeError(f"the moshi session on slot {slot} closed during its prefill"))
         self._needs_reset.discard(slot)
-        self._drop_prompt(slot)
         self._free.append(slot)
 
     def slot_stats(self) -> SlotStats:
@@ -368,19 +369,12 @@ class MoshiModel(ModelPlugin):
         if live or forced:
             if live:
                 self._last_tick = time.monotonic()
-            loop = asyncio.get_running_loop()
-            try:
-                outputs = await loop.run_in_executor(
-                    self._executor, self._step_groups, resets, groups, occupied, forced, last
-                )
-            except BaseException as exc:  # the prompts in this tick lost a frame: they fail
-                for job in last.values():
-                    _settle(job.done, exc if isinstance(exc, Exception) else RuntimeError("cancelled"))
-                for slot in set(forced) - set(last):
-                    self._fail_prompt(slot, exc)
-                raise
-            for job in last.values():
-                _settle(job.done, None)
+            tick = asyncio.get_running_loop().run_in_executor(
+                self._executor, self._step_groups, resets, groups, occupied, forced, last
+            )
+            if forced:  # the prompts in it hear how it went when it has run, even if this call is cancelled
+                tick.add_done_callback(functools.partial(self._prompt_tick_done, set(forced), last))
+            outputs = await asyncio.shield(tick)
         results: list[Decision | Exception] = []
         for item in items:
             moshi_session = item.session
@@ -434,17 +428,32 @@ class MoshiModel(ModelPlugin):
                 last[slot] = self._prompts.pop(slot)
         return forced, last
 
-    def _fail_prompt(self, slot: int, exc: BaseException) -> None:
-        job = self._prompts.pop(slot, None)
-        if job is not None:
-            _settle(job.done, exc if isinstance(exc, Exception) else RuntimeError("cancelled"))
-            self._needs_reset.add(slot)
+    def _prompt_tick_done(
+        self, forced: set[int], last: Mapping[int, _Prompt], tick: asyncio.Future[dict[int, SlotFrame]]
+    ) -> None:
+        """A tick that carried prompt frames has run: the prompts it ended are in; if it failed, every
+        prompt in it lost a frame and fails with its error."""
+        error = RuntimeError("the model's tick was cancelled") if tick.cancelled() else tick.exception()
+        if error is not None:
+            reason = error if isinstance(error, Exception) else RuntimeError(repr(error))
+            for job in last.values():
+                _settle(job.done, reason)
+            for slot in forced - set(last):
+                self._drop_prompt(slot, reason)
+            return
+        for job in last.values():
+            _settle(job.done, None)
 
-    def _drop_prompt(self, slot: int) -> None:
-        """The slot's session is gone: its prompt stops where it is (the slot is reset before reuse)."""
+    def _drop_prompt(self, slot: int, reason: Exception | None = None) -> None:
+        """The slot's prompt stops where it is (its prefill gets `reason`, or is cancelled); the slot is
+        reset before it is stepped again."""
         job = self._prompts.pop(slot, None)
         if job is not None:
-            job.done.cancel()
+            self._needs_reset.add(slot)
+            if reason is None:
+                job.done.cancel()
+            else:
+                _settle(job.done, reason)
 
     async def _drive_prompts(self) -> None:
         """Step the prompts on their own while no session's frames come to carry them: a tick of prompt
@@ -522,7 +531,6 @@ class MoshiModel(ModelPlugin):
         except asyncio.CancelledError:
             if self._prompts.get(slot) is job:
                 self._drop_prompt(slot)
-            self._needs_reset.add(slot)
             raise
 
     def _prompt_frames(self, persona: Persona) -> list[ForcedFrame]:
