@@ -21,7 +21,7 @@ import os
 import re
 import time
 import wave
-from collections import deque
+from collections import OrderedDict, deque
 from collections.abc import AsyncIterator, Mapping, Sequence
 from concurrent.futures import ThreadPoolExecutor
 from dataclasses import dataclass, replace
@@ -48,7 +48,7 @@ from duplexkit.models.moshi.params import FRAME_MS, PARAMETERS, MoshiArgs, Sampl
 from duplexkit.protocol.audio import resample
 
 if TYPE_CHECKING:
-    from duplexkit.models.moshi.slots import SlotBatch
+    from duplexkit.models.moshi.slots import SlotBatch, SlotState
 
 SAMPLE_RATE_HZ = 24_000
 PROMPT_SILENCE_FRAMES = 6
@@ -82,8 +82,11 @@ class Persona:
 class _Prompt:
     """A slot's persona prompt on its way in: the frames still to step, and the prefill waiting for them."""
 
+    key: tuple[str, str]
     frames: deque[ForcedFrame]
     done: asyncio.Future[None]
+    state: SlotState | None = None
+    """The slot's state once the last frame is in (taken on the model thread when the persona cache is on)."""
 
 
 class MoshiSession(ModelSession):
@@ -288,6 +291,8 @@ class MoshiModel(ModelPlugin):
         self._last_tick = -math.inf
         """When the last tick with sessions' frames started (`time.monotonic`)."""
         self._prompt_driver: asyncio.Task[None] | None = None
+        self._personas: OrderedDict[tuple[str, str], SlotState] = OrderedDict()
+        """The last `persona_cache` personas' prefilled states (`Persona.key`), least recently used first."""
         self.default_persona = Persona(
             text=args.text_prompt,
             voice=self.voice(args.voice_prompt) if args.voice_prompt else None,
@@ -411,8 +416,10 @@ class MoshiModel(ModelPlugin):
         for slot in resets:
             self._batch.reset(slot)
         outputs = self._batch.step(groups, occupied, forced)
-        for slot in last:
+        for slot, job in last.items():
             self._batch.prompted(slot)
+            if self.args.persona_cache:
+                job.state = self._batch.snapshot(slot)
         return outputs
 
     def _next_prompt_frames(self, exclude: set[int]) -> tuple[dict[int, ForcedFrame], dict[int, _Prompt]]:
@@ -442,6 +449,11 @@ class MoshiModel(ModelPlugin):
                 self._drop_prompt(slot, reason)
             return
         for job in last.values():
+            if job.state is not None:
+                self._personas[job.key] = job.state
+                self._personas.move_to_end(job.key)
+                while len(self._personas) > self.args.persona_cache:
+                    self._personas.popitem(last=False)
             _settle(job.done, None)
 
     def _drop_prompt(self, slot: int, reason: Exception | None = None) -> None:
@@ -516,13 +528,20 @@ class MoshiModel(ModelPlugin):
         frames as the agent's audio, 0.5 s of silence, the text prompt one token per frame (wrapped in
         `<system>` tags), 0.5 s of silence. Each prompt frame is one more row of a regular tick (other
         sessions' ticks carry it; with none due, it steps on its own), so it never holds a neighbour's
-        frame behind a step of its own. Cancelled, the prompt stops and the slot is reset before reuse."""
+        frame behind a step of its own. A persona in the cache (`persona_cache`) is copied in instead.
+        Cancelled, the prompt stops and the slot is reset before reuse."""
         frames = self._prompt_frames(persona)
         if not frames:
             return
         loop = asyncio.get_running_loop()
         self._drop_prompt(slot)
-        job = _Prompt(deque(frames), loop.create_future())
+        cached = self._personas.get(persona.key)
+        if cached is not None:  # this persona went in before: its state is copied in, nothing is stepped
+            self._personas.move_to_end(persona.key)
+            self._needs_reset.discard(slot)
+            await loop.run_in_executor(self._executor, self._batch.restore, slot, cached)
+            return
+        job = _Prompt(persona.key, deque(frames), loop.create_future())
         self._prompts[slot] = job
         if self._prompt_driver is None or self._prompt_driver.done():
             self._prompt_driver = asyncio.create_task(self._drive_prompts(), name="moshi-prompts")
