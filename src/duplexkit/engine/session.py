@@ -146,6 +146,9 @@ class EngineSession:
         """Function outputs the client sent that the model has not received yet (they ride the next unit)."""
         self._metadata: dict[str, Any] | None = None
         """The latest `response.create`'s `response.metadata`, for the next response to echo."""
+        self._user_item_unanswered = False
+        """A client created a user message since the model last stepped a final unit (a `response.create`
+        then asks for an answer even with no audio: Pipecat's first request, vLLM-Omni's rule)."""
 
     # --- client events --------------------------------------------------------------------------------
 
@@ -397,6 +400,8 @@ class EngineSession:
         if units and self._outputs:  # the model receives the outputs with the next unit it steps
             units[0] = dataclasses.replace(units[0], tool_outputs=tuple(self._outputs))
             self._outputs = []
+        if any(unit.final for unit in units):
+            self._user_item_unanswered = False
         self._unit_index += len(units)
         self._outstanding += len(units)
         if units:
@@ -406,10 +411,12 @@ class EngineSession:
     def _respond(self, event: ce.ResponseCreate, now: float) -> Step:
         """`response.create`: answer now. The buffered input becomes a final unit, which asks the model for
         its answer (function outputs the client sent ride it), and the response that answers echoes this
-        request's `response.metadata`. With nothing buffered, no outputs and no metadata to answer, nothing
-        is stepped (a duplex model answers input: the `response.create` OpenAI clients send after a commit
-        adds nothing; a request with metadata, LiveKit's `generate_reply`, is answered on an empty final
-        unit). Nothing is stepped while a response is active; its metadata then waits for the next one."""
+        request's `response.metadata`. With nothing buffered, no outputs, no metadata and no new user
+        message to answer, nothing is stepped (a duplex model answers input: the `response.create` OpenAI
+        clients send after a commit adds nothing). A request with metadata (LiveKit's `generate_reply`) or
+        after a user message item (Pipecat's first request; vLLM-Omni answers one the same way) is answered
+        on an empty final unit: the model hears no audio there, and text items do not reach it. Nothing is
+        stepped while a response is active; its metadata then waits for the next one."""
         options = event.response or {}
         metadata = options.get("metadata")
         self._metadata = metadata if isinstance(metadata, dict) else None
@@ -425,7 +432,12 @@ class EngineSession:
                     event_id=event.event_id,
                 )
             )
-        asks = self._assembler.buffered_samples or self._outputs or self._metadata is not None
+        asks = (
+            self._assembler.buffered_samples
+            or self._outputs
+            or self._metadata is not None
+            or self._user_item_unanswered
+        )
         if self._response is None and asks:
             step.extend(self._units([self._assembler.flush()], now))
         return step
@@ -502,6 +514,8 @@ class EngineSession:
         elif item.type == "function_call_output":
             assert item.call_id is not None and item.output is not None
             self._outputs.append(self._tools.answer(item.call_id, item.output))
+        elif item.role == "user":
+            self._user_item_unanswered = True
         self._history.insert(at, item)
         self._entered_ms[item.id] = self._assembler.media_ms
         previous = self._history[at - 1].id if at else None

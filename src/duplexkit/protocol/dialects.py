@@ -84,8 +84,10 @@ class DialectSpec:
     """Errors before `session.created` are `{type, error: "<message>", code}` (vLLM-Omni's handshake)."""
     input_sample_rate_hz: int | None
     """The rate `pcm16` input means before the client says otherwise; `None` keeps the protocol's 16 kHz.
-    The beta API's `pcm16` is 24 kHz and its session shape cannot name a rate; a GA client names its rate
-    in `audio.input.format` (`audio/pcm` without one is 24 kHz)."""
+    OpenAI's `pcm16` (beta) and `audio/pcm` (GA) are 24 kHz, so a session in either API starts there: its
+    clients send 24 kHz without naming it (the beta session shape cannot; Pipecat's GA client refuses a
+    `session.created` whose `audio/pcm` is not 24 kHz). A GA client may name another rate in
+    `audio.input.format.rate`; vLLM-Omni's clients send 16 kHz."""
     resume_contract: bool
     """Its clients reconnect with `session.resume` after a lost socket (vLLM-Omni's contract), so a lost
     socket may detach the session (with resume on). GA and beta clients have no resume: their sessions end
@@ -95,7 +97,7 @@ class DialectSpec:
 
 
 DIALECTS: dict[Dialect, DialectSpec] = {
-    Dialect.GA: DialectSpec({}, True, False, False, {}, False, None, False),
+    Dialect.GA: DialectSpec({}, True, False, False, {}, False, 24_000, False),
     Dialect.BETA: DialectSpec(_BETA_NAMES, False, False, False, {}, False, 24_000, False, False),
     Dialect.VLLM_OMNI: DialectSpec(
         _BETA_NAMES, False, True, True, _VLLM_OMNI_ALIASES, True, None, True, False
