@@ -52,7 +52,8 @@ async def _say(client: RawClient, clip: np.ndarray, end_sample: int) -> float:
     start = time.monotonic()
     for k, offset in enumerate(range(0, len(clip), APPEND)):
         chunk = (np.clip(clip[offset : offset + APPEND], -1, 1) * 32767).astype("<i2").tobytes()
-        await client.send({"type": "input_audio_buffer.append", "audio": base64.b64encode(chunk).decode()})
+        audio = base64.b64encode(chunk).decode()  # 16 kHz, named: a GA session's own rate is 24 kHz
+        await client.send({"type": "input_audio_buffer.append", "audio": audio, "sample_rate_hz": 16_000})
         if offset <= end_sample < offset + APPEND:
             said_at = time.monotonic()
         await asyncio.sleep(max(0.0, start + (k + 1) * 0.1 - time.monotonic()))
