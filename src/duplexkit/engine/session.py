@@ -14,6 +14,7 @@ from dataclasses import dataclass, field
 from typing import Any, Literal, get_args
 
 import numpy as np
+from pydantic import ValidationError
 
 from duplexkit.engine.assembler import AssembledUnit, UnitAssembler
 from duplexkit.engine.decisions import Decision, FunctionCall, Interrupt, Listen, Speak, Transcribed
@@ -51,6 +52,9 @@ class EngineConfig:
     idle_timeout_s: float = 300.0
     server_vad: bool = False
     supports_session_resume: bool = False
+    continues_after_tool_output: bool = False
+    """An accepted function output is answered without a `response.create` (the dialect's rule: vLLM-Omni's
+    session continues on its own; OpenAI's waits for the client)."""
 
 
 @dataclass(slots=True)
@@ -231,7 +235,7 @@ class EngineSession:
             case ce.PlaybackAck():
                 return self._ack(event)
             case ce.ConversationItemCreate():
-                return self._create_item(event)
+                return self._create_item(event, now)
             case ce.ConversationItemRetrieve():
                 return Step(
                     events=[se.ConversationItemRetrieved(item=self._heard(self._item(event.item_id)))]
@@ -499,11 +503,13 @@ class EngineSession:
             ]
         )
 
-    def _create_item(self, event: ce.ConversationItemCreate) -> Step:
+    def _create_item(self, event: ce.ConversationItemCreate, now: float) -> Step:
         """A client's item: a message, a `function_call`, or a `function_call_output` answering a call
-        (which the model receives with its next unit). It goes after `previous_item_id` (`root`: first;
-        absent: last); an unknown one is `unknown_item`, a malformed function item
-        `invalid_function_call`, an output for no pending call a code of the tool ledger's."""
+        (which the model receives with its next unit; where the session continues after an output by
+        itself, and no response is active, that is a final unit stepped now, which asks for the answer).
+        It goes after `previous_item_id` (`root`: first; absent: last); an unknown one is `unknown_item`, a
+        malformed function item `invalid_function_call` (`invalid_function_call_output` for an output), an
+        output for no pending call a code of the tool ledger's."""
         item = _client_item(event.item, self._new_id("item"))
         if any(h.id == item.id for h in self._history):
             raise ProtocolError(ErrorCode.INVALID_VALUE, f"item {item.id!r} already exists", param="item.id")
@@ -519,12 +525,16 @@ class EngineSession:
         self._history.insert(at, item)
         self._entered_ms[item.id] = self._assembler.media_ms
         previous = self._history[at - 1].id if at else None
-        return Step(
+        step = Step(
             events=[
                 se.ConversationItemAdded(item=item, previous_item_id=previous),
                 se.ConversationItemDone(item=item, previous_item_id=previous),
             ]
         )
+        continues = self.config.continues_after_tool_output and item.type == "function_call_output"
+        if continues and self._response is None:
+            step.extend(self._units([self._assembler.flush()], now))
+        return step
 
     def _place(self, previous_item_id: str | None) -> int:
         """Where an item created after `previous_item_id` goes in the history."""
@@ -1093,11 +1103,16 @@ def _client_item(raw: dict[str, Any], default_id: str) -> se.ConversationItem:
     `function_call` a `call_id`, a `name` and JSON-object `arguments`; a `function_call_output` a `call_id`
     and a string `output`."""
     kind = raw.get("type", "message")
-    code = ErrorCode.INVALID_VALUE if kind == "message" else ErrorCode.INVALID_FUNCTION_CALL
+    code = {
+        "message": ErrorCode.INVALID_VALUE,
+        "function_call_output": ErrorCode.INVALID_FUNCTION_CALL_OUTPUT,
+    }.get(kind, ErrorCode.INVALID_FUNCTION_CALL)
     try:
         item = se.ConversationItem.model_validate({"id": default_id, **raw})
-    except ValueError as exc:
-        raise ProtocolError(code, f"invalid conversation item: {exc}", param="item") from None
+    except ValidationError as exc:
+        where = exc.errors()[0]["loc"][:1]  # the item's field at fault (`item.output`), when there is one
+        param = ".".join(["item", *map(str, where)])
+        raise ProtocolError(code, f"invalid conversation item: {exc}", param=param) from None
     required = {
         "message": ("role",),
         "function_call": ("call_id", "name", "arguments"),

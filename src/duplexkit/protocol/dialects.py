@@ -8,8 +8,10 @@ are rendered on the wire and which input aliases it accepts, and this module is 
   beta names (`response.audio.delta`, ...) and the beta session shape.
 * `vllm_omni`: vLLM-Omni's `/v1/realtime?duplex=1` contract; beta names, request-start metrics also at
   vLLM-Omni's placements, `rate_limits.updated` after each `response.done`, flat errors before the session
-  opens (`{type: "error", error: "<message>", code}`, capacity as `resource_exhausted`), and its input
-  aliases.
+  opens (`{type: "error", error: "<message>", code}`, capacity as `resource_exhausted`), its input
+  aliases, and its duplex tool contract: an accepted function output is answered without `response.create`
+  (its session's `maybe_continue_response`), and an output for no known call or a second one is
+  `invalid_function_call_output` (its realtime projector's check, ahead of its ledger).
 
 Selection (`select_dialect`): an explicit `dialect=` query parameter, else the beta header, else
 `duplex=1`, else GA.
@@ -22,7 +24,7 @@ import binascii
 import io
 import wave
 from collections.abc import Mapping
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 from enum import StrEnum
 from typing import Any
 
@@ -68,6 +70,14 @@ _WAV_BY_DEFAULT = frozenset({"input.audio.append", "push_chunk"})
 
 _VLLM_OMNI_CODES = {"session_capacity_exhausted": "resource_exhausted"}
 
+_VLLM_OMNI_TOOL_CODES = {
+    "unknown_function_call": "invalid_function_call_output",
+    "duplicate_function_call_output": "invalid_function_call_output",
+}
+"""Our tool ledger's codes as vLLM-Omni's clients get them: its realtime projector answers an output whose
+`call_id` names no function call, or a second output, with `invalid_function_call_output` before its
+ledger (whose `unknown_function_call` / `duplicate_function_call_output` these are) sees the item."""
+
 _GA_FORMATS = {"pcm16": "audio/pcm", "g711_ulaw": "audio/pcmu", "g711_alaw": "audio/pcma"}
 
 
@@ -94,13 +104,27 @@ class DialectSpec:
     with their socket."""
     call_name_in_arguments_done: bool = True
     """`response.function_call_arguments.done` names the function (GA); the beta event has no `name`."""
+    error_codes: Mapping[str, str] = field(default_factory=dict)
+    """Codes renamed in the errors of an open session (the dialect's own name for the same refusal)."""
+    continues_after_tool_output: bool = False
+    """An accepted function output is answered without the client's `response.create`."""
 
 
 DIALECTS: dict[Dialect, DialectSpec] = {
     Dialect.GA: DialectSpec({}, True, False, False, {}, False, 24_000, False),
     Dialect.BETA: DialectSpec(_BETA_NAMES, False, False, False, {}, False, 24_000, False, False),
     Dialect.VLLM_OMNI: DialectSpec(
-        _BETA_NAMES, False, True, True, _VLLM_OMNI_ALIASES, True, None, True, False
+        _BETA_NAMES,
+        False,
+        True,
+        True,
+        _VLLM_OMNI_ALIASES,
+        True,
+        None,
+        True,
+        False,
+        error_codes=_VLLM_OMNI_TOOL_CODES,
+        continues_after_tool_output=True,
     ),
 }
 
@@ -140,7 +164,7 @@ def reshapes(event: se.ServerEventBase, dialect: Dialect, *, opened: bool = True
     if isinstance(event, se.SessionCreated | se.SessionUpdated | se.SessionResumed):
         return spec.ga_session
     if isinstance(event, se.Error):
-        return spec.flat_handshake_errors and not opened
+        return (spec.flat_handshake_errors and not opened) or event.error.code in spec.error_codes
     if isinstance(event, se.ResponseCreated | se.ResponseOutputAudioDelta):
         return spec.vllm_omni_metrics and event.response_request_metrics is not None
     if isinstance(event, se.ResponseFunctionCallArgumentsDone):
@@ -164,6 +188,8 @@ def render(payload: dict[str, Any], dialect: Dialect, *, opened: bool = True) ->
         error = payload.pop("error")
         code = _VLLM_OMNI_CODES.get(error["code"], error["code"])
         return {**payload, "error": error["message"], "code": code}
+    if kind == "error" and payload["error"].get("code") in spec.error_codes:
+        payload["error"] = {**payload["error"], "code": spec.error_codes[payload["error"]["code"]]}
     if isinstance(kind, str):
         payload["type"] = spec.names.get(kind, kind)
     if kind == "response.function_call_arguments.done" and not spec.call_name_in_arguments_done:
