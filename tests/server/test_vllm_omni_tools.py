@@ -3,8 +3,10 @@
 `session/model_channel.py` @ cec5f837 (vllm-project/vllm-omni), and its realtime projection of a call
 (`_function_call_done_events`, `resolve_create_item`).
 
-- A call reaches the client as a response of its own: `conversation.item.created` with the
-  `function_call` item (`call_id`, `name`, `arguments`), `response.function_call_arguments.done` without a
+- A call reaches the client in a response whose `output` is the call (vLLM-Omni gives each call a response
+  of its own; the scripted model says nothing before it): `conversation.item.created` with the complete
+  `function_call` item (`call_id`, `name`, `arguments`, `status: completed`: its projector announces the
+  call whole, in `response.output_item.added` too), `response.function_call_arguments.done` without a
   `name` (its `FunctionCallArgumentsDone` has no such field), and `response.done` whose `output` is the call;
   `rate_limits.updated` follows every `response.done`.
 - An accepted `function_call_output` is announced (`conversation.item.created`) and the session continues
@@ -53,12 +55,17 @@ async def _call(client: RawClient) -> dict[str, Any]:
     return await client.until("response.done", timeout=10)
 
 
+def _items(client: RawClient, event_type: str, kind: str) -> list[dict[str, Any]]:
+    """The items of `kind` that the events of `event_type` read so far carry."""
+    return [e["item"] for e in client.of_type(event_type) if e["item"]["type"] == kind]
+
+
 async def _output(client: RawClient, call_id: str, output: object = "21 degrees") -> None:
     item = {"type": "function_call_output", "call_id": call_id, "output": output}
     await client.send({"type": "conversation.item.create", "item": item})
 
 
-async def test_the_call_is_a_response_of_its_own_and_the_answer_needs_no_response_create(
+async def test_the_call_comes_whole_and_its_answer_needs_no_response_create(
     server: EmbeddedServer,
 ) -> None:
     client = await _open(server)
@@ -79,21 +86,17 @@ async def test_the_call_is_a_response_of_its_own_and_the_answer_needs_no_respons
         done["response"]["id"],
     )
     assert args_done["arguments"] == call["arguments"]
-    announced = [
-        e["item"] for e in client.of_type("conversation.item.created") if e["item"]["type"] == "function_call"
-    ]
-    assert [(i["id"], i["call_id"], i["name"]) for i in announced] == [
-        (call["id"], call["call_id"], "get_weather")
-    ]
+    announced = _items(client, "conversation.item.created", "function_call")
+    [added] = _items(client, "response.output_item.added", "function_call")
+    for item in (*announced, added):  # whole at once: a client may take the call from either
+        assert (item["id"], item["call_id"], item["name"]) == (call["id"], call["call_id"], "get_weather")
+        assert (item["status"], item["arguments"]) == ("completed", call["arguments"])
+    assert len(announced) == 1
 
     await _output(client, call["call_id"])  # and nothing else: no response.create
     answer = await client.until("response.done", timeout=10)
     assert answer["response"]["status"] == "completed"
-    outputs = [
-        e["item"]
-        for e in client.of_type("conversation.item.created")
-        if e["item"]["type"] == "function_call_output"
-    ]
+    outputs = _items(client, "conversation.item.created", "function_call_output")
     assert [(i["call_id"], i["output"]) for i in outputs] == [(call["call_id"], "21 degrees")]
     said = "".join(e["delta"] for e in client.of_type("response.audio_transcript.delta"))
     assert "21 degrees" in said

@@ -55,6 +55,9 @@ class EngineConfig:
     continues_after_tool_output: bool = False
     """An accepted function output is answered without a `response.create` (the dialect's rule: vLLM-Omni's
     session continues on its own; OpenAI's waits for the client)."""
+    announces_whole_calls: bool = False
+    """A call's item is announced complete (`completed`, its `arguments`) in `response.output_item.added`
+    and `conversation.item.added`, as vLLM-Omni's projector does; OpenAI announces it `in_progress`, empty."""
 
 
 @dataclass(slots=True)
@@ -832,6 +835,8 @@ class EngineSession:
             arguments="",
         )
         done = opening.model_copy(update={"status": "completed", "arguments": call.arguments})
+        if self.config.announces_whole_calls:
+            opening = done
         previous = self._append_item(done, unit_end_ms)
         index = len(response.outputs)
         response.outputs.append(done)

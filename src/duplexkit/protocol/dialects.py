@@ -9,9 +9,10 @@ are rendered on the wire and which input aliases it accepts, and this module is 
 * `vllm_omni`: vLLM-Omni's `/v1/realtime?duplex=1` contract; beta names, request-start metrics also at
   vLLM-Omni's placements, `rate_limits.updated` after each `response.done`, flat errors before the session
   opens (`{type: "error", error: "<message>", code}`, capacity as `resource_exhausted`), its input
-  aliases, and its duplex tool contract: an accepted function output is answered without `response.create`
-  (its session's `maybe_continue_response`), and an output for no known call or a second one is
-  `invalid_function_call_output` (its realtime projector's check, ahead of its ledger).
+  aliases, and its duplex tool contract: a call's item is announced complete, an accepted function output
+  is answered without `response.create` (its session's `maybe_continue_response`), and an output for no
+  known call or a second one is `invalid_function_call_output` (its realtime projector's check, ahead of
+  its ledger).
 
 Selection (`select_dialect`): an explicit `dialect=` query parameter, else the beta header, else
 `duplex=1`, else GA.
@@ -108,6 +109,8 @@ class DialectSpec:
     """Codes renamed in the errors of an open session (the dialect's own name for the same refusal)."""
     continues_after_tool_output: bool = False
     """An accepted function output is answered without the client's `response.create`."""
+    announces_whole_calls: bool = False
+    """A call's item is complete when first announced (vLLM-Omni's projection), not `in_progress`."""
 
 
 DIALECTS: dict[Dialect, DialectSpec] = {
@@ -125,6 +128,7 @@ DIALECTS: dict[Dialect, DialectSpec] = {
         False,
         error_codes=_VLLM_OMNI_TOOL_CODES,
         continues_after_tool_output=True,
+        announces_whole_calls=True,
     ),
 }
 

@@ -346,6 +346,7 @@ class DuplexServer:
                     config,
                     supports_session_resume=resumable,
                     continues_after_tool_output=spec.continues_after_tool_output,
+                    announces_whole_calls=spec.announces_whole_calls,
                 ),
             )
             engine.settings.input_sample_rate_hz = (
