@@ -1,7 +1,9 @@
 """Function calls in vLLM-Omni's dialect (`?duplex=1`), held to vLLM-Omni's own code rather than ours:
 `vllm_omni/engine/duplex/session/tools.py` (its `DuplexToolLedger`), `session/control.py` and
 `session/model_channel.py` @ cec5f837 (vllm-project/vllm-omni), and its realtime projection of a call
-(`_function_call_done_events`, `resolve_create_item`).
+(`_function_call_done_events`, `resolve_create_item`); and how its Nemotron VoiceChat deployment takes
+tools (`extra_body.realtime_tools`: `nemotron_voicechat/duplex/serving_adapter.py` `_normalized_tools`
+@ 30a90c24).
 
 - A call reaches the client in a response whose `output` is the call (vLLM-Omni gives each call a response
   of its own; the scripted model says nothing before it): `conversation.item.created` with the complete
@@ -40,11 +42,21 @@ def plugin() -> ModelPlugin:
     return weather_tool_plugin()
 
 
-async def _open(server: EmbeddedServer) -> RawClient:
-    """A session as vLLM-Omni's clients open one (`duplex=1`, `autostart=0`), offering the weather tool."""
+NEMOTRON_TOOLS = {
+    "auto_response": True,
+    "realtime_tools": [{"type": "function", "function": {k: v for k, v in WEATHER.items() if k != "type"}}],
+}
+"""How vLLM-Omni's Nemotron VoiceChat deployment takes tools (`serving_adapter._normalized_tools`)."""
+
+
+async def _open(server: EmbeddedServer, *, nemotron: bool = False) -> RawClient:
+    """A session as vLLM-Omni's clients open one (`duplex=1`, `autostart=0`), offering the weather tool in
+    `session.tools` (its `session.update`) or, as its Nemotron deployment takes them, in `extra_body`."""
     client = await connect(server.url, "?duplex=1&autostart=0")
-    await client.send({"type": "session.update", "session": {"tools": [WEATHER], "tool_choice": "auto"}})
-    await client.until("session.updated")
+    session = {"extra_body": NEMOTRON_TOOLS} if nemotron else {"tools": [WEATHER], "tool_choice": "auto"}
+    await client.send({"type": "session.update", "session": session})
+    updated = await client.until("session.updated")
+    assert [tool["name"] for tool in updated["session"]["tools"]] == ["get_weather"]
     return client
 
 
@@ -65,10 +77,11 @@ async def _output(client: RawClient, call_id: str, output: object = "21 degrees"
     await client.send({"type": "conversation.item.create", "item": item})
 
 
+@pytest.mark.parametrize("nemotron", [False, True], ids=["session_tools", "extra_body_realtime_tools"])
 async def test_the_call_comes_whole_and_its_answer_needs_no_response_create(
-    server: EmbeddedServer,
+    server: EmbeddedServer, nemotron: bool
 ) -> None:
-    client = await _open(server)
+    client = await _open(server, nemotron=nemotron)
     done = await _call(client)
     [call] = done["response"]["output"]
     assert (call["type"], call["name"], json.loads(call["arguments"])) == (

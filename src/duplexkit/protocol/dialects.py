@@ -240,7 +240,8 @@ def resolve_alias(obj: dict[str, Any], dialect: Dialect) -> dict[str, Any]:
 
     WAV-by-default aliases carry a base64 WAV file: it is unpacked to PCM16 at its own rate. Raises
     `ProtocolError(invalid_audio)` for a WAV this server cannot read, `ProtocolError(unsupported_event)`
-    for an alias of an event this server does not have (`_VLLM_OMNI_REFUSED`).
+    for an alias of an event this server does not have (`_VLLM_OMNI_REFUSED`). vLLM-Omni's
+    `session.update` may carry its tools in `extra_body.realtime_tools` (`_realtime_tools`).
     """
     alias = obj.get("type")
     if dialect is Dialect.VLLM_OMNI and alias in _VLLM_OMNI_REFUSED:
@@ -250,6 +251,8 @@ def resolve_alias(obj: dict[str, Any], dialect: Dialect) -> dict[str, Any]:
             "input as audio (input_audio_buffer.append) and decides turns itself",
             param="type",
         )
+    if dialect is Dialect.VLLM_OMNI and alias == "session.update":
+        return _realtime_tools(obj)
     canonical = DIALECTS[dialect].aliases.get(alias) if isinstance(alias, str) else None
     if canonical is None:
         return obj
@@ -257,6 +260,37 @@ def resolve_alias(obj: dict[str, Any], dialect: Dialect) -> dict[str, Any]:
     if alias in _WAV_BY_DEFAULT and "input_audio_format" not in obj and isinstance(obj.get("audio"), str):
         obj.update(_unpack_wav(obj["audio"]))
     return obj
+
+
+def _realtime_tools(update: dict[str, Any]) -> dict[str, Any]:
+    """A vLLM-Omni `session.update` whose `extra_body.realtime_tools` (how its Nemotron VoiceChat deployment
+    takes tools: flat function tools or chat-completions ones, `{type, function: {...}}`) become
+    `session.tools`, never ignored. Raises `ProtocolError(invalid_value)` for a value that is not a list, or
+    for `session.tools` that say otherwise."""
+    session = update.get("session")
+    extra = session.get("extra_body") if isinstance(session, dict) else None
+    tools = extra.get("realtime_tools") if isinstance(extra, dict) else None
+    if tools is None:
+        return update
+    assert isinstance(session, dict)
+    param = "session.extra_body.realtime_tools"
+    if not isinstance(tools, list):
+        raise ProtocolError(
+            ErrorCode.INVALID_VALUE, "realtime_tools must be a list of function tools", param=param
+        )
+    flat = [
+        {**{k: v for k, v in tool["function"].items() if k != "type"}, "type": "function"}
+        if isinstance(tool, dict) and isinstance(tool.get("function"), dict)
+        else tool
+        for tool in tools
+    ]
+    if session.get("tools") not in (None, flat):
+        raise ProtocolError(
+            ErrorCode.INVALID_VALUE,
+            "session.tools and extra_body.realtime_tools differ: give them once",
+            param=param,
+        )
+    return {**update, "session": {**session, "tools": flat}}
 
 
 def _unpack_wav(b64: str) -> dict[str, Any]:
