@@ -102,7 +102,7 @@ class Harness:
         events: list[Any] = []
         for decision in decisions:
             events += self.engine.on_decision(unit, decision, at).events
-        self.engine.step_finished(unit, at)
+        events += self.engine.step_finished(unit, at).events
         return events
 
     def open_response(self, now: float = 1.0, text: str = "Hello ", ms: float = 1000) -> str:
@@ -258,6 +258,91 @@ def test_a_user_message_item_is_answered_by_the_next_response_create() -> None:
     assistant = {"type": "message", "role": "assistant", "content": [{"type": "output_text", "text": "ok"}]}
     h.send("conversation.item.create", item=assistant)
     assert h.send("response.create").units == []  # only a user's message asks
+
+
+# --- every response.create ends (OpenAI's contract: response.created ... response.done) ---------------
+
+EMPTY_RESPONSE = ["response.created", "response.listen", "response.done"]
+
+
+def _empty_done(events: list[Any], status: str = "completed") -> Any:
+    done = only(events, "response.done")
+    assert (done.response.status, done.response.output) == (status, [])
+    assert only(events, "response.created").response.id == done.response.id
+    return done
+
+
+def test_a_response_create_the_model_answers_by_listening_ends_with_an_empty_response() -> None:
+    """LiveKit's `generate_reply` waits for the `response.created` echoing its metadata, Pipecat holds its
+    next request until a `response.done`: a model that listens on the request's unit still ends it."""
+    h = Harness()
+    [unit] = h.send("response.create", response={"metadata": {"client_event_id": "ce_1"}}).units
+    events = h.step(unit, Listen(), at=1.0)
+    assert types(events) == EMPTY_RESPONSE
+    assert only(events, "response.created").response.metadata == {"client_event_id": "ce_1"}
+    done = _empty_done(events)
+    assert only(events, "response.listen").response_id == done.response.id
+    assert h.engine.active_response_id is None
+    assert h.step(h.unit(1.0), Listen(), at=2.0)[0].response_id is None  # later listens end nothing
+
+
+def test_a_response_create_after_a_commit_is_answered_by_the_commits_unit() -> None:
+    """The openai SDK's manual turn (`commit`, then `response.create`): the commit's final unit answers
+    the request, with speech (one response, not two) or by listening (an empty one)."""
+    h = Harness()
+    h.append(300)
+    [unit] = h.send("input_audio_buffer.commit").units
+    assert h.send("response.create").events == []
+    assert types(h.step(unit, Listen(), at=1.0)) == EMPTY_RESPONSE
+    h.append(300)
+    [unit] = h.send("input_audio_buffer.commit").units
+    h.send("response.create")
+    events = h.step(unit, speak("Hi", 100, end_of_turn=True), at=2.0)
+    assert [e.response.status for e in events if e.type == "response.done"] == ["completed"]
+    assert only(events, "response.done").response.output != []
+
+
+def test_a_response_create_with_nothing_to_answer_ends_at_once() -> None:
+    h = Harness()
+    [unit] = h.append(1000).units
+    h.step(unit, Listen(), at=1.0)
+    step = h.send("response.create")
+    assert step.units == []
+    assert types(step.events) == ["response.created", "response.done"]
+    _empty_done(step.events)
+
+
+def test_a_request_the_model_gives_no_decision_for_ends_when_its_unit_is_done() -> None:
+    h = Harness()
+    h.append(300)
+    [unit] = h.send("response.create").units
+    events = h.step(unit, Transcribed("hm", final=True), at=1.0)  # a transcript decides nothing
+    assert types(events)[-2:] == ["response.created", "response.done"]
+    _empty_done(events)
+
+
+@pytest.mark.parametrize(("type_", "fields", "reason"), INTERRUPTS)
+def test_a_request_cut_before_its_response_opened_ends_cancelled(
+    type_: str, fields: dict[str, Any], reason: str
+) -> None:
+    h = Harness()
+    h.append(300)
+    [unit] = h.send("response.create").units
+    events = h.send(type_, **fields).events
+    assert error_codes(events) == []
+    done = _empty_done(events, "cancelled")
+    assert done.response.status_details.reason == reason
+    assert h.step(unit, speak("late", 100), at=1.0) == []  # its unit's decisions are stale
+
+
+def test_a_request_whose_step_fails_ends_failed() -> None:
+    h = Harness()
+    h.append(300)
+    [unit] = h.send("response.create").units
+    events = h.engine.on_step_failed(unit, "boom", 1.0).events
+    assert types(events) == ["response.created", "response.done", "error"]
+    _empty_done(events, "failed")
+    assert h.engine.step_finished(unit, 1.0).events == []
 
 
 def test_append_flags_ride_on_the_units() -> None:

@@ -12,10 +12,11 @@ import wave
 from typing import Any
 
 import numpy as np
+import pytest
 import websockets
 from openai import AsyncOpenAI
 
-from duplexkit.models import ModelPlugin
+from duplexkit.models import ModelPlugin, load_model
 from duplexkit.server import EmbeddedServer, ServerConfig
 
 REPLY = "This is a scripted reply."
@@ -87,6 +88,35 @@ async def test_the_openai_sdk_beta_connection_completes_a_spoken_turn(server: Em
                     assert not event.type.startswith(("response.output_audio", "response.output_text"))
     assert "".join(transcript) == done_transcript == REPLY
     assert len(audio) == 2 * round(len(REPLY) * 0.060 * 24_000)
+
+
+@pytest.mark.parametrize("api", ["ga", "beta"])
+async def test_a_response_create_the_model_answers_by_listening_still_ends(api: str) -> None:
+    """The SDK's contract for `response.create`: `response.created` (here echoing the request's metadata,
+    which LiveKit waits for), then `response.done`, always. A model that listens answers with a completed
+    response with no output."""
+    listener = load_model("scripted", {"script": '[{"listen": true}]'})
+    async with EmbeddedServer(listener) as server, _connect(server, api) as connection:
+        await connection.response.create(response={"metadata": {"client_event_id": "ce_1"}})
+        seen = []
+        async with asyncio.timeout(10):
+            async for event in connection:
+                seen.append(event)
+                if event.type in ("response.done", "error"):
+                    break
+    created, done = (e for e in seen if e.type.startswith("response.") and e.type != "response.listen")
+    assert (created.type, done.type) == ("response.created", "response.done")
+    assert created.response.metadata == {"client_event_id": "ce_1"}
+    assert (done.response.id, done.response.status, done.response.output) == (
+        created.response.id,
+        "completed",
+        [],
+    )
+
+
+def _connect(server: EmbeddedServer, api: str) -> Any:
+    sdk = _sdk(server)
+    return sdk.realtime.connect(model="scripted") if api == "ga" else sdk.beta.realtime.connect(model="x")
 
 
 class VllmOmniProbe:

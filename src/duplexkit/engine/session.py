@@ -151,6 +151,12 @@ class EngineSession:
         self._tools = ToolLedger()
         self._outputs: list[FunctionOutput] = []
         """Function outputs the client sent that the model has not received yet (they ride the next unit)."""
+        self._final_unit: int | None = None
+        """The latest final unit not stepped yet (a commit's, a `response.create`'s)."""
+        self._request: int | None = None
+        """The final unit whose decisions answer the pending `response.create`: the response it opens or
+        continues, else an empty one. Every request ends with a `response.done` (OpenAI's contract; Pipecat
+        holds its next request until then)."""
         self._metadata: dict[str, Any] | None = None
         """The latest `response.create`'s `response.metadata`, for the next response to echo."""
         self._user_item_unanswered = False
@@ -407,8 +413,10 @@ class EngineSession:
         if units and self._outputs:  # the model receives the outputs with the next unit it steps
             units[0] = dataclasses.replace(units[0], tool_outputs=tuple(self._outputs))
             self._outputs = []
-        if any(unit.final for unit in units):
-            self._user_item_unanswered = False
+        for unit in units:
+            if unit.final:
+                self._user_item_unanswered = False
+                self._final_unit = unit.index
         self._unit_index += len(units)
         self._outstanding += len(units)
         if units:
@@ -417,13 +425,15 @@ class EngineSession:
 
     def _respond(self, event: ce.ResponseCreate, now: float) -> Step:
         """`response.create`: answer now. The buffered input becomes a final unit, which asks the model for
-        its answer (function outputs the client sent ride it), and the response that answers echoes this
-        request's `response.metadata`. With nothing buffered, no outputs, no metadata and no new user
-        message to answer, nothing is stepped (a duplex model answers input: the `response.create` OpenAI
-        clients send after a commit adds nothing). A request with metadata (LiveKit's `generate_reply`) or
-        after a user message item (Pipecat's first request; vLLM-Omni answers one the same way) is answered
-        on an empty final unit: the model hears no audio there, and text items do not reach it. Nothing is
-        stepped while a response is active; its metadata then waits for the next one."""
+        its answer (function outputs the client sent ride it), and the response that answers
+        echoes this request's `response.metadata`. With nothing buffered, no outputs, no metadata and no new
+        user message to answer, nothing is stepped (a duplex model answers input): the request is answered
+        by the final unit still being stepped (the `response.create` OpenAI clients send after a commit),
+        else at once by an empty response. A request with metadata (LiveKit's `generate_reply`) or after a
+        user message item (Pipecat's first request; vLLM-Omni answers one the same way) is answered on an
+        empty final unit. A model that listens there still ends the
+        request: an empty response, `completed`. Nothing is stepped while a response is active; it answers
+        the request, and the metadata waits for the next one."""
         options = event.response or {}
         metadata = options.get("metadata")
         self._metadata = metadata if isinstance(metadata, dict) else None
@@ -445,9 +455,33 @@ class EngineSession:
             or self._metadata is not None
             or self._user_item_unanswered
         )
-        if self._response is None and asks:
+        if self._response is not None:
+            return step
+        if asks:
             step.extend(self._units([self._assembler.flush()], now))
+            self._request = self._final_unit
+        elif self._final_unit is not None:
+            self._request = self._final_unit
+        elif self._request is None:
+            step.events.extend(self._empty_response("completed", "stop", self._assembler.media_ms))
         return step
+
+    def _empty_response(
+        self,
+        status: se.ResponseStatus,
+        reason: se.ResponseEndReason,
+        unit_end_ms: float,
+        listen: se.ListenReason | None = None,
+    ) -> ServerEvents:
+        """End the pending request with a response that has no output: `response.created`, the model's
+        `response.listen` when it listened, `response.done` (`status`, `output: []`)."""
+        self._request = None
+        step = Step()
+        response = self._begin_response(step, unit_end_ms)
+        if listen is not None:
+            step.events.append(_listen_event(listen, unit_end_ms, response.id))
+        step.events.extend(self._finish(status, reason, interrupted=status != "completed"))
+        return step.events
 
     def _tool_overrides(self, options: dict[str, Any]) -> list[str]:
         """The `response.create` tool options that differ from the session's (LiveKit repeats the
@@ -470,6 +504,8 @@ class EngineSession:
         return differ
 
     def _cancel(self, response_id: str | None, now: float) -> Step:
+        if self._response is None and self._request is not None and response_id is None:
+            return self._interrupt("client_cancelled", now)  # the request whose response has not opened
         if self._response is None or (response_id is not None and response_id != self._response.id):
             raise ProtocolError(
                 ErrorCode.NO_ACTIVE_RESPONSE,
@@ -484,10 +520,14 @@ class EngineSession:
         self, reason: Literal["barge_in", "client_cancelled", "turn_detected"], now: float
     ) -> Step:
         """Barge-in, cancel, clear: end the active response, make everything in flight stale (pending
-        function calls too: an output that comes for one later is refused as stale)."""
+        function calls too: an output that comes for one later is refused as stale). A pending request
+        whose response has not opened ends `cancelled`, empty (its unit's decisions are dropped)."""
         step = Step()
         if self._response is not None:
             step.events.extend(self._finish("cancelled", reason, interrupted=True))
+        elif self._request is not None:
+            step.events.extend(self._empty_response("cancelled", reason, self._assembler.media_ms))
+        self._request = None
         self._tools.retire()
         self.fence = self.fence.next_epoch()
         self._requests.clear()
@@ -574,6 +614,9 @@ class EngineSession:
         step = Step(close_reason=reason)
         if self._response is not None:
             step.events.extend(self._finish("cancelled", "client_cancelled", interrupted=True))
+        elif self._request is not None:
+            media_ms = self._assembler.media_ms
+            step.events.extend(self._empty_response("cancelled", "client_cancelled", media_ms))
         self._requests.clear()
         self.closed = True
         step.events.append(se.SessionClosed(session_id=self.session_id, reason=reason))
@@ -597,12 +640,16 @@ class EngineSession:
         """Turn one model decision for `unit` into events; output of a stale fence is dropped."""
         if self.closed or not self.fence.admits(unit.fence):
             return Step()
+        if unit.index == self._request and not isinstance(decision, Transcribed | Interrupt):
+            if isinstance(decision, Listen) and self._response is None:  # the model answers by listening
+                return Step(events=self._empty_response("completed", "stop", unit.end_ms, decision.reason))
+            self._request = None  # the response it opens or continues answers the request
         if isinstance(decision, Listen):
             return self._listen(decision, unit.end_ms)
         if isinstance(decision, Interrupt):
             return (
                 self._interrupt("barge_in", now)
-                if self._response is not None or self._tools.pending
+                if self._response is not None or self._tools.pending or self._request is not None
                 else Step()
             )
         if isinstance(decision, Transcribed):
@@ -656,12 +703,26 @@ class EngineSession:
         step = Step()
         if self._response is not None:
             step.events.extend(self._finish("failed", "model_error", interrupted=True))
+            if unit.index == self._request:
+                self._request = None  # the failed response answered it
+        elif unit.index == self._request:
+            step.events.extend(self._empty_response("failed", "model_error", unit.end_ms))
         step.events.append(se.error_event(code, f"model step failed: {message}"))
         return step
 
-    def step_finished(self, unit: Unit, now: float) -> None:
+    def step_finished(self, unit: Unit, now: float) -> Step:
+        """The model is done with `unit`. A request it answered with no decision that opens or ends a
+        response (nothing, or only a transcript) ends now, empty."""
         self._outstanding = max(0, self._outstanding - 1)
         self._last_unit_at = max(self._last_unit_at, now)
+        if unit.index == self._final_unit:
+            self._final_unit = None
+        step = Step()
+        if unit.index == self._request:
+            if self._response is None and not self.closed and self.fence.admits(unit.fence):
+                step.events.extend(self._empty_response("completed", "stop", unit.end_ms))
+            self._request = None
+        return step
 
     def next_tick_at(self) -> float:
         """The earliest `now` at which `tick` may have work (`math.inf`: none, whatever the time): the idle

@@ -156,7 +156,7 @@ class Stepper:
             self.engine.request_started(unit, submitted_at, queue_wait_s=started - submitted_at)
             await self._step_one(unit, started)
             finished = self.clock()
-            self.engine.step_finished(unit, finished)
+            self._apply(self.engine.step_finished(unit, finished))
             self.metrics.unit_step_seconds.observe(finished - started)
             self._stepped += 1
             if self._settling:
