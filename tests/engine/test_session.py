@@ -243,21 +243,26 @@ def test_response_create_flushes_buffered_input_for_the_model() -> None:
 
 def test_a_user_message_item_is_answered_by_the_next_response_create() -> None:
     """Pipecat's first request is a text message then `response.create` (vLLM-Omni answers one too): an
-    empty final unit. Once a final unit was stepped, a `response.create` adds nothing again."""
+    empty final unit, which carries the message's text to the model. Once a final unit was stepped, a
+    `response.create` adds nothing again."""
     h = Harness()
     message = {"type": "message", "role": "user", "content": [{"type": "input_text", "text": "hi"}]}
     assert h.send("conversation.item.create", item=message).units == []
     [empty] = h.send("response.create").units
     assert empty.final and len(empty.samples) == 0
+    assert empty.user_texts == ("hi",)
     assert h.send("response.create").units == []
     h.send("conversation.item.create", item=message)
     h.append(300)
     [spoken] = h.send("input_audio_buffer.commit").units  # the commit's final unit answers it
-    assert spoken.final
+    assert spoken.final and spoken.user_texts == ("hi",)
     assert h.send("response.create").units == []
     assistant = {"type": "message", "role": "assistant", "content": [{"type": "output_text", "text": "ok"}]}
     h.send("conversation.item.create", item=assistant)
     assert h.send("response.create").units == []  # only a user's message asks
+    h.append(300)
+    [last] = h.send("input_audio_buffer.commit").units
+    assert last.user_texts == ()  # a text is delivered once, and only a user's reaches the model
 
 
 # --- every response.create ends (OpenAI's contract: response.created ... response.done) ---------------

@@ -6,11 +6,14 @@ call waits is a barge-in on it (its output is then stale), and responders that c
 from __future__ import annotations
 
 import asyncio
+import base64
 import json
 from collections.abc import AsyncIterator, Iterator
+from typing import Any
 
 import numpy as np
 import pytest
+from openai import AsyncOpenAI
 
 from duplexkit.models import ModelPlugin, load_model
 from duplexkit.server import EmbeddedServer
@@ -135,3 +138,50 @@ async def test_speaking_while_a_call_waits_barges_in_and_its_output_is_stale(
     cancelled = [m for m in chat.requests[-1]["messages"] if m["role"] == "tool"]
     assert cancelled[0]["tool_call_id"] == first["call_id"]
     assert {m["content"] for m in cancelled} == {CANCELLED_CALL}
+
+
+@pytest.mark.parametrize("api", ["ga", "beta"])
+async def test_a_typed_question_reaches_the_llm_as_the_user_s_message_and_is_answered_in_speech(
+    server: EmbeddedServer, chat: FakeChat, api: str
+) -> None:
+    """The openai SDK types the question (a user `message` with `input_text`, then `response.create`, as
+    LiveKit's `generate_reply(user_input=...)` and Pipecat's first request do): the cascade's LLM gets it as
+    the user's message, calls the tool, and the answer to its output is spoken."""
+    sdk = AsyncOpenAI(
+        api_key="unused", base_url=f"{server.http_url}/v1", websocket_base_url=server.url[: -len("/realtime")]
+    )
+    connect = sdk.realtime.connect if api == "ga" else sdk.beta.realtime.connect
+    seen: list[Any] = []
+
+    async def until(wanted: str) -> Any:
+        async with asyncio.timeout(30):
+            async for event in connection:
+                seen.append(event)
+                assert event.type != "error", event
+                if event.type == wanted:
+                    return event
+        raise AssertionError(f"no {wanted}")
+
+    question = "What is the weather in Paris?"
+    async with connect(model="cascade") as connection:
+        session: dict[str, Any] = {"tools": [WEATHER]}
+        if api == "ga":
+            session["type"] = "realtime"
+        await connection.session.update(session=session)  # type: ignore[arg-type]
+        await until("session.updated")
+        typed = {"type": "message", "role": "user", "content": [{"type": "input_text", "text": question}]}
+        await connection.conversation.item.create(item=typed)  # type: ignore[arg-type]
+        await connection.response.create()
+        args = await until("response.function_call_arguments.done")
+        assert (await until("response.done")).response.output[0].call_id == args.call_id
+        output = {"type": "function_call_output", "call_id": args.call_id, "output": "21 degrees"}
+        await connection.conversation.item.create(item=output)  # type: ignore[arg-type]
+        await connection.response.create()
+        answer = await until("response.done")
+    assert answer.response.status == "completed"
+    transcript = "response.output_audio_transcript.done" if api == "ga" else "response.audio_transcript.done"
+    assert [e.transcript for e in seen if e.type == transcript] == ["It is 21 degrees in Paris."]
+    audio = "response.output_audio.delta" if api == "ga" else "response.audio.delta"
+    assert sum(len(base64.b64decode(e.delta)) for e in seen if e.type == audio) > 0
+    first = chat.requests[0]
+    assert first["messages"][-1] == {"role": "user", "content": question}

@@ -151,6 +151,9 @@ class EngineSession:
         self._tools = ToolLedger()
         self._outputs: list[FunctionOutput] = []
         """Function outputs the client sent that the model has not received yet (they ride the next unit)."""
+        self._texts: list[str] = []
+        """The text of user messages the client created that the model has not received yet (they ride the
+        next unit, as outputs do)."""
         self._final_unit: int | None = None
         """The latest final unit not stepped yet (a commit's, a `response.create`'s)."""
         self._request: int | None = None
@@ -410,9 +413,11 @@ class EngineSession:
             )
             for i, a in enumerate(assembled)
         ]
-        if units and self._outputs:  # the model receives the outputs with the next unit it steps
-            units[0] = dataclasses.replace(units[0], tool_outputs=tuple(self._outputs))
-            self._outputs = []
+        if units and (self._outputs or self._texts):  # the model receives them with the next unit it steps
+            units[0] = dataclasses.replace(
+                units[0], tool_outputs=tuple(self._outputs), user_texts=tuple(self._texts)
+            )
+            self._outputs, self._texts = [], []
         for unit in units:
             if unit.final:
                 self._user_item_unanswered = False
@@ -425,13 +430,13 @@ class EngineSession:
 
     def _respond(self, event: ce.ResponseCreate, now: float) -> Step:
         """`response.create`: answer now. The buffered input becomes a final unit, which asks the model for
-        its answer (function outputs the client sent ride it), and the response that answers
+        its answer (function outputs and user texts the client sent ride it), and the response that answers
         echoes this request's `response.metadata`. With nothing buffered, no outputs, no metadata and no new
         user message to answer, nothing is stepped (a duplex model answers input): the request is answered
         by the final unit still being stepped (the `response.create` OpenAI clients send after a commit),
         else at once by an empty response. A request with metadata (LiveKit's `generate_reply`) or after a
         user message item (Pipecat's first request; vLLM-Omni answers one the same way) is answered on an
-        empty final unit. A model that listens there still ends the
+        empty final unit, which carries the message's text. A model that listens there still ends the
         request: an empty response, `completed`. Nothing is stepped while a response is active; it answers
         the request, and the metadata waits for the next one."""
         options = event.response or {}
@@ -565,6 +570,7 @@ class EngineSession:
             self._outputs.append(self._tools.answer(item.call_id, item.output))
         elif item.role == "user":
             self._user_item_unanswered = True
+            self._texts.extend(c.text for c in item.content or () if c.type == "input_text" and c.text)
         self._history.insert(at, item)
         self._entered_ms[item.id] = self._assembler.media_ms
         previous = self._history[at - 1].id if at else None

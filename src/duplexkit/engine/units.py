@@ -19,7 +19,9 @@ class Unit:
 
     `final` marks the residual flushed by a commit (or a `response.create`: answer now); `continuation`
     marks silence the server synthesised while input paused (it is not on the client's media clock).
-    `tool_outputs` are the outputs of the model's function calls that the client sent since the last unit.
+    `tool_outputs` are the outputs of the model's function calls that the client sent since the last unit;
+    `user_texts` the text of the user messages it created since (`input_text` content, in order): the
+    user's turn, typed; a model answers it on a final unit (the client's `response.create`).
     """
 
     index: int
@@ -34,6 +36,7 @@ class Unit:
     force_listen: bool = False
     is_speech: bool | None = None
     tool_outputs: tuple[FunctionOutput, ...] = ()
+    user_texts: tuple[str, ...] = ()
 
     @property
     def duration_ms(self) -> float:

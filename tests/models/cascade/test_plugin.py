@@ -337,3 +337,48 @@ def test_only_a_responder_that_calls_tools_takes_a_session_s_tools(echo: Cascade
         synthesizer=echo.synthesizer, responder=OpenAIResponder(client, "m"), pool=echo.pool
     )
     assert openai.new_session().tools_refusal() is None
+
+
+def _typed(text: str) -> list[Unit]:
+    """A user message typed by the client then `response.create`: an empty final unit carrying the text,
+    then silence for the reply to play out on."""
+    asked = Unit(
+        index=0,
+        fence=Fence("synthetic"),
+        samples=silence(0),
+        sample_rate_hz=16_000,
+        start_ms=0.0,
+        end_ms=0.0,
+        final=True,
+        user_texts=(text,),
+    )
+    return [asked, *units(silence(4000), PERIOD, first_index=1)]
+
+
+async def test_a_typed_user_turn_is_answered_in_speech(echo: CascadeModel) -> None:
+    session = echo.new_session()
+    log = await Stepper(session).run(_typed("Turn on the lights"))
+    assert isinstance(log[0][1], Speak) and log[0][0].final  # the response opens on the asking unit
+    segments = [s for _, s in speaks(log)]
+    assert "".join(s.text for s in segments) == "You said: Turn on the lights."
+    assert sum(len(s.audio) for s in segments) > 0
+    assert session.history[0] == Message("user", "Turn on the lights")
+
+
+async def test_the_local_llm_gets_a_typed_turn_as_the_user_s_message(
+    piper: PiperSynthesizer, pool: DecoderPool, local: LocalResponder, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    model = CascadeModel(synthesizer=piper, responder=local, pool=pool)
+    prompts: list[list[dict[str, str]]] = []
+    stream = local._llm.stream
+
+    def spy(messages: list[dict[str, str]], *args: object) -> object:
+        prompts.append(list(messages))
+        return stream(messages, *args)
+
+    monkeypatch.setattr(local._llm, "stream", spy)
+    log = await Stepper(model.new_session()).run(_typed("What is the capital of France?"))
+    [prompt] = prompts
+    assert prompt[-1] == {"role": "user", "content": "What is the capital of France?"}
+    segments = [s for _, s in speaks(log)]
+    assert "".join(s.text for s in segments).strip() and sum(len(s.audio) for s in segments) > 0

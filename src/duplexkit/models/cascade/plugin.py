@@ -16,6 +16,9 @@ ASR while the user speaks), judges turn-taking, and decides:
 - `Interrupt` when the user talks over the reply for `min_barge_in_ms`: the reply is cut, the
   conversation keeps what was played, and the speech becomes the next user turn. Shorter overlapping
   speech (a backchannel) is ignored;
+- a user message the client types (`Unit.user_texts`: a `conversation.item.create` with `input_text`)
+  joins the history as the user's turn, and the responder answers it, in speech, on a final unit (the
+  client's `response.create`);
 - with a responder that calls tools (`openai`) and a session that offers them: `FunctionCall`s after
   whatever the reply said, ending the response. The session keeps listening while the client runs them;
   the outputs arrive on a unit (`Unit.tool_outputs`) and join the history, and once the client asks for
@@ -274,8 +277,9 @@ class CascadeSession(ModelSession):
         """Answered turns whose words are not in `history` yet (their transcript is still decoding)."""
         self._calls: dict[str, ToolCallRequest] = {}
         """Function calls made whose outputs have not come."""
-        self._outputs_unanswered = False
-        """Outputs joined the history since the responder last answered: a final unit asks for it."""
+        self._unanswered = False
+        """Outputs or typed user turns joined the history since the responder last answered: a final unit
+        asks for the answer."""
 
     def configure(self, sampling: SamplingParams, extra_body: Mapping[str, Any]) -> None:
         params = self.params.updated(extra_body)
@@ -336,6 +340,7 @@ class CascadeSession(ModelSession):
         saw = self.sight is not None and not unit.continuation and self.sight.look(unit.frames)
         self._advance_playback(unit.duration_ms)
         self._take_outputs(unit.tool_outputs)
+        self._take_texts(unit.user_texts)
         outcome = TurnOutcome()
         if heard is not None:
             outcome = self._turns.observe(heard, model_audible=self._reply is not None)
@@ -354,8 +359,8 @@ class CascadeSession(ModelSession):
         opens = turn is not None
         if turn is not None:
             self._start_reply(turn, unit.end_ms, began)
-        elif unit.final and self._outputs_unanswered and not self._calls and self._reply is None:
-            opens = self._answer_outputs()
+        elif unit.final and self._unanswered and not self._calls and self._reply is None:
+            opens = self._answer_history()
         elif saw and self._reply is None and heard is not None and heard.speech_start_ms is None:
             opens = self._speak_up()
         reply = self._reply
@@ -448,7 +453,15 @@ class CascadeSession(ModelSession):
         for output in outputs:
             if self._calls.pop(output.call_id, None) is not None:
                 self.history.append(Message("tool", output.output, call_id=output.call_id))
-                self._outputs_unanswered = True
+                self._unanswered = True
+
+    def _take_texts(self, texts: tuple[str, ...]) -> None:
+        """User messages the client typed join the history as the user's turn (answered on a final unit,
+        the client's `response.create`, or with the next spoken turn)."""
+        for text in texts:
+            if text.strip():
+                self.history.append(Message("user", text.strip()))
+                self._unanswered = True
 
     def _barges_in_on_calls(self, heard: Heard, outcome: TurnOutcome) -> bool:
         """The user speaks while calls wait: a whole turn, or speech voiced for `min_barge_in_ms`."""
@@ -461,9 +474,10 @@ class CascadeSession(ModelSession):
         )
         return outcome.turn is not None or long_enough
 
-    def _answer_outputs(self) -> bool:
-        """The client asked for the answer to the outputs: the responder answers the history as it is."""
-        self._outputs_unanswered = False
+    def _answer_history(self) -> bool:
+        """The client asked for the answer to the outputs or to a typed turn: the responder answers the
+        history as it is (its last message the tool's output or the user's text)."""
+        self._unanswered = False
         self.speculation.discard(time.monotonic())
         timing = ReplyTiming(started_at=time.monotonic(), asked_at=time.monotonic())
         text = self._model.responder.reply(list(self.history), self._sampling_now())
@@ -568,6 +582,7 @@ class CascadeSession(ModelSession):
         same words. Nothing here waits: the step opens the response and moves on."""
         adopted = self.speculation.adopt(turn.transcript, now)
         self._unsaid.append(turn)
+        self._unanswered = False  # the reply answers the history too
         if adopted is not None:
             reply = adopted.reply
         else:
