@@ -38,6 +38,20 @@ TABLE = [
         "ok",
     ),
     (
+        "benign stale_function_call_output (a tool's output after a barge-in retired its call)",
+        outcome(server_errors=["stale_function_call_output"]),
+        PUBLISH,
+        PUBLISH,
+        "ok",
+    ),
+    (
+        "a client's duplicate output",
+        outcome(server_errors=["duplicate_function_call_output"]),
+        FAIL,
+        FAIL,
+        "server_error: duplicate_function_call_output",
+    ),
+    (
         "server error",
         outcome(server_errors=["model_step_failed"]),
         FAIL,

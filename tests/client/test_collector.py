@@ -314,10 +314,11 @@ def test_one_response_text_is_read_from_one_delta_kind_only() -> None:
 def test_errors_are_kept_and_only_non_benign_ones_fail_the_session() -> None:
     s = Session()
     s.ev(1.0, "error", error={"code": "playback_ack_too_late", "message": "late"})
+    s.ev(1.05, "error", error={"code": "stale_function_call_output", "message": "retired by a barge-in"})
     assert s.collector.failures() == []
     s.ev(1.1, "error", error={"code": "model_step_failed", "message": "boom"})
     assert [e["error"]["code"] for e in s.collector.failures()] == ["model_step_failed"]
-    assert len(s.collector.errors) == 2
+    assert len(s.collector.errors) == 3
 
 
 def test_playback_positions_report_audio_received_per_response() -> None:

@@ -2,8 +2,8 @@
 
 - A retryable capacity refusal when opening the session is not an attempt: the runner backs off and
   reopens (see `capacity_backoff_s`).
-- A server-reported error (other than the benign `playback_ack_too_late`) is deterministic: the sample
-  fails after one attempt.
+- A server-reported error (other than the benign ones, `BENIGN_CODES`: `playback_ack_too_late`,
+  `stale_function_call_output`) is deterministic: the sample fails after one attempt.
 - A transport stall (`configure_timeout`, `input_timeout`, `commit_timeout`, `drain_timeout`) or a dropped
   connection is retried once, also under a completed reply: a completed reply does not prove the whole
   input arrived.

@@ -13,7 +13,8 @@ from typing import Any
 from duplexkit.protocol.errors import BENIGN_CODES
 
 BENIGN_ERROR_CODES = frozenset(code.value for code in BENIGN_CODES)
-"""Error codes that report a harmless race (an ack after the response settled), not a failed session."""
+"""Error codes that report a harmless race (an ack after the response settled, a tool's output after a
+barge-in retired its call), not a failed session."""
 
 
 @dataclass(frozen=True, slots=True)

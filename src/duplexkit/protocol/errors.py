@@ -88,8 +88,14 @@ ERROR_SPECS: dict[ErrorCode, ErrorSpec] = {
     ErrorCode.WEBRTC_UNAVAILABLE: ErrorSpec("server_error", retryable=False),
 }
 
-BENIGN_CODES: frozenset[ErrorCode] = frozenset({ErrorCode.PLAYBACK_ACK_TOO_LATE})
-"""Codes that report something harmless; a benchmark must not fail a sample over them."""
+BENIGN_CODES: frozenset[ErrorCode] = frozenset(
+    {ErrorCode.PLAYBACK_ACK_TOO_LATE, ErrorCode.STALE_FUNCTION_CALL_OUTPUT}
+)
+"""Codes that report a race duplex makes expected, not a fault of either side; a benchmark must not fail a
+sample over them: an ack after its response settled, and a tool's output after a barge-in retired its
+call (the client ran the tool while the user spoke; it cannot know before the output arrives). The other
+tool codes stay failures: a malformed, unknown or repeated item is the client's bug, `tools_unsupported`
+a session the model cannot serve, and `invalid_function_call` also a model's call that was refused."""
 
 RESUME_FINAL_CODES: frozenset[ErrorCode] = frozenset(
     {
