@@ -326,6 +326,28 @@ def test_a_request_the_model_gives_no_decision_for_ends_when_its_unit_is_done() 
     _empty_done(events)
 
 
+def test_each_of_two_requests_made_before_the_model_decided_ends() -> None:
+    h = Harness()
+    [first] = h.send("response.create", response={"metadata": {"client_event_id": "a"}}).units
+    [second] = h.send("response.create", response={"metadata": {"client_event_id": "b"}}).units
+    h.send("response.create")  # a bare one while the second's unit is stepping: that unit answers it too
+    events = h.step(first, Listen(), at=1.0) + h.step(second, Listen(), at=2.0)
+    assert [e.response.status for e in events if e.type == "response.done"] == ["completed"] * 3
+
+
+def test_a_request_made_while_a_reply_is_produced_is_answered_by_that_reply() -> None:
+    """The cascade's reply opens at the end of the turn and its audio follows on later units, which may
+    get no decision while it is produced: the open response answers a request made meanwhile."""
+    h = Harness()
+    [unit] = h.append(1000).units
+    h.append(300)
+    [asked] = h.send("response.create").units  # while the model steps the unit before
+    h.step(unit, speak(), at=1.0)  # the reply opens there, nothing to say yet
+    assert h.step(asked, at=2.0) == []  # no decision: the reply is still being produced
+    events = h.step(h.unit(2.0), speak("Hi", 100, end_of_turn=True), at=3.0)
+    assert [e.type for e in events if e.type in ("response.created", "response.done")] == ["response.done"]
+
+
 @pytest.mark.parametrize(("type_", "fields", "reason"), INTERRUPTS)
 def test_a_request_cut_before_its_response_opened_ends_cancelled(
     type_: str, fields: dict[str, Any], reason: str

@@ -156,10 +156,10 @@ class EngineSession:
         next unit, as outputs do)."""
         self._final_unit: int | None = None
         """The latest final unit not stepped yet (a commit's, a `response.create`'s)."""
-        self._request: int | None = None
-        """The final unit whose decisions answer the pending `response.create`: the response it opens or
-        continues, else an empty one. Every request ends with a `response.done` (OpenAI's contract; Pipecat
-        holds its next request until then)."""
+        self._asked: list[int] = []
+        """Per pending `response.create`, in order, the final unit whose decisions answer it: the response
+        they open or continue, else an empty one. Every request ends with a `response.done` (OpenAI's
+        contract; Pipecat holds its next request until then)."""
         self._metadata: dict[str, Any] | None = None
         """The latest `response.create`'s `response.metadata`, for the next response to echo."""
         self._user_item_unanswered = False
@@ -464,11 +464,10 @@ class EngineSession:
             return step
         if asks:
             step.extend(self._units([self._assembler.flush()], now))
-            self._request = self._final_unit
-        elif self._final_unit is not None:
-            self._request = self._final_unit
-        elif self._request is None:
+        if self._final_unit is None:
             step.events.extend(self._empty_response("completed", "stop", self._assembler.media_ms))
+        else:
+            self._asked.append(self._final_unit)
         return step
 
     def _empty_response(
@@ -478,9 +477,8 @@ class EngineSession:
         unit_end_ms: float,
         listen: se.ListenReason | None = None,
     ) -> ServerEvents:
-        """End the pending request with a response that has no output: `response.created`, the model's
-        `response.listen` when it listened, `response.done` (`status`, `output: []`)."""
-        self._request = None
+        """A response that ends a request with no output: `response.created`, the model's `response.listen`
+        when it listened, `response.done` (`status`, `output: []`)."""
         step = Step()
         response = self._begin_response(step, unit_end_ms)
         if listen is not None:
@@ -509,7 +507,7 @@ class EngineSession:
         return differ
 
     def _cancel(self, response_id: str | None, now: float) -> Step:
-        if self._response is None and self._request is not None and response_id is None:
+        if self._response is None and self._asked and response_id is None:
             return self._interrupt("client_cancelled", now)  # the request whose response has not opened
         if self._response is None or (response_id is not None and response_id != self._response.id):
             raise ProtocolError(
@@ -530,9 +528,10 @@ class EngineSession:
         step = Step()
         if self._response is not None:
             step.events.extend(self._finish("cancelled", reason, interrupted=True))
-        elif self._request is not None:
+            self._asked = self._asked[1:]  # it answered the oldest request
+        for _ in self._asked:
             step.events.extend(self._empty_response("cancelled", reason, self._assembler.media_ms))
-        self._request = None
+        self._asked = []
         self._tools.retire()
         self.fence = self.fence.next_epoch()
         self._requests.clear()
@@ -620,9 +619,11 @@ class EngineSession:
         step = Step(close_reason=reason)
         if self._response is not None:
             step.events.extend(self._finish("cancelled", "client_cancelled", interrupted=True))
-        elif self._request is not None:
+            self._asked = self._asked[1:]  # it answered the oldest request
+        for _ in self._asked:
             media_ms = self._assembler.media_ms
             step.events.extend(self._empty_response("cancelled", "client_cancelled", media_ms))
+        self._asked = []
         self._requests.clear()
         self.closed = True
         step.events.append(se.SessionClosed(session_id=self.session_id, reason=reason))
@@ -646,16 +647,16 @@ class EngineSession:
         """Turn one model decision for `unit` into events; output of a stale fence is dropped."""
         if self.closed or not self.fence.admits(unit.fence):
             return Step()
-        if unit.index == self._request and not isinstance(decision, Transcribed | Interrupt):
-            if isinstance(decision, Listen) and self._response is None:  # the model answers by listening
+        if unit.index in self._asked and not isinstance(decision, Transcribed | Interrupt):
+            self._asked.remove(unit.index)  # answered by the response this opens, continues or ends...
+            if isinstance(decision, Listen) and self._response is None:  # ...else by an empty one
                 return Step(events=self._empty_response("completed", "stop", unit.end_ms, decision.reason))
-            self._request = None  # the response it opens or continues answers the request
         if isinstance(decision, Listen):
             return self._listen(decision, unit.end_ms)
         if isinstance(decision, Interrupt):
             return (
                 self._interrupt("barge_in", now)
-                if self._response is not None or self._tools.pending or self._request is not None
+                if self._response is not None or self._tools.pending or self._asked
                 else Step()
             )
         if isinstance(decision, Transcribed):
@@ -707,12 +708,12 @@ class EngineSession:
         if self.closed or not self.fence.admits(unit.fence):
             return Step()
         step = Step()
-        if self._response is not None:
+        if unit.index in self._asked:
+            self._asked.remove(unit.index)
+            if self._response is None:
+                step.events.extend(self._empty_response("failed", "model_error", unit.end_ms))
+        if self._response is not None:  # (it answers the request)
             step.events.extend(self._finish("failed", "model_error", interrupted=True))
-            if unit.index == self._request:
-                self._request = None  # the failed response answered it
-        elif unit.index == self._request:
-            step.events.extend(self._empty_response("failed", "model_error", unit.end_ms))
         step.events.append(se.error_event(code, f"model step failed: {message}"))
         return step
 
@@ -723,11 +724,12 @@ class EngineSession:
         self._last_unit_at = max(self._last_unit_at, now)
         if unit.index == self._final_unit:
             self._final_unit = None
+        unanswered = self._asked.count(unit.index) - (self._response is not None)  # it answers one
+        self._asked = [index for index in self._asked if index != unit.index]
         step = Step()
-        if unit.index == self._request:
-            if self._response is None and not self.closed and self.fence.admits(unit.fence):
+        if not self.closed and self.fence.admits(unit.fence):
+            for _ in range(unanswered):
                 step.events.extend(self._empty_response("completed", "stop", unit.end_ms))
-            self._request = None
         return step
 
     def next_tick_at(self) -> float:
