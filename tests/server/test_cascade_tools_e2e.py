@@ -1,7 +1,8 @@
 """The cascade's tool round trip over a real socket: a spoken question, the `openai` responder's endpoint
 (a fake OpenAI-compatible chat-completions server, `tests/fake_chat.py`) streams a function call, the
-client sends the output and asks for the answer, and the answer is spoken. Also: the user speaking while a
-call waits is a barge-in on it (its output is then stale), and responders that cannot call tools refuse."""
+client sends the output and asks for the answer, and the answer is spoken. Also: a typed question (the
+openai SDK, LiveKit) reaches the LLM as the user's message; the user speaking while a call waits is a
+barge-in on it (its output is then stale), and responders that cannot call tools refuse."""
 
 from __future__ import annotations
 
@@ -185,3 +186,54 @@ async def test_a_typed_question_reaches_the_llm_as_the_user_s_message_and_is_ans
     assert sum(len(base64.b64decode(e.delta)) for e in seen if e.type == audio) > 0
     first = chat.requests[0]
     assert first["messages"][-1] == {"role": "user", "content": question}
+
+
+async def test_livekit_types_a_question_on_the_cascade_and_hears_the_answer(
+    server: EmbeddedServer, chat: FakeChat
+) -> None:
+    """LiveKit Agents 1.8.9's realtime model as its `generate_reply(user_input=...)` drives it: the user's
+    message added to the chat context (`conversation.item.create`), then `generate_reply` (a
+    `response.create` whose metadata it waits to see echoed). The cascade's LLM gets the text as the user's
+    message and calls the tool; the answer to its output is spoken."""
+    lk_openai = pytest.importorskip("livekit.plugins.openai", reason="needs livekit-plugins-openai")
+    from livekit.agents import llm
+
+    @llm.function_tool
+    async def get_weather(city: str) -> str:
+        """The current weather in a city."""
+        return "21 degrees"
+
+    model = lk_openai.realtime.RealtimeModel(
+        base_url=f"{server.http_url}/v1", api_key="unused", model="cascade", turn_detection=None
+    )
+    session = model.session()
+    question = "What is the weather in Paris?"
+    try:
+        await session.update_tools([get_weather])
+        context = session.chat_ctx.copy()
+        context.add_message(role="user", content=question)
+        await session.update_chat_ctx(context)
+        asked = await asyncio.wait_for(session.generate_reply(), 15)
+        calls: list[Any] = []
+        async with asyncio.timeout(30):
+            async for call in asked.function_stream:
+                calls.append(call)
+        [call] = calls
+        assert chat.requests[0]["messages"][-1] == {"role": "user", "content": question}
+        context = session.chat_ctx.copy()
+        context.items.append(
+            llm.FunctionCallOutput(call_id=call.call_id, name=call.name, output="21 degrees", is_error=False)
+        )
+        await session.update_chat_ctx(context)
+        answered = await asyncio.wait_for(session.generate_reply(), 15)
+        text, samples = [], 0
+        async with asyncio.timeout(30):
+            async for message in answered.message_stream:
+                async for chunk in message.text_stream:
+                    text.append(chunk)
+                async for frame in message.audio_stream:
+                    samples += frame.samples_per_channel
+        assert "".join(text) == "It is 21 degrees in Paris." and samples > 0
+    finally:
+        await session.aclose()
+        await model.aclose()
