@@ -362,6 +362,16 @@ def test_a_request_cut_before_its_response_opened_ends_cancelled(
     assert h.step(unit, speak("late", 100), at=1.0) == []  # its unit's decisions are stale
 
 
+def test_a_request_after_a_barge_in_is_not_left_to_the_stale_unit() -> None:
+    h = Harness()
+    h.append(300)
+    [unit] = h.send("input_audio_buffer.commit").units
+    h.send("barge_in")
+    step = h.send("response.create")  # the commit's unit is still stepping, but its decisions are dropped
+    assert types(step.events) == ["response.created", "response.done"]
+    assert h.step(unit, Listen(), at=1.0) == []
+
+
 def test_a_request_whose_step_fails_ends_failed() -> None:
     h = Harness()
     h.append(300)

@@ -532,6 +532,7 @@ class EngineSession:
         for _ in self._asked:
             step.events.extend(self._empty_response("cancelled", reason, self._assembler.media_ms))
         self._asked = []
+        self._final_unit = None  # its decisions are dropped: it answers no later request
         self._tools.retire()
         self.fence = self.fence.next_epoch()
         self._requests.clear()
