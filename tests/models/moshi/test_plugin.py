@@ -162,7 +162,7 @@ async def test_a_persona_is_prefilled_into_its_own_slot_only(tiny_checkpoint: Pa
     reference = await alone(tiny_checkpoint, 4)
     voices = tmp_path / "voices"
     voices.mkdir()
-    _write_wav(voices / "NATF0.wav", (0.1 * np.sin(np.arange(4_800) / 7)).astype(np.float32), 16_000)
+    _write_wav(voices / "NATF0.wav", (0.1 * np.sin(np.arange(10_800) / 7)).astype(np.float32), 24_000)
     plugin = model(tiny_checkpoint, slots="2", voices=str(voices))
     a, b = plugin.new_session(), plugin.new_session()
     b.configure(SamplingParams(), {"text_prompt": "you are a pirate", "voice_prompt": "NATF0"})
@@ -297,3 +297,39 @@ def test_a_prompt_longer_than_the_context_is_refused_with_a_code(tiny_checkpoint
     with pytest.raises(ValueError, match="prompt_too_long"):
         s.configure(SamplingParams(), {"text_prompt": long})
     assert s.persona.text == "be brief"
+
+
+async def test_a_voice_is_read_off_the_event_loop_and_configure_only_checks_its_name(
+    tiny_checkpoint: Path, tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """`configure` (on the event loop) reads no voice; `prepare` reads it on a worker thread, so the loop
+    runs meanwhile: the reader here waits for a coroutine on the loop, which could never run if the
+    reading held the loop."""
+    import asyncio
+    import threading
+
+    from duplexkit.models.moshi import plugin as plugin_module
+
+    voices = tmp_path / "voices"
+    voices.mkdir()
+    _write_wav(voices / "NATF0.wav", (0.1 * np.sin(np.arange(10_800) / 7)).astype(np.float32), 24_000)
+    plugin = model(tiny_checkpoint, slots="1", voices=str(voices))
+    s = plugin.new_session()
+    loop_ran = threading.Event()
+    read = plugin_module.read_voice_file
+
+    def slow_read(path: Path) -> np.ndarray:
+        assert loop_ran.wait(10), "the event loop was held while the voice was read"
+        return read(path)
+
+    monkeypatch.setattr(plugin_module, "read_voice_file", slow_read)
+    s.configure(SamplingParams(), {"voice_prompt": "NATF0"})
+    assert s.persona.voice is None and s.persona.voice_name == "NATF0"
+
+    async def on_the_loop() -> None:
+        await asyncio.sleep(0)
+        loop_ran.set()
+
+    await asyncio.gather(s.prepare(), on_the_loop())
+    assert s.persona.voice is not None
+    assert plugin._batch.gen._streaming_state.offsets[s.slot] == len(plugin._prompt_frames(s.persona))

@@ -12,11 +12,9 @@ from __future__ import annotations
 
 import asyncio
 import base64
-import io
 import math
 import os
 import re
-import wave
 from collections.abc import AsyncIterator, Mapping, Sequence
 from concurrent.futures import ThreadPoolExecutor
 from dataclasses import dataclass, replace
@@ -40,6 +38,7 @@ from duplexkit.models.moshi.checkpoint import Checkpoint, resolve
 from duplexkit.models.moshi.decide import FrameOutput, SpeechTracker
 from duplexkit.models.moshi.frames import FRAME_SAMPLES, ForcedFrame, SlotFrame
 from duplexkit.models.moshi.params import FRAME_MS, PARAMETERS, MoshiArgs, Sampling
+from duplexkit.models.moshi.voices import read_voice_bytes, read_voice_file
 from duplexkit.protocol.audio import resample
 
 if TYPE_CHECKING:
@@ -56,7 +55,9 @@ _VOICE_NAME = re.compile(r"^[A-Za-z0-9][A-Za-z0-9_.-]{0,63}$")
 
 @dataclass(frozen=True, slots=True, eq=False)
 class Persona:
-    """A PersonaPlex-style system prompt: the voice the agent "said" first, then its text prompt."""
+    """A PersonaPlex-style system prompt: the voice the agent "said" first, then its text prompt. The
+    voice is named when a session asks for it and read in `MoshiSession.prepare` (off the event loop):
+    `voice` is `None` until then."""
 
     text: str = ""
     voice: npt.NDArray[np.float32] | None = None
@@ -64,7 +65,7 @@ class Persona:
 
     @property
     def empty(self) -> bool:
-        return not self.text and self.voice is None
+        return not self.text and not self.voice_name
 
     @property
     def key(self) -> tuple[str, str]:
@@ -111,13 +112,10 @@ class MoshiSession(ModelSession):
                 "captured with it); a session may change temp_text and top_k_text"
             )
         persona = self._persona(sampling, extra_body)
-        if persona.key != self.persona.key:
-            prompt = len(plugin._prompt_frames(persona))
-            if prompt > plugin.context_frames:
-                raise ValueError(
-                    f"text_prompt/voice_prompt: the persona's prompt is {prompt} frames and this model's "
-                    f"context holds {plugin.context_frames}: shorten it (prompt_too_long)"
-                )
+        if persona.key == self.persona.key:
+            persona = self.persona  # the same persona: its voice stays read
+        else:
+            plugin.check_prompt_length(persona)
         if persona.key != self.persona.key and self.frames > 0:
             if "text_prompt" in extra_body or "voice_prompt" in extra_body:
                 raise ValueError(
@@ -153,10 +151,18 @@ class MoshiSession(ModelSession):
         if voice is not None and voice != persona.voice_name:
             if not isinstance(voice, str):
                 raise ValueError("voice_prompt: must be a voice name or a data:audio/wav;base64 URI")
-            persona = replace(persona, voice=self._plugin.voice(voice), voice_name=voice)
+            self._plugin.check_voice(voice)
+            persona = replace(persona, voice=None, voice_name=voice)
         return persona
 
     async def prepare(self) -> None:
+        """Read the persona's voice (file and DSP work, on a worker thread: never on the event loop) and
+        prefill the slot with the persona; a voice that cannot be read is a `ValueError`."""
+        if self.persona.voice_name and self.persona.voice is None:
+            voice = await asyncio.to_thread(self._plugin.voice, self.persona.voice_name)
+            persona = replace(self.persona, voice=voice)
+            self._plugin.check_prompt_length(persona)
+            self.persona = persona
         if self.persona.key != self._prefilled and self.frames == 0:
             if self._prefilled is not None and self._prefilled != ("", ""):
                 self._plugin.reset_later(self.slot)  # another persona went in already: start clean
@@ -274,6 +280,7 @@ class MoshiModel(ModelPlugin):
             voice=self.voice(args.voice_prompt) if args.voice_prompt else None,
             voice_name=args.voice_prompt,
         )
+        """Read once here, so a bad `voice_prompt` argument fails at startup."""
 
     @staticmethod
     def _batch_wait_ms(args: MoshiArgs) -> float:
@@ -397,19 +404,18 @@ class MoshiModel(ModelPlugin):
         return bool(self.args.voices) and bool(_VOICE_NAME.match(spec)) and self._voice_path(spec).is_file()
 
     def _voice_path(self, name: str) -> Path:
-        return Path(self.args.voices) / (name if name.endswith(".wav") else f"{name}.wav")
+        """A voice's file: the name as given when it has a suffix (NVIDIA's server joins the client's
+        `voice_prompt` to its folder as it is: `NATF0.pt`, `NATF0.wav`), else `NAME.wav`."""
+        return Path(self.args.voices) / (name if Path(name).suffix else f"{name}.wav")
 
-    def voice(self, spec: str) -> npt.NDArray[np.float32]:
-        """A voice prompt's audio at 24 kHz: a name in the server's `voices` folder (`NAME.wav`), or a
-        `data:audio/wav;base64,...` URI. `ValueError` names what is wrong."""
+    def check_voice(self, spec: str) -> None:
+        """What can be said of a voice prompt without reading it (cheap: on the event loop): the URI's
+        header, or the name and the file's presence in the `voices` folder. `ValueError` names what is
+        wrong; `voice` reads it."""
         if spec.startswith("data:"):
-            header, _, payload = spec.partition(",")
-            if header != "data:audio/wav;base64":
+            if spec.partition(",")[0] != "data:audio/wav;base64":
                 raise ValueError("voice_prompt: a data URI must be data:audio/wav;base64,...")
-            try:
-                return _read_wav(base64.b64decode(payload, validate=True))
-            except (ValueError, wave.Error, EOFError) as exc:
-                raise ValueError(f"voice_prompt: not a PCM16 WAV: {exc}") from None
+            return
         if not self.args.voices:
             raise ValueError("voice_prompt: this server has no voices folder (--model-arg voices=DIR)")
         if not _VOICE_NAME.match(spec):
@@ -419,13 +425,31 @@ class MoshiModel(ModelPlugin):
                 f"voice_prompt: {spec}: PersonaPlex's .pt voice embeddings are not served here; put the "
                 f"voice as a WAV in the voices folder ({spec[:-3]}.wav) and ask for {spec[:-3]}"
             )
-        path = self._voice_path(spec)
-        try:
-            return _read_wav(path.read_bytes())
-        except FileNotFoundError:
-            raise ValueError(f"voice_prompt: no voice {spec!r} in the server's voices folder") from None
-        except (wave.Error, EOFError) as exc:
-            raise ValueError(f"voice_prompt: {path.name} is not a PCM16 WAV: {exc}") from None
+        if not self._voice_path(spec).is_file():
+            raise ValueError(f"voice_prompt: no voice {spec!r} in the server's voices folder")
+
+    def voice(self, spec: str) -> npt.NDArray[np.float32]:
+        """A voice prompt's audio, read as NVIDIA's server reads it (`voices`: 24 kHz, -24 LUFS): a name
+        in the server's `voices` folder (`NAME.wav`, or a file name), or a `data:audio/wav;base64,...`
+        URI. Blocking (file and DSP work): off the event loop. `ValueError` names what is wrong."""
+        self.check_voice(spec)
+        if spec.startswith("data:"):
+            try:
+                data = base64.b64decode(spec.partition(",")[2], validate=True)
+            except ValueError as exc:
+                raise ValueError(f"voice_prompt: the data URI is not base64: {exc}") from None
+            return read_voice_bytes(data)
+        return read_voice_file(self._voice_path(spec))
+
+    def check_prompt_length(self, persona: Persona) -> None:
+        """A persona's prompt must fit the LM's context (a voice not read yet counts as no frames: it is
+        checked again once read). `ValueError` (prompt_too_long) otherwise."""
+        prompt = len(self._prompt_frames(persona))
+        if prompt > self.context_frames:
+            raise ValueError(
+                f"text_prompt/voice_prompt: the persona's prompt is {prompt} frames and this model's "
+                f"context holds {self.context_frames}: shorten it (prompt_too_long)"
+            )
 
     async def prefill(self, slot: int, persona: Persona) -> None:
         """Step the persona into `slot` alone, as PersonaPlex does before its handshake: the voice
@@ -472,16 +496,6 @@ def _frame(unit: Unit) -> npt.NDArray[np.float32]:
     if unit.sample_rate_hz != SAMPLE_RATE_HZ:
         return resample(unit.samples, unit.sample_rate_hz, SAMPLE_RATE_HZ)[:FRAME_SAMPLES]
     return unit.samples[:FRAME_SAMPLES]
-
-
-def _read_wav(data: bytes) -> npt.NDArray[np.float32]:
-    with wave.open(io.BytesIO(data)) as wav:
-        if wav.getsampwidth() != 2:
-            raise wave.Error("only 16-bit PCM is read")
-        pcm = np.frombuffer(wav.readframes(wav.getnframes()), dtype="<i2").astype(np.float32) / 32768.0
-        channels, rate = wav.getnchannels(), wav.getframerate()
-    mono = pcm.reshape(-1, channels).mean(axis=1).astype(np.float32)
-    return mono if rate == SAMPLE_RATE_HZ else resample(mono, rate, SAMPLE_RATE_HZ)
 
 
 def _number(name: str, raw: Any, low: float, high: float, *, whole: bool = False) -> float:
