@@ -38,7 +38,13 @@ from duplexkit.models.moshi.checkpoint import Checkpoint, resolve
 from duplexkit.models.moshi.decide import FrameOutput, SpeechTracker
 from duplexkit.models.moshi.frames import FRAME_SAMPLES, ForcedFrame, SlotFrame
 from duplexkit.models.moshi.params import FRAME_MS, PARAMETERS, MoshiArgs, Sampling
-from duplexkit.models.moshi.voices import read_voice_bytes, read_voice_file
+from duplexkit.models.moshi.voices import (
+    SavedVoice,
+    check_saved_voice,
+    read_saved_voice,
+    read_voice_bytes,
+    read_voice_file,
+)
 from duplexkit.protocol.audio import resample
 
 if TYPE_CHECKING:
@@ -53,6 +59,11 @@ prefill waits behind at most one prompt frame's step (eight let a neighbour fall
 _VOICE_NAME = re.compile(r"^[A-Za-z0-9][A-Za-z0-9_.-]{0,63}$")
 
 
+Voice = npt.NDArray[np.float32] | SavedVoice
+"""A voice prompt read: its audio (24 kHz, normalised as NVIDIA's server does), or a voice NVIDIA's
+server saved (`.pt`: its transformer inputs and token cache)."""
+
+
 @dataclass(frozen=True, slots=True, eq=False)
 class Persona:
     """A PersonaPlex-style system prompt: the voice the agent "said" first, then its text prompt. The
@@ -60,7 +71,7 @@ class Persona:
     `voice` is `None` until then."""
 
     text: str = ""
-    voice: npt.NDArray[np.float32] | None = None
+    voice: Voice | None = None
     voice_name: str = ""
 
     @property
@@ -420,18 +431,14 @@ class MoshiModel(ModelPlugin):
             raise ValueError("voice_prompt: this server has no voices folder (--model-arg voices=DIR)")
         if not _VOICE_NAME.match(spec):
             raise ValueError(f"voice_prompt: {spec!r} is not a voice name")
-        if spec.endswith(".pt"):
-            raise ValueError(
-                f"voice_prompt: {spec}: PersonaPlex's .pt voice embeddings are not served here; put the "
-                f"voice as a WAV in the voices folder ({spec[:-3]}.wav) and ask for {spec[:-3]}"
-            )
         if not self._voice_path(spec).is_file():
             raise ValueError(f"voice_prompt: no voice {spec!r} in the server's voices folder")
 
-    def voice(self, spec: str) -> npt.NDArray[np.float32]:
-        """A voice prompt's audio, read as NVIDIA's server reads it (`voices`: 24 kHz, -24 LUFS): a name
-        in the server's `voices` folder (`NAME.wav`, or a file name), or a `data:audio/wav;base64,...`
-        URI. Blocking (file and DSP work): off the event loop. `ValueError` names what is wrong."""
+    def voice(self, spec: str) -> Voice:
+        """A voice prompt, read as NVIDIA's server reads it (`voices`): a name in the server's `voices`
+        folder (`NAME.wav`, or a file name: `NAME.pt` is a voice NVIDIA's server saved), or a
+        `data:audio/wav;base64,...` URI. Blocking (file and DSP work): off the event loop. `ValueError`
+        names what is wrong."""
         self.check_voice(spec)
         if spec.startswith("data:"):
             try:
@@ -439,7 +446,19 @@ class MoshiModel(ModelPlugin):
             except ValueError as exc:
                 raise ValueError(f"voice_prompt: the data URI is not base64: {exc}") from None
             return read_voice_bytes(data)
-        return read_voice_file(self._voice_path(spec))
+        path = self._voice_path(spec)
+        if path.suffix != ".pt":
+            return read_voice_file(path)
+        saved = read_saved_voice(path)
+        config = self.checkpoint.lm_config
+        check_saved_voice(
+            saved,
+            path.name,
+            dim=int(config["dim"]),
+            codebooks=int(config["n_q"]) + 1,
+            max_delay=max(config["delays"]),
+        )
+        return saved
 
     def check_prompt_length(self, persona: Persona) -> None:
         """A persona's prompt must fit the LM's context (a voice not read yet counts as no frames: it is

@@ -1,0 +1,167 @@
+"""PersonaPlex sessions token for token NVIDIA's server: for the same persona and input, each slot's text
+ids and agent codes equal those of NVIDIA's own loop on that session alone (`nvidia_reference`, written
+from NVIDIA's code), frame for frame after the prompt phase, whether the voice is a WAV or the `.pt` NVIDIA's
+server saves from it, and whether the session prefills alone or while a neighbour steps. The model hears
+(the fixture checks), and the `.pt`'s embeddings matter on it (checked), so ignoring them would show."""
+
+from __future__ import annotations
+
+import asyncio
+import time
+from pathlib import Path
+from typing import Any
+
+import numpy as np
+import numpy.typing as npt
+import pytest
+import torch
+
+from duplexkit.engine import Fence, Unit
+from duplexkit.models import BatchItem, SamplingParams, load_model
+from duplexkit.models.moshi.frames import SlotFrame
+from duplexkit.models.moshi.plugin import MoshiModel, system_prompt
+from duplexkit.models.moshi.tiny import write_tiny_checkpoint
+from tests.models.moshi.conftest import _slots_hear
+from tests.models.moshi.nvidia_reference import NvidiaLMGen, server_loop
+from tests.models.moshi.test_personaplex_prompt import _tiny_mimi, _write_voice
+
+FRAMES = 8
+TEXT = "be kind"
+
+
+def _streams() -> list[npt.NDArray[np.float32]]:
+    rng = np.random.default_rng(9)
+    t = np.arange(1920 * FRAMES) / 24_000
+    return [
+        (0.1 * rng.standard_normal(len(t))).astype(np.float32),
+        (0.3 * np.sin(2 * np.pi * 330 * t) * (t % 0.4 < 0.25)).astype(np.float32),
+    ]
+
+
+def _lm(checkpoint: Path) -> Any:
+    import json
+
+    from moshi.models import loaders
+
+    config = json.loads((checkpoint / "config.json").read_text())
+    kwargs = {k: v for k, v in config.items() if not k.endswith("_name") and k != "lm_gen_config"}
+    return loaders.get_moshi_lm(str(checkpoint / "model.safetensors"), lm_kwargs=kwargs, dtype=torch.float32)
+
+
+class Nvidia:
+    """NVIDIA's server on the tiny checkpoint, greedy, with the prompt codes derived for the tiny codec."""
+
+    def __init__(self, plugin: MoshiModel, checkpoint: Path) -> None:
+        self.plugin = plugin
+        self.checkpoint = checkpoint
+        mimi = _tiny_mimi(plugin)
+        t = np.arange(1920) / 24_000
+        with torch.no_grad():
+            steady = [
+                mimi.encode(torch.from_numpy(np.tile(pcm, 4))[None, None])[0, :, -1].tolist()  # type: ignore[attr-defined]
+                for pcm in (
+                    np.zeros(1920, np.float32),
+                    (0.5 * np.sin(2 * np.pi * 440 * t)).astype(np.float32),
+                )
+            ]
+        self.silence, self.sine = steady
+
+    def gen(self, **kwargs: Any) -> tuple[Any, Any, NvidiaLMGen]:
+        lm = _lm(self.checkpoint)
+        gen = NvidiaLMGen(
+            lm, silence_tokens=self.silence, sine_tokens=self.sine, temp=0, temp_text=0, **kwargs
+        )
+        gen.text_prompt_tokens = self.plugin.tokenizer.encode(system_prompt(TEXT))
+        return lm, _tiny_mimi(self.plugin), gen
+
+    def save_pt(self, wav: Path) -> Path:
+        """`.pt` as NVIDIA's server writes it (`save_voice_prompt_embeddings`), beside the WAV."""
+        lm, mimi, gen = self.gen(save_voice_prompt_embeddings=True)
+        gen.load_voice_prompt(wav)
+        with torch.no_grad(), lm.streaming(1), mimi.streaming(1):
+            gen.step_system_prompts(mimi)
+        return wav.with_suffix(".pt")
+
+    def run(self, voice: Path, pcm: npt.NDArray[np.float32]) -> list[tuple[int, tuple[int, ...]] | None]:
+        lm, mimi, gen = self.gen()
+        if voice.suffix == ".pt":
+            gen.load_voice_prompt_embeddings(voice)
+        else:
+            gen.load_voice_prompt(voice)
+        return server_loop(lm, mimi, gen, pcm)[0]
+
+
+@pytest.fixture(scope="module")
+def checkpoint(tmp_path_factory: pytest.TempPathFactory) -> Path:
+    """PersonaPlex's layout, made to remember: on the plain tiny model a persona changes no output."""
+    folder = write_tiny_checkpoint(tmp_path_factory.mktemp("remembers") / "tiny16", dep_q=16, remembers=True)
+    _slots_hear(folder)
+    return folder
+
+
+@pytest.fixture(scope="module")
+def setup(checkpoint: Path, tmp_path_factory: pytest.TempPathFactory) -> tuple[Path, Nvidia]:
+    """A voices folder: `NATF0.wav`, the `NATF0.pt` NVIDIA's server saves from it, and `ZERO.pt` (its
+    embeddings zeroed: what ignoring them would amount to)."""
+    voices = tmp_path_factory.mktemp("voices")
+    _write_voice(voices / "NATF0.wav")
+    plugin = load_model("moshi", {"checkpoint": str(checkpoint), "slots": "1"})
+    assert isinstance(plugin, MoshiModel)
+    nvidia = Nvidia(plugin, checkpoint)
+    nvidia.save_pt(voices / "NATF0.wav")
+    saved = torch.load(voices / "NATF0.pt")
+    zero = {"embeddings": torch.zeros_like(saved["embeddings"]), "cache": saved["cache"]}
+    torch.save(zero, voices / "ZERO.pt")
+    return voices, nvidia
+
+
+def _spy(plugin: MoshiModel) -> dict[int, list[SlotFrame]]:
+    seen: dict[int, list[SlotFrame]] = {}
+    step = plugin._batch.step
+
+    def recording(groups, occupied, forced=None):  # type: ignore[no-untyped-def]
+        out = step(groups, occupied, forced)
+        for slot, frame in out.items():
+            seen.setdefault(slot, []).append(frame)
+        return out
+
+    plugin._batch.step = recording  # type: ignore[method-assign]
+    return seen
+
+
+async def test_personaplex_sessions_equal_nvidias_server_with_wav_and_pt_voices(
+    checkpoint: Path, setup: tuple[Path, Nvidia]
+) -> None:
+    voices, nvidia = setup
+    streams = _streams()
+    reference = [nvidia.run(voices / "NATF0.wav", pcm) for pcm in streams]
+    assert reference[0] != reference[1]  # the model hears
+    assert nvidia.run(voices / "NATF0.pt", streams[0]) == reference[0]  # NVIDIA's replay is exact
+    assert nvidia.run(voices / "ZERO.pt", streams[0]) != reference[0]  # and the embeddings matter here
+    plugin = load_model("moshi", {"checkpoint": str(checkpoint), "slots": "2", "voices": str(voices)})
+    assert isinstance(plugin, MoshiModel)
+    seen = _spy(plugin)
+    a, b = plugin.new_session(), plugin.new_session()
+    a.configure(SamplingParams(), {"text_prompt": TEXT, "voice_prompt": "NATF0.wav"})
+    b.configure(SamplingParams(), {"text_prompt": TEXT, "voice_prompt": "NATF0.pt"})
+    await a.prepare()
+    prefill = asyncio.create_task(b.prepare())  # b's prompt rides in a's ticks
+    sent = {a: 0, b: 0}
+    streams_of = {a: streams[0], b: streams[1]}
+    while min(sent.values()) < FRAMES:
+        items = []
+        for s in (a, b):
+            if sent[s] < FRAMES and (s is a or prefill.done()):
+                pcm = streams_of[s][sent[s] * 1920 : (sent[s] + 1) * 1920]
+                items.append(
+                    BatchItem(s, Unit(sent[s], Fence("s"), pcm, 24_000, 0.0, 80.0), time.monotonic())
+                )
+                sent[s] += 1
+        if items:
+            await plugin.step_batch(items)
+        else:
+            await asyncio.sleep(0.01)
+    await prefill
+    got = {s: [(f.text_id, f.codes) for f in seen[s.slot]] for s in (a, b)}
+    assert got[a] == reference[0], "the WAV voice's session differs from NVIDIA's server"
+    assert got[b] == reference[1], "the .pt voice's session differs from NVIDIA's server"
