@@ -52,8 +52,8 @@ class Recorder:
         self._step = plugin._batch.step
         plugin._batch.step = self._record  # type: ignore[method-assign]
 
-    def _record(self, groups, occupied):  # type: ignore[no-untyped-def]
-        out = self._step(groups, occupied)
+    def _record(self, groups, occupied, forced=None):  # type: ignore[no-untyped-def]
+        out = self._step(groups, occupied, forced)
         for slot, frame in out.items():
             self.seen.setdefault(slot, []).append(frame)
         return out
@@ -168,3 +168,34 @@ async def test_sessions_on_api_chat_and_the_openai_socket_equal_moshi_servers_lo
             assert "".join(client.pieces) == "".join(p for p in pieces if p)
     stats = plugin.slot_stats()
     assert stats.ticks < stats.frames_stepped  # some ticks stepped several sessions together
+
+
+async def test_a_persona_sent_after_audio_comes_after_that_audio(checkpoint: Path) -> None:
+    """Audio, then at once a `session.update` with a persona: the audio is stepped first, so the persona
+    comes after the session's first audio and is refused (the slot is never prompted in the middle of
+    it), and the session's frames stay the reference's for its PCM alone."""
+    plugin = load_model("moshi", {"checkpoint": str(checkpoint), "slots": "1"})
+    assert isinstance(plugin, MoshiModel)
+    recorder = Recorder(plugin)
+    errors: list[dict[str, object]] = []
+    async with (
+        EmbeddedServer(plugin, ServerConfig(max_sessions=1)) as server,
+        websockets.connect(server.url) as ws,
+    ):
+        client = OpenAIRaw(ws, _pcm(3))
+        await client.open()
+        await client.send(3)
+        persona = {"extra_body": {"text_prompt": "you are a pirate"}}
+        await ws.send(json.dumps({"type": "session.update", "session": persona}))
+        await client.send(FRAMES)
+        async with asyncio.timeout(60):
+            async for message in ws:
+                event = json.loads(message)
+                if event["type"] == "error":
+                    errors.append(event["error"])
+                if recorder.frames(0) >= FRAMES and errors:
+                    break
+        await recorder.until(0, FRAMES)
+    assert [e["param"] for e in errors] == ["session.extra_body"]
+    assert "before the session's first audio" in str(errors[0]["message"])
+    assert _got(recorder.seen[0]) == _reference(checkpoint, client.heard_pcm)

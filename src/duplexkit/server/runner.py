@@ -487,6 +487,7 @@ class SessionRunner:
         return None
 
     async def _update_session(self, event: ce.SessionUpdate, now: float) -> None:
+        await self._stepper.settled()  # the audio sent before the update reaches the model first
         opening = not self.engine.started
         previous = (self.model.sampling, dict(self.engine.settings.extra_body))
         if not self._configure_model(event):

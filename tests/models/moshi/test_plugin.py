@@ -5,6 +5,7 @@ errors. Greedy sampling (temp 0) makes a slot's outputs a pure function of its i
 
 from __future__ import annotations
 
+import asyncio
 import shutil
 import time
 from dataclasses import replace
@@ -20,6 +21,9 @@ from duplexkit.models.moshi.checkpoint import CheckpointError, resolve
 from duplexkit.models.moshi.plugin import MoshiModel, MoshiSession
 
 RNG = np.random.default_rng(7)
+GREEDY = SamplingParams(temperature=0.0)
+"""A session's settings that keep the tiny checkpoints' greedy text (a session's `temperature` is its
+text temperature)."""
 FRAMES = [(0.1 * RNG.standard_normal(1920)).astype(np.float32) for _ in range(12)]
 
 
@@ -178,6 +182,50 @@ async def test_a_persona_is_prefilled_into_its_own_slot_only(tiny_checkpoint: Pa
         a.configure(SamplingParams(), {"voice_prompt": "NOPE"})
     with pytest.raises(ValueError, match="not a voice name"):
         a.configure(SamplingParams(), {"voice_prompt": "../etc/passwd"})
+
+
+async def test_a_prompt_frame_is_one_more_row_of_the_neighbours_ticks(tiny_checkpoint: Path) -> None:
+    """While a neighbour streams, a persona's prompt goes in as one more row of the neighbour's ticks: no
+    LM step of its own, one prompt frame per tick, the neighbour's outputs untouched, and the persona's
+    slot afterwards exactly as a prompt stepped alone leaves it."""
+    reference = await alone(tiny_checkpoint, 48)
+    persona = {"text_prompt": "you are a pirate"}  # greedy, or other slots' sampling moves its draws
+
+    async def prompted_alone() -> list[tuple[object, ...]]:
+        plugin = model(tiny_checkpoint, slots="2")
+        plugin.new_session()
+        b = plugin.new_session()
+        b.configure(GREEDY, persona)
+        await b.prepare()
+        return [signature((await step(plugin, {b: i}))[b]) for i in range(6)]
+
+    plugin = model(tiny_checkpoint, slots="2")
+    lm_steps = 0
+    lm_step = plugin._batch.gen.step
+
+    def counting(codes: torch.Tensor) -> torch.Tensor | None:
+        nonlocal lm_steps
+        lm_steps += 1
+        return lm_step(codes)
+
+    plugin._batch.gen.step = counting  # type: ignore[method-assign]
+    a, b = plugin.new_session(), plugin.new_session()
+    b.configure(GREEDY, persona)
+    prompt = len(plugin._prompt_frames(b.persona))
+    assert prompt < 47
+    heard = [signature((await step(plugin, {a: 0}))[a])]
+    prefill = asyncio.create_task(b.prepare())
+    await asyncio.sleep(0)  # the prompt is queued
+    ticks = 0
+    while not prefill.done():
+        heard.append(signature((await step(plugin, {a: len(heard)}))[a]))
+        ticks += 1
+    await prefill
+    assert ticks in (prompt, prompt + 1)  # one prompt frame per tick (the last may be seen a tick late) ...
+    assert lm_steps == 1 + ticks  # ... inside the neighbour's ticks, never a step of its own
+    assert heard == reference[: len(heard)]
+    after = [signature((await step(plugin, {b: i}))[b]) for i in range(6)]
+    assert after == await prompted_alone()
 
 
 async def test_a_personaplex_layout_checkpoint_loads_hears_the_user_and_decodes_the_agent(
