@@ -12,7 +12,7 @@ normalised by `load_voice_prompt`, or the `{"embeddings", "cache"}` of a `.pt` r
 server resets the codec and steps each user frame: `mimi.encode`, `LMGen.step(codes)`, `mimi.decode` of the
 agent's 8 codebooks. Its model (`LMModel.embed_codes`, `forward_embeddings`, `forward_depformer`) is the
 one moshi 0.2.13 loads (same modules and weights); its constants `SILENCE_TOKENS`/`SINE_TOKENS` are codes
-of the published Mimi, so for the tiny one they are derived as ours are (the caller passes them).
+of the published Mimi, so for the tiny one they are derived from it (`prompt_codes`).
 """
 
 from __future__ import annotations
@@ -28,14 +28,50 @@ AUDIO_TOKENS_PER_STREAM = 8
 FRAME = 1920
 
 
-def load_audio_normalized(path: Path) -> np.ndarray:
-    """`load_audio` then `normalize_audio(..., -24.0)`: shape (1, T)."""
-    import pyloudnorm as pyln
+def load(checkpoint: Path) -> tuple[Any, Any]:
+    """The LM and an 8-codebook Mimi of a tiny PersonaPlex-layout checkpoint folder (its `config.json`)."""
+    import json
+
+    from moshi.models import loaders
+
+    config = json.loads((checkpoint / "config.json").read_text())
+    kwargs = {k: v for k, v in config.items() if not k.endswith("_name") and k != "lm_gen_config"}
+    lm = loaders.get_moshi_lm(str(checkpoint / config["moshi_name"]), lm_kwargs=kwargs, dtype=torch.float32)
+    mimi_config = json.loads((checkpoint / config["mimi_config_name"]).read_text())
+    mimi = loaders.get_mimi(
+        str(checkpoint / config["mimi_name"].removeprefix("file://")), mimi_config, num_codebooks=8
+    )
+    return lm, mimi
+
+
+def prompt_codes(mimi: Any) -> tuple[list[int], list[int]]:
+    """`SILENCE_TOKENS` and `SINE_TOKENS` for this codec: NVIDIA's are the published Mimi's codes of
+    digital silence and of `create_sinewave` (440 Hz, amplitude 0.5); another codec's, derived the same
+    way (the last of four frames, past the encoder's start)."""
+    t = np.linspace(0.0, FRAME / 24_000, FRAME, endpoint=False)
+    sine = (0.5 * np.sin(2 * np.pi * 440.0 * t)).astype(np.float32)
+    with torch.no_grad():
+        silence_codes, sine_codes = (
+            mimi.encode(torch.from_numpy(np.tile(pcm, 4))[None, None])[0, :, -1].tolist()
+            for pcm in (np.zeros(FRAME, dtype=np.float32), sine)
+        )
+    return silence_codes, sine_codes
+
+
+def load_audio(path: Path) -> np.ndarray:
+    """`load_audio`: `sphn.read`, then `sphn.resample` to 24 kHz; shape (C, T)."""
     import sphn
 
     sample_pcm, sample_sr = sphn.read(str(path))
-    raw_audio = sphn.resample(sample_pcm, src_sample_rate=sample_sr, dst_sample_rate=24_000)
-    wav = raw_audio[0] if raw_audio.ndim == 2 and raw_audio.shape[0] == 1 else raw_audio
+    return sphn.resample(sample_pcm, src_sample_rate=sample_sr, dst_sample_rate=24_000)
+
+
+def normalize_audio(wav: np.ndarray) -> np.ndarray:
+    """`normalize_audio(wav, 24000, -24.0)` (pyloudnorm), then back to (1, T) as `load_voice_prompt` does."""
+    import pyloudnorm as pyln
+
+    if wav.ndim == 2 and wav.shape[0] == 1:
+        wav = wav[0]
     raw_audio = pyln.normalize.loudness(wav, pyln.Meter(24_000).integrated_loudness(wav), -24.0)
     return raw_audio[None, :] if raw_audio.ndim == 1 else raw_audio
 
@@ -49,6 +85,12 @@ def iterate_audio(sample_pcm: np.ndarray, sample_interval_size: int = FRAME) -> 
             pad = np.zeros((sample.shape[0], sample_interval_size - sample.shape[-1]))
             sample = np.concatenate([sample, pad], axis=1)
         yield sample[0:1]
+
+
+def encode_frames(mimi: Any, raw_audio: np.ndarray) -> Any:
+    """`encode_from_sphn(mimi, _iterate_audio(...), max_batch=1)`: each frame's codes, [1, K, 1]."""
+    for sample in iterate_audio(raw_audio):
+        yield mimi.encode(torch.tensor(sample, dtype=torch.float32).unsqueeze(0))
 
 
 class NvidiaLMGen:
@@ -251,7 +293,7 @@ class NvidiaLMGen:
 
     def load_voice_prompt(self, path: Path) -> None:
         self.voice_prompt = str(path)
-        self.voice_prompt_audio = load_audio_normalized(path)
+        self.voice_prompt_audio = normalize_audio(load_audio(path))
         self.voice_prompt_embeddings = self.voice_prompt_cache = None
 
     def load_voice_prompt_embeddings(self, path: Path) -> None:
@@ -271,9 +313,7 @@ class NvidiaLMGen:
         if self.voice_prompt_audio is None:
             return
         saved_embeddings = []
-        for sample in iterate_audio(self.voice_prompt_audio):  # encode_from_sphn, max_batch=1
-            tensor = torch.tensor(sample, dtype=torch.float32).unsqueeze(0)
-            frame_tokens = mimi.encode(tensor)
+        for frame_tokens in encode_frames(mimi, self.voice_prompt_audio):
             out = self.step(
                 moshi_tokens=frame_tokens,
                 text_token=self.zero_text_code,

@@ -17,13 +17,13 @@ import pytest
 import torch
 
 from duplexkit.engine import Fence, Unit
-from duplexkit.models import BatchItem, SamplingParams, load_model
+from duplexkit.models import BatchItem, load_model
 from duplexkit.models.moshi.frames import SlotFrame
 from duplexkit.models.moshi.plugin import MoshiModel, system_prompt
 from duplexkit.models.moshi.tiny import write_tiny_checkpoint
 from tests.models.moshi.conftest import _slots_hear
-from tests.models.moshi.nvidia_reference import NvidiaLMGen, server_loop
-from tests.models.moshi.test_personaplex_prompt import _tiny_mimi, _write_voice
+from tests.models.moshi.nvidia_reference import NvidiaLMGen, load, prompt_codes, server_loop
+from tests.models.moshi.test_personaplex_prompt import _write_voice
 
 FRAMES = 8
 TEXT = "be kind"
@@ -38,41 +38,19 @@ def _streams() -> list[npt.NDArray[np.float32]]:
     ]
 
 
-def _lm(checkpoint: Path) -> Any:
-    import json
-
-    from moshi.models import loaders
-
-    config = json.loads((checkpoint / "config.json").read_text())
-    kwargs = {k: v for k, v in config.items() if not k.endswith("_name") and k != "lm_gen_config"}
-    return loaders.get_moshi_lm(str(checkpoint / "model.safetensors"), lm_kwargs=kwargs, dtype=torch.float32)
-
-
 class Nvidia:
-    """NVIDIA's server on the tiny checkpoint, greedy, with the prompt codes derived for the tiny codec."""
+    """NVIDIA's server on a tiny checkpoint, greedy, with the prompt codes derived for the tiny codec."""
 
     def __init__(self, plugin: MoshiModel, checkpoint: Path) -> None:
         self.plugin = plugin
         self.checkpoint = checkpoint
-        mimi = _tiny_mimi(plugin)
-        t = np.arange(1920) / 24_000
-        with torch.no_grad():
-            steady = [
-                mimi.encode(torch.from_numpy(np.tile(pcm, 4))[None, None])[0, :, -1].tolist()  # type: ignore[attr-defined]
-                for pcm in (
-                    np.zeros(1920, np.float32),
-                    (0.5 * np.sin(2 * np.pi * 440 * t)).astype(np.float32),
-                )
-            ]
-        self.silence, self.sine = steady
 
     def gen(self, **kwargs: Any) -> tuple[Any, Any, NvidiaLMGen]:
-        lm = _lm(self.checkpoint)
-        gen = NvidiaLMGen(
-            lm, silence_tokens=self.silence, sine_tokens=self.sine, temp=0, temp_text=0, **kwargs
-        )
+        lm, mimi = load(self.checkpoint)
+        silence, sine = prompt_codes(mimi)
+        gen = NvidiaLMGen(lm, silence_tokens=silence, sine_tokens=sine, temp=0, temp_text=0, **kwargs)
         gen.text_prompt_tokens = self.plugin.tokenizer.encode(system_prompt(TEXT))
-        return lm, _tiny_mimi(self.plugin), gen
+        return lm, mimi, gen
 
     def save_pt(self, wav: Path) -> Path:
         """`.pt` as NVIDIA's server writes it (`save_voice_prompt_embeddings`), beside the WAV."""
@@ -94,7 +72,8 @@ class Nvidia:
 @pytest.fixture(scope="module")
 def checkpoint(tmp_path_factory: pytest.TempPathFactory) -> Path:
     """PersonaPlex's layout, made to remember: on the plain tiny model a persona changes no output."""
-    folder = write_tiny_checkpoint(tmp_path_factory.mktemp("remembers") / "tiny16", dep_q=16, remembers=True)
+    folder = tmp_path_factory.mktemp("remembers") / "tiny16"
+    write_tiny_checkpoint(folder, dep_q=16, context=100, remembers=True)
     _slots_hear(folder)
     return folder
 
@@ -104,7 +83,7 @@ def setup(checkpoint: Path, tmp_path_factory: pytest.TempPathFactory) -> tuple[P
     """A voices folder: `NATF0.wav`, the `NATF0.pt` NVIDIA's server saves from it, and `ZERO.pt` (its
     embeddings zeroed: what ignoring them would amount to)."""
     voices = tmp_path_factory.mktemp("voices")
-    _write_voice(voices / "NATF0.wav")
+    _write_voice(voices / "NATF0.wav", seconds=1.2)  # 15 frames: most of them not in the saved cache
     plugin = load_model("moshi", {"checkpoint": str(checkpoint), "slots": "1"})
     assert isinstance(plugin, MoshiModel)
     nvidia = Nvidia(plugin, checkpoint)
@@ -142,8 +121,9 @@ async def test_personaplex_sessions_equal_nvidias_server_with_wav_and_pt_voices(
     assert isinstance(plugin, MoshiModel)
     seen = _spy(plugin)
     a, b = plugin.new_session(), plugin.new_session()
-    a.configure(SamplingParams(), {"text_prompt": TEXT, "voice_prompt": "NATF0.wav"})
-    b.configure(SamplingParams(), {"text_prompt": TEXT, "voice_prompt": "NATF0.pt"})
+    greedy = plugin.default_sampling  # the checkpoint's: a client's temperature would sample
+    a.configure(greedy, {"text_prompt": TEXT, "voice_prompt": "NATF0.wav"})
+    b.configure(greedy, {"text_prompt": TEXT, "voice_prompt": "NATF0.pt"})
     await a.prepare()
     prefill = asyncio.create_task(b.prepare())  # b's prompt rides in a's ticks
     sent = {a: 0, b: 0}
@@ -165,3 +145,25 @@ async def test_personaplex_sessions_equal_nvidias_server_with_wav_and_pt_voices(
     got = {s: [(f.text_id, f.codes) for f in seen[s.slot]] for s in (a, b)}
     assert got[a] == reference[0], "the WAV voice's session differs from NVIDIA's server"
     assert got[b] == reference[1], "the .pt voice's session differs from NVIDIA's server"
+
+
+def test_saved_voices_this_model_cannot_replay_are_refused_with_the_reason(
+    checkpoint: Path, setup: tuple[Path, Nvidia], tmp_path: Path
+) -> None:
+    voices, _ = setup
+    plugin = load_model("moshi", {"checkpoint": str(checkpoint), "slots": "1", "voices": str(tmp_path)})
+    assert isinstance(plugin, MoshiModel)
+    saved = torch.load(voices / "NATF0.pt")
+    cases = {
+        "GARBAGE.pt": (b"not a torch file", "not a voice saved by PersonaPlex"),
+        "KEYS.pt": ({"embeddings": saved["embeddings"]}, "no embeddings and cache"),
+        "WIDTH.pt": ({**saved, "embeddings": saved["embeddings"][..., :16]}, "saved by another model"),
+        "CACHE.pt": ({**saved, "cache": saved["cache"][:, :, :3]}, "saved by another model"),
+    }
+    for name, (content, match) in cases.items():
+        if isinstance(content, bytes):
+            (tmp_path / name).write_bytes(content)
+        else:
+            torch.save(content, tmp_path / name)
+        with pytest.raises(ValueError, match=match):
+            plugin.voice(name)

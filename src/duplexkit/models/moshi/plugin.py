@@ -576,7 +576,9 @@ class MoshiModel(ModelPlugin):
         pad = min(self.pad_ids - {0}, default=3)
         silence = [ForcedFrame(None, pad)] * PROMPT_SILENCE_FRAMES
         frames: list[ForcedFrame] = []
-        if persona.voice is not None:
+        if isinstance(persona.voice, SavedVoice):
+            frames += self._saved_voice_frames(persona.voice, pad)
+        elif persona.voice is not None:
             voice = persona.voice
             for start in range(0, len(voice), FRAME_SAMPLES):
                 frames.append(ForcedFrame(voice[start : start + FRAME_SAMPLES], pad))
@@ -584,6 +586,23 @@ class MoshiModel(ModelPlugin):
         if persona.text:
             frames += [ForcedFrame(None, int(i)) for i in self.tokenizer.encode(system_prompt(persona.text))]
         return frames + silence
+
+    def _saved_voice_frames(self, voice: SavedVoice, pad: int) -> list[ForcedFrame]:
+        """A saved voice's frames, as NVIDIA's `load_voice_prompt_embeddings` replays them: each frame
+        after the first with the transformer input saved for its step; its codes read back from the saved
+        cache, which NVIDIA's `LMGen` left at offset `frames` (position p in column p mod its size): what
+        is read after the voice, the last two frames' codes, is there; the earlier ones are never read
+        (their steps take the saved inputs)."""
+        delays = self.checkpoint.lm_config["delays"]
+        cache = voice.cache
+        columns = cache.shape[1]
+        agent_q = self._batch.agent_q
+        frames = []
+        for j in range(voice.frames):
+            codes = tuple(int(cache[1 + k, (j + delays[1 + k]) % columns]) for k in range(agent_q))
+            embedding = voice.embeddings[j - 1] if j > 0 else None
+            frames.append(ForcedFrame(None, pad, agent_codes=codes, embedding=embedding))
+        return frames
 
 
 def _settle(future: asyncio.Future[None], outcome: Exception | None) -> None:

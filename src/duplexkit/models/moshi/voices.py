@@ -104,9 +104,7 @@ def read_saved_voice(path: Path) -> SavedVoice:
             f"voice_prompt: {path.name}: embeddings {tuple(embeddings.shape)} and cache "
             f"{tuple(cache.shape)} are not the shapes PersonaPlex saves ([N, 1, 1, dim], [1, K, C])"
         )
-    return SavedVoice(
-        embeddings.reshape(embeddings.shape[0], -1).float().numpy(), cache[0].long().numpy()
-    )
+    return SavedVoice(embeddings.reshape(embeddings.shape[0], -1).float().numpy(), cache[0].long().numpy())
 
 
 def check_saved_voice(saved: SavedVoice, name: str, *, dim: int, codebooks: int, max_delay: int) -> None:
