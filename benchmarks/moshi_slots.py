@@ -24,6 +24,7 @@ import asyncio
 import base64
 import contextlib
 import json
+import math
 import os
 import random
 import re
@@ -163,12 +164,16 @@ async def prefill_neighbour(checkpoint: Path, seconds: float, chars: int, rounds
     """In process: a neighbour streams 80 ms frames on a real-time schedule while another session's
     `chars`-character persona is prefilled, against the same run without it. A frame's latency is (its due
     time -> its decision) on `time.monotonic`; the figure is the ratio of the two p99s, over `rounds`
-    alternations of the two runs (the prompt counts are the last round's)."""
+    alternations of the two runs (the prompt counts are the last round's); beside it, the ratio of the
+    neighbour's tick CPU time with a prompt row in the tick to without."""
     from duplexkit.engine import Fence, Unit
     from duplexkit.models import BatchItem, SamplingParams, load_model
 
     samples = (0.1 * np.random.default_rng(0).standard_normal(FRAME)).astype(np.float32)
     persona = (PERSONA * (chars // len(PERSONA) + 1))[:chars]
+    tick_cpu: dict[bool, list[float]] = {False: [], True: []}
+    """CPU time (`time.thread_time` on the model thread) of the neighbour's ticks without and with a
+    prompt frame in them: what the extra row costs, less sensitive to the machine's load than latency."""
 
     async def run(with_persona: bool) -> tuple[list[float], float | None, int, dict[bool, int]]:
         plugin = load_model("moshi", {"checkpoint": str(checkpoint), "slots": "2"})
@@ -182,7 +187,11 @@ async def prefill_neighbour(checkpoint: Path, seconds: float, chars: int, rounds
 
         def counting(groups, occupied, forced=None):  # type: ignore[no-untyped-def]
             carried[bool(groups)] += len(forced or {})
-            return tick(groups, occupied, forced)
+            started = time.thread_time()
+            out = tick(groups, occupied, forced)
+            if groups:  # the neighbour's tick: its CPU time, with or without a prompt frame in it
+                tick_cpu[bool(forced)].append(time.thread_time() - started)
+            return out
 
         carried = {True: 0, False: 0}
         """Prompt frames stepped in the neighbour's ticks (True) and in ticks of their own (False)."""
@@ -216,6 +225,8 @@ async def prefill_neighbour(checkpoint: Path, seconds: float, chars: int, rounds
         loaded += lags
     p99_base = float(np.percentile(base, 99)) * 1e3
     p99_loaded = float(np.percentile(loaded, 99)) * 1e3
+    cpu_without = statistics.mean(tick_cpu[False])
+    cpu_with = statistics.mean(tick_cpu[True]) if tick_cpu[True] else math.nan
     return {
         "persona_chars": chars,
         "prompt_frames": prompt_frames,
@@ -226,6 +237,9 @@ async def prefill_neighbour(checkpoint: Path, seconds: float, chars: int, rounds
         "neighbour_p99_ms_with": round(p99_loaded, 1),
         "neighbour_max_ms_with": round(max(loaded) * 1e3, 1),
         "p99_ratio": round(p99_loaded / p99_base, 2),
+        "neighbour_tick_cpu_ms_without": round(cpu_without * 1e3, 2),
+        "neighbour_tick_cpu_ms_with_prompt_row": round(cpu_with * 1e3, 2),
+        "tick_cpu_ratio": round(cpu_with / cpu_without, 3),
     }
 
 

@@ -13,12 +13,13 @@ from __future__ import annotations
 import asyncio
 import base64
 import contextlib
+import functools
 import logging
 import math
 import os
 import re
 import time
-from collections import deque
+from collections import OrderedDict, deque
 from collections.abc import AsyncIterator, Mapping, Sequence
 from concurrent.futures import ThreadPoolExecutor
 from dataclasses import dataclass, replace
@@ -52,7 +53,7 @@ from duplexkit.models.moshi.voices import (
 from duplexkit.protocol.audio import resample
 
 if TYPE_CHECKING:
-    from duplexkit.models.moshi.slots import SlotBatch
+    from duplexkit.models.moshi.slots import SlotBatch, SlotState
 
 SAMPLE_RATE_HZ = 24_000
 PROMPT_SILENCE_FRAMES = 6
@@ -93,8 +94,11 @@ class Persona:
 class _Prompt:
     """A slot's persona prompt on its way in: the frames still to step, and the prefill waiting for them."""
 
+    key: tuple[str, str]
     frames: deque[ForcedFrame]
     done: asyncio.Future[None]
+    state: SlotState | None = None
+    """The slot's state once the last frame is in (taken on the model thread when the persona cache is on)."""
 
 
 class MoshiSession(ModelSession):
@@ -304,6 +308,8 @@ class MoshiModel(ModelPlugin):
         self._last_tick = -math.inf
         """When the last tick with sessions' frames started (`time.monotonic`)."""
         self._prompt_driver: asyncio.Task[None] | None = None
+        self._personas: OrderedDict[tuple[str, str], SlotState] = OrderedDict()
+        """The last `persona_cache` personas' prefilled states (`Persona.key`), least recently used first."""
         self.default_persona = Persona(
             text=args.text_prompt,
             voice=self.voice(args.voice_prompt) if args.voice_prompt else None,
@@ -341,8 +347,8 @@ class MoshiModel(ModelPlugin):
         self._needs_reset.add(slot)
 
     def release(self, slot: int) -> None:
+        self._drop_prompt(slot, RuntimeError(f"the moshi session on slot {slot} closed during its prefill"))
         self._needs_reset.discard(slot)
-        self._drop_prompt(slot)
         self._free.append(slot)
 
     def slot_stats(self) -> SlotStats:
@@ -386,19 +392,12 @@ class MoshiModel(ModelPlugin):
         if live or forced:
             if live:
                 self._last_tick = time.monotonic()
-            loop = asyncio.get_running_loop()
-            try:
-                outputs = await loop.run_in_executor(
-                    self._executor, self._step_groups, resets, groups, occupied, forced, last
-                )
-            except BaseException as exc:  # the prompts in this tick lost a frame: they fail
-                for job in last.values():
-                    _settle(job.done, exc if isinstance(exc, Exception) else RuntimeError("cancelled"))
-                for slot in set(forced) - set(last):
-                    self._fail_prompt(slot, exc)
-                raise
-            for job in last.values():
-                _settle(job.done, None)
+            tick = asyncio.get_running_loop().run_in_executor(
+                self._executor, self._step_groups, resets, groups, occupied, forced, last
+            )
+            if forced:  # the prompts in it hear how it went when it has run, even if this call is cancelled
+                tick.add_done_callback(functools.partial(self._prompt_tick_done, set(forced), last))
+            outputs = await asyncio.shield(tick)
         results: list[Decision | Exception] = []
         for item in items:
             moshi_session = item.session
@@ -435,8 +434,10 @@ class MoshiModel(ModelPlugin):
         for slot in resets:
             self._batch.reset(slot)
         outputs = self._batch.step(groups, occupied, forced)
-        for slot in last:
+        for slot, job in last.items():
             self._batch.prompted(slot)
+            if self.args.persona_cache:
+                job.state = self._batch.snapshot(slot)
         return outputs
 
     def _next_prompt_frames(self, exclude: set[int]) -> tuple[dict[int, ForcedFrame], dict[int, _Prompt]]:
@@ -452,17 +453,37 @@ class MoshiModel(ModelPlugin):
                 last[slot] = self._prompts.pop(slot)
         return forced, last
 
-    def _fail_prompt(self, slot: int, exc: BaseException) -> None:
-        job = self._prompts.pop(slot, None)
-        if job is not None:
-            _settle(job.done, exc if isinstance(exc, Exception) else RuntimeError("cancelled"))
-            self._needs_reset.add(slot)
+    def _prompt_tick_done(
+        self, forced: set[int], last: Mapping[int, _Prompt], tick: asyncio.Future[dict[int, SlotFrame]]
+    ) -> None:
+        """A tick that carried prompt frames has run: the prompts it ended are in; if it failed, every
+        prompt in it lost a frame and fails with its error."""
+        error = RuntimeError("the model's tick was cancelled") if tick.cancelled() else tick.exception()
+        if error is not None:
+            reason = error if isinstance(error, Exception) else RuntimeError(repr(error))
+            for job in last.values():
+                _settle(job.done, reason)
+            for slot in forced - set(last):
+                self._drop_prompt(slot, reason)
+            return
+        for job in last.values():
+            if job.state is not None:
+                self._personas[job.key] = job.state
+                self._personas.move_to_end(job.key)
+                while len(self._personas) > self.args.persona_cache:
+                    self._personas.popitem(last=False)
+            _settle(job.done, None)
 
-    def _drop_prompt(self, slot: int) -> None:
-        """The slot's session is gone: its prompt stops where it is (the slot is reset before reuse)."""
+    def _drop_prompt(self, slot: int, reason: Exception | None = None) -> None:
+        """The slot's prompt stops where it is (its prefill gets `reason`, or is cancelled); the slot is
+        reset before it is stepped again."""
         job = self._prompts.pop(slot, None)
         if job is not None:
-            job.done.cancel()
+            self._needs_reset.add(slot)
+            if reason is None:
+                job.done.cancel()
+            else:
+                _settle(job.done, reason)
 
     async def _drive_prompts(self) -> None:
         """Step the prompts on their own while no session's frames come to carry them: a tick of prompt
@@ -550,13 +571,20 @@ class MoshiModel(ModelPlugin):
         frames as the agent's audio, 0.5 s of silence, the text prompt one token per frame (wrapped in
         `<system>` tags), 0.5 s of silence. Each prompt frame is one more row of a regular tick (other
         sessions' ticks carry it; with none due, it steps on its own), so it never holds a neighbour's
-        frame behind a step of its own. Cancelled, the prompt stops and the slot is reset before reuse."""
+        frame behind a step of its own. A persona in the cache (`persona_cache`) is copied in instead.
+        Cancelled, the prompt stops and the slot is reset before reuse."""
         frames = self._prompt_frames(persona)
         if not frames:
             return
         loop = asyncio.get_running_loop()
         self._drop_prompt(slot)
-        job = _Prompt(deque(frames), loop.create_future())
+        cached = self._personas.get(persona.key)
+        if cached is not None:  # this persona went in before: its state is copied in, nothing is stepped
+            self._personas.move_to_end(persona.key)
+            self._needs_reset.discard(slot)
+            await loop.run_in_executor(self._executor, self._batch.restore, slot, cached)
+            return
+        job = _Prompt(persona.key, deque(frames), loop.create_future())
         self._prompts[slot] = job
         if self._prompt_driver is None or self._prompt_driver.done():
             self._prompt_driver = asyncio.create_task(self._drive_prompts(), name="moshi-prompts")
@@ -565,7 +593,6 @@ class MoshiModel(ModelPlugin):
         except asyncio.CancelledError:
             if self._prompts.get(slot) is job:
                 self._drop_prompt(slot)
-            self._needs_reset.add(slot)
             raise
 
     def _prompt_frames(self, persona: Persona) -> list[ForcedFrame]:

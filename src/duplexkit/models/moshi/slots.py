@@ -28,14 +28,16 @@ frame on the step after the one that received it.
 from __future__ import annotations
 
 import time
-from collections.abc import Iterable, Mapping
+from collections.abc import Iterable, Iterator, Mapping
 from contextlib import ExitStack
+from dataclasses import dataclass
 
 import numpy as np
 import numpy.typing as npt
 import torch
 from moshi.models.compression import MimiModel
 from moshi.models.lm import LMGen, LMModel
+from moshi.modules.transformer import RingKVCache
 
 from duplexkit.models.moshi.frames import FRAME_SAMPLES, ForcedFrame, SlotFrame
 from duplexkit.models.moshi.params import Sampling
@@ -45,6 +47,22 @@ PERSONAPLEX_SILENCE_CODES = (948, 243, 1178, 546, 1736, 1030, 1978, 2008)
 (NVIDIA/personaplex, `moshi/models/lm.py`)."""
 PERSONAPLEX_SINE_CODES = (430, 1268, 381, 1611, 1095, 1495, 56, 472)
 """The user's audio during every PersonaPlex prompt frame: a 440 Hz sine as the published Mimi's codes."""
+
+
+@dataclass(frozen=True, slots=True, eq=False)
+class SlotState:
+    """What stepping left in one slot's LM (its token cache, KV caches and offsets), to put the same state
+    in another slot without stepping it again: a prompt's state, kept for the next session with the same
+    persona. The codec holds nothing a prompt leaves (it is reset after one)."""
+
+    rows: tuple[tuple[str, int, torch.Tensor], ...]
+    """(where: a streaming state's path and attribute, the batch dimension there, the slot's row)."""
+    carry: torch.Tensor | None = None
+    """The last prompt frame's codes, whose delayed codebooks the slot's next step still carries."""
+
+    @property
+    def nbytes(self) -> int:
+        return sum(row.numel() * row.element_size() for _, _, row in self.rows)
 
 
 class SlotBatch:
@@ -251,6 +269,45 @@ class SlotBatch:
         self.mimi.reset_streaming(self._mask([slot]))
         if slot in self._prompt_prev:
             self._carry[slot] = self._prompt_prev.pop(slot)
+
+    def snapshot(self, slot: int) -> SlotState:
+        """A copy of `slot`'s LM state (see `SlotState`)."""
+        carry = self._carry.get(slot)
+        return SlotState(
+            tuple((where, dim, t.select(dim, slot).clone()) for where, t, dim in self._per_slot()),
+            None if carry is None else carry.clone(),
+        )
+
+    def restore(self, slot: int, state: SlotState) -> None:
+        """Start `slot` afresh with `state` in its LM, as if it had stepped what left that state."""
+        self.reset(slot)
+        current = {where: (t, dim) for where, t, dim in self._per_slot()}
+        if set(current) != {where for where, _, _ in state.rows}:
+            raise ValueError("the slot state is not of this model")
+        for where, dim, row in state.rows:
+            tensor, _ = current[where]
+            tensor.select(dim, slot).copy_(row)
+        if state.carry is not None:
+            self._carry[slot] = state.carry.clone()
+
+    def _per_slot(self) -> Iterator[tuple[str, torch.Tensor, int]]:
+        """Every per-slot tensor of the LM's streaming states (`LMGen`'s and its modules'): where it is,
+        the tensor, its batch dimension. Looked up afresh on each call: `LMGen` replaces some of them."""
+        states = [("gen", self.gen._streaming_state)]
+        for name, module in self.lm.named_modules():
+            if getattr(module, "_streaming_state", None) is not None:
+                states.append((f"lm.{name}", module._streaming_state))
+        for path, state in states:
+            for attr, value in vars(state).items():
+                if attr == "exec_mask":
+                    continue
+                if isinstance(value, torch.Tensor) and value.dim() >= 1 and value.shape[0] == self.slots:
+                    yield f"{path}.{attr}", value, 0
+                elif isinstance(value, RingKVCache):
+                    if value.end_offset.shape[0] != self.slots:  # a cache shared by the batch
+                        raise ValueError(f"{path}: its KV cache has no per-slot offsets")
+                    yield f"{path}.{attr}.cache", value.cache, 1
+                    yield f"{path}.{attr}.end_offset", value.end_offset, 0
 
     def _lm_step(
         self, user: torch.Tensor, forced: Mapping[int, ForcedFrame], agent: Mapping[int, torch.Tensor]
