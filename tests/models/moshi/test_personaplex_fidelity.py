@@ -15,6 +15,7 @@ import numpy as np
 import numpy.typing as npt
 import pytest
 import torch
+import websockets
 
 from duplexkit.engine import Fence, Unit
 from duplexkit.models import BatchItem, load_model
@@ -167,3 +168,48 @@ def test_saved_voices_this_model_cannot_replay_are_refused_with_the_reason(
             torch.save(content, tmp_path / name)
         with pytest.raises(ValueError, match=match):
             plugin.voice(name)
+
+
+async def test_on_api_chat_nvidias_client_query_gets_nvidias_frames_and_text(
+    checkpoint: Path, setup: tuple[Path, Nvidia]
+) -> None:
+    """On the wire, as NVIDIA's web client asks (`/api/chat?text_prompt=...&voice_prompt=NATF0.pt`, Ogg
+    Opus from `sphn`): each session's ids and codes at the torch edge and the text pieces its client
+    receives are NVIDIA's loop's on the PCM the server decoded; the second joins while the first streams."""
+    from urllib.parse import urlencode
+
+    from duplexkit.server import EmbeddedServer, ServerConfig
+    from tests.server.test_moshi_fidelity import MoshiChat, Recorder
+
+    voices, nvidia = setup
+    plugin = load_model("moshi", {"checkpoint": str(checkpoint), "slots": "2", "voices": str(voices)})
+    assert isinstance(plugin, MoshiModel)
+    recorder = Recorder(plugin)
+    streams = _streams()
+    async with EmbeddedServer(plugin, ServerConfig(max_sessions=2)) as server:
+        chat = server.url.replace("/v1/realtime", "/api/chat")
+        query = {"text_prompt": TEXT}
+        async with websockets.connect(f"{chat}?{urlencode({**query, 'voice_prompt': 'NATF0.pt'})}") as ws_a:
+            a = MoshiChat(ws_a, streams[0])
+            assert (await ws_a.recv())[:1] == b"\x00"  # slot 0: after its prompt
+            receiving = [asyncio.create_task(a.receive())]
+            await a.send(3)
+            async with websockets.connect(
+                f"{chat}?{urlencode({**query, 'voice_prompt': 'NATF0.wav'})}"
+            ) as ws_b:
+                b = MoshiChat(ws_b, streams[1])
+                sending = asyncio.create_task(a.send(FRAMES))  # b's prompt rides in a's ticks
+                assert (await ws_b.recv())[:1] == b"\x00"
+                receiving.append(asyncio.create_task(b.receive()))
+                await asyncio.gather(sending, b.send(FRAMES))
+                for slot, client in enumerate((a, b)):
+                    await recorder.until(slot, len(client.heard_pcm) // 1920)
+                await asyncio.sleep(0.3)  # the last text pieces reach the clients
+                for task in receiving:
+                    task.cancel()
+    for slot, (client, voice) in enumerate(((a, "NATF0.pt"), (b, "NATF0.wav"))):
+        reference = nvidia.run(voices / voice, client.heard_pcm)
+        got = [(f.text_id, f.codes) for f in recorder.seen[slot]]
+        assert got == reference, f"slot {slot} ({voice}) differs from NVIDIA's server"
+        pieces = [plugin.piece(text_id) for text_id, _ in filter(None, reference)]
+        assert "".join(client.pieces) == "".join(pieces)
