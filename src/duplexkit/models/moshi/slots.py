@@ -28,7 +28,7 @@ frame on the step after the one that received it.
 from __future__ import annotations
 
 import time
-from collections.abc import Iterable, Iterator, Mapping
+from collections.abc import Callable, Iterable, Iterator, Mapping
 from contextlib import ExitStack
 from dataclasses import dataclass
 
@@ -254,6 +254,8 @@ class SlotBatch:
     ) -> torch.Tensor:
         """The user's channel for the LM: the encoded input, the sine codes on forced rows; on PersonaPlex
         rows the codes of the slot's frame before (the sine's after a reset), as NVIDIA's model hears."""
+        if not forced and not (self.user_fed and frames):
+            return codes
         user = codes.clone()
         if self.user_fed and frames:
             rows = list(frames)
@@ -319,6 +321,25 @@ class SlotBatch:
         state = self.gen._streaming_state
         assert state is not None
         carried = [slot for slot in self._carry if bool(state.exec_mask[slot])]
+        try:
+            if forced or carried:
+                self.gen.on_text_hook, self.gen.on_audio_hook = self._forcing(forced, agent, carried)
+            if self.user_fed:
+                self._feed_user(user, before=True)
+            tokens = self.gen.step(user)
+            assert tokens is not None  # support_out_of_sync: never None
+            if self.user_fed:
+                self._feed_user(user, before=False)
+        finally:
+            self.gen.on_text_hook = self.gen.on_audio_hook = None
+            self._embedded.zero_()
+        return tokens
+
+    def _forcing(
+        self, forced: Mapping[int, ForcedFrame], agent: Mapping[int, torch.Tensor], carried: list[int]
+    ) -> tuple[Callable[[torch.Tensor], None], Callable[[torch.Tensor], None]]:
+        """The text and audio hooks that force this step's prompt rows (and a saved voice's inputs), and
+        the delayed agent codebooks of the rows whose prompt ended on the step before."""
         rows = torch.tensor(list(forced) + carried, dtype=torch.long, device=self.device)
         keep = torch.zeros(len(rows), self.lm.dep_q, dtype=torch.bool, device=self.device)
         audio = torch.zeros(len(rows), self.lm.dep_q, dtype=torch.long, device=self.device)
@@ -344,19 +365,7 @@ class SlotBatch:
         def force_audio(tokens: torch.Tensor) -> None:
             tokens[rows] = torch.where(keep, audio.to(tokens.dtype), tokens[rows])
 
-        if len(rows):
-            self.gen.on_text_hook, self.gen.on_audio_hook = force_text, force_audio
-        try:
-            if self.user_fed:
-                self._feed_user(user, before=True)
-            tokens = self.gen.step(user)
-            assert tokens is not None  # support_out_of_sync: never None
-            if self.user_fed:
-                self._feed_user(user, before=False)
-        finally:
-            self.gen.on_text_hook = self.gen.on_audio_hook = None
-            self._embedded.zero_()
-        return tokens
+        return force_text, force_audio
 
     def _swap_embeddings(self, module: torch.nn.Module, args: tuple[torch.Tensor, ...]) -> tuple[object, ...]:
         """The LM transformer's forward pre-hook: rows in `_embedded` take their saved input instead."""
