@@ -168,6 +168,8 @@ def test_saved_voices_this_model_cannot_replay_are_refused_with_the_reason(
             torch.save(content, tmp_path / name)
         with pytest.raises(ValueError, match=match):
             plugin.voice(name)
+    with pytest.raises(ValueError, match="saved by another model"):
+        plugin.voice("WIDTH")  # a bare name finds NAME.pt where there is no NAME.wav
 
 
 async def test_on_api_chat_nvidias_client_query_gets_nvidias_frames_and_text(

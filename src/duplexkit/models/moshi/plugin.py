@@ -512,8 +512,13 @@ class MoshiModel(ModelPlugin):
 
     def _voice_path(self, name: str) -> Path:
         """A voice's file: the name as given when it has a suffix (NVIDIA's server joins the client's
-        `voice_prompt` to its folder as it is: `NATF0.pt`, `NATF0.wav`), else `NAME.wav`."""
-        return Path(self.args.voices) / (name if Path(name).suffix else f"{name}.wav")
+        `voice_prompt` to its folder as it is: `NATF0.pt`, `NATF0.wav`), else `NAME.wav`, or `NAME.pt`
+        where only that is there (a folder unpacked from PersonaPlex's `voices.tgz`)."""
+        folder = Path(self.args.voices)
+        if Path(name).suffix:
+            return folder / name
+        wav, saved = folder / f"{name}.wav", folder / f"{name}.pt"
+        return saved if saved.is_file() and not wav.is_file() else wav
 
     def check_voice(self, spec: str) -> None:
         """What can be said of a voice prompt without reading it (cheap: on the event loop): the URI's
