@@ -172,6 +172,17 @@ def test_saved_voices_this_model_cannot_replay_are_refused_with_the_reason(
         plugin.voice("WIDTH")  # a bare name finds NAME.pt where there is no NAME.wav
 
 
+def test_a_moshi_layout_checkpoint_refuses_personaplex_voices(
+    tiny_checkpoint: Path, setup: tuple[Path, Nvidia]
+) -> None:
+    voices, _ = setup
+    plugin = load_model("moshi", {"checkpoint": str(tiny_checkpoint), "slots": "1", "voices": str(voices)})
+    assert isinstance(plugin, MoshiModel)
+    session = plugin.new_session()
+    with pytest.raises(ValueError, match=r"NATF0\.pt is a PersonaPlex voice"):
+        session.configure(plugin.default_sampling, {"voice_prompt": "NATF0.pt"})
+
+
 async def test_on_api_chat_nvidias_client_query_gets_nvidias_frames_and_text(
     checkpoint: Path, setup: tuple[Path, Nvidia]
 ) -> None:

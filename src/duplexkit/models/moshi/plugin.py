@@ -532,8 +532,14 @@ class MoshiModel(ModelPlugin):
             raise ValueError("voice_prompt: this server has no voices folder (--model-arg voices=DIR)")
         if not _VOICE_NAME.match(spec):
             raise ValueError(f"voice_prompt: {spec!r} is not a voice name")
-        if not self._voice_path(spec).is_file():
+        path = self._voice_path(spec)
+        if not path.is_file():
             raise ValueError(f"voice_prompt: no voice {spec!r} in the server's voices folder")
+        if path.suffix == ".pt" and not self._batch.user_fed:
+            raise ValueError(
+                f"voice_prompt: {path.name} is a PersonaPlex voice (its saved inputs are PersonaPlex's); "
+                "this checkpoint has Moshi's layout"
+            )
 
     def voice(self, spec: str) -> Voice:
         """A voice prompt, read as NVIDIA's server reads it (`voices`): a name in the server's `voices`
