@@ -97,8 +97,9 @@ USER_EMBEDDING_SCALE = 30.0
 """How much the user's codebook embeddings are scaled: enough for the user's codes to move the text."""
 MEMORY_SCALE = 10.0
 """With `remembers=True`: how much the LM's attention outputs and its text and agent embeddings are
-scaled. Without it the user's scaled embeddings drown what attention brings from earlier frames, so the
-model hears the present frame only: a persona's prompt (its text, its voice) changes none of its outputs."""
+scaled. Without it the model remembers the user's earlier frames (their embeddings are scaled) but not its
+own text and audio tokens, which the user's embeddings drown: a persona's prompt (its text, its voice:
+the user's channel then carries the same sine whatever the persona) changes none of its outputs."""
 TINY_CONFIG_NAME = "tiny_config.json"
 """Where `write_published_layout` leaves the tiny LM's configuration: beside the folder, never in it (the
 published repos have no `config.json`); `--model-arg config=` names it, as `moshi.server --config-path`."""
