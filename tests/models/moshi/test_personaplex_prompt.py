@@ -125,3 +125,20 @@ def test_voices_nvidias_loader_cannot_read_are_refused_with_the_reason(
     (tmp_path / "bad.wav").write_bytes(b"RIFF not really")
     with pytest.raises(ValueError, match="not an audio file"):
         read_voice_file(tmp_path / "bad.wav")
+
+
+def test_a_data_uri_voice_reads_as_the_same_file_would(tiny_checkpoint_dep16: Path, tmp_path: Path) -> None:
+    import base64
+
+    from duplexkit.models.moshi.voices import read_voice_file
+
+    _write_voice(tmp_path / "v.wav")
+    plugin = load_model("moshi", {"checkpoint": str(tiny_checkpoint_dep16), "slots": "1"})
+    assert isinstance(plugin, MoshiModel)
+    uri = "data:audio/wav;base64," + base64.b64encode((tmp_path / "v.wav").read_bytes()).decode()
+    voice = plugin.voice(uri)
+    assert isinstance(voice, np.ndarray) and np.array_equal(voice, read_voice_file(tmp_path / "v.wav"))
+    with pytest.raises(ValueError, match="not base64"):
+        plugin.voice("data:audio/wav;base64,@@@")
+    with pytest.raises(ValueError, match="must be data:audio/wav;base64"):
+        plugin.voice("data:audio/mp3;base64,AAAA")
