@@ -96,7 +96,8 @@ class SlotBatch:
         self.silence_codes, self.sine_codes = self._prompt_codes(published_mimi)
         """The agent's and the user's codes during prompt frames (see `_prompt_codes`)."""
         self.agent_delayed = torch.tensor(lm.delays[1 : 1 + self.agent_q], device=self.device) > 0
-        """The agent codebooks read one frame late (NVIDIA's prompt phase gives them the frame before)."""
+        """The agent codebooks read one frame late (NVIDIA's prompt phase gives them the frame before).
+        Moshi's and PersonaPlex's delays are 0 or 1: one frame back is all the prompt phase keeps."""
         self._prompt_prev: dict[int, torch.Tensor] = {}
         """Slots in their prompt phase: the agent codes of the prompt frame they stepped last."""
         self._carry: dict[int, torch.Tensor] = {}
