@@ -490,7 +490,12 @@ class SessionRunner:
         await self._stepper.settled()  # the audio sent before the update reaches the model first
         opening = not self.engine.started
         previous = (self.model.sampling, dict(self.engine.settings.extra_body))
-        if not self._configure_model(event) or not await self._prepare_model(event.event_id):
+        if not self._configure_model(event):
+            if opening:
+                self._refuse_opening()
+            return
+        if not await self._prepare_model(event.event_id):
+            self.model.configure(*previous)  # the refused update leaves the model as it was
             if opening:
                 self._refuse_opening()
             return
@@ -551,9 +556,20 @@ class SessionRunner:
 
     async def _prepare_model(self, event_id: str | None) -> bool:
         """Let the model prime its state for the settings it accepted (a persona prefill) before the
-        session is announced; a failure is the update's coded error, and the session goes on."""
+        session is announced; a failure is the update's coded error (`invalid_value` for a `ValueError`:
+        the settings could not be honoured, e.g. a voice file that cannot be read), and the session goes
+        on."""
         try:
             await self.model.prepare()
+        except ValueError as exc:
+            error = ProtocolError(
+                ErrorCode.INVALID_VALUE,
+                f"session.extra_body: {exc}",
+                param="session.extra_body",
+                event_id=event_id,
+            )
+            self._apply(self.engine.protocol_error(error))
+            return False
         except Exception as exc:
             log.exception("session %s: model prepare failed", self.engine.session_id)
             error = ProtocolError(

@@ -179,14 +179,14 @@ async def test_a_persona_is_prefilled_into_its_own_slot_only(tiny_checkpoint: Pa
     reference = await alone(tiny_checkpoint, 4)
     voices = tmp_path / "voices"
     voices.mkdir()
-    _write_wav(voices / "NATF0.wav", (0.1 * np.sin(np.arange(4_800) / 7)).astype(np.float32), 16_000)
+    _write_wav(voices / "NATF0.wav", (0.1 * np.sin(np.arange(10_800) / 7)).astype(np.float32), 24_000)
     plugin = model(tiny_checkpoint, slots="2", voices=str(voices))
     a, b = plugin.new_session(), plugin.new_session()
     b.configure(SamplingParams(), {"text_prompt": "you are a pirate", "voice_prompt": "NATF0"})
     await b.prepare()
     offsets = plugin._batch.gen._streaming_state.offsets.tolist()
     prompt = len(plugin._prompt_frames(b.persona))
-    assert offsets[b.slot] == prompt and offsets[a.slot] == 0
+    assert offsets[b.slot] == prompt - 1 and offsets[a.slot] == 0  # NVIDIA's first frame is never read
     got = [signature((await step(plugin, {a: i, b: i}))[a]) for i in range(4)]
     assert got == reference  # the neighbour's prefill changed nothing in this slot
     with pytest.raises(ValueError, match="before the session's first audio"):
@@ -282,7 +282,7 @@ async def test_a_persona_that_went_in_before_is_copied_in_and_steps_the_same(
     checkpoint = tiny_checkpoint if layout == "moshi" else tiny_checkpoint_dep16
     voices = tmp_path / "voices"
     voices.mkdir()
-    _write_wav(voices / "NATF0.wav", (0.1 * np.sin(np.arange(4_800) / 7)).astype(np.float32), 24_000)
+    _write_wav(voices / "NATF0.wav", (0.1 * np.sin(np.arange(10_800) / 7)).astype(np.float32), 24_000)
     persona = {"text_prompt": "you are a pirate", "voice_prompt": "NATF0"}
 
     async def prompted(plugin: MoshiModel, session: MoshiSession) -> list[tuple[object, ...]]:
@@ -319,7 +319,8 @@ async def test_a_personaplex_layout_checkpoint_loads_hears_the_user_and_decodes_
     out = [(await step(plugin, {a: i}))[a] for i in range(4)]
     assert any(isinstance(d, Speak) and len(d.audio) == 1920 for d in out)
     # The user's codes reach the LM: after each step the cache holds the codes the codec gave for the
-    # user's frame at their delays, where the depformer had written its own predictions of them.
+    # user's frame before (NVIDIA's model hears a frame one step late) at their delays, where the
+    # depformer had written its own predictions of them.
     encoded: list[torch.Tensor] = []
     encode = batch.mimi.encode
 
@@ -333,11 +334,13 @@ async def test_a_personaplex_layout_checkpoint_loads_hears_the_user_and_decodes_
     delays = batch.lm.delays[first:]
     for i in range(4, 8):
         await step(plugin, {a: i})
+        if len(encoded) < 2:
+            continue
         offset = int(state.offsets[a.slot])
         ct = state.cache.shape[2]
         for k, d in enumerate(delays):
             position = (offset - 1 + d) % ct
-            assert int(state.cache[a.slot, first + k, position]) == int(encoded[-1][a.slot, k, 0])
+            assert int(state.cache[a.slot, first + k, position]) == int(encoded[-2][a.slot, k, 0])
 
 
 def test_a_missing_checkpoint_file_is_named_with_how_to_fetch_it(
@@ -426,3 +429,39 @@ def test_a_prompt_longer_than_the_context_is_refused_with_a_code(tiny_checkpoint
     with pytest.raises(ValueError, match="prompt_too_long"):
         s.configure(SamplingParams(), {"text_prompt": long})
     assert s.persona.text == "be brief"
+
+
+async def test_a_voice_is_read_off_the_event_loop_and_configure_only_checks_its_name(
+    tiny_checkpoint: Path, tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """`configure` (on the event loop) reads no voice; `prepare` reads it on a worker thread, so the loop
+    runs meanwhile: the reader here waits for a coroutine on the loop, which could never run if the
+    reading held the loop."""
+    import asyncio
+    import threading
+
+    from duplexkit.models.moshi import plugin as plugin_module
+
+    voices = tmp_path / "voices"
+    voices.mkdir()
+    _write_wav(voices / "NATF0.wav", (0.1 * np.sin(np.arange(10_800) / 7)).astype(np.float32), 24_000)
+    plugin = model(tiny_checkpoint, slots="1", voices=str(voices))
+    s = plugin.new_session()
+    loop_ran = threading.Event()
+    read = plugin_module.read_voice_file
+
+    def slow_read(path: Path) -> np.ndarray:
+        assert loop_ran.wait(10), "the event loop was held while the voice was read"
+        return read(path)
+
+    monkeypatch.setattr(plugin_module, "read_voice_file", slow_read)
+    s.configure(SamplingParams(), {"voice_prompt": "NATF0"})
+    assert s.persona.voice is None and s.persona.voice_name == "NATF0"
+
+    async def on_the_loop() -> None:
+        await asyncio.sleep(0)
+        loop_ran.set()
+
+    await asyncio.gather(s.prepare(), on_the_loop())
+    assert s.persona.voice is not None
+    assert plugin._batch.gen._streaming_state.offsets[s.slot] == len(plugin._prompt_frames(s.persona)) - 1
