@@ -35,9 +35,10 @@ def duplexkit_serve(port: int, max_sessions: int, model_args: tuple[str, ...] = 
     return argv
 
 
-async def start(argv: list[str], port: int) -> asyncio.subprocess.Process:
-    """Start `argv` and wait until it accepts TCP connections on `port`."""
-    proc = await asyncio.create_subprocess_exec(*argv, stdout=asyncio.subprocess.DEVNULL)
+async def start(argv: list[str], port: int, env: dict[str, str] | None = None) -> asyncio.subprocess.Process:
+    """Start `argv` (in `env`, else this process's environment) and wait until it accepts TCP connections
+    on `port`."""
+    proc = await asyncio.create_subprocess_exec(*argv, stdout=asyncio.subprocess.DEVNULL, env=env)
     for _ in range(400):
         try:
             _, writer = await asyncio.open_connection("127.0.0.1", port)
