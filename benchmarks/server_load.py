@@ -53,6 +53,7 @@ import gc
 import json
 import math
 import os
+import shlex
 import statistics
 import sys
 import time
@@ -284,8 +285,10 @@ async def _run(
     seconds: float,
     cadence: Cadence,
     env: dict[str, str] | None,
+    wrap: list[str],
 ) -> Turn:
-    proc = await start(argv, port, env)
+    argv = [arg.replace("{server}", name) for arg in wrap] + argv
+    proc = await start(argv, port, env, timeout_s=600.0 if wrap else 20.0)
     frames = _append_frames(seconds, cadence.append_ms)
     stats = [SessionStats() for _ in range(sessions)]
     cpu0 = cpu_seconds(proc.pid)
@@ -408,6 +411,13 @@ async def main() -> None:
     parser.add_argument("--baseline-src", help=f"the source tree (its src/) the {BASELINE} servers run")
     parser.add_argument("--repeat", type=int, default=1, help="run the servers' list this many times")
     parser.add_argument("--trace", type=Path, help="write each turn's latencies with their send times here")
+    parser.add_argument(
+        "--wrap",
+        default="",
+        help="a command each server runs under ({server}: its name), e.g. valgrind --tool=callgrind "
+        "--callgrind-out-file=/tmp/cg.{server}.%%p: instructions per unit, which the machine's load does "
+        "not change (run two lengths and take the difference, which cancels start-up)",
+    )
     args = parser.parse_args()
     try:
         cadences = [Cadence(int(ms)) for ms in args.unit_ms.split(",")]
@@ -440,7 +450,9 @@ async def main() -> None:
                     flush=True,
                 )
                 env = _env(name, args.baseline_src)
-                turn = await _run(name, argv, url, port, args.sessions, args.seconds, cadence, env)
+                turn = await _run(
+                    name, argv, url, port, args.sessions, args.seconds, cadence, env, shlex.split(args.wrap)
+                )
                 results[name] = r = turn.results
                 print(
                     f"{name:<22} held {r['held']:>5.0f}  cpu s/session-s {r['cpu_per_session_second']:.6f}"
