@@ -128,7 +128,8 @@ def serve(mode: str, port: int, max_sessions: int) -> None:
 def _append(k: int) -> str:
     rng = np.random.default_rng(k)
     pcm = (rng.standard_normal(SAMPLES) * 300).astype("<i2").tobytes()
-    return json.dumps({"type": "input_audio_buffer.append", "audio": base64.b64encode(pcm).decode()})
+    audio = base64.b64encode(pcm).decode()  # named: a GA session's own PCM rate is OpenAI's 24 kHz
+    return json.dumps({"type": "input_audio_buffer.append", "audio": audio, "sample_rate_hz": RATE})
 
 
 async def _session(url: str, frames: list[str], start_at: float, lags: list[float]) -> int:

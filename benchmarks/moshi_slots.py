@@ -24,6 +24,7 @@ import asyncio
 import base64
 import contextlib
 import json
+import math
 import os
 import random
 import re
@@ -159,23 +160,42 @@ PERSONA = (
 )
 
 
-async def prefill_neighbour(checkpoint: Path, seconds: float, chars: int) -> dict[str, float]:
+async def prefill_neighbour(checkpoint: Path, seconds: float, chars: int, rounds: int) -> dict[str, float]:
     """In process: a neighbour streams 80 ms frames on a real-time schedule while another session's
     `chars`-character persona is prefilled, against the same run without it. A frame's latency is (its due
-    time -> its decision) on `time.monotonic`; the figure is the ratio of the two p99s."""
+    time -> its decision) on `time.monotonic`; the figure is the ratio of the two p99s, over `rounds`
+    alternations of the two runs (the prompt counts are the last round's); beside it, the ratio of the
+    neighbour's tick CPU time with a prompt row in the tick to without."""
     from duplexkit.engine import Fence, Unit
     from duplexkit.models import BatchItem, SamplingParams, load_model
 
     samples = (0.1 * np.random.default_rng(0).standard_normal(FRAME)).astype(np.float32)
     persona = (PERSONA * (chars // len(PERSONA) + 1))[:chars]
+    tick_cpu: dict[bool, list[float]] = {False: [], True: []}
+    """CPU time (`time.thread_time` on the model thread) of the neighbour's ticks without and with a
+    prompt frame in them: what the extra row costs, less sensitive to the machine's load than latency."""
 
-    async def run(with_persona: bool) -> tuple[list[float], float | None, int]:
+    async def run(with_persona: bool) -> tuple[list[float], float | None, int, dict[bool, int]]:
         plugin = load_model("moshi", {"checkpoint": str(checkpoint), "slots": "2"})
         neighbour = plugin.new_session()
         other = plugin.new_session()
         other.configure(SamplingParams(), {"text_prompt": persona} if with_persona else {})
         prompt_frames = len(plugin._prompt_frames(other.persona))  # type: ignore[attr-defined]
         prefill_s: float | None = None
+        batch = plugin._batch  # type: ignore[attr-defined]
+        tick = batch.step
+
+        def counting(groups, occupied, forced=None):  # type: ignore[no-untyped-def]
+            carried[bool(groups)] += len(forced or {})
+            started = time.thread_time()
+            out = tick(groups, occupied, forced)
+            if groups:  # the neighbour's tick: its CPU time, with or without a prompt frame in it
+                tick_cpu[bool(forced)].append(time.thread_time() - started)
+            return out
+
+        carried = {True: 0, False: 0}
+        """Prompt frames stepped in the neighbour's ticks (True) and in ticks of their own (False)."""
+        batch.step = counting
 
         async def prefill() -> None:
             nonlocal prefill_s
@@ -195,20 +215,31 @@ async def prefill_neighbour(checkpoint: Path, seconds: float, chars: int) -> dic
             lags.append(time.monotonic() - due)
         if task is not None:
             await task
-        return lags, prefill_s, prompt_frames
+        return lags, prefill_s, prompt_frames, carried
 
-    base, _, _ = await run(False)
-    loaded, prefill_s, prompt_frames = await run(True)
+    base: list[float] = []
+    loaded: list[float] = []
+    for _ in range(rounds):  # alternating, so a change in the machine's load falls on both sides
+        base += (await run(False))[0]
+        lags, prefill_s, prompt_frames, carried = await run(True)
+        loaded += lags
     p99_base = float(np.percentile(base, 99)) * 1e3
     p99_loaded = float(np.percentile(loaded, 99)) * 1e3
+    cpu_without = statistics.mean(tick_cpu[False])
+    cpu_with = statistics.mean(tick_cpu[True]) if tick_cpu[True] else math.nan
     return {
         "persona_chars": chars,
         "prompt_frames": prompt_frames,
         "prefill_s": round(prefill_s, 2) if prefill_s is not None else float("nan"),
+        "prompt_frames_in_neighbour_ticks": carried[True],
+        "prompt_frames_in_own_ticks": carried[False],
         "neighbour_p99_ms_without": round(p99_base, 1),
         "neighbour_p99_ms_with": round(p99_loaded, 1),
         "neighbour_max_ms_with": round(max(loaded) * 1e3, 1),
         "p99_ratio": round(p99_loaded / p99_base, 2),
+        "neighbour_tick_cpu_ms_without": round(cpu_without * 1e3, 2),
+        "neighbour_tick_cpu_ms_with_prompt_row": round(cpu_with * 1e3, 2),
+        "tick_cpu_ratio": round(cpu_with / cpu_without, 3),
     }
 
 
@@ -228,6 +259,9 @@ async def main() -> None:
         help="neighbour streaming time for the persona-prefill figure (0: skip it)",
     )
     parser.add_argument("--persona-chars", type=int, default=2000, help="persona length for that figure")
+    parser.add_argument(
+        "--prefill-rounds", type=int, default=3, help="alternations of the runs without and with the persona"
+    )
     args = parser.parse_args()
     os.environ.setdefault("NO_TORCH_COMPILE", "1")
     from duplexkit.models.moshi.tiny import write_tiny_checkpoint
@@ -237,7 +271,9 @@ async def main() -> None:
         print(f"load average before: {os.getloadavg()[0]:.2f}")
         if args.prefill_seconds > 0:  # a context long enough for the persona's prompt (4096 frames)
             long_context = write_tiny_checkpoint(Path(tmp) / "tiny-long", context=4096)
-            figure = await prefill_neighbour(long_context, args.prefill_seconds, args.persona_chars)
+            figure = await prefill_neighbour(
+                long_context, args.prefill_seconds, args.persona_chars, args.prefill_rounds
+            )
             print("prefill", json.dumps(figure))
         if args.tick_slots:
             for row in await tick_curve(checkpoint, [int(x) for x in args.tick_slots.split(",")], 40):

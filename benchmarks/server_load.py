@@ -166,6 +166,7 @@ def _append_frames(seconds: float, append_ms: int) -> list[str]:
             {
                 "type": "input_audio_buffer.append",
                 "audio": audio,
+                "sample_rate_hz": RATE,  # a GA session's own PCM rate is OpenAI's 24 kHz
                 "duration_ms": append_ms,
                 "audio_end_ms": (k + 1) * append_ms,
             }

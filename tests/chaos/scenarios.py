@@ -887,7 +887,8 @@ async def clean_closes(sessions: int, *, seed: int = 0, concurrency: int = 8) ->
                 pcm = (speech(0.6, index) * 32767).astype("<i2").tobytes()
                 for start in range(0, len(pcm), 3_200):  # 100 ms appends, paced
                     audio = base64.b64encode(pcm[start : start + 3_200]).decode()
-                    await ws.send(json.dumps({"type": "input_audio_buffer.append", "audio": audio}))
+                    append = {"type": "input_audio_buffer.append", "audio": audio, "sample_rate_hz": RATE}
+                    await ws.send(json.dumps(append))
                     await asyncio.sleep(0.05)
                 await ws.send('{"type": "input_audio_buffer.commit"}')
                 await _until(ws, "response.done")

@@ -241,6 +241,25 @@ def test_response_create_flushes_buffered_input_for_the_model() -> None:
     assert empty.final and len(empty.samples) == 0
 
 
+def test_a_user_message_item_is_answered_by_the_next_response_create() -> None:
+    """Pipecat's first request is a text message then `response.create` (vLLM-Omni answers one too): an
+    empty final unit. Once a final unit was stepped, a `response.create` adds nothing again."""
+    h = Harness()
+    message = {"type": "message", "role": "user", "content": [{"type": "input_text", "text": "hi"}]}
+    assert h.send("conversation.item.create", item=message).units == []
+    [empty] = h.send("response.create").units
+    assert empty.final and len(empty.samples) == 0
+    assert h.send("response.create").units == []
+    h.send("conversation.item.create", item=message)
+    h.append(300)
+    [spoken] = h.send("input_audio_buffer.commit").units  # the commit's final unit answers it
+    assert spoken.final
+    assert h.send("response.create").units == []
+    assistant = {"type": "message", "role": "assistant", "content": [{"type": "output_text", "text": "ok"}]}
+    h.send("conversation.item.create", item=assistant)
+    assert h.send("response.create").units == []  # only a user's message asks
+
+
 def test_append_flags_ride_on_the_units() -> None:
     h = Harness()
     [unit] = h.append(1000, amplitude=0.2, is_speech=True, force_listen=True).units

@@ -12,7 +12,7 @@ from typing import Any
 
 from duplexkit.engine import FunctionCall, Listen
 from duplexkit.protocol.errors import ErrorCode
-from tests.engine.test_session import Harness, error_codes, only, speak, types
+from tests.engine.test_session import IN_RATE, Harness, error_codes, only, speak, types
 
 WEATHER = {"type": "function", "name": "get_weather", "parameters": {"type": "object"}}
 TIME = {"type": "function", "name": "get_time"}
@@ -36,7 +36,7 @@ def _call(call_id: str = "call_1", name: str = "get_weather", end: bool = True, 
     return FunctionCall(call_id, name, json.dumps(args or {"city": "Paris"}), end_of_turn=end)
 
 
-def _output(h: Harness, call_id: str = "call_1", output: str = '{"temp": 21}', **fields: Any) -> Any:
+def _output(h: Harness, call_id: str = "call_1", output: object = '{"temp": 21}', **fields: Any) -> Any:
     item = {"type": "function_call_output", "call_id": call_id, "output": output}
     return h.send("conversation.item.create", item=item, **fields)
 
@@ -114,6 +114,19 @@ def test_an_output_without_response_create_rides_the_next_unit_but_asks_for_noth
     assert h.unit(now=3.0).tool_outputs == ()  # delivered once
 
 
+def test_where_the_session_continues_by_itself_an_output_steps_a_final_unit_at_once() -> None:
+    """vLLM-Omni's rule (its dialect): the accepted output asks for the answer, no `response.create`."""
+    h = Harness(continues_after_tool_output=True)
+    h.send("session.update", session={"tools": [WEATHER]})
+    h.step(h.unit(), _call(), at=1.0)
+    h.append(200)  # what the user said since rides along, as `response.create` would flush it
+    [unit] = _output(h).units
+    assert unit.final and [o.call_id for o in unit.tool_outputs] == ["call_1"]
+    assert len(unit.samples) == 200 * IN_RATE // 1000
+    assert h.send("response.create").units == []  # a client that asks anyway adds nothing
+    assert error_codes(_output(h).events) == [ErrorCode.DUPLICATE_FUNCTION_CALL_OUTPUT]  # refused: no unit
+
+
 def test_outputs_that_cannot_be_accepted_get_codes_and_the_session_goes_on() -> None:
     h = _harness()
     assert error_codes(_output(h, "call_nope").events) == [ErrorCode.UNKNOWN_FUNCTION_CALL]
@@ -121,8 +134,11 @@ def test_outputs_that_cannot_be_accepted_get_codes_and_the_session_goes_on() -> 
     assert error_codes(_output(h).events) == []
     assert error_codes(_output(h).events) == [ErrorCode.DUPLICATE_FUNCTION_CALL_OUTPUT]
     malformed = h.send("conversation.item.create", item={"type": "function_call_output", "output": "x"})
-    assert error_codes(malformed.events) == [ErrorCode.INVALID_FUNCTION_CALL]
+    assert error_codes(malformed.events) == [ErrorCode.INVALID_FUNCTION_CALL_OUTPUT]
     assert only(malformed.events, "error").error.param == "item.call_id"
+    not_text = _output(h, "call_1", 21)  # an output that is not text
+    assert error_codes(not_text.events) == [ErrorCode.INVALID_FUNCTION_CALL_OUTPUT]
+    assert only(not_text.events, "error").error.param == "item.output"
     bad_args = {"type": "function_call", "call_id": "c", "name": "f", "arguments": "[1]"}
     assert error_codes(h.send("conversation.item.create", item=bad_args).events) == [
         ErrorCode.INVALID_FUNCTION_CALL

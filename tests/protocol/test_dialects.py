@@ -133,3 +133,61 @@ def test_the_serialiser_fast_path_equals_the_full_rendering(dialect: Dialect, ev
         wire = json.loads(stamper.encode(event))
         expected = render(event.model_dump(mode="json", exclude_none=True), dialect, opened=opened)
         assert wire == expected
+
+
+WEATHER = {"type": "function", "name": "get_weather", "parameters": {"type": "object"}}
+
+
+def test_vllm_omni_realtime_tools_in_extra_body_become_the_sessions_tools() -> None:
+    """vLLM-Omni's Nemotron VoiceChat deployment takes tools in `extra_body.realtime_tools`, flat or in the
+    chat-completions shape (its `serving_adapter._normalized_tools`): they are the session's tools here."""
+    nested = {"type": "function", "function": {"name": "get_time", "description": "The time."}}
+    update = {"auto_response": True, "realtime_tools": [WEATHER, nested]}
+    frame = json.dumps({"type": "session.update", "session": {"extra_body": update}})
+    tools = parse_client_event(frame, dialect=Dialect.VLLM_OMNI).session.tools  # type: ignore[attr-defined]
+    assert [(t.type, t.name, t.description) for t in tools] == [
+        ("function", "get_weather", None),
+        ("function", "get_time", "The time."),
+    ]
+    same = json.dumps(
+        {
+            "type": "session.update",
+            "session": {"tools": [WEATHER], "extra_body": {"realtime_tools": [WEATHER]}},
+        }
+    )
+    assert [t.name for t in parse_client_event(same, dialect=Dialect.VLLM_OMNI).session.tools] == [
+        "get_weather"
+    ]  # type: ignore[attr-defined]
+    for session in (
+        {"extra_body": {"realtime_tools": {"name": "get_weather"}}},  # not a list
+        {"tools": [], "extra_body": {"realtime_tools": [WEATHER]}},  # two answers
+    ):
+        with pytest.raises(ProtocolError) as info:
+            parse_client_event(
+                json.dumps({"type": "session.update", "session": session}), dialect=Dialect.VLLM_OMNI
+            )
+        assert info.value.code is ErrorCode.INVALID_VALUE
+        assert info.value.param == "session.extra_body.realtime_tools"
+
+
+@pytest.mark.parametrize(
+    ("dialect", "ledger_code", "code"),
+    [
+        (Dialect.GA, ErrorCode.UNKNOWN_FUNCTION_CALL, "unknown_function_call"),
+        (Dialect.BETA, ErrorCode.DUPLICATE_FUNCTION_CALL_OUTPUT, "duplicate_function_call_output"),
+        (Dialect.VLLM_OMNI, ErrorCode.UNKNOWN_FUNCTION_CALL, "invalid_function_call_output"),
+        (Dialect.VLLM_OMNI, ErrorCode.DUPLICATE_FUNCTION_CALL_OUTPUT, "invalid_function_call_output"),
+        (Dialect.VLLM_OMNI, ErrorCode.STALE_FUNCTION_CALL_OUTPUT, "stale_function_call_output"),
+    ],
+)
+def test_an_output_the_ledger_refuses_has_the_dialects_code(
+    dialect: Dialect, ledger_code: ErrorCode, code: str
+) -> None:
+    """vLLM-Omni's realtime projector refuses an output for no call, and a second one, with
+    `invalid_function_call_output` before its ledger sees it; the OpenAI-style dialects keep our code."""
+    stamper = ServerEventStamper(dialect)
+    stamper.encode(se.SessionCreated(session=SERVER_EXAMPLES["session.created"].session))  # type: ignore[attr-defined]
+    event = se.error_event(ledger_code, "refused", param="item.call_id")
+    wire = json.loads(stamper.encode(event))
+    assert (wire["type"], wire["error"]["code"], wire["error"]["param"]) == ("error", code, "item.call_id")
+    assert wire == render(event.model_dump(mode="json", exclude_none=True), dialect)

@@ -25,8 +25,15 @@ def tone_pcm16(seconds: float, amplitude: float = 0.2, hz: float = 300.0) -> byt
 
 
 def append(pcm: bytes, **fields: Any) -> str:
+    """An append of `pcm` (16 kHz, as `tone_pcm16` makes it), naming its rate: a GA or beta session's own
+    PCM rate is OpenAI's 24 kHz."""
     return json.dumps(
-        {"type": "input_audio_buffer.append", "audio": base64.b64encode(pcm).decode(), **fields}
+        {
+            "type": "input_audio_buffer.append",
+            "audio": base64.b64encode(pcm).decode(),
+            "sample_rate_hz": RATE,
+            **fields,
+        }
     )
 
 

@@ -60,6 +60,7 @@ async def _stream(client: RawClient, samples: npt.NDArray[np.float32], start_ms:
             {
                 "type": "input_audio_buffer.append",
                 "audio": _pcm16(chunk),
+                "sample_rate_hz": 16_000,  # named: a GA session's own PCM rate is OpenAI's 24 kHz
                 "duration_ms": 1000 * len(chunk) / 16_000,
                 "audio_end_ms": end_ms,
             }

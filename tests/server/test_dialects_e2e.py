@@ -39,14 +39,15 @@ async def test_the_openai_sdk_ga_connection_reads_ga_session_fields(server: Embe
         session: Any = created.session
         assert session.output_modalities == ["audio", "text"]
         assert session.audio.input.format.type == "audio/pcm"
-        assert session.audio.input.format.rate == 16_000  # the protocol's default until the client names one
+        assert session.audio.input.format.rate == 24_000  # OpenAI's `audio/pcm` (the SDK's `AudioPCM`)
         assert session.audio.output.format.type == "audio/pcm" and session.audio.output.format.rate == 24_000
-        await connection.session.update(
-            session={"type": "realtime", "audio": {"input": {"format": {"type": "audio/pcm"}}}}
-        )
-        updated = await asyncio.wait_for(connection.recv(), 5)
-        assert updated.type == "session.updated"
-        assert updated.session.audio.input.format.rate == 24_000  # GA `audio/pcm` means 24 kHz
+        for named, rate in (({"type": "audio/pcm", "rate": 16_000}, 16_000), ({"type": "audio/pcm"}, 24_000)):
+            await connection.session.update(
+                session={"type": "realtime", "audio": {"input": {"format": named}}}  # type: ignore[typeddict-item]
+            )
+            updated = await asyncio.wait_for(connection.recv(), 5)
+            assert updated.type == "session.updated"
+            assert updated.session.audio.input.format.rate == rate  # a named rate; else GA's 24 kHz
 
 
 async def test_the_openai_sdk_beta_connection_completes_a_spoken_turn(server: EmbeddedServer) -> None:

@@ -1,9 +1,10 @@
 """On the wire, every Moshi session equals `moshi.server`'s own per-frame algorithm on the PCM it sent
 (`tests/models/moshi/reference.py`, written from Kyutai's code): `/api/chat` with Ogg-Opus from
 `sphn.OpusStreamWriter` (the reference gets the PCM `sphn.OpusStreamReader` decodes from the same bytes,
-as `moshi.server` does), and the OpenAI WebSocket with PCM16 (the reference gets the same int16 samples).
-Sessions join a running batch at different frames; each one's text ids and audio codes (read at the
-model's torch edge) and the text pieces its client received must be the reference's, frame for frame."""
+as `moshi.server` does), the OpenAI WebSocket with PCM16 (the reference gets the same int16 samples), and a
+WebRTC call (the reference gets the PCM the server decoded from its Opus track). Sessions join a running
+batch at different frames; each one's text ids and audio codes (read at the model's torch edge) and the
+text pieces its client received must be the reference's, frame for frame."""
 
 from __future__ import annotations
 
@@ -49,11 +50,16 @@ class Recorder:
 
     def __init__(self, plugin: MoshiModel) -> None:
         self.seen: dict[int, list[SlotFrame]] = {}
+        self.heard: dict[int, list[npt.NDArray[np.float32]]] = {}
+        """Every slot's input frames, as the torch edge was given them."""
         self._step = plugin._batch.step
         plugin._batch.step = self._record  # type: ignore[method-assign]
 
-    def _record(self, groups, occupied):  # type: ignore[no-untyped-def]
-        out = self._step(groups, occupied)
+    def _record(self, groups, occupied, forced=None):  # type: ignore[no-untyped-def]
+        out = self._step(groups, occupied, forced)
+        for frames in groups.values():
+            for slot, pcm in frames.items():
+                self.heard.setdefault(slot, []).append(pcm.copy())
         for slot, frame in out.items():
             self.seen.setdefault(slot, []).append(frame)
         return out
@@ -168,3 +174,77 @@ async def test_sessions_on_api_chat_and_the_openai_socket_equal_moshi_servers_lo
             assert "".join(client.pieces) == "".join(p for p in pieces if p)
     stats = plugin.slot_stats()
     assert stats.ticks < stats.frames_stepped  # some ticks stepped several sessions together
+
+
+async def test_a_persona_sent_after_audio_comes_after_that_audio(checkpoint: Path) -> None:
+    """Audio, then at once a `session.update` with a persona: the audio is stepped first, so the persona
+    comes after the session's first audio and is refused (the slot is never prompted in the middle of
+    it), and the session's frames stay the reference's for its PCM alone."""
+    plugin = load_model("moshi", {"checkpoint": str(checkpoint), "slots": "1"})
+    assert isinstance(plugin, MoshiModel)
+    recorder = Recorder(plugin)
+    errors: list[dict[str, object]] = []
+    async with (
+        EmbeddedServer(plugin, ServerConfig(max_sessions=1)) as server,
+        websockets.connect(server.url) as ws,
+    ):
+        client = OpenAIRaw(ws, _pcm(3))
+        await client.open()
+        await client.send(3)
+        persona = {"extra_body": {"text_prompt": "you are a pirate"}}
+        await ws.send(json.dumps({"type": "session.update", "session": persona}))
+        await client.send(FRAMES)
+        async with asyncio.timeout(60):
+            async for message in ws:
+                event = json.loads(message)
+                if event["type"] == "error":
+                    errors.append(event["error"])
+                if recorder.frames(0) >= FRAMES and errors:
+                    break
+        await recorder.until(0, FRAMES)
+    assert [e["param"] for e in errors] == ["session.extra_body"]
+    assert "before the session's first audio" in str(errors[0]["message"])
+    assert _got(recorder.seen[0]) == _reference(checkpoint, client.heard_pcm)
+
+
+async def test_a_webrtc_call_joining_a_chat_equals_moshi_servers_loop_on_the_pcm_it_decoded(
+    checkpoint: Path,
+) -> None:
+    """A WebRTC call (an aiortc peer from OpenAI's calls contract, Opus over RTP at 48 kHz) joins a running
+    `/api/chat` session: each slot's outputs are the reference's for the PCM that slot was given (for the
+    call, what the server decoded and resampled from the track; for the chat, what `moshi.server` would
+    decode from its Ogg pages), frame for frame; and the call's slot was given its peer's clip (its
+    pitch), not the chat's audio or silence."""
+    from tests.server.webrtc_peer import CallPeer
+
+    plugin = load_model("moshi", {"checkpoint": str(checkpoint), "slots": "2"})
+    assert isinstance(plugin, MoshiModel)
+    recorder = Recorder(plugin)
+    t = np.arange(int(1.2 * 48_000)) / 48_000
+    clip = (0.3 * np.sin(2 * np.pi * 220 * t) * (t % 0.4 < 0.25)).astype(np.float32)
+    async with EmbeddedServer(plugin, ServerConfig(max_sessions=2)) as server:
+        chat_url = server.url.replace("/v1/realtime", "/api/chat")
+        async with websockets.connect(chat_url) as ws:
+            chat = MoshiChat(ws, _pcm(4))
+            assert (await ws.recv())[:1] == b"\x00"
+            receiving = asyncio.create_task(chat.receive())
+            await chat.send(3)
+            await recorder.until(0, 3)
+            peer = CallPeer(clip)
+            try:
+                assert (await peer.call(server.http_url)).status_code == 201
+                sending = asyncio.create_task(chat.send(FRAMES))
+                await recorder.until(1, 16)
+                await sending
+                await recorder.until(0, len(chat.heard_pcm) // FRAME)
+            finally:
+                await peer.close()
+                receiving.cancel()
+    call_pcm = np.concatenate(recorder.heard[1])
+    spectrum = np.abs(np.fft.rfft(call_pcm[:RATE]))
+    assert abs(float(np.argmax(spectrum)) - 220) <= 3  # the slot was given the call's 220 Hz clip
+    assert float(np.sqrt(np.mean(call_pcm[:RATE] ** 2))) > 0.05
+    for slot, pcm in ((0, chat.heard_pcm), (1, call_pcm)):
+        got, reference = _got(recorder.seen[slot]), _reference(checkpoint, pcm)
+        assert len(got) >= len(reference) == FRAMES
+        assert got[:FRAMES] == reference, f"slot {slot} differs"

@@ -45,7 +45,7 @@ async def _one_sdk_turn(server: EmbeddedServer, beta: bool) -> str:
     async with manager as connection:
         created = await asyncio.wait_for(connection.recv(), 5)
         assert created.type == "session.created", created  # not the capacity refusal
-        await connection.input_audio_buffer.append(audio=_speech_b64(24_000 if beta else 16_000))
+        await connection.input_audio_buffer.append(audio=_speech_b64(24_000))  # OpenAI's PCM rate, both APIs
         await connection.input_audio_buffer.commit()
         async with asyncio.timeout(10):
             async for event in connection:

@@ -70,7 +70,7 @@ async def test_the_openai_sdk_calls_a_tool_and_hears_the_answer(server: Embedded
         updated = await _until(connection, "session.updated", seen)
         tools = updated.session.tools
         assert [(t.name, t.parameters) for t in tools] == [("get_weather", WEATHER["parameters"])]
-        await connection.input_audio_buffer.append(audio=_speech(24_000 if api == "beta" else 16_000))
+        await connection.input_audio_buffer.append(audio=_speech(24_000))  # OpenAI's PCM rate, in both APIs
         await connection.input_audio_buffer.commit()
         args_done = await _until(connection, "response.function_call_arguments.done", seen)
         # GA names the function on this event; the beta event has no such field
@@ -97,7 +97,7 @@ async def test_a_stale_output_gets_its_code_and_the_session_goes_on(server: Embe
     seen: list[Any] = []
     async with _sdk(server).realtime.connect(model="scripted") as connection:
         await connection.session.update(session={"type": "realtime", "tools": [WEATHER]})  # type: ignore[list-item]
-        await connection.input_audio_buffer.append(audio=_speech(16_000))
+        await connection.input_audio_buffer.append(audio=_speech(24_000))
         await connection.input_audio_buffer.commit()
         done = await _until(connection, "response.done", seen)
         call_id = done.response.output[0].call_id
@@ -111,7 +111,7 @@ async def test_a_stale_output_gets_its_code_and_the_session_goes_on(server: Embe
             item={"type": "function_call_output", "call_id": "call_never_made", "output": "x"}
         )
         assert (await _until(connection, "error", seen)).error.code == "unknown_function_call"
-        await connection.input_audio_buffer.append(audio=_speech(16_000))
+        await connection.input_audio_buffer.append(audio=_speech(24_000))
         await connection.input_audio_buffer.commit()
         assert (await _until(connection, "response.function_call_arguments.done", seen)).call_id != call_id
 

@@ -14,6 +14,7 @@ from dataclasses import dataclass, field
 from typing import Any, Literal, get_args
 
 import numpy as np
+from pydantic import ValidationError
 
 from duplexkit.engine.assembler import AssembledUnit, UnitAssembler
 from duplexkit.engine.decisions import Decision, FunctionCall, Interrupt, Listen, Speak, Transcribed
@@ -51,6 +52,12 @@ class EngineConfig:
     idle_timeout_s: float = 300.0
     server_vad: bool = False
     supports_session_resume: bool = False
+    continues_after_tool_output: bool = False
+    """An accepted function output is answered without a `response.create` (the dialect's rule: vLLM-Omni's
+    session continues on its own; OpenAI's waits for the client)."""
+    announces_whole_calls: bool = False
+    """A call's item is announced complete (`completed`, its `arguments`) in `response.output_item.added`
+    and `conversation.item.added`, as vLLM-Omni's projector does; OpenAI announces it `in_progress`, empty."""
 
 
 @dataclass(slots=True)
@@ -146,6 +153,9 @@ class EngineSession:
         """Function outputs the client sent that the model has not received yet (they ride the next unit)."""
         self._metadata: dict[str, Any] | None = None
         """The latest `response.create`'s `response.metadata`, for the next response to echo."""
+        self._user_item_unanswered = False
+        """A client created a user message since the model last stepped a final unit (a `response.create`
+        then asks for an answer even with no audio: Pipecat's first request, vLLM-Omni's rule)."""
 
     # --- client events --------------------------------------------------------------------------------
 
@@ -228,7 +238,7 @@ class EngineSession:
             case ce.PlaybackAck():
                 return self._ack(event)
             case ce.ConversationItemCreate():
-                return self._create_item(event)
+                return self._create_item(event, now)
             case ce.ConversationItemRetrieve():
                 return Step(
                     events=[se.ConversationItemRetrieved(item=self._heard(self._item(event.item_id)))]
@@ -397,6 +407,8 @@ class EngineSession:
         if units and self._outputs:  # the model receives the outputs with the next unit it steps
             units[0] = dataclasses.replace(units[0], tool_outputs=tuple(self._outputs))
             self._outputs = []
+        if any(unit.final for unit in units):
+            self._user_item_unanswered = False
         self._unit_index += len(units)
         self._outstanding += len(units)
         if units:
@@ -406,10 +418,12 @@ class EngineSession:
     def _respond(self, event: ce.ResponseCreate, now: float) -> Step:
         """`response.create`: answer now. The buffered input becomes a final unit, which asks the model for
         its answer (function outputs the client sent ride it), and the response that answers echoes this
-        request's `response.metadata`. With nothing buffered, no outputs and no metadata to answer, nothing
-        is stepped (a duplex model answers input: the `response.create` OpenAI clients send after a commit
-        adds nothing; a request with metadata, LiveKit's `generate_reply`, is answered on an empty final
-        unit). Nothing is stepped while a response is active; its metadata then waits for the next one."""
+        request's `response.metadata`. With nothing buffered, no outputs, no metadata and no new user
+        message to answer, nothing is stepped (a duplex model answers input: the `response.create` OpenAI
+        clients send after a commit adds nothing). A request with metadata (LiveKit's `generate_reply`) or
+        after a user message item (Pipecat's first request; vLLM-Omni answers one the same way) is answered
+        on an empty final unit: the model hears no audio there, and text items do not reach it. Nothing is
+        stepped while a response is active; its metadata then waits for the next one."""
         options = event.response or {}
         metadata = options.get("metadata")
         self._metadata = metadata if isinstance(metadata, dict) else None
@@ -425,7 +439,12 @@ class EngineSession:
                     event_id=event.event_id,
                 )
             )
-        asks = self._assembler.buffered_samples or self._outputs or self._metadata is not None
+        asks = (
+            self._assembler.buffered_samples
+            or self._outputs
+            or self._metadata is not None
+            or self._user_item_unanswered
+        )
         if self._response is None and asks:
             step.extend(self._units([self._assembler.flush()], now))
         return step
@@ -487,11 +506,13 @@ class EngineSession:
             ]
         )
 
-    def _create_item(self, event: ce.ConversationItemCreate) -> Step:
+    def _create_item(self, event: ce.ConversationItemCreate, now: float) -> Step:
         """A client's item: a message, a `function_call`, or a `function_call_output` answering a call
-        (which the model receives with its next unit). It goes after `previous_item_id` (`root`: first;
-        absent: last); an unknown one is `unknown_item`, a malformed function item
-        `invalid_function_call`, an output for no pending call a code of the tool ledger's."""
+        (which the model receives with its next unit; where the session continues after an output by
+        itself, and no response is active, that is a final unit stepped now, which asks for the answer).
+        It goes after `previous_item_id` (`root`: first; absent: last); an unknown one is `unknown_item`, a
+        malformed function item `invalid_function_call` (`invalid_function_call_output` for an output), an
+        output for no pending call a code of the tool ledger's."""
         item = _client_item(event.item, self._new_id("item"))
         if any(h.id == item.id for h in self._history):
             raise ProtocolError(ErrorCode.INVALID_VALUE, f"item {item.id!r} already exists", param="item.id")
@@ -502,15 +523,21 @@ class EngineSession:
         elif item.type == "function_call_output":
             assert item.call_id is not None and item.output is not None
             self._outputs.append(self._tools.answer(item.call_id, item.output))
+        elif item.role == "user":
+            self._user_item_unanswered = True
         self._history.insert(at, item)
         self._entered_ms[item.id] = self._assembler.media_ms
         previous = self._history[at - 1].id if at else None
-        return Step(
+        step = Step(
             events=[
                 se.ConversationItemAdded(item=item, previous_item_id=previous),
                 se.ConversationItemDone(item=item, previous_item_id=previous),
             ]
         )
+        continues = self.config.continues_after_tool_output and item.type == "function_call_output"
+        if continues and self._response is None:
+            step.extend(self._units([self._assembler.flush()], now))
+        return step
 
     def _place(self, previous_item_id: str | None) -> int:
         """Where an item created after `previous_item_id` goes in the history."""
@@ -808,6 +835,8 @@ class EngineSession:
             arguments="",
         )
         done = opening.model_copy(update={"status": "completed", "arguments": call.arguments})
+        if self.config.announces_whole_calls:
+            opening = done
         previous = self._append_item(done, unit_end_ms)
         index = len(response.outputs)
         response.outputs.append(done)
@@ -1079,11 +1108,16 @@ def _client_item(raw: dict[str, Any], default_id: str) -> se.ConversationItem:
     `function_call` a `call_id`, a `name` and JSON-object `arguments`; a `function_call_output` a `call_id`
     and a string `output`."""
     kind = raw.get("type", "message")
-    code = ErrorCode.INVALID_VALUE if kind == "message" else ErrorCode.INVALID_FUNCTION_CALL
+    code = {
+        "message": ErrorCode.INVALID_VALUE,
+        "function_call_output": ErrorCode.INVALID_FUNCTION_CALL_OUTPUT,
+    }.get(kind, ErrorCode.INVALID_FUNCTION_CALL)
     try:
         item = se.ConversationItem.model_validate({"id": default_id, **raw})
-    except ValueError as exc:
-        raise ProtocolError(code, f"invalid conversation item: {exc}", param="item") from None
+    except ValidationError as exc:
+        where = exc.errors()[0]["loc"][:1]  # the item's field at fault (`item.output`), when there is one
+        param = ".".join(["item", *map(str, where)])
+        raise ProtocolError(code, f"invalid conversation item: {exc}", param=param) from None
     required = {
         "message": ("role",),
         "function_call": ("call_id", "name", "arguments"),

@@ -8,8 +8,11 @@ are rendered on the wire and which input aliases it accepts, and this module is 
   beta names (`response.audio.delta`, ...) and the beta session shape.
 * `vllm_omni`: vLLM-Omni's `/v1/realtime?duplex=1` contract; beta names, request-start metrics also at
   vLLM-Omni's placements, `rate_limits.updated` after each `response.done`, flat errors before the session
-  opens (`{type: "error", error: "<message>", code}`, capacity as `resource_exhausted`), and its input
-  aliases.
+  opens (`{type: "error", error: "<message>", code}`, capacity as `resource_exhausted`), its input
+  aliases, and its duplex tool contract: a call's item is announced complete, an accepted function output
+  is answered without `response.create` (its session's `maybe_continue_response`), and an output for no
+  known call or a second one is `invalid_function_call_output` (its realtime projector's check, ahead of
+  its ledger).
 
 Selection (`select_dialect`): an explicit `dialect=` query parameter, else the beta header, else
 `duplex=1`, else GA.
@@ -22,7 +25,7 @@ import binascii
 import io
 import wave
 from collections.abc import Mapping
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 from enum import StrEnum
 from typing import Any
 
@@ -68,6 +71,14 @@ _WAV_BY_DEFAULT = frozenset({"input.audio.append", "push_chunk"})
 
 _VLLM_OMNI_CODES = {"session_capacity_exhausted": "resource_exhausted"}
 
+_VLLM_OMNI_TOOL_CODES = {
+    "unknown_function_call": "invalid_function_call_output",
+    "duplicate_function_call_output": "invalid_function_call_output",
+}
+"""Our tool ledger's codes as vLLM-Omni's clients get them: its realtime projector answers an output whose
+`call_id` names no function call, or a second output, with `invalid_function_call_output` before its
+ledger (whose `unknown_function_call` / `duplicate_function_call_output` these are) sees the item."""
+
 _GA_FORMATS = {"pcm16": "audio/pcm", "g711_ulaw": "audio/pcmu", "g711_alaw": "audio/pcma"}
 
 
@@ -84,21 +95,40 @@ class DialectSpec:
     """Errors before `session.created` are `{type, error: "<message>", code}` (vLLM-Omni's handshake)."""
     input_sample_rate_hz: int | None
     """The rate `pcm16` input means before the client says otherwise; `None` keeps the protocol's 16 kHz.
-    The beta API's `pcm16` is 24 kHz and its session shape cannot name a rate; a GA client names its rate
-    in `audio.input.format` (`audio/pcm` without one is 24 kHz)."""
+    OpenAI's `pcm16` (beta) and `audio/pcm` (GA) are 24 kHz, so a session in either API starts there: its
+    clients send 24 kHz without naming it (the beta session shape cannot; Pipecat's GA client refuses a
+    `session.created` whose `audio/pcm` is not 24 kHz). A GA client may name another rate in
+    `audio.input.format.rate`; vLLM-Omni's clients send 16 kHz."""
     resume_contract: bool
     """Its clients reconnect with `session.resume` after a lost socket (vLLM-Omni's contract), so a lost
     socket may detach the session (with resume on). GA and beta clients have no resume: their sessions end
     with their socket."""
     call_name_in_arguments_done: bool = True
     """`response.function_call_arguments.done` names the function (GA); the beta event has no `name`."""
+    error_codes: Mapping[str, str] = field(default_factory=dict)
+    """Codes renamed in the errors of an open session (the dialect's own name for the same refusal)."""
+    continues_after_tool_output: bool = False
+    """An accepted function output is answered without the client's `response.create`."""
+    announces_whole_calls: bool = False
+    """A call's item is complete when first announced (vLLM-Omni's projection), not `in_progress`."""
 
 
 DIALECTS: dict[Dialect, DialectSpec] = {
-    Dialect.GA: DialectSpec({}, True, False, False, {}, False, None, False),
+    Dialect.GA: DialectSpec({}, True, False, False, {}, False, 24_000, False),
     Dialect.BETA: DialectSpec(_BETA_NAMES, False, False, False, {}, False, 24_000, False, False),
     Dialect.VLLM_OMNI: DialectSpec(
-        _BETA_NAMES, False, True, True, _VLLM_OMNI_ALIASES, True, None, True, False
+        _BETA_NAMES,
+        False,
+        True,
+        True,
+        _VLLM_OMNI_ALIASES,
+        True,
+        None,
+        True,
+        False,
+        error_codes=_VLLM_OMNI_TOOL_CODES,
+        continues_after_tool_output=True,
+        announces_whole_calls=True,
     ),
 }
 
@@ -138,7 +168,7 @@ def reshapes(event: se.ServerEventBase, dialect: Dialect, *, opened: bool = True
     if isinstance(event, se.SessionCreated | se.SessionUpdated | se.SessionResumed):
         return spec.ga_session
     if isinstance(event, se.Error):
-        return spec.flat_handshake_errors and not opened
+        return (spec.flat_handshake_errors and not opened) or event.error.code in spec.error_codes
     if isinstance(event, se.ResponseCreated | se.ResponseOutputAudioDelta):
         return spec.vllm_omni_metrics and event.response_request_metrics is not None
     if isinstance(event, se.ResponseFunctionCallArgumentsDone):
@@ -162,6 +192,8 @@ def render(payload: dict[str, Any], dialect: Dialect, *, opened: bool = True) ->
         error = payload.pop("error")
         code = _VLLM_OMNI_CODES.get(error["code"], error["code"])
         return {**payload, "error": error["message"], "code": code}
+    if kind == "error" and payload["error"].get("code") in spec.error_codes:
+        payload["error"] = {**payload["error"], "code": spec.error_codes[payload["error"]["code"]]}
     if isinstance(kind, str):
         payload["type"] = spec.names.get(kind, kind)
     if kind == "response.function_call_arguments.done" and not spec.call_name_in_arguments_done:
@@ -208,7 +240,8 @@ def resolve_alias(obj: dict[str, Any], dialect: Dialect) -> dict[str, Any]:
 
     WAV-by-default aliases carry a base64 WAV file: it is unpacked to PCM16 at its own rate. Raises
     `ProtocolError(invalid_audio)` for a WAV this server cannot read, `ProtocolError(unsupported_event)`
-    for an alias of an event this server does not have (`_VLLM_OMNI_REFUSED`).
+    for an alias of an event this server does not have (`_VLLM_OMNI_REFUSED`). vLLM-Omni's
+    `session.update` may carry its tools in `extra_body.realtime_tools` (`_realtime_tools`).
     """
     alias = obj.get("type")
     if dialect is Dialect.VLLM_OMNI and alias in _VLLM_OMNI_REFUSED:
@@ -218,6 +251,8 @@ def resolve_alias(obj: dict[str, Any], dialect: Dialect) -> dict[str, Any]:
             "input as audio (input_audio_buffer.append) and decides turns itself",
             param="type",
         )
+    if dialect is Dialect.VLLM_OMNI and alias == "session.update":
+        return _realtime_tools(obj)
     canonical = DIALECTS[dialect].aliases.get(alias) if isinstance(alias, str) else None
     if canonical is None:
         return obj
@@ -225,6 +260,37 @@ def resolve_alias(obj: dict[str, Any], dialect: Dialect) -> dict[str, Any]:
     if alias in _WAV_BY_DEFAULT and "input_audio_format" not in obj and isinstance(obj.get("audio"), str):
         obj.update(_unpack_wav(obj["audio"]))
     return obj
+
+
+def _realtime_tools(update: dict[str, Any]) -> dict[str, Any]:
+    """A vLLM-Omni `session.update` whose `extra_body.realtime_tools` (how its Nemotron VoiceChat deployment
+    takes tools: flat function tools or chat-completions ones, `{type, function: {...}}`) become
+    `session.tools`, never ignored. Raises `ProtocolError(invalid_value)` for a value that is not a list, or
+    for `session.tools` that say otherwise."""
+    session = update.get("session")
+    extra = session.get("extra_body") if isinstance(session, dict) else None
+    tools = extra.get("realtime_tools") if isinstance(extra, dict) else None
+    if tools is None:
+        return update
+    assert isinstance(session, dict)
+    param = "session.extra_body.realtime_tools"
+    if not isinstance(tools, list):
+        raise ProtocolError(
+            ErrorCode.INVALID_VALUE, "realtime_tools must be a list of function tools", param=param
+        )
+    flat = [
+        {**{k: v for k, v in tool["function"].items() if k != "type"}, "type": "function"}
+        if isinstance(tool, dict) and isinstance(tool.get("function"), dict)
+        else tool
+        for tool in tools
+    ]
+    if session.get("tools") not in (None, flat):
+        raise ProtocolError(
+            ErrorCode.INVALID_VALUE,
+            "session.tools and extra_body.realtime_tools differ: give them once",
+            param=param,
+        )
+    return {**update, "session": {**session, "tools": flat}}
 
 
 def _unpack_wav(b64: str) -> dict[str, Any]:

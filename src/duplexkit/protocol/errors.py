@@ -45,6 +45,7 @@ class ErrorCode(StrEnum):
     # Tool (function) calls: the model's calls and the client's outputs for them.
     TOOLS_UNSUPPORTED = "tools_unsupported"
     INVALID_FUNCTION_CALL = "invalid_function_call"
+    INVALID_FUNCTION_CALL_OUTPUT = "invalid_function_call_output"
     UNKNOWN_FUNCTION_CALL = "unknown_function_call"
     DUPLICATE_FUNCTION_CALL = "duplicate_function_call"
     DUPLICATE_FUNCTION_CALL_OUTPUT = "duplicate_function_call_output"

@@ -235,6 +235,7 @@ class SessionRunner:
         self._apply(self.engine.protocol_error(error))
 
     async def update(self, event: ce.SessionUpdate, now: float) -> None:
+        await self._stepper.settled()  # the audio sent before the update reaches the model first
         opening = not self.engine.started
         previous = (self.model.sampling, dict(self.engine.settings.extra_body))
         if not self._configure_model(event) or not await self._prepare_model(event.event_id):

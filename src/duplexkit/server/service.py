@@ -333,12 +333,19 @@ class DuplexServer:
         """The admitted session on `slot`: its engine, model session and runner, and its lifetime task,
         which releases the slot when the session ends (`None`: it failed to start; the slot is released)."""
         try:
-            resumable = resume is not None and resume.enabled and DIALECTS[dialect].resume_contract
+            spec = DIALECTS[dialect]
+            resumable = resume is not None and resume.enabled and spec.resume_contract
             engine = EngineSession(
-                slot.session_id, dataclasses.replace(config, supports_session_resume=resumable)
+                slot.session_id,
+                dataclasses.replace(
+                    config,
+                    supports_session_resume=resumable,
+                    continues_after_tool_output=spec.continues_after_tool_output,
+                    announces_whole_calls=spec.announces_whole_calls,
+                ),
             )
             engine.settings.input_sample_rate_hz = (
-                DIALECTS[dialect].input_sample_rate_hz or engine.settings.input_sample_rate_hz
+                spec.input_sample_rate_hz or engine.settings.input_sample_rate_hz
             )
             runner = SessionRunner(
                 socket,

@@ -89,11 +89,34 @@ class Stepper:
         self._decision_due: float | None = None
         """When the decision the stepper awaits is overdue (`None`: it awaits none)."""
         self._overdue = False
+        self._submitted = 0
+        self._stepped = 0
+        self._settling: list[tuple[int, asyncio.Future[None]]] = []
+        """`settled` callers: each waits until this many units are stepped."""
 
     def submit(self, unit: Unit, now: float) -> None:
         """Queue a unit the engine assembled (stepped after those before it)."""
         self.pending_input_bytes += unit.samples.nbytes
+        self._submitted += 1
         self._units.put(unit, now)
+
+    async def settled(self) -> None:
+        """Return once every unit submitted so far has been stepped (at once if none waits): what came
+        before a `session.update` reaches the model before the update does."""
+        if self._stepped >= self._submitted or self._task is None or self._task.done():
+            return
+        waiter = asyncio.get_running_loop().create_future()
+        self._settling.append((self._submitted, waiter))
+        await waiter
+
+    def _settle(self) -> None:
+        still = []
+        for target, waiter in self._settling:
+            if self._stepped < target:
+                still.append((target, waiter))
+            elif not waiter.done():
+                waiter.set_result(None)
+        self._settling = still
 
     def start(self) -> asyncio.Task[None]:
         """The stepper task (the caller cancels it when the session ends)."""
@@ -135,6 +158,9 @@ class Stepper:
             finished = self.clock()
             self.engine.step_finished(unit, finished)
             self.metrics.unit_step_seconds.observe(finished - started)
+            self._stepped += 1
+            if self._settling:
+                self._settle()
 
     async def _step_one(self, unit: Unit, started: float) -> None:
         """Step the model on `unit` (alone, or in a batch with other sessions' units); each decision must

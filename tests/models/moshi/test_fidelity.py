@@ -35,8 +35,8 @@ def _spy(plugin: MoshiModel) -> dict[int, list[SlotFrame]]:
     seen: dict[int, list[SlotFrame]] = {}
     step = plugin._batch.step
 
-    def recording(groups, occupied):  # type: ignore[no-untyped-def]
-        out = step(groups, occupied)
+    def recording(groups, occupied, forced=None):  # type: ignore[no-untyped-def]
+        out = step(groups, occupied, forced)
         for slot, frame in out.items():
             seen.setdefault(slot, []).append(frame)
         return out

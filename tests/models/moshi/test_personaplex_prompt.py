@@ -76,17 +76,12 @@ async def test_the_prompt_phase_feeds_nvidias_tokens(
     fed: list[tuple[list[int], list[int], int]] = []
     step = batch.gen.step
 
-    def recording(
-        codes: torch.Tensor, depformer_replace_tokens: torch.Tensor | None = None
-    ) -> torch.Tensor | None:
-        out = step(codes, depformer_replace_tokens=depformer_replace_tokens)
+    def recording(codes: torch.Tensor) -> torch.Tensor | None:
+        out = step(codes)
         state = batch.gen._streaming_state
         slot = 1
-        text_in_cache = int(state.cache[slot, 0, int(state.offsets[slot]) % state.cache.shape[2]])
-        assert depformer_replace_tokens is not None
-        fed.append(
-            (codes[slot, :8, 0].tolist(), depformer_replace_tokens[slot, :8, 0].tolist(), text_in_cache)
-        )
+        written = state.cache[slot, :, int(state.offsets[slot]) % state.cache.shape[2]]
+        fed.append((codes[slot, :8, 0].tolist(), written[1:9].tolist(), int(written[0])))
         return out
 
     batch.gen.step = recording  # type: ignore[method-assign]

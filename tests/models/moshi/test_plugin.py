@@ -5,6 +5,7 @@ errors. Greedy sampling (temp 0) makes a slot's outputs a pure function of its i
 
 from __future__ import annotations
 
+import asyncio
 import shutil
 import time
 from dataclasses import replace
@@ -20,6 +21,9 @@ from duplexkit.models.moshi.checkpoint import CheckpointError, resolve
 from duplexkit.models.moshi.plugin import MoshiModel, MoshiSession
 
 RNG = np.random.default_rng(7)
+GREEDY = SamplingParams(temperature=0.0)
+"""A session's settings that keep the tiny checkpoints' greedy text (a session's `temperature` is its
+text temperature)."""
 FRAMES = [(0.1 * RNG.standard_normal(1920)).astype(np.float32) for _ in range(12)]
 
 
@@ -178,6 +182,134 @@ async def test_a_persona_is_prefilled_into_its_own_slot_only(tiny_checkpoint: Pa
         a.configure(SamplingParams(), {"voice_prompt": "NOPE"})
     with pytest.raises(ValueError, match="not a voice name"):
         a.configure(SamplingParams(), {"voice_prompt": "../etc/passwd"})
+
+
+async def test_a_prompt_frame_is_one_more_row_of_the_neighbours_ticks(tiny_checkpoint: Path) -> None:
+    """While a neighbour streams, a persona's prompt goes in as one more row of the neighbour's ticks: no
+    LM step of its own, one prompt frame per tick, the neighbour's outputs untouched, and the persona's
+    slot afterwards exactly as a prompt stepped alone leaves it."""
+    reference = await alone(tiny_checkpoint, 48)
+    persona = {"text_prompt": "you are a pirate"}  # greedy, or other slots' sampling moves its draws
+
+    async def prompted_alone() -> list[tuple[object, ...]]:
+        plugin = model(tiny_checkpoint, slots="2")
+        plugin.new_session()
+        b = plugin.new_session()
+        b.configure(GREEDY, persona)
+        await b.prepare()
+        return [signature((await step(plugin, {b: i}))[b]) for i in range(6)]
+
+    plugin = model(tiny_checkpoint, slots="2")
+    lm_steps = 0
+    lm_step = plugin._batch.gen.step
+
+    def counting(codes: torch.Tensor) -> torch.Tensor | None:
+        nonlocal lm_steps
+        lm_steps += 1
+        return lm_step(codes)
+
+    plugin._batch.gen.step = counting  # type: ignore[method-assign]
+    a, b = plugin.new_session(), plugin.new_session()
+    b.configure(GREEDY, persona)
+    prompt = len(plugin._prompt_frames(b.persona))
+    assert prompt < 47
+    heard = [signature((await step(plugin, {a: 0}))[a])]
+    prefill = asyncio.create_task(b.prepare())
+    await asyncio.sleep(0)  # the prompt is queued
+    ticks = 0
+    while not prefill.done():
+        heard.append(signature((await step(plugin, {a: len(heard)}))[a]))
+        ticks += 1
+    await prefill
+    assert ticks in (prompt, prompt + 1)  # one prompt frame per tick (the last may be seen a tick late) ...
+    assert lm_steps == 1 + ticks  # ... inside the neighbour's ticks, never a step of its own
+    assert heard == reference[: len(heard)]
+    after = [signature((await step(plugin, {b: i}))[b]) for i in range(6)]
+    assert after == await prompted_alone()
+
+
+async def test_a_prompt_cut_short_stops_and_its_slot_starts_clean(tiny_checkpoint: Path) -> None:
+    """A session closed during its prefill: the prefill fails with a message naming it and stops taking
+    rows; a prefill cancelled by its caller stops too; the slot's next session steps as if alone."""
+    reference = await alone(tiny_checkpoint, 6)
+    plugin = model(tiny_checkpoint, slots="2")
+    rows: list[int] = []
+    tick = plugin._batch.step
+
+    def counting(groups, occupied, forced=None):  # type: ignore[no-untyped-def]
+        rows.append(len(forced or {}))
+        return tick(groups, occupied, forced)
+
+    plugin._batch.step = counting  # type: ignore[method-assign]
+    a = plugin.new_session()
+    for cut in ("close", "cancel"):
+        b = plugin.new_session()
+        b.configure(GREEDY, {"text_prompt": "you are a pirate"})
+        prefill = asyncio.create_task(b.prepare())
+        for i in range(3):
+            await step(plugin, {a: i})
+        if cut == "close":
+            await b.aclose()
+            with pytest.raises(RuntimeError, match="closed during its prefill"):
+                await prefill
+        else:
+            prefill.cancel()
+            with pytest.raises(asyncio.CancelledError):
+                await prefill
+            await b.aclose()
+        rows.clear()
+        await step(plugin, {a: 3})
+        await asyncio.sleep(0.3)  # time enough for a prompt still queued to step on its own
+        assert rows == [0]  # no prompt row any more
+        c = plugin.new_session()  # on b's slot
+        assert c.slot == b.slot
+        assert [signature((await step(plugin, {c: i}))[c]) for i in range(6)] == reference
+        await c.aclose()
+
+
+@pytest.mark.parametrize("layout", ["moshi", "personaplex"])
+async def test_a_persona_that_went_in_before_is_copied_in_and_steps_the_same(
+    tiny_checkpoint: Path, tiny_checkpoint_dep16: Path, tmp_path: Path, layout: str
+) -> None:
+    """The second session with a persona (text and voice) gets the first one's prefilled state copied in,
+    without a step, and then steps exactly as a session whose prompt was stepped (on a model without the
+    cache); the persona does change what the model says, so a copy of nothing would not pass."""
+    checkpoint = tiny_checkpoint if layout == "moshi" else tiny_checkpoint_dep16
+    voices = tmp_path / "voices"
+    voices.mkdir()
+    _write_wav(voices / "NATF0.wav", (0.1 * np.sin(np.arange(4_800) / 7)).astype(np.float32), 24_000)
+    persona = {"text_prompt": "you are a pirate", "voice_prompt": "NATF0"}
+
+    async def prompted(plugin: MoshiModel, session: MoshiSession) -> list[tuple[object, ...]]:
+        session.configure(GREEDY, persona)
+        await session.prepare()
+        return [signature((await step(plugin, {session: i}))[session]) for i in range(8)]
+
+    stepped = model(checkpoint, slots="2", voices=str(voices), persona_cache="0")
+    expected = await prompted(stepped, stepped.new_session())
+    without = model(checkpoint, slots="2")
+    plain = without.new_session()
+    assert expected != [signature((await step(without, {plain: i}))[plain]) for i in range(8)]
+
+    plugin = model(checkpoint, slots="2", voices=str(voices))
+    lm_steps = 0
+    lm_step = plugin._batch.gen.step
+
+    def counting(codes: torch.Tensor) -> torch.Tensor | None:
+        nonlocal lm_steps
+        lm_steps += 1
+        return lm_step(codes)
+
+    plugin._batch.gen.step = counting  # type: ignore[method-assign]
+    first = plugin.new_session()
+    assert await prompted(plugin, first) == expected
+    await first.aclose()
+    steps_before = lm_steps
+    second = plugin.new_session()  # the same slot, reset for it
+    second.configure(GREEDY, persona)
+    await second.prepare()
+    assert lm_steps == steps_before  # copied in, not stepped
+    assert [signature((await step(plugin, {second: i}))[second]) for i in range(8)] == expected
 
 
 async def test_a_personaplex_layout_checkpoint_loads_hears_the_user_and_decodes_the_agent(

@@ -70,6 +70,13 @@ class MoshiArgs:
         default="", metadata={"help": "default voice prompt: a name in the voices folder"}
     )
     voices: str = field(default="", metadata={"help": "folder of voice prompts clients may name (NAME.wav)"})
+    persona_cache: int = field(
+        default=2,
+        metadata={
+            "help": "personas whose prefilled state is kept, so the next session with the same persona "
+            "starts at once (each holds one slot's KV cache: ~1.5 GiB for a 7B model in bf16); 0: off"
+        },
+    )
 
     @classmethod
     def parse(cls, args: Mapping[str, str]) -> MoshiArgs:
@@ -79,7 +86,7 @@ class MoshiArgs:
         for name, raw in args.items():
             default = known[name].default
             try:
-                if name in {"slots", "top_k", "top_k_text"}:
+                if name in {"slots", "top_k", "top_k_text", "persona_cache"}:
                     values[name] = int(raw)
                 elif isinstance(default, float) or name in {"temp", "temp_text", "batch_wait_ms"}:
                     values[name] = float(raw)
@@ -100,6 +107,8 @@ class MoshiArgs:
             raise ValueError(f"dtype: float32, bfloat16 or float16, got {self.dtype!r}")
         if not 1 <= self.slots <= 1024:
             raise ValueError(f"slots: 1 to 1024, got {self.slots}")
+        if not 0 <= self.persona_cache <= 64:
+            raise ValueError(f"persona_cache: 0 to 64, got {self.persona_cache}")
         for name in ("batch_wait_ms", "speech_rms"):
             value = getattr(self, name)
             if value is None:

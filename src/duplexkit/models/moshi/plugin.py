@@ -12,11 +12,16 @@ from __future__ import annotations
 
 import asyncio
 import base64
+import contextlib
+import functools
 import io
+import logging
 import math
 import os
 import re
+import time
 import wave
+from collections import OrderedDict, deque
 from collections.abc import AsyncIterator, Mapping, Sequence
 from concurrent.futures import ThreadPoolExecutor
 from dataclasses import dataclass, replace
@@ -43,14 +48,15 @@ from duplexkit.models.moshi.params import FRAME_MS, PARAMETERS, MoshiArgs, Sampl
 from duplexkit.protocol.audio import resample
 
 if TYPE_CHECKING:
-    from duplexkit.models.moshi.slots import SlotBatch
+    from duplexkit.models.moshi.slots import SlotBatch, SlotState
 
 SAMPLE_RATE_HZ = 24_000
 PROMPT_SILENCE_FRAMES = 6
 """Silence around each part of a persona prompt: 0.5 s, rounded up to whole 80 ms frames."""
-PREFILL_CHUNK_FRAMES = 1
-"""Prompt frames stepped per turn on the model thread: one, so a neighbour's tick that comes due during a
-prefill waits behind at most one prompt frame's step (eight let a neighbour fall behind real time)."""
+PROMPT_RIDE_S = 2 * FRAME_MS / 1000.0
+"""While other sessions have stepped within this long, a persona's prompt frames only ride in their ticks
+(one more row each); after it, the prompt steps on its own, tick after tick."""
+log = logging.getLogger("duplexkit.models.moshi")
 _VOICE_NAME = re.compile(r"^[A-Za-z0-9][A-Za-z0-9_.-]{0,63}$")
 
 
@@ -70,6 +76,17 @@ class Persona:
     def key(self) -> tuple[str, str]:
         """What tells two personas apart (the voice by the name or URI it was given as)."""
         return (self.text, self.voice_name)
+
+
+@dataclass(eq=False)
+class _Prompt:
+    """A slot's persona prompt on its way in: the frames still to step, and the prefill waiting for them."""
+
+    key: tuple[str, str]
+    frames: deque[ForcedFrame]
+    done: asyncio.Future[None]
+    state: SlotState | None = None
+    """The slot's state once the last frame is in (taken on the model thread when the persona cache is on)."""
 
 
 class MoshiSession(ModelSession):
@@ -269,6 +286,13 @@ class MoshiModel(ModelPlugin):
         ).result()
         self._free = list(range(args.slots))
         self._needs_reset: set[int] = set()
+        self._prompts: dict[int, _Prompt] = {}
+        """Slots whose persona prompt is being stepped, each a row of the ticks until its last frame."""
+        self._last_tick = -math.inf
+        """When the last tick with sessions' frames started (`time.monotonic`)."""
+        self._prompt_driver: asyncio.Task[None] | None = None
+        self._personas: OrderedDict[tuple[str, str], SlotState] = OrderedDict()
+        """The last `persona_cache` personas' prefilled states (`Persona.key`), least recently used first."""
         self.default_persona = Persona(
             text=args.text_prompt,
             voice=self.voice(args.voice_prompt) if args.voice_prompt else None,
@@ -305,6 +329,7 @@ class MoshiModel(ModelPlugin):
         self._needs_reset.add(slot)
 
     def release(self, slot: int) -> None:
+        self._drop_prompt(slot, RuntimeError(f"the moshi session on slot {slot} closed during its prefill"))
         self._needs_reset.discard(slot)
         self._free.append(slot)
 
@@ -338,16 +363,23 @@ class MoshiModel(ModelPlugin):
                 raise TypeError(f"not a moshi session: {type(item.session).__name__}")
             if not item.session.closed:
                 live.append((item.session, item))
-        resets = [s.slot for s, _ in live if s.slot in self._needs_reset]
-        self._needs_reset.difference_update(resets)
         groups: dict[Sampling, dict[int, npt.NDArray[np.float32]]] = {}
         for session, item in live:
             groups.setdefault(session.gen, {})[session.slot] = _frame(item.unit)
+        forced, last = self._next_prompt_frames(exclude={s.slot for s, _ in live})
+        resets = [slot for slot in [s.slot for s, _ in live] + list(forced) if slot in self._needs_reset]
+        self._needs_reset.difference_update(resets)
         occupied = self.args.slots - len(self._free)
         outputs: dict[int, SlotFrame] = {}
-        if live:
-            loop = asyncio.get_running_loop()
-            outputs = await loop.run_in_executor(self._executor, self._step_groups, resets, groups, occupied)
+        if live or forced:
+            if live:
+                self._last_tick = time.monotonic()
+            tick = asyncio.get_running_loop().run_in_executor(
+                self._executor, self._step_groups, resets, groups, occupied, forced, last
+            )
+            if forced:  # the prompts in it hear how it went when it has run, even if this call is cancelled
+                tick.add_done_callback(functools.partial(self._prompt_tick_done, set(forced), last))
+            outputs = await asyncio.shield(tick)
         results: list[Decision | Exception] = []
         for item in items:
             moshi_session = item.session
@@ -377,10 +409,74 @@ class MoshiModel(ModelPlugin):
         resets: list[int],
         groups: dict[Sampling, dict[int, npt.NDArray[np.float32]]],
         occupied: int,
+        forced: dict[int, ForcedFrame],
+        last: Mapping[int, _Prompt],
     ) -> dict[int, SlotFrame]:
+        """On the model thread: one tick, and the end of the prompts whose last frame it stepped."""
         for slot in resets:
             self._batch.reset(slot)
-        return self._batch.step(groups, occupied)
+        outputs = self._batch.step(groups, occupied, forced)
+        for slot, job in last.items():
+            self._batch.prompted(slot)
+            if self.args.persona_cache:
+                job.state = self._batch.snapshot(slot)
+        return outputs
+
+    def _next_prompt_frames(self, exclude: set[int]) -> tuple[dict[int, ForcedFrame], dict[int, _Prompt]]:
+        """The next frame of every prompt being stepped (one row each in the coming tick), and the prompts
+        that tick ends (taken off the list now: the tick that steps a prompt's last frame settles it)."""
+        forced: dict[int, ForcedFrame] = {}
+        last: dict[int, _Prompt] = {}
+        for slot, job in list(self._prompts.items()):
+            if slot in exclude:
+                continue
+            forced[slot] = job.frames.popleft()
+            if not job.frames:
+                last[slot] = self._prompts.pop(slot)
+        return forced, last
+
+    def _prompt_tick_done(
+        self, forced: set[int], last: Mapping[int, _Prompt], tick: asyncio.Future[dict[int, SlotFrame]]
+    ) -> None:
+        """A tick that carried prompt frames has run: the prompts it ended are in; if it failed, every
+        prompt in it lost a frame and fails with its error."""
+        error = RuntimeError("the model's tick was cancelled") if tick.cancelled() else tick.exception()
+        if error is not None:
+            reason = error if isinstance(error, Exception) else RuntimeError(repr(error))
+            for job in last.values():
+                _settle(job.done, reason)
+            for slot in forced - set(last):
+                self._drop_prompt(slot, reason)
+            return
+        for job in last.values():
+            if job.state is not None:
+                self._personas[job.key] = job.state
+                self._personas.move_to_end(job.key)
+                while len(self._personas) > self.args.persona_cache:
+                    self._personas.popitem(last=False)
+            _settle(job.done, None)
+
+    def _drop_prompt(self, slot: int, reason: Exception | None = None) -> None:
+        """The slot's prompt stops where it is (its prefill gets `reason`, or is cancelled); the slot is
+        reset before it is stepped again."""
+        job = self._prompts.pop(slot, None)
+        if job is not None:
+            self._needs_reset.add(slot)
+            if reason is None:
+                job.done.cancel()
+            else:
+                _settle(job.done, reason)
+
+    async def _drive_prompts(self) -> None:
+        """Step the prompts on their own while no session's frames come to carry them: a tick of prompt
+        frames only, whenever `PROMPT_RIDE_S` has passed since the last tick with sessions' frames."""
+        while self._prompts:
+            wait = self._last_tick + PROMPT_RIDE_S - time.monotonic()
+            if wait > 0:
+                await asyncio.sleep(wait)
+                continue
+            with contextlib.suppress(Exception):  # the failure went to the prompts' own futures
+                await self.step_batch([])
 
     def piece(self, text_id: int) -> str:
         """The text a token id stands for (display only; decisions come from the id)."""
@@ -428,18 +524,33 @@ class MoshiModel(ModelPlugin):
             raise ValueError(f"voice_prompt: {path.name} is not a PCM16 WAV: {exc}") from None
 
     async def prefill(self, slot: int, persona: Persona) -> None:
-        """Step the persona into `slot` alone, as PersonaPlex does before its handshake: the voice
-        prompt's frames as the agent's audio, 0.5 s of silence, the text prompt one token per frame
-        (wrapped in `<system>` tags), 0.5 s of silence. Chunked, so other slots keep their ticks."""
+        """Step the persona into `slot`, as PersonaPlex does before its handshake: the voice prompt's
+        frames as the agent's audio, 0.5 s of silence, the text prompt one token per frame (wrapped in
+        `<system>` tags), 0.5 s of silence. Each prompt frame is one more row of a regular tick (other
+        sessions' ticks carry it; with none due, it steps on its own), so it never holds a neighbour's
+        frame behind a step of its own. A persona in the cache (`persona_cache`) is copied in instead.
+        Cancelled, the prompt stops and the slot is reset before reuse."""
         frames = self._prompt_frames(persona)
+        if not frames:
+            return
         loop = asyncio.get_running_loop()
-        if slot in self._needs_reset:
+        self._drop_prompt(slot)
+        cached = self._personas.get(persona.key)
+        if cached is not None:  # this persona went in before: its state is copied in, nothing is stepped
+            self._personas.move_to_end(persona.key)
             self._needs_reset.discard(slot)
-            await loop.run_in_executor(self._executor, self._batch.reset, slot)
-        for start in range(0, len(frames), PREFILL_CHUNK_FRAMES):
-            chunk = frames[start : start + PREFILL_CHUNK_FRAMES]
-            await loop.run_in_executor(self._executor, self._batch.force, slot, chunk)
-        await loop.run_in_executor(self._executor, self._batch.prompted, slot)
+            await loop.run_in_executor(self._executor, self._batch.restore, slot, cached)
+            return
+        job = _Prompt(persona.key, deque(frames), loop.create_future())
+        self._prompts[slot] = job
+        if self._prompt_driver is None or self._prompt_driver.done():
+            self._prompt_driver = asyncio.create_task(self._drive_prompts(), name="moshi-prompts")
+        try:
+            await job.done
+        except asyncio.CancelledError:
+            if self._prompts.get(slot) is job:
+                self._drop_prompt(slot)
+            raise
 
     def _prompt_frames(self, persona: Persona) -> list[ForcedFrame]:
         """NVIDIA's prompt phase (`LMGen.step_system_prompts`): the voice prompt's frames, 0.5 s of silence,
@@ -457,6 +568,14 @@ class MoshiModel(ModelPlugin):
         if persona.text:
             frames += [ForcedFrame(None, int(i)) for i in self.tokenizer.encode(system_prompt(persona.text))]
         return frames + silence
+
+
+def _settle(future: asyncio.Future[None], outcome: Exception | None) -> None:
+    if not future.done():
+        if outcome is None:
+            future.set_result(None)
+        else:
+            future.set_exception(outcome)
 
 
 def system_prompt(text: str) -> str:

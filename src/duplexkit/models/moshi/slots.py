@@ -18,14 +18,16 @@ written over the predicted ones, at their delays, before and after each step (`_
 from __future__ import annotations
 
 import time
-from collections.abc import Iterable, Sequence
+from collections.abc import Iterable, Iterator, Mapping
 from contextlib import ExitStack
+from dataclasses import dataclass
 
 import numpy as np
 import numpy.typing as npt
 import torch
 from moshi.models.compression import MimiModel
 from moshi.models.lm import LMGen, LMModel
+from moshi.modules.transformer import RingKVCache
 
 from duplexkit.models.moshi.frames import FRAME_SAMPLES, ForcedFrame, SlotFrame
 from duplexkit.models.moshi.params import Sampling
@@ -35,6 +37,20 @@ PERSONAPLEX_SILENCE_CODES = (948, 243, 1178, 546, 1736, 1030, 1978, 2008)
 (NVIDIA/personaplex, `moshi/models/lm.py`)."""
 PERSONAPLEX_SINE_CODES = (430, 1268, 381, 1611, 1095, 1495, 56, 472)
 """The user's audio during every PersonaPlex prompt frame: a 440 Hz sine as the published Mimi's codes."""
+
+
+@dataclass(frozen=True, slots=True, eq=False)
+class SlotState:
+    """What stepping left in one slot's LM (its token cache, KV caches and offsets), to put the same state
+    in another slot without stepping it again: a prompt's state, kept for the next session with the same
+    persona. The codec holds nothing a prompt leaves (it is reset after one)."""
+
+    rows: tuple[tuple[str, int, torch.Tensor], ...]
+    """(where: a streaming state's path and attribute, the batch dimension there, the slot's row)."""
+
+    @property
+    def nbytes(self) -> int:
+        return sum(row.numel() * row.element_size() for _, _, row in self.rows)
 
 
 class SlotBatch:
@@ -111,39 +127,63 @@ class SlotBatch:
             self._first_frame.add(slot)
 
     def step(
-        self, groups: dict[Sampling, dict[int, npt.NDArray[np.float32]]], occupied: int
+        self,
+        groups: dict[Sampling, dict[int, npt.NDArray[np.float32]]],
+        occupied: int,
+        forced: Mapping[int, ForcedFrame] | None = None,
     ) -> dict[int, SlotFrame]:
         """One tick: a frame for each slot in `groups` (per sampling setting, one batched encode, LM step
-        and decode over the slots that share it; usually one group); every other slot is frozen.
-        `occupied`: slots in use, for the frozen-frame count."""
+        and decode over the slots that share it; usually one group), and a prompt frame for each slot in
+        `forced`, stepped in the same LM step as the first group (see `_step_group`); every other slot is
+        frozen. `occupied`: slots in use, for the frozen-frame count. Forced slots get no output."""
         started = time.perf_counter()
         outputs: dict[int, SlotFrame] = {}
-        for sampling, frames in groups.items():
-            outputs.update(self._step_group(frames, sampling))
+        passes: list[tuple[Sampling | None, dict[int, npt.NDArray[np.float32]]]] = list(groups.items())
+        for i, (sampling, frames) in enumerate(passes or [(None, {})]):
+            outputs.update(self._step_group(frames, sampling, (forced or {}) if i == 0 else {}))
         self.ticks += 1
         self.tick_seconds += time.perf_counter() - started
         self.frames_stepped += len(outputs)
-        self.frames_frozen += max(0, occupied - len(outputs))
+        self.frames_frozen += max(0, occupied - len(outputs) - len(forced or {}))
         return outputs
 
     def _step_group(
-        self, frames: dict[int, npt.NDArray[np.float32]], sampling: Sampling
+        self,
+        frames: dict[int, npt.NDArray[np.float32]],
+        sampling: Sampling | None,
+        forced: Mapping[int, ForcedFrame],
     ) -> dict[int, SlotFrame]:
+        """One LM step over `frames` (encoded, stepped, decoded) and `forced` (NVIDIA's prompt phase: the
+        user's channel carries the sine codes, the agent's the voice prompt's codes, encoded here, or the
+        silence codes, and the text is forced; nothing is decoded). A forced slot is one more row of the
+        same step, never a step of its own: a persona prefill costs its neighbours one row."""
         active = self._mask(frames)
+        voiced = [slot for slot, frame in forced.items() if frame.agent_pcm is not None]
+        encoded = active | self._mask(voiced)
         pcm = torch.zeros(self.slots, 1, FRAME_SAMPLES, device=self.device)
         for slot, samples in frames.items():
             n = min(len(samples), FRAME_SAMPLES)
             pcm[slot, 0, :n] = torch.from_numpy(samples[:n])
-        self._set_gen(sampling)
+        for slot in voiced:
+            voice = forced[slot].agent_pcm
+            assert voice is not None
+            pcm[slot, 0, : min(len(voice), FRAME_SAMPLES)] = torch.from_numpy(voice[:FRAME_SAMPLES])
+        if sampling is not None:
+            self._set_gen(sampling)
         with torch.no_grad():
-            self._set_mask(active)
-            codes = self.mimi.encode(pcm)
+            if bool(encoded.any()):
+                self.mimi.set_exec_mask(encoded)
+                codes = self.mimi.encode(pcm)
+            else:  # prompt frames only, none of them a voice's
+                codes = torch.zeros(
+                    self.slots, self.mimi.num_codebooks, 1, dtype=torch.long, device=self.device
+                )
             first = self._first_frame.intersection(frames)
             if first:  # as `moshi.server` does after a session's first frame: the codec starts again
                 self._first_frame.difference_update(first)
                 self.mimi.reset_streaming(self._mask(first))
-                self.mimi.set_exec_mask(active)
-            tokens = self._lm_step(codes, active)
+            self.gen.set_exec_mask(active | self._mask(forced))
+            tokens = self._lm_step(self._forced_inputs(codes, forced), forced, codes)
             texts = tokens[:, 0, 0].tolist()
             decodable = active & (tokens[:, 1 : 1 + self.agent_q, 0] >= 0).all(dim=1)
             audio = np.zeros((self.slots, FRAME_SAMPLES), dtype=np.float32)
@@ -162,51 +202,88 @@ class SlotBatch:
             for slot in frames
         }
 
-    def force(self, slot: int, frames: Sequence[ForcedFrame]) -> None:
-        """Step `slot` alone through prompt frames, as NVIDIA's prompt phase does: the user's channel
-        carries the sine codes, the agent's the voice prompt's codes or the silence codes, the text is
-        forced (the persona prefill: the model has "said" its prompt when the session starts). Call
-        `prompted` after the last frame."""
-        active = self._mask([slot])
-        forced_text = 0
-
-        def force_text(text: torch.Tensor) -> None:
-            text[slot] = forced_text
-
-        user = self.sine_codes[None, :, None].expand(self.slots, -1, 1).clone()
-        self.gen.on_text_hook = force_text
-        try:
-            with torch.no_grad():
-                for frame in frames:
-                    forced_text = frame.text_id
-                    self._set_mask(active)
-                    agent = self.silence_codes[None, :, None].expand(self.slots, -1, 1).clone()
-                    if frame.agent_pcm is not None:
-                        batch = torch.zeros(self.slots, 1, FRAME_SAMPLES, device=self.device)
-                        pcm = frame.agent_pcm[:FRAME_SAMPLES]
-                        batch[slot, 0, : len(pcm)] = torch.from_numpy(pcm)
-                        agent[slot] = self.mimi.encode(batch)[slot]
-                    replace = torch.zeros(self.slots, self.lm.dep_q, 1, dtype=torch.long, device=self.device)
-                    replace[:, : self.agent_q, 0] = agent[:, : self.agent_q, 0]
-                    if self.lm.dep_q > self.agent_q:  # PersonaPlex: the user's predicted codebooks too
-                        replace[:, self.agent_q :, 0] = user[:, : self.lm.dep_q - self.agent_q, 0]
-                    self._lm_step(user, active, replace)
-        finally:
-            self.gen.on_text_hook = None
+    def _forced_inputs(self, codes: torch.Tensor, forced: Mapping[int, ForcedFrame]) -> torch.Tensor:
+        """The user's channel for the LM: the encoded input, with the sine codes on forced rows."""
+        if not forced:
+            return codes
+        user = codes.clone()
+        user[list(forced)] = self.sine_codes[:, None].to(user.dtype)
+        return user
 
     def prompted(self, slot: int) -> None:
         """The prompt phase is over: the codec starts clean on the user's first real frame."""
         self.mimi.reset_streaming(self._mask([slot]))
 
+    def snapshot(self, slot: int) -> SlotState:
+        """A copy of `slot`'s LM state (see `SlotState`)."""
+        return SlotState(
+            tuple((where, dim, t.select(dim, slot).clone()) for where, t, dim in self._per_slot())
+        )
+
+    def restore(self, slot: int, state: SlotState) -> None:
+        """Start `slot` afresh with `state` in its LM, as if it had stepped what left that state."""
+        self.reset(slot)
+        current = {where: (t, dim) for where, t, dim in self._per_slot()}
+        if set(current) != {where for where, _, _ in state.rows}:
+            raise ValueError("the slot state is not of this model")
+        for where, dim, row in state.rows:
+            tensor, _ = current[where]
+            tensor.select(dim, slot).copy_(row)
+
+    def _per_slot(self) -> Iterator[tuple[str, torch.Tensor, int]]:
+        """Every per-slot tensor of the LM's streaming states (`LMGen`'s and its modules'): where it is,
+        the tensor, its batch dimension. Looked up afresh on each call: `LMGen` replaces some of them."""
+        states = [("gen", self.gen._streaming_state)]
+        for name, module in self.lm.named_modules():
+            if getattr(module, "_streaming_state", None) is not None:
+                states.append((f"lm.{name}", module._streaming_state))
+        for path, state in states:
+            for attr, value in vars(state).items():
+                if attr == "exec_mask":
+                    continue
+                if isinstance(value, torch.Tensor) and value.dim() >= 1 and value.shape[0] == self.slots:
+                    yield f"{path}.{attr}", value, 0
+                elif isinstance(value, RingKVCache):
+                    if value.end_offset.shape[0] != self.slots:  # a cache shared by the batch
+                        raise ValueError(f"{path}: its KV cache has no per-slot offsets")
+                    yield f"{path}.{attr}.cache", value.cache, 1
+                    yield f"{path}.{attr}.end_offset", value.end_offset, 0
+
     def _lm_step(
-        self, codes: torch.Tensor, active: torch.Tensor, replace: torch.Tensor | None = None
+        self, user: torch.Tensor, forced: Mapping[int, ForcedFrame], encoded: torch.Tensor
     ) -> torch.Tensor:
-        if self.user_fed:
-            self._feed_user(codes, before=True)
-        tokens = self.gen.step(codes, depformer_replace_tokens=replace)
-        assert tokens is not None  # support_out_of_sync: never None
-        if self.user_fed:
-            self._feed_user(codes, before=False)
+        """`LMGen.step` on the rows of its exec mask; on forced rows the sampled text and audio tokens are
+        overwritten (its text and audio hooks) before they enter the cache."""
+        if forced:
+            rows = torch.tensor(list(forced), dtype=torch.long, device=self.device)
+            text = torch.tensor([f.text_id for f in forced.values()], dtype=torch.long, device=self.device)
+            agent = torch.stack(
+                [
+                    encoded[slot, :, 0] if f.agent_pcm is not None else self.silence_codes
+                    for slot, f in forced.items()
+                ]
+            )
+            audio = torch.zeros(len(forced), self.lm.dep_q, dtype=torch.long, device=self.device)
+            audio[:, : self.agent_q] = agent[:, : self.agent_q]
+            if self.lm.dep_q > self.agent_q:  # PersonaPlex: the user's predicted codebooks are the sine's
+                audio[:, self.agent_q :] = self.sine_codes[: self.lm.dep_q - self.agent_q]
+
+            def force_text(tokens: torch.Tensor) -> None:
+                tokens.index_copy_(0, rows, text)
+
+            def force_audio(tokens: torch.Tensor) -> None:
+                tokens.index_copy_(0, rows, audio.to(tokens.dtype))
+
+            self.gen.on_text_hook, self.gen.on_audio_hook = force_text, force_audio
+        try:
+            if self.user_fed:
+                self._feed_user(user, before=True)
+            tokens = self.gen.step(user)
+            assert tokens is not None  # support_out_of_sync: never None
+            if self.user_fed:
+                self._feed_user(user, before=False)
+        finally:
+            self.gen.on_text_hook = self.gen.on_audio_hook = None
         return tokens
 
     def _feed_user(self, codes: torch.Tensor, *, before: bool) -> None:
@@ -235,10 +312,6 @@ class SlotBatch:
         mask = torch.zeros(self.slots, dtype=torch.bool, device=self.device)
         mask[list(slots)] = True
         return mask
-
-    def _set_mask(self, mask: torch.Tensor) -> None:
-        self.mimi.set_exec_mask(mask)
-        self.gen.set_exec_mask(mask)
 
     def _set_gen(self, sampling: Sampling) -> None:
         self.gen.temp, self.gen.temp_text = sampling.temp, sampling.temp_text
