@@ -287,6 +287,7 @@ async def _run(
     cadence: Cadence,
     env: dict[str, str] | None,
     wrap: list[str],
+    hooks: tuple[str, str],
 ) -> Turn:
     argv = [arg.replace("{server}", name) for arg in wrap] + argv
     proc = await start(argv, port, env, timeout_s=600.0 if wrap else 20.0)
@@ -299,6 +300,7 @@ async def _run(
     # would count as the server's latency: none during a turn.
     gc.collect()
     gc.disable()
+    window = asyncio.create_task(_hook(hooks[0], proc.pid, begin))
     try:
         await asyncio.gather(
             *(
@@ -306,6 +308,8 @@ async def _run(
                 for i, s in enumerate(stats)
             )
         )
+        await window
+        await _hook(hooks[1], proc.pid, None)
     finally:
         gc.enable()
     cpu = cpu_seconds(proc.pid) - cpu0
@@ -325,6 +329,18 @@ async def _run(
         "samples": len(latencies),
     }
     return Turn(results, trace)
+
+
+async def _hook(command: str, pid: int, start: Start | None) -> None:
+    """Run `command` ({pid}: the server's) when streaming starts (`start`), or now."""
+    if not command:
+        return
+    if start is not None:
+        await asyncio.sleep(max(0.0, await start.wait() - time.monotonic()))
+    shell = await asyncio.create_subprocess_shell(
+        command.replace("{pid}", str(pid)), stdout=asyncio.subprocess.DEVNULL
+    )
+    await shell.wait()
 
 
 def _p99(ordered: list[float]) -> float:
@@ -417,8 +433,15 @@ async def main() -> None:
         default="",
         help="a command each server runs under ({server}: its name), e.g. valgrind --tool=callgrind "
         "--callgrind-out-file=/tmp/cg.{server}.%%p: instructions per unit, which the machine's load does "
-        "not change (run two lengths and take the difference, which cancels start-up)",
+        "not change",
     )
+    parser.add_argument(
+        "--on-start",
+        default="",
+        help="a shell command run when streaming starts ({pid}: the server's), e.g. callgrind_control -i on "
+        "{pid} with --wrap 'valgrind --tool=callgrind --instr-atstart=no ...': only the streaming is counted",
+    )
+    parser.add_argument("--on-end", default="", help="a shell command run when streaming has ended ({pid})")
     args = parser.parse_args()
     try:
         cadences = [Cadence(int(ms)) for ms in args.unit_ms.split(",")]
@@ -452,7 +475,16 @@ async def main() -> None:
                 )
                 env = _env(name, args.baseline_src)
                 turn = await _run(
-                    name, argv, url, port, args.sessions, args.seconds, cadence, env, shlex.split(args.wrap)
+                    name,
+                    argv,
+                    url,
+                    port,
+                    args.sessions,
+                    args.seconds,
+                    cadence,
+                    env,
+                    shlex.split(args.wrap),
+                    (args.on_start, args.on_end),
                 )
                 results[name] = r = turn.results
                 print(
