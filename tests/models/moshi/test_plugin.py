@@ -47,6 +47,19 @@ async def step(plugin: MoshiModel, frames: dict[MoshiSession, int]) -> dict[Mosh
     return out
 
 
+def count_lm_steps(plugin: MoshiModel) -> list[int]:
+    """From now on, count the plugin's LM steps (in the list's one item)."""
+    count = [0]
+    lm_step = plugin._batch.gen.step
+
+    def counting(codes: torch.Tensor) -> torch.Tensor | None:
+        count[0] += 1
+        return lm_step(codes)
+
+    plugin._batch.gen.step = counting  # type: ignore[method-assign]
+    return count
+
+
 def signature(d: Listen | Speak) -> tuple[object, ...]:
     return ("listen",) if isinstance(d, Listen) else ("speak", d.tokens, d.audio.round(5).tobytes())
 
@@ -200,15 +213,7 @@ async def test_a_prompt_frame_is_one_more_row_of_the_neighbours_ticks(tiny_check
         return [signature((await step(plugin, {b: i}))[b]) for i in range(6)]
 
     plugin = model(tiny_checkpoint, slots="2")
-    lm_steps = 0
-    lm_step = plugin._batch.gen.step
-
-    def counting(codes: torch.Tensor) -> torch.Tensor | None:
-        nonlocal lm_steps
-        lm_steps += 1
-        return lm_step(codes)
-
-    plugin._batch.gen.step = counting  # type: ignore[method-assign]
+    lm_steps = count_lm_steps(plugin)
     a, b = plugin.new_session(), plugin.new_session()
     b.configure(GREEDY, persona)
     prompt = len(plugin._prompt_frames(b.persona))
@@ -222,7 +227,7 @@ async def test_a_prompt_frame_is_one_more_row_of_the_neighbours_ticks(tiny_check
         ticks += 1
     await prefill
     assert ticks in (prompt, prompt + 1)  # one prompt frame per tick (the last may be seen a tick late) ...
-    assert lm_steps == 1 + ticks  # ... inside the neighbour's ticks, never a step of its own
+    assert lm_steps[0] == 1 + ticks  # ... inside the neighbour's ticks, never a step of its own
     assert heard == reference[: len(heard)]
     after = [signature((await step(plugin, {b: i}))[b]) for i in range(6)]
     assert after == await prompted_alone()
@@ -292,23 +297,15 @@ async def test_a_persona_that_went_in_before_is_copied_in_and_steps_the_same(
     assert expected != [signature((await step(without, {plain: i}))[plain]) for i in range(8)]
 
     plugin = model(checkpoint, slots="2", voices=str(voices))
-    lm_steps = 0
-    lm_step = plugin._batch.gen.step
-
-    def counting(codes: torch.Tensor) -> torch.Tensor | None:
-        nonlocal lm_steps
-        lm_steps += 1
-        return lm_step(codes)
-
-    plugin._batch.gen.step = counting  # type: ignore[method-assign]
+    lm_steps = count_lm_steps(plugin)
     first = plugin.new_session()
     assert await prompted(plugin, first) == expected
     await first.aclose()
-    steps_before = lm_steps
+    steps_before = lm_steps[0]
     second = plugin.new_session()  # the same slot, reset for it
     second.configure(GREEDY, persona)
     await second.prepare()
-    assert lm_steps == steps_before  # copied in, not stepped
+    assert lm_steps[0] == steps_before  # copied in, not stepped
     assert [signature((await step(plugin, {second: i}))[second]) for i in range(8)] == expected
 
 
