@@ -43,6 +43,14 @@ _ms = st.one_of(
     st.none(),
     st.text(alphabet="0123.-e", max_size=5),
 )
+_rate = st.one_of(
+    st.integers(min_value=-2, max_value=2),
+    st.sampled_from([8_000, 16_000, 24_000, 48_000, 191_999, 192_000, 192_001, 2**63]),
+    st.sampled_from([16_000.0, 16_000.5, 1e300]),
+    st.booleans(),
+    st.none(),
+    st.sampled_from(["16000", "16k", ""]),
+)
 _other = st.dictionaries(
     st.sampled_from(["input_audio_format", "sample_rate_hz", "is_speech", "force_listen", "x_custom"]),
     st.one_of(st.sampled_from(["pcm16", "ulaw", "mp3"]), st.integers(0, 48_000), st.booleans(), st.none()),
@@ -59,6 +67,8 @@ def _appends(draw: st.DrawFn) -> dict[str, Any]:
         obj["audio"] = draw(_audio)
     if draw(st.booleans()):
         obj["event_id"] = draw(st.one_of(st.text(max_size=8), st.none(), st.integers()))
+    if draw(st.booleans()):
+        obj["sample_rate_hz"] = draw(_rate)
     for name in ("duration_ms", "audio_end_ms"):
         if draw(st.booleans()):
             obj[name] = draw(_ms)
@@ -132,9 +142,10 @@ def test_the_common_append_takes_the_fast_path() -> None:
         "duration_ms": 80,
         "audio_end_ms": 160.5,
         "event_id": "evt_1",
+        "sample_rate_hz": 16_000,  # as `DuplexClient` sends it on every append
     }
     fast = ce.InputAudioBufferAppend.from_plain(obj, "pcm16")
-    assert fast is not None
+    assert fast is not None and fast.sample_rate_hz == 16_000
     assert (fast.duration_ms, fast.audio_end_ms) == (80.0, 160.5) and type(fast.duration_ms) is float
     assert np.array_equal(fast.samples, np.arange(4, dtype=np.float32) / 32768)
     assert ce.InputAudioBufferAppend.from_plain({**obj, "is_speech": True}, "pcm16") is None  # other shape

@@ -8,6 +8,7 @@ import json
 import signal
 import socket
 import sys
+import time
 
 import numpy as np
 import websockets
@@ -61,14 +62,15 @@ async def test_sigterm_closes_every_session_with_server_shutdown_and_exits_0() -
         sys.executable, "-m", "duplexkit", "serve", "--port", str(port), "--log-level", "warning"
     )
     try:
-        for _ in range(200):
+        deadline = time.monotonic() + 60  # a loaded machine takes seconds to import and start it
+        while True:
             try:
                 ws = await websockets.connect(f"ws://127.0.0.1:{port}/v1/realtime")
                 break
             except OSError:
+                if proc.returncode is not None or time.monotonic() > deadline:
+                    raise AssertionError("server did not start") from None
                 await asyncio.sleep(0.05)
-        else:
-            raise AssertionError("server did not start")
         assert json.loads(await ws.recv())["type"] == "session.created"
         proc.send_signal(signal.SIGTERM)
         closed = json.loads(await asyncio.wait_for(ws.recv(), 10))

@@ -246,3 +246,42 @@ async def test_a_webrtc_call_whose_opening_is_refused_gets_a_coded_4xx_never_201
     error = response.json()["error"]
     assert error["code"] == "invalid_value" and "voice_prompt" in error["message"]
     await _slots_free(server)
+
+
+async def test_a_voice_that_cannot_be_read_is_a_coded_error_and_never_hangs_the_session(
+    checkpoint: Path, tmp_path: Path
+) -> None:
+    """A voice file is read in the session's `prepare`, off the event loop; one that is not audio is the
+    update's `invalid_value` all the same: an opening on `/api/chat` ends (kind 5, close 1008, the slot
+    free), and a running WebSocket session keeps its settings and goes on."""
+    voices = tmp_path / "voices"
+    voices.mkdir()
+    (voices / "BAD.wav").write_bytes(b"RIFF, but no audio")
+    plugin = load_model("moshi", {"checkpoint": str(checkpoint), "slots": "2", "voices": str(voices)})
+    async with EmbeddedServer(plugin, ServerConfig(max_sessions=2)) as srv:
+        chat = srv.url.replace("/v1/realtime", "/api/chat") + "?voice_prompt=BAD"
+        async with websockets.connect(chat) as ws:
+            refusal = await asyncio.wait_for(ws.recv(), 10)
+            assert isinstance(refusal, bytes) and refusal[0] == 5
+            assert refusal[1:].startswith(b"invalid_value:") and b"BAD.wav is not an audio file" in refusal
+            with pytest.raises(websockets.ConnectionClosed):
+                await asyncio.wait_for(ws.recv(), 10)
+            assert ws.close_code == 1008
+        await _slots_free(srv)
+        async with websockets.connect(srv.url) as ws:
+            assert json.loads(await ws.recv())["type"] == "session.created"
+            bad = {"type": "session.update", "session": {"extra_body": {"voice_prompt": "BAD"}}}
+            await ws.send(json.dumps(bad))
+            error = json.loads(await asyncio.wait_for(ws.recv(), 10))
+            assert error["type"] == "error" and error["error"]["code"] == "invalid_value"
+            audio = {"type": "input_audio_buffer.append", "audio": base64.b64encode(_speech(0.4)).decode()}
+            await ws.send(json.dumps(audio))
+            async with asyncio.timeout(10):
+                while json.loads(await ws.recv())["type"] != "response.listen":
+                    pass
+            # The refused voice is not the session's: a later update (after audio) does not read it again.
+            await ws.send(json.dumps({"type": "session.update", "session": {"temperature": 0.6}}))
+            async with asyncio.timeout(10):
+                while (event := json.loads(await ws.recv()))["type"] not in ("session.updated", "error"):
+                    pass
+            assert event["type"] == "session.updated", event

@@ -50,6 +50,8 @@ NonNegativeMs = Annotated[float, Field(ge=0, allow_inf_nan=False)]
 GA_PCM_RATE_HZ = 24_000
 """The rate of an OpenAI GA `audio/pcm` format that does not name one."""
 
+_MAX_RATE_HZ: Final = 192_000
+"""The highest PCM rate a session or an append may name."""
 _IMAGE_SIGNATURES = (b"\xff\xd8\xff", b"\x89PNG\r\n\x1a\n")
 
 
@@ -152,8 +154,8 @@ class SessionConfig(BaseModel):
     ref_audio: str | None = None
     input_audio_format: AudioFormat | None = None
     output_audio_format: AudioFormat | None = None
-    input_sample_rate_hz: int | None = Field(None, gt=0, le=192_000)
-    output_sample_rate_hz: int | None = Field(None, gt=0, le=192_000)
+    input_sample_rate_hz: int | None = Field(None, gt=0, le=_MAX_RATE_HZ)
+    output_sample_rate_hz: int | None = Field(None, gt=0, le=_MAX_RATE_HZ)
     """The rate of PCM output (the model's when unset: the reply is resampled to it); a G.711 format's rate
     is its own (8 kHz), and naming another with it is refused (`unsupported_sample_rate`)."""
     turn_detection: TurnDetection | None = None
@@ -225,7 +227,7 @@ class InputAudioBufferAppend(ClientEventBase):
     type: Literal["input_audio_buffer.append"] = "input_audio_buffer.append"
     audio: str
     input_audio_format: AudioFormat | None = None
-    sample_rate_hz: int | None = Field(None, gt=0, le=192_000)
+    sample_rate_hz: int | None = Field(None, gt=0, le=_MAX_RATE_HZ)
     duration_ms: NonNegativeMs | None = None
     audio_end_ms: NonNegativeMs | None = None
     video_frames: list[str] | None = None
@@ -274,7 +276,8 @@ class InputAudioBufferAppend(ClientEventBase):
     ) -> InputAudioBufferAppend | None:
         """The event `model_validate` would build from `obj` (parsed JSON), when `obj` has the common
         shape: `type` this event's, `audio` a string that decodes in `input_audio_format`, and at most an
-        `event_id` string and `duration_ms`/`audio_end_ms` numbers within their limits. Anything else,
+        `event_id` string, a `sample_rate_hz` int (as `DuplexClient` sends on every append) and
+        `duration_ms`/`audio_end_ms` numbers, each within its limits. Anything else,
         valid or not, is `None`: the validator decides it (and words its error). It skips pydantic's
         per-event machinery (~6 µs of an ~11 µs validation); a property test holds the two to the same
         events.
@@ -289,6 +292,11 @@ class InputAudioBufferAppend(ClientEventBase):
         fields["audio"] = audio
         if event_id is not None:
             fields["event_id"] = event_id
+        if "sample_rate_hz" in obj:
+            rate = obj["sample_rate_hz"]
+            if type(rate) is not int or not 0 < rate <= _MAX_RATE_HZ:
+                return None
+            fields["sample_rate_hz"] = rate
         for name in ("duration_ms", "audio_end_ms"):
             if name in obj:
                 ms = _plain_ms(obj[name])
@@ -373,7 +381,9 @@ class InputAudioBufferAppend(ClientEventBase):
         return frames
 
 
-_PLAIN_APPEND_KEYS: Final = frozenset({"type", "event_id", "audio", "duration_ms", "audio_end_ms"})
+_PLAIN_APPEND_KEYS: Final = frozenset(
+    {"type", "event_id", "audio", "sample_rate_hz", "duration_ms", "audio_end_ms"}
+)
 _APPEND_FIELDS: Final[dict[str, Any]] = {
     name: None if field.is_required() else field.get_default()
     for name, field in InputAudioBufferAppend.model_fields.items()

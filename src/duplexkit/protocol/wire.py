@@ -112,7 +112,8 @@ class ServerEventStamper:
         self.dialect = dialect
         self._seq = itertools.count(1)
         self._prefix = f"evt_{secrets.token_hex(6)}_"
-        self._renderer = EventRenderer(dialect)
+        self._renderer: EventRenderer | None = None
+        """Made by the first `encode`: a session's runner stamps only, and renders with its own."""
 
     def stamp(self, event: ServerEventBase) -> ServerEventBase:
         """Assign the next sequence number (in place) and return the event."""
@@ -126,6 +127,8 @@ class ServerEventStamper:
 
     def encode(self, event: ServerEventBase) -> str:
         """Stamp, then render as JSON text in the dialect (`EventRenderer.render`)."""
+        if self._renderer is None:
+            self._renderer = EventRenderer(self.dialect)
         return self._renderer.render(self.stamp(event))
 
 

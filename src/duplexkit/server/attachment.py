@@ -3,9 +3,10 @@
 A session is attached to one socket at a time (a resumed session to a new one): a JSON socket
 (`SessionSocket`, an edge's `Connection` on `/v1/realtime`), whose text frames the runner parses and to
 which it sends rendered text, or an in-process edge (`edge.EventSocket`: Moshi, a WebRTC call), which hands
-it typed events and takes event objects. `Attachment` is one such socket with what the runner keeps for it:
-the reader or the push callback, the outbound queue and writer (or the direct send), the messages held
-behind a `session.update` being prepared, and the first message's deadline.
+it typed events and takes event objects. `Attachment` is one such socket with what the session's attachment
+job (`server.attaching`) keeps for it: the reader or the push callback, the outbound queue and writer (or
+the direct send), the messages held behind a `session.update` being prepared, and the first message's
+deadline.
 """
 
 from __future__ import annotations

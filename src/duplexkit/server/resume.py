@@ -18,8 +18,9 @@ from duplexkit.protocol import server_events as se
 from duplexkit.protocol.dialects import Dialect
 from duplexkit.protocol.errors import ErrorCode, ProtocolError
 from duplexkit.protocol.wire import ServerEventStamper, parse_client_event
+from duplexkit.server.attachment import FirstMessage, refuse
 from duplexkit.server.edge import Connection, SocketClosed
-from duplexkit.server.runner import FirstMessage, SessionRunner, refuse
+from duplexkit.server.runner import SessionRunner
 
 MAX_TOMBSTONES = 10_000
 """Ended sessions remembered for late resumes; the oldest are forgotten first."""

@@ -35,6 +35,28 @@ def edge_for(edge: Edge | None, *, ws_compression: bool) -> Edge:
     return edge
 
 
+GC_YOUNG_THRESHOLD = 10_000
+"""Net new tracked objects between young collections (CPython's default: 700)."""
+
+
+def settle_gc() -> None:
+    """Set the garbage collector up for serving, once start-up is done.
+
+    A collection pauses every session's units at once, and a server near its CPU budget takes long to
+    work off the backlog after a pause: this is what the latency tail under load is made of. So what
+    start-up built (modules, schemas, the model), which lives as long as the process, is frozen: a full
+    collection no longer walks it (500 sessions of 80 ms units in `benchmarks/runner_path.py`'s process:
+    the longest pause 59-62 → 38-46 ms). And the young generation's threshold is raised: at CPython's 700
+    net allocations, the objects each unit has in flight (its unit, futures, the model's step) set off
+    about one young collection per 500 units, whose survivors are promoted until a full collection of
+    every session's objects is due (at 500 sessions of 80 ms units, every few seconds, 40-60 ms each).
+    Per-unit work frees what it allocates, so at `GC_YOUNG_THRESHOLD` steady serving sets off none
+    (`runner_path.py --gc`); a growing heap (sessions joining) still does, and cycles are still collected.
+    """
+    gc.freeze()
+    gc.set_threshold(GC_YOUNG_THRESHOLD)
+
+
 class RunningEdge(Protocol):
     async def stop(self) -> None: ...
 
@@ -84,10 +106,7 @@ async def _serve_until_signalled(
     duplex: DuplexServer, sock: socket.socket, log_level: str, edge: Edge
 ) -> None:
     running = await start_edge(edge, duplex, sock, log_level=log_level)
-    # What start-up built (modules, schemas, the model) lives as long as the process: frozen, it is no
-    # longer walked by every full collection, a pause all sessions' units wait through (500 sessions of
-    # 80 ms units in `benchmarks/runner_path.py`'s process: the longest 59-62 → 38-46 ms, half the total).
-    gc.freeze()
+    settle_gc()
     loop = asyncio.get_running_loop()
     stop = asyncio.Event()
     for signum in (signal.SIGTERM, signal.SIGINT):

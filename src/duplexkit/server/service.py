@@ -38,6 +38,7 @@ from duplexkit.protocol.errors import ERROR_SPECS, ErrorCode, ProtocolError
 from duplexkit.protocol.server_events import error_event
 from duplexkit.protocol.wire import ServerEventStamper
 from duplexkit.server import webrtc
+from duplexkit.server.attachment import FirstMessage, SessionSocket
 from duplexkit.server.auth import is_authorized, presented_keys
 from duplexkit.server.batching import BatchScheduler
 from duplexkit.server.edge import (
@@ -53,13 +54,7 @@ from duplexkit.server.metrics import ServerMetrics
 from duplexkit.server.moshi import MoshiSocket, session_from_query
 from duplexkit.server.playground import playground_pages
 from duplexkit.server.resume import ResumeRegistry, is_resume, read_first
-from duplexkit.server.runner import (
-    FirstMessage,
-    RunnerLimits,
-    SessionRunner,
-    SessionSocket,
-    configure_model,
-)
+from duplexkit.server.runner import RunnerLimits, SessionRunner, configure_model
 from duplexkit.server.ticker import SessionTicker
 from duplexkit.server.twilio import voice
 from duplexkit.server.twilio.edge import TwilioSocket

@@ -47,6 +47,19 @@ async def step(plugin: MoshiModel, frames: dict[MoshiSession, int]) -> dict[Mosh
     return out
 
 
+def count_lm_steps(plugin: MoshiModel) -> list[int]:
+    """From now on, count the plugin's LM steps (in the list's one item)."""
+    count = [0]
+    lm_step = plugin._batch.gen.step
+
+    def counting(codes: torch.Tensor) -> torch.Tensor | None:
+        count[0] += 1
+        return lm_step(codes)
+
+    plugin._batch.gen.step = counting  # type: ignore[method-assign]
+    return count
+
+
 def signature(d: Listen | Speak) -> tuple[object, ...]:
     return ("listen",) if isinstance(d, Listen) else ("speak", d.tokens, d.audio.round(5).tobytes())
 
@@ -166,14 +179,14 @@ async def test_a_persona_is_prefilled_into_its_own_slot_only(tiny_checkpoint: Pa
     reference = await alone(tiny_checkpoint, 4)
     voices = tmp_path / "voices"
     voices.mkdir()
-    _write_wav(voices / "NATF0.wav", (0.1 * np.sin(np.arange(4_800) / 7)).astype(np.float32), 16_000)
+    _write_wav(voices / "NATF0.wav", (0.1 * np.sin(np.arange(10_800) / 7)).astype(np.float32), 24_000)
     plugin = model(tiny_checkpoint, slots="2", voices=str(voices))
     a, b = plugin.new_session(), plugin.new_session()
     b.configure(SamplingParams(), {"text_prompt": "you are a pirate", "voice_prompt": "NATF0"})
     await b.prepare()
     offsets = plugin._batch.gen._streaming_state.offsets.tolist()
     prompt = len(plugin._prompt_frames(b.persona))
-    assert offsets[b.slot] == prompt and offsets[a.slot] == 0
+    assert offsets[b.slot] == prompt - 1 and offsets[a.slot] == 0  # NVIDIA's first frame is never read
     got = [signature((await step(plugin, {a: i, b: i}))[a]) for i in range(4)]
     assert got == reference  # the neighbour's prefill changed nothing in this slot
     with pytest.raises(ValueError, match="before the session's first audio"):
@@ -200,15 +213,7 @@ async def test_a_prompt_frame_is_one_more_row_of_the_neighbours_ticks(tiny_check
         return [signature((await step(plugin, {b: i}))[b]) for i in range(6)]
 
     plugin = model(tiny_checkpoint, slots="2")
-    lm_steps = 0
-    lm_step = plugin._batch.gen.step
-
-    def counting(codes: torch.Tensor) -> torch.Tensor | None:
-        nonlocal lm_steps
-        lm_steps += 1
-        return lm_step(codes)
-
-    plugin._batch.gen.step = counting  # type: ignore[method-assign]
+    lm_steps = count_lm_steps(plugin)
     a, b = plugin.new_session(), plugin.new_session()
     b.configure(GREEDY, persona)
     prompt = len(plugin._prompt_frames(b.persona))
@@ -222,7 +227,7 @@ async def test_a_prompt_frame_is_one_more_row_of_the_neighbours_ticks(tiny_check
         ticks += 1
     await prefill
     assert ticks in (prompt, prompt + 1)  # one prompt frame per tick (the last may be seen a tick late) ...
-    assert lm_steps == 1 + ticks  # ... inside the neighbour's ticks, never a step of its own
+    assert lm_steps[0] == 1 + ticks  # ... inside the neighbour's ticks, never a step of its own
     assert heard == reference[: len(heard)]
     after = [signature((await step(plugin, {b: i}))[b]) for i in range(6)]
     assert after == await prompted_alone()
@@ -277,7 +282,7 @@ async def test_a_persona_that_went_in_before_is_copied_in_and_steps_the_same(
     checkpoint = tiny_checkpoint if layout == "moshi" else tiny_checkpoint_dep16
     voices = tmp_path / "voices"
     voices.mkdir()
-    _write_wav(voices / "NATF0.wav", (0.1 * np.sin(np.arange(4_800) / 7)).astype(np.float32), 24_000)
+    _write_wav(voices / "NATF0.wav", (0.1 * np.sin(np.arange(10_800) / 7)).astype(np.float32), 24_000)
     persona = {"text_prompt": "you are a pirate", "voice_prompt": "NATF0"}
 
     async def prompted(plugin: MoshiModel, session: MoshiSession) -> list[tuple[object, ...]]:
@@ -292,23 +297,15 @@ async def test_a_persona_that_went_in_before_is_copied_in_and_steps_the_same(
     assert expected != [signature((await step(without, {plain: i}))[plain]) for i in range(8)]
 
     plugin = model(checkpoint, slots="2", voices=str(voices))
-    lm_steps = 0
-    lm_step = plugin._batch.gen.step
-
-    def counting(codes: torch.Tensor) -> torch.Tensor | None:
-        nonlocal lm_steps
-        lm_steps += 1
-        return lm_step(codes)
-
-    plugin._batch.gen.step = counting  # type: ignore[method-assign]
+    lm_steps = count_lm_steps(plugin)
     first = plugin.new_session()
     assert await prompted(plugin, first) == expected
     await first.aclose()
-    steps_before = lm_steps
+    steps_before = lm_steps[0]
     second = plugin.new_session()  # the same slot, reset for it
     second.configure(GREEDY, persona)
     await second.prepare()
-    assert lm_steps == steps_before  # copied in, not stepped
+    assert lm_steps[0] == steps_before  # copied in, not stepped
     assert [signature((await step(plugin, {second: i}))[second]) for i in range(8)] == expected
 
 
@@ -322,7 +319,8 @@ async def test_a_personaplex_layout_checkpoint_loads_hears_the_user_and_decodes_
     out = [(await step(plugin, {a: i}))[a] for i in range(4)]
     assert any(isinstance(d, Speak) and len(d.audio) == 1920 for d in out)
     # The user's codes reach the LM: after each step the cache holds the codes the codec gave for the
-    # user's frame at their delays, where the depformer had written its own predictions of them.
+    # user's frame before (NVIDIA's model hears a frame one step late) at their delays, where the
+    # depformer had written its own predictions of them.
     encoded: list[torch.Tensor] = []
     encode = batch.mimi.encode
 
@@ -336,11 +334,13 @@ async def test_a_personaplex_layout_checkpoint_loads_hears_the_user_and_decodes_
     delays = batch.lm.delays[first:]
     for i in range(4, 8):
         await step(plugin, {a: i})
+        if len(encoded) < 2:
+            continue
         offset = int(state.offsets[a.slot])
         ct = state.cache.shape[2]
         for k, d in enumerate(delays):
             position = (offset - 1 + d) % ct
-            assert int(state.cache[a.slot, first + k, position]) == int(encoded[-1][a.slot, k, 0])
+            assert int(state.cache[a.slot, first + k, position]) == int(encoded[-2][a.slot, k, 0])
 
 
 def test_a_missing_checkpoint_file_is_named_with_how_to_fetch_it(
@@ -429,3 +429,39 @@ def test_a_prompt_longer_than_the_context_is_refused_with_a_code(tiny_checkpoint
     with pytest.raises(ValueError, match="prompt_too_long"):
         s.configure(SamplingParams(), {"text_prompt": long})
     assert s.persona.text == "be brief"
+
+
+async def test_a_voice_is_read_off_the_event_loop_and_configure_only_checks_its_name(
+    tiny_checkpoint: Path, tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """`configure` (on the event loop) reads no voice; `prepare` reads it on a worker thread, so the loop
+    runs meanwhile: the reader here waits for a coroutine on the loop, which could never run if the
+    reading held the loop."""
+    import asyncio
+    import threading
+
+    from duplexkit.models.moshi import plugin as plugin_module
+
+    voices = tmp_path / "voices"
+    voices.mkdir()
+    _write_wav(voices / "NATF0.wav", (0.1 * np.sin(np.arange(10_800) / 7)).astype(np.float32), 24_000)
+    plugin = model(tiny_checkpoint, slots="1", voices=str(voices))
+    s = plugin.new_session()
+    loop_ran = threading.Event()
+    read = plugin_module.read_voice_file
+
+    def slow_read(path: Path) -> np.ndarray:
+        assert loop_ran.wait(10), "the event loop was held while the voice was read"
+        return read(path)
+
+    monkeypatch.setattr(plugin_module, "read_voice_file", slow_read)
+    s.configure(SamplingParams(), {"voice_prompt": "NATF0"})
+    assert s.persona.voice is None and s.persona.voice_name == "NATF0"
+
+    async def on_the_loop() -> None:
+        await asyncio.sleep(0)
+        loop_ran.set()
+
+    await asyncio.gather(s.prepare(), on_the_loop())
+    assert s.persona.voice is not None
+    assert plugin._batch.gen._streaming_state.offsets[s.slot] == len(plugin._prompt_frames(s.persona)) - 1

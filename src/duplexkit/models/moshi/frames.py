@@ -15,10 +15,14 @@ FRAME_SAMPLES = 1920
 class ForcedFrame:
     """A prompt frame stepped with its inputs and outputs forced (persona prefill), as NVIDIA's PersonaPlex
     server steps its system prompts: the agent's audio (a voice prompt's frame, or `None`: the silence
-    codes), the text token; the user's channel always carries the sine codes."""
+    codes), the text token; the user's channel always carries the sine codes. A frame of a voice NVIDIA's
+    server saved (`.pt`) comes as codes instead of audio (`agent_codes`) and with the transformer input
+    it saved for that step (`embedding`, [dim]), which replaces the one the slot's cache would give."""
 
     agent_pcm: npt.NDArray[np.float32] | None
     text_id: int
+    agent_codes: tuple[int, ...] | None = None
+    embedding: npt.NDArray[np.float32] | None = None
 
 
 @dataclass(frozen=True, slots=True)

@@ -14,13 +14,11 @@ import asyncio
 import base64
 import contextlib
 import functools
-import io
 import logging
 import math
 import os
 import re
 import time
-import wave
 from collections import OrderedDict, deque
 from collections.abc import AsyncIterator, Mapping, Sequence
 from concurrent.futures import ThreadPoolExecutor
@@ -45,6 +43,13 @@ from duplexkit.models.moshi.checkpoint import Checkpoint, resolve
 from duplexkit.models.moshi.decide import FrameOutput, SpeechTracker
 from duplexkit.models.moshi.frames import FRAME_SAMPLES, ForcedFrame, SlotFrame
 from duplexkit.models.moshi.params import FRAME_MS, PARAMETERS, MoshiArgs, Sampling
+from duplexkit.models.moshi.voices import (
+    SavedVoice,
+    check_saved_voice,
+    read_saved_voice,
+    read_voice_bytes,
+    read_voice_file,
+)
 from duplexkit.protocol.audio import resample
 
 if TYPE_CHECKING:
@@ -60,17 +65,24 @@ log = logging.getLogger("duplexkit.models.moshi")
 _VOICE_NAME = re.compile(r"^[A-Za-z0-9][A-Za-z0-9_.-]{0,63}$")
 
 
+Voice = npt.NDArray[np.float32] | SavedVoice
+"""A voice prompt read: its audio (24 kHz, normalised as NVIDIA's server does), or a voice NVIDIA's
+server saved (`.pt`: its transformer inputs and token cache)."""
+
+
 @dataclass(frozen=True, slots=True, eq=False)
 class Persona:
-    """A PersonaPlex-style system prompt: the voice the agent "said" first, then its text prompt."""
+    """A PersonaPlex-style system prompt: the voice the agent "said" first, then its text prompt. The
+    voice is named when a session asks for it and read in `MoshiSession.prepare` (off the event loop):
+    `voice` is `None` until then."""
 
     text: str = ""
-    voice: npt.NDArray[np.float32] | None = None
+    voice: Voice | None = None
     voice_name: str = ""
 
     @property
     def empty(self) -> bool:
-        return not self.text and self.voice is None
+        return not self.text and not self.voice_name
 
     @property
     def key(self) -> tuple[str, str]:
@@ -128,13 +140,10 @@ class MoshiSession(ModelSession):
                 "captured with it); a session may change temp_text and top_k_text"
             )
         persona = self._persona(sampling, extra_body)
-        if persona.key != self.persona.key:
-            prompt = len(plugin._prompt_frames(persona))
-            if prompt > plugin.context_frames:
-                raise ValueError(
-                    f"text_prompt/voice_prompt: the persona's prompt is {prompt} frames and this model's "
-                    f"context holds {plugin.context_frames}: shorten it (prompt_too_long)"
-                )
+        if persona.key == self.persona.key:
+            persona = self.persona  # the same persona: its voice stays read
+        else:
+            plugin.check_prompt_length(persona)
         if persona.key != self.persona.key and self.frames > 0:
             if "text_prompt" in extra_body or "voice_prompt" in extra_body:
                 raise ValueError(
@@ -170,10 +179,18 @@ class MoshiSession(ModelSession):
         if voice is not None and voice != persona.voice_name:
             if not isinstance(voice, str):
                 raise ValueError("voice_prompt: must be a voice name or a data:audio/wav;base64 URI")
-            persona = replace(persona, voice=self._plugin.voice(voice), voice_name=voice)
+            self._plugin.check_voice(voice)
+            persona = replace(persona, voice=None, voice_name=voice)
         return persona
 
     async def prepare(self) -> None:
+        """Read the persona's voice (file and DSP work, on a worker thread: never on the event loop) and
+        prefill the slot with the persona; a voice that cannot be read is a `ValueError`."""
+        if self.persona.voice_name and self.persona.voice is None:
+            voice = await asyncio.to_thread(self._plugin.voice, self.persona.voice_name)
+            persona = replace(self.persona, voice=voice)
+            self._plugin.check_prompt_length(persona)
+            self.persona = persona
         if self.persona.key != self._prefilled and self.frames == 0:
             if self._prefilled is not None and self._prefilled != ("", ""):
                 self._plugin.reset_later(self.slot)  # another persona went in already: start clean
@@ -298,6 +315,7 @@ class MoshiModel(ModelPlugin):
             voice=self.voice(args.voice_prompt) if args.voice_prompt else None,
             voice_name=args.voice_prompt,
         )
+        """Read once here, so a bad `voice_prompt` argument fails at startup."""
 
     @staticmethod
     def _batch_wait_ms(args: MoshiArgs) -> float:
@@ -493,35 +511,71 @@ class MoshiModel(ModelPlugin):
         return bool(self.args.voices) and bool(_VOICE_NAME.match(spec)) and self._voice_path(spec).is_file()
 
     def _voice_path(self, name: str) -> Path:
-        return Path(self.args.voices) / (name if name.endswith(".wav") else f"{name}.wav")
+        """A voice's file: the name as given when it has a suffix (NVIDIA's server joins the client's
+        `voice_prompt` to its folder as it is: `NATF0.pt`, `NATF0.wav`), else `NAME.wav`, or `NAME.pt`
+        where only that is there (a folder unpacked from PersonaPlex's `voices.tgz`)."""
+        folder = Path(self.args.voices)
+        if Path(name).suffix:
+            return folder / name
+        wav, saved = folder / f"{name}.wav", folder / f"{name}.pt"
+        return saved if saved.is_file() and not wav.is_file() else wav
 
-    def voice(self, spec: str) -> npt.NDArray[np.float32]:
-        """A voice prompt's audio at 24 kHz: a name in the server's `voices` folder (`NAME.wav`), or a
-        `data:audio/wav;base64,...` URI. `ValueError` names what is wrong."""
+    def check_voice(self, spec: str) -> None:
+        """What can be said of a voice prompt without reading it (cheap: on the event loop): the URI's
+        header, or the name and the file's presence in the `voices` folder. `ValueError` names what is
+        wrong; `voice` reads it."""
         if spec.startswith("data:"):
-            header, _, payload = spec.partition(",")
-            if header != "data:audio/wav;base64":
+            if spec.partition(",")[0] != "data:audio/wav;base64":
                 raise ValueError("voice_prompt: a data URI must be data:audio/wav;base64,...")
-            try:
-                return _read_wav(base64.b64decode(payload, validate=True))
-            except (ValueError, wave.Error, EOFError) as exc:
-                raise ValueError(f"voice_prompt: not a PCM16 WAV: {exc}") from None
+            return
         if not self.args.voices:
             raise ValueError("voice_prompt: this server has no voices folder (--model-arg voices=DIR)")
         if not _VOICE_NAME.match(spec):
             raise ValueError(f"voice_prompt: {spec!r} is not a voice name")
-        if spec.endswith(".pt"):
-            raise ValueError(
-                f"voice_prompt: {spec}: PersonaPlex's .pt voice embeddings are not served here; put the "
-                f"voice as a WAV in the voices folder ({spec[:-3]}.wav) and ask for {spec[:-3]}"
-            )
         path = self._voice_path(spec)
-        try:
-            return _read_wav(path.read_bytes())
-        except FileNotFoundError:
-            raise ValueError(f"voice_prompt: no voice {spec!r} in the server's voices folder") from None
-        except (wave.Error, EOFError) as exc:
-            raise ValueError(f"voice_prompt: {path.name} is not a PCM16 WAV: {exc}") from None
+        if not path.is_file():
+            raise ValueError(f"voice_prompt: no voice {spec!r} in the server's voices folder")
+        if path.suffix == ".pt" and not self._batch.user_fed:
+            raise ValueError(
+                f"voice_prompt: {path.name} is a PersonaPlex voice (its saved inputs are PersonaPlex's); "
+                "this checkpoint has Moshi's layout"
+            )
+
+    def voice(self, spec: str) -> Voice:
+        """A voice prompt, read as NVIDIA's server reads it (`voices`): a name in the server's `voices`
+        folder (`NAME.wav`, or a file name: `NAME.pt` is a voice NVIDIA's server saved), or a
+        `data:audio/wav;base64,...` URI. Blocking (file and DSP work): off the event loop. `ValueError`
+        names what is wrong."""
+        self.check_voice(spec)
+        if spec.startswith("data:"):
+            try:
+                data = base64.b64decode(spec.partition(",")[2], validate=True)
+            except ValueError as exc:
+                raise ValueError(f"voice_prompt: the data URI is not base64: {exc}") from None
+            return read_voice_bytes(data)
+        path = self._voice_path(spec)
+        if path.suffix != ".pt":
+            return read_voice_file(path)
+        saved = read_saved_voice(path)
+        config = self.checkpoint.lm_config
+        check_saved_voice(
+            saved,
+            path.name,
+            dim=int(config["dim"]),
+            codebooks=int(config["n_q"]) + 1,
+            max_delay=max(config["delays"]),
+        )
+        return saved
+
+    def check_prompt_length(self, persona: Persona) -> None:
+        """A persona's prompt must fit the LM's context (a voice not read yet counts as no frames: it is
+        checked again once read). `ValueError` (prompt_too_long) otherwise."""
+        prompt = len(self._prompt_frames(persona))
+        if prompt > self.context_frames:
+            raise ValueError(
+                f"text_prompt/voice_prompt: the persona's prompt is {prompt} frames and this model's "
+                f"context holds {self.context_frames}: shorten it (prompt_too_long)"
+            )
 
     async def prefill(self, slot: int, persona: Persona) -> None:
         """Step the persona into `slot`, as PersonaPlex does before its handshake: the voice prompt's
@@ -560,7 +614,9 @@ class MoshiModel(ModelPlugin):
         pad = min(self.pad_ids - {0}, default=3)
         silence = [ForcedFrame(None, pad)] * PROMPT_SILENCE_FRAMES
         frames: list[ForcedFrame] = []
-        if persona.voice is not None:
+        if isinstance(persona.voice, SavedVoice):
+            frames += self._saved_voice_frames(persona.voice, pad)
+        elif persona.voice is not None:
             voice = persona.voice
             for start in range(0, len(voice), FRAME_SAMPLES):
                 frames.append(ForcedFrame(voice[start : start + FRAME_SAMPLES], pad))
@@ -568,6 +624,23 @@ class MoshiModel(ModelPlugin):
         if persona.text:
             frames += [ForcedFrame(None, int(i)) for i in self.tokenizer.encode(system_prompt(persona.text))]
         return frames + silence
+
+    def _saved_voice_frames(self, voice: SavedVoice, pad: int) -> list[ForcedFrame]:
+        """A saved voice's frames, as NVIDIA's `load_voice_prompt_embeddings` replays them: each frame
+        after the first with the transformer input saved for its step; its codes read back from the saved
+        cache, which NVIDIA's `LMGen` left at offset `frames` (position p in column p mod its size): what
+        is read after the voice, the last two frames' codes, is there; the earlier ones are never read
+        (their steps take the saved inputs)."""
+        delays = self.checkpoint.lm_config["delays"]
+        cache = voice.cache
+        columns = cache.shape[1]
+        agent_q = self._batch.agent_q
+        frames = []
+        for j in range(voice.frames):
+            codes = tuple(int(cache[1 + k, (j + delays[1 + k]) % columns]) for k in range(agent_q))
+            embedding = voice.embeddings[j - 1] if j > 0 else None
+            frames.append(ForcedFrame(None, pad, agent_codes=codes, embedding=embedding))
+        return frames
 
 
 def _settle(future: asyncio.Future[None], outcome: Exception | None) -> None:
@@ -591,16 +664,6 @@ def _frame(unit: Unit) -> npt.NDArray[np.float32]:
     if unit.sample_rate_hz != SAMPLE_RATE_HZ:
         return resample(unit.samples, unit.sample_rate_hz, SAMPLE_RATE_HZ)[:FRAME_SAMPLES]
     return unit.samples[:FRAME_SAMPLES]
-
-
-def _read_wav(data: bytes) -> npt.NDArray[np.float32]:
-    with wave.open(io.BytesIO(data)) as wav:
-        if wav.getsampwidth() != 2:
-            raise wave.Error("only 16-bit PCM is read")
-        pcm = np.frombuffer(wav.readframes(wav.getnframes()), dtype="<i2").astype(np.float32) / 32768.0
-        channels, rate = wav.getnchannels(), wav.getframerate()
-    mono = pcm.reshape(-1, channels).mean(axis=1).astype(np.float32)
-    return mono if rate == SAMPLE_RATE_HZ else resample(mono, rate, SAMPLE_RATE_HZ)
 
 
 def _number(name: str, raw: Any, low: float, high: float, *, whole: bool = False) -> float:

@@ -13,12 +13,22 @@ PersonaPlex server does not (it resets the codec after the prompt phase), so a P
 PersonaPlex's layout (`dep_q=16`, the depformer also predicting the user's 8 codebooks) takes the user's
 codes through the same cache the upstream `LMGen` keeps for generated tokens: the user's codebooks are
 written over the predicted ones, at their delays, before and after each step (`_feed_user`).
+
+NVIDIA's fork of `LMGen` places frames one step later than moshi 0.2.13's: its `step` writes a frame's
+tokens (text, agent, user) and runs the transformer on the frame *before*; its first step only writes.
+Stepping moshi's `LMGen` so that each transformer call sees what NVIDIA's sees (checked token for token
+against NVIDIA's loop in the tests) takes three things here. A prompt's first frame is encoded but not
+stepped, and each later prompt step forces the text and undelayed agent codebooks of its own frame and the
+delayed ones of the frame before (`_prompt_prev`); the first step after the prompt still carries the last
+prompt frame's delayed codebooks (`_carry`), as NVIDIA's provided tokens do. And a PersonaPlex slot is fed
+the user's codes one frame late (`_user_prev`, the sine's codes first): NVIDIA's model hears the user's
+frame on the step after the one that received it.
 """
 
 from __future__ import annotations
 
 import time
-from collections.abc import Iterable, Iterator, Mapping
+from collections.abc import Callable, Iterable, Iterator, Mapping
 from contextlib import ExitStack
 from dataclasses import dataclass
 
@@ -47,6 +57,8 @@ class SlotState:
 
     rows: tuple[tuple[str, int, torch.Tensor], ...]
     """(where: a streaming state's path and attribute, the batch dimension there, the slot's row)."""
+    carry: torch.Tensor | None = None
+    """The last prompt frame's codes, whose delayed codebooks the slot's next step still carries."""
 
     @property
     def nbytes(self) -> int:
@@ -83,6 +95,20 @@ class SlotBatch:
         )
         self.silence_codes, self.sine_codes = self._prompt_codes(published_mimi)
         """The agent's and the user's codes during prompt frames (see `_prompt_codes`)."""
+        self.agent_delayed = torch.tensor(lm.delays[1 : 1 + self.agent_q], device=self.device) > 0
+        """The agent codebooks read one frame late (NVIDIA's prompt phase gives them the frame before).
+        Moshi's and PersonaPlex's delays are 0 or 1: one frame back is all the prompt phase keeps."""
+        self._prompt_prev: dict[int, torch.Tensor] = {}
+        """Slots in their prompt phase: the agent codes of the prompt frame they stepped last."""
+        self._carry: dict[int, torch.Tensor] = {}
+        """Slots whose prompt just ended: the last prompt frame's codes, for its delayed codebooks."""
+        self._user_prev = self.sine_codes[None, :].repeat(slots, 1)
+        """PersonaPlex slots: the user's codes to feed on the slot's next step (see the module's note)."""
+        self._embedded = torch.zeros(slots, dtype=torch.bool, device=self.device)
+        self._embeddings = torch.zeros(slots, 1, lm.dim, dtype=lm.dtype, device=self.device)
+        """Rows whose transformer input is replaced this step, and by what (a saved voice's frames):
+        static buffers read by `_swap_embeddings`, so a CUDA graph of the LM's step still sees them."""
+        self._hook = lm.transformer.register_forward_pre_hook(self._swap_embeddings)
         self._first_frame: set[int] = set()
         """Moshi slots whose next frame is their first since a reset (the codec is reset after it)."""
         self._streams = ExitStack()
@@ -108,6 +134,7 @@ class SlotBatch:
 
     def close(self) -> None:
         """Leave streaming mode: the codec and LM can then be given to another `SlotBatch`."""
+        self._hook.remove()
         self._streams.close()
 
     def _steady_codes(self, pcm: npt.NDArray[np.float32]) -> torch.Tensor:
@@ -123,6 +150,9 @@ class SlotBatch:
         mask[slot] = True
         self.mimi.reset_streaming(mask)
         self.gen.reset_streaming(mask)
+        self._prompt_prev.pop(slot, None)
+        self._carry.pop(slot, None)
+        self._user_prev[slot] = self.sine_codes
         if not self.user_fed:
             self._first_frame.add(slot)
 
@@ -182,8 +212,14 @@ class SlotBatch:
             if first:  # as `moshi.server` does after a session's first frame: the codec starts again
                 self._first_frame.difference_update(first)
                 self.mimi.reset_streaming(self._mask(first))
-            self.gen.set_exec_mask(active | self._mask(forced))
-            tokens = self._lm_step(self._forced_inputs(codes, forced), forced, codes)
+            agent = {slot: self._agent_codes(f, codes[slot, :, 0]) for slot, f in forced.items()}
+            for slot in [s for s in forced if s not in self._prompt_prev]:  # NVIDIA steps no transformer
+                self._prompt_prev[slot] = agent.pop(slot)  # on a prompt's first frame
+            stepped = {slot: forced[slot] for slot in agent}
+            if not frames and not stepped:
+                return {}
+            self.gen.set_exec_mask(active | self._mask(stepped))
+            tokens = self._lm_step(self._forced_inputs(codes, frames, stepped), stepped, agent)
             texts = tokens[:, 0, 0].tolist()
             decodable = active & (tokens[:, 1 : 1 + self.agent_q, 0] >= 0).all(dim=1)
             audio = np.zeros((self.slots, FRAME_SAMPLES), dtype=np.float32)
@@ -202,22 +238,47 @@ class SlotBatch:
             for slot in frames
         }
 
-    def _forced_inputs(self, codes: torch.Tensor, forced: Mapping[int, ForcedFrame]) -> torch.Tensor:
-        """The user's channel for the LM: the encoded input, with the sine codes on forced rows."""
-        if not forced:
+    def _agent_codes(self, frame: ForcedFrame, encoded: torch.Tensor) -> torch.Tensor:
+        """A prompt frame's agent codes ([Mimi's codebooks]): its voice audio's, its saved codes, or the
+        silence codes."""
+        if frame.agent_pcm is not None:
+            return encoded
+        if frame.agent_codes is not None:
+            return torch.tensor(frame.agent_codes, dtype=torch.long, device=self.device)
+        return self.silence_codes
+
+    def _forced_inputs(
+        self,
+        codes: torch.Tensor,
+        frames: Mapping[int, object],
+        forced: Mapping[int, ForcedFrame],
+    ) -> torch.Tensor:
+        """The user's channel for the LM: the encoded input, the sine codes on forced rows; on PersonaPlex
+        rows the codes of the slot's frame before (the sine's after a reset), as NVIDIA's model hears."""
+        if not forced and not (self.user_fed and frames):
             return codes
         user = codes.clone()
-        user[list(forced)] = self.sine_codes[:, None].to(user.dtype)
+        if self.user_fed and frames:
+            rows = list(frames)
+            user[rows, :, 0] = self._user_prev[rows]
+            self._user_prev[rows] = codes[rows, :, 0]
+        if forced:
+            user[list(forced)] = self.sine_codes[:, None].to(user.dtype)
         return user
 
     def prompted(self, slot: int) -> None:
-        """The prompt phase is over: the codec starts clean on the user's first real frame."""
+        """The prompt phase is over: the codec starts clean on the user's first real frame, and that
+        frame's step still carries the last prompt frame's delayed codebooks."""
         self.mimi.reset_streaming(self._mask([slot]))
+        if slot in self._prompt_prev:
+            self._carry[slot] = self._prompt_prev.pop(slot)
 
     def snapshot(self, slot: int) -> SlotState:
         """A copy of `slot`'s LM state (see `SlotState`)."""
+        carry = self._carry.get(slot)
         return SlotState(
-            tuple((where, dim, t.select(dim, slot).clone()) for where, t, dim in self._per_slot())
+            tuple((where, dim, t.select(dim, slot).clone()) for where, t, dim in self._per_slot()),
+            None if carry is None else carry.clone(),
         )
 
     def restore(self, slot: int, state: SlotState) -> None:
@@ -229,6 +290,8 @@ class SlotBatch:
         for where, dim, row in state.rows:
             tensor, _ = current[where]
             tensor.select(dim, slot).copy_(row)
+        if state.carry is not None:
+            self._carry[slot] = state.carry.clone()
 
     def _per_slot(self) -> Iterator[tuple[str, torch.Tensor, int]]:
         """Every per-slot tensor of the LM's streaming states (`LMGen`'s and its modules'): where it is,
@@ -250,32 +313,18 @@ class SlotBatch:
                     yield f"{path}.{attr}.end_offset", value.end_offset, 0
 
     def _lm_step(
-        self, user: torch.Tensor, forced: Mapping[int, ForcedFrame], encoded: torch.Tensor
+        self, user: torch.Tensor, forced: Mapping[int, ForcedFrame], agent: Mapping[int, torch.Tensor]
     ) -> torch.Tensor:
         """`LMGen.step` on the rows of its exec mask; on forced rows the sampled text and audio tokens are
-        overwritten (its text and audio hooks) before they enter the cache."""
-        if forced:
-            rows = torch.tensor(list(forced), dtype=torch.long, device=self.device)
-            text = torch.tensor([f.text_id for f in forced.values()], dtype=torch.long, device=self.device)
-            agent = torch.stack(
-                [
-                    encoded[slot, :, 0] if f.agent_pcm is not None else self.silence_codes
-                    for slot, f in forced.items()
-                ]
-            )
-            audio = torch.zeros(len(forced), self.lm.dep_q, dtype=torch.long, device=self.device)
-            audio[:, : self.agent_q] = agent[:, : self.agent_q]
-            if self.lm.dep_q > self.agent_q:  # PersonaPlex: the user's predicted codebooks are the sine's
-                audio[:, self.agent_q :] = self.sine_codes[: self.lm.dep_q - self.agent_q]
-
-            def force_text(tokens: torch.Tensor) -> None:
-                tokens.index_copy_(0, rows, text)
-
-            def force_audio(tokens: torch.Tensor) -> None:
-                tokens.index_copy_(0, rows, audio.to(tokens.dtype))
-
-            self.gen.on_text_hook, self.gen.on_audio_hook = force_text, force_audio
+        overwritten (its text and audio hooks) before they enter the cache, and a saved voice's frame
+        replaces the transformer's input (`_swap_embeddings`); a slot's first step after its prompt keeps
+        the prompt's delayed agent codebooks."""
+        state = self.gen._streaming_state
+        assert state is not None
+        carried = [slot for slot in self._carry if bool(state.exec_mask[slot])]
         try:
+            if forced or carried:
+                self.gen.on_text_hook, self.gen.on_audio_hook = self._forcing(forced, agent, carried)
             if self.user_fed:
                 self._feed_user(user, before=True)
             tokens = self.gen.step(user)
@@ -284,7 +333,45 @@ class SlotBatch:
                 self._feed_user(user, before=False)
         finally:
             self.gen.on_text_hook = self.gen.on_audio_hook = None
+            self._embedded.zero_()
         return tokens
+
+    def _forcing(
+        self, forced: Mapping[int, ForcedFrame], agent: Mapping[int, torch.Tensor], carried: list[int]
+    ) -> tuple[Callable[[torch.Tensor], None], Callable[[torch.Tensor], None]]:
+        """The text and audio hooks that force this step's prompt rows (and a saved voice's inputs), and
+        the delayed agent codebooks of the rows whose prompt ended on the step before."""
+        rows = torch.tensor(list(forced) + carried, dtype=torch.long, device=self.device)
+        keep = torch.zeros(len(rows), self.lm.dep_q, dtype=torch.bool, device=self.device)
+        audio = torch.zeros(len(rows), self.lm.dep_q, dtype=torch.long, device=self.device)
+        for i, slot in enumerate(forced):
+            now, before = agent[slot][: self.agent_q], self._prompt_prev[slot][: self.agent_q]
+            audio[i, : self.agent_q] = torch.where(self.agent_delayed, before, now)
+            self._prompt_prev[slot] = agent[slot]
+            if self.lm.dep_q > self.agent_q:  # PersonaPlex: the user's predicted codebooks are the sine's
+                audio[i, self.agent_q :] = self.sine_codes[: self.lm.dep_q - self.agent_q]
+            keep[i] = True
+            embedding = forced[slot].embedding
+            if embedding is not None:
+                self._embedded[slot] = True
+                self._embeddings[slot, 0] = torch.from_numpy(embedding).to(self._embeddings)
+        for i, slot in enumerate(carried, start=len(forced)):
+            audio[i, : self.agent_q] = self._carry.pop(slot)[: self.agent_q]
+            keep[i, : self.agent_q] = self.agent_delayed
+        text = torch.tensor([f.text_id for f in forced.values()], dtype=torch.long, device=self.device)
+
+        def force_text(tokens: torch.Tensor) -> None:
+            tokens.index_copy_(0, rows[: len(forced)], text)
+
+        def force_audio(tokens: torch.Tensor) -> None:
+            tokens[rows] = torch.where(keep, audio.to(tokens.dtype), tokens[rows])
+
+        return force_text, force_audio
+
+    def _swap_embeddings(self, module: torch.nn.Module, args: tuple[torch.Tensor, ...]) -> tuple[object, ...]:
+        """The LM transformer's forward pre-hook: rows in `_embedded` take their saved input instead."""
+        x = args[0]
+        return (torch.where(self._embedded[:, None, None], self._embeddings.to(x.dtype), x), *args[1:])
 
     def _feed_user(self, codes: torch.Tensor, *, before: bool) -> None:
         """Write the user's codes over the depformer's predictions of them, at their delays.

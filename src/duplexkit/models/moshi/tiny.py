@@ -95,6 +95,11 @@ GREEDY = {"temp": 0.0, "temp_text": 0.0}
 """The tiny checkpoints' `lm_gen_config`: greedy decoding, so a slot's outputs depend on its input only."""
 USER_EMBEDDING_SCALE = 30.0
 """How much the user's codebook embeddings are scaled: enough for the user's codes to move the text."""
+MEMORY_SCALE = 10.0
+"""With `remembers=True`: how much the LM's attention outputs and its text and agent embeddings are
+scaled. Without it the model remembers the user's earlier frames (their embeddings are scaled) but not its
+own text and audio tokens, which the user's embeddings drown: a persona's prompt (its text, its voice:
+the user's channel then carries the same sine whatever the persona) changes none of its outputs."""
 TINY_CONFIG_NAME = "tiny_config.json"
 """Where `write_published_layout` leaves the tiny LM's configuration: beside the folder, never in it (the
 published repos have no `config.json`); `--model-arg config=` names it, as `moshi.server --config-path`."""
@@ -126,8 +131,11 @@ def _teach_codebooks(mimi: Any) -> None:
         mimi.quantizer.eval()
 
 
-def write_tiny_checkpoint(folder: Path, *, dep_q: int = 4, seed: int = 0, context: int = 50) -> Path:
-    """Build and save a tiny random checkpoint that hears into `folder` (created); returns `folder`."""
+def write_tiny_checkpoint(
+    folder: Path, *, dep_q: int = 4, seed: int = 0, context: int = 50, remembers: bool = False
+) -> Path:
+    """Build and save a tiny random checkpoint that hears into `folder` (created); returns `folder`.
+    `remembers`: earlier frames (a persona's prompt) move its outputs too (see `MEMORY_SCALE`)."""
     os.environ.setdefault("NO_TORCH_COMPILE", "1")  # before moshi is imported: compiling costs ~20 s on CPU
     import sentencepiece
     import torch
@@ -146,6 +154,13 @@ def write_tiny_checkpoint(folder: Path, *, dep_q: int = 4, seed: int = 0, contex
         for emb in list(lm.emb)[n_agent:]:
             assert isinstance(emb, torch.nn.Embedding)
             emb.weight.mul_(USER_EMBEDDING_SCALE)
+        if remembers:
+            for emb in [lm.text_emb, *list(lm.emb)[:n_agent]]:
+                assert isinstance(emb, torch.nn.Embedding)
+                emb.weight.mul_(MEMORY_SCALE)
+            for name, weight in lm.transformer.named_parameters():
+                if ".self_attn.out_projs." in f".{name}":
+                    weight.mul_(MEMORY_SCALE)
     save_file({k: v.contiguous() for k, v in lm.state_dict().items()}, str(folder / "model.safetensors"))
     model = io.BytesIO()
     sentencepiece.SentencePieceTrainer.train(
