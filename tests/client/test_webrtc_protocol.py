@@ -197,9 +197,11 @@ def test_talk_over_webrtc_with_the_embedded_server(
     assert response["source"] == "server_request_start_and_client_receive"
     assert response["ttfp_ms"] >= 50.0 and response["audio_ms"] == pytest.approx(1500.0)
     # The reply is the track's frames from its first sound on, as heard: not the silence still on its way
-    # when `output_audio_buffer.started` arrived.
+    # when `output_audio_buffer.started` arrived. Within two frames: the adapter places the event
+    # `TRACK_LAG_FRAMES` after the frames received so far, and a loaded receiver may hold a frame or two more.
     first = next(i for i, (_, delta) in enumerate(track) if delta)
-    assert track[first][0] > 0.05 and track[first - 1][0] == 0.0
+    sound = next(i for i, (peak, _) in enumerate(track) if peak > 0.05)
+    assert abs(first - sound) <= 2, (first, sound)
     audio, _ = read_wav(out / "output.wav")
     assert np.abs(audio).max() > 0.05  # the reply heard on the server's track
     events = json.loads((out / "events.json").read_text())
