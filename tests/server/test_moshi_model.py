@@ -204,20 +204,25 @@ async def _slots_free(server: EmbeddedServer) -> None:
             await asyncio.sleep(0.02)
 
 
+async def _refused_on_api_chat(server: EmbeddedServer, query: str, reason: bytes) -> None:
+    """An `/api/chat` opening on `query` is refused: a kind 5 `invalid_value` naming `reason`, then close
+    1008, and every slot free at once."""
+    async with websockets.connect(server.url.replace("/v1/realtime", "/api/chat") + query) as ws:
+        refusal = await asyncio.wait_for(ws.recv(), 10)
+        assert isinstance(refusal, bytes) and refusal[0] == 5
+        assert refusal[1:].startswith(b"invalid_value:") and reason in refusal
+        with pytest.raises(websockets.ConnectionClosed):
+            await asyncio.wait_for(ws.recv(), 10)
+        assert ws.close_code == 1008
+    await _slots_free(server)
+
+
 async def test_a_refused_opening_ends_on_api_chat_and_the_websocket_with_the_slot_freed(
     server: EmbeddedServer,
 ) -> None:
     """PersonaPlex's client asks for `voice_prompt=NATF0.pt`; a server that cannot honour it says so (kind
     5 on `/api/chat`, a coded `error` on the WebSocket), closes with 1008, and the slot is free at once."""
-    chat = server.url.replace("/v1/realtime", "/api/chat") + "?text_prompt=hi&voice_prompt=NATF0.pt"
-    async with websockets.connect(chat) as ws:
-        refusal = await asyncio.wait_for(ws.recv(), 10)
-        assert isinstance(refusal, bytes) and refusal[0] == 5
-        assert refusal[1:].startswith(b"invalid_value:") and b"voice_prompt" in refusal
-        with pytest.raises(websockets.ConnectionClosed):
-            await asyncio.wait_for(ws.recv(), 10)
-        assert ws.close_code == 1008
-    await _slots_free(server)
+    await _refused_on_api_chat(server, "?text_prompt=hi&voice_prompt=NATF0.pt", b"voice_prompt")
     async with websockets.connect(server.url + "?autostart=0") as ws:
         update = {"type": "session.update", "session": {"extra_body": {"voice_prompt": "NATF0.pt"}}}
         await ws.send(json.dumps(update))
@@ -259,15 +264,7 @@ async def test_a_voice_that_cannot_be_read_is_a_coded_error_and_never_hangs_the_
     (voices / "BAD.wav").write_bytes(b"RIFF, but no audio")
     plugin = load_model("moshi", {"checkpoint": str(checkpoint), "slots": "2", "voices": str(voices)})
     async with EmbeddedServer(plugin, ServerConfig(max_sessions=2)) as srv:
-        chat = srv.url.replace("/v1/realtime", "/api/chat") + "?voice_prompt=BAD"
-        async with websockets.connect(chat) as ws:
-            refusal = await asyncio.wait_for(ws.recv(), 10)
-            assert isinstance(refusal, bytes) and refusal[0] == 5
-            assert refusal[1:].startswith(b"invalid_value:") and b"BAD.wav is not an audio file" in refusal
-            with pytest.raises(websockets.ConnectionClosed):
-                await asyncio.wait_for(ws.recv(), 10)
-            assert ws.close_code == 1008
-        await _slots_free(srv)
+        await _refused_on_api_chat(srv, "?voice_prompt=BAD", b"BAD.wav is not an audio file")
         async with websockets.connect(srv.url) as ws:
             assert json.loads(await ws.recv())["type"] == "session.created"
             bad = {"type": "session.update", "session": {"extra_body": {"voice_prompt": "BAD"}}}

@@ -14,6 +14,7 @@ os.environ.setdefault("NO_TORCH_COMPILE", "1")  # read as moshi is imported: as 
 pytest.importorskip("moshi")
 
 from duplexkit.models import load_model
+from duplexkit.models.moshi.frames import SlotFrame
 from duplexkit.models.moshi.plugin import MoshiModel
 from duplexkit.models.moshi.tiny import write_tiny_checkpoint
 from tests.models.moshi.reference import assert_hears
@@ -48,3 +49,18 @@ def _slots_hear(checkpoint: Path, frames: int = 10) -> None:
         differing += out[a.slot].text_id != out[b.slot].text_id
     plugin._executor.shutdown()
     assert differing >= (frames - 1) // 2, f"the PersonaPlex-layout model barely hears ({differing})"
+
+
+def record_outputs(plugin: MoshiModel) -> dict[int, list[SlotFrame]]:
+    """Record every slot's raw outputs (text id, agent codes) as the torch edge returns them."""
+    seen: dict[int, list[SlotFrame]] = {}
+    step = plugin._batch.step
+
+    def recording(groups, occupied, forced=None):  # type: ignore[no-untyped-def]
+        out = step(groups, occupied, forced)
+        for slot, frame in out.items():
+            seen.setdefault(slot, []).append(frame)
+        return out
+
+    plugin._batch.step = recording  # type: ignore[method-assign]
+    return seen

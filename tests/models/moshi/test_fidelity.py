@@ -15,6 +15,7 @@ from duplexkit.engine import Fence, Unit
 from duplexkit.models import BatchItem, load_model
 from duplexkit.models.moshi.frames import SlotFrame
 from duplexkit.models.moshi.plugin import MoshiModel, MoshiSession
+from tests.models.moshi.conftest import record_outputs
 from tests.models.moshi.reference import moshi_server_loop
 
 FRAMES = 10
@@ -30,21 +31,6 @@ def _streams() -> list[npt.NDArray[np.float32]]:
     ]
 
 
-def _spy(plugin: MoshiModel) -> dict[int, list[SlotFrame]]:
-    """Record every slot's raw outputs (text id, agent codes) as the torch edge returns them."""
-    seen: dict[int, list[SlotFrame]] = {}
-    step = plugin._batch.step
-
-    def recording(groups, occupied, forced=None):  # type: ignore[no-untyped-def]
-        out = step(groups, occupied, forced)
-        for slot, frame in out.items():
-            seen.setdefault(slot, []).append(frame)
-        return out
-
-    plugin._batch.step = recording  # type: ignore[method-assign]
-    return seen
-
-
 def _as_reference(frames: list[SlotFrame]) -> list[tuple[int, tuple[int, ...]] | None]:
     return [None if f.text_id == -2 else (f.text_id, f.codes) for f in frames]
 
@@ -58,7 +44,7 @@ async def test_sessions_alone_joining_and_frozen_equal_moshi_servers_loop(tiny_c
     assert reference[0] != reference[1] != reference[2]
     plugin = load_model("moshi", {"checkpoint": str(tiny_checkpoint), "slots": "3"})
     assert isinstance(plugin, MoshiModel)
-    seen = _spy(plugin)
+    seen = record_outputs(plugin)
     sessions: list[MoshiSession] = []
     sent = [0, 0, 0]
     # Session 0 starts alone; 1 joins at tick 3, 2 at tick 5; 0 misses ticks 6 and 7 (frozen).

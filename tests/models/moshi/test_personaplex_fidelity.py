@@ -19,10 +19,9 @@ import websockets
 
 from duplexkit.engine import Fence, Unit
 from duplexkit.models import BatchItem, load_model
-from duplexkit.models.moshi.frames import SlotFrame
 from duplexkit.models.moshi.plugin import MoshiModel, system_prompt
 from duplexkit.models.moshi.tiny import write_tiny_checkpoint
-from tests.models.moshi.conftest import _slots_hear
+from tests.models.moshi.conftest import _slots_hear, record_outputs
 from tests.models.moshi.nvidia_reference import NvidiaLMGen, load, prompt_codes, server_loop
 from tests.models.moshi.test_personaplex_prompt import _write_voice
 
@@ -95,20 +94,6 @@ def setup(checkpoint: Path, tmp_path_factory: pytest.TempPathFactory) -> tuple[P
     return voices, nvidia
 
 
-def _spy(plugin: MoshiModel) -> dict[int, list[SlotFrame]]:
-    seen: dict[int, list[SlotFrame]] = {}
-    step = plugin._batch.step
-
-    def recording(groups, occupied, forced=None):  # type: ignore[no-untyped-def]
-        out = step(groups, occupied, forced)
-        for slot, frame in out.items():
-            seen.setdefault(slot, []).append(frame)
-        return out
-
-    plugin._batch.step = recording  # type: ignore[method-assign]
-    return seen
-
-
 async def test_personaplex_sessions_equal_nvidias_server_with_wav_and_pt_voices(
     checkpoint: Path, setup: tuple[Path, Nvidia]
 ) -> None:
@@ -120,7 +105,7 @@ async def test_personaplex_sessions_equal_nvidias_server_with_wav_and_pt_voices(
     assert nvidia.run(voices / "ZERO.pt", streams[0]) != reference[0]  # and the embeddings matter here
     plugin = load_model("moshi", {"checkpoint": str(checkpoint), "slots": "2", "voices": str(voices)})
     assert isinstance(plugin, MoshiModel)
-    seen = _spy(plugin)
+    seen = record_outputs(plugin)
     a, b = plugin.new_session(), plugin.new_session()
     greedy = plugin.default_sampling  # the checkpoint's: a client's temperature would sample
     a.configure(greedy, {"text_prompt": TEXT, "voice_prompt": "NATF0.wav"})
