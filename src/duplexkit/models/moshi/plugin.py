@@ -461,7 +461,8 @@ class MoshiModel(ModelPlugin):
         error = RuntimeError("the model's tick was cancelled") if tick.cancelled() else tick.exception()
         if error is not None:
             reason = error if isinstance(error, Exception) else RuntimeError(repr(error))
-            for job in last.values():
+            for slot, job in last.items():  # its last frame may not be in: the slot starts clean next
+                self._needs_reset.add(slot)
                 _settle(job.done, reason)
             for slot in forced - set(last):
                 self._drop_prompt(slot, reason)
