@@ -104,6 +104,19 @@ def test_cleared_ends_a_reply_and_a_late_stopped_is_held_to_the_audio_said() -> 
     assert _call(frames, channel) == [response_id for response_id, _ in frames]
 
 
+def test_a_stopped_placed_a_frame_early_by_a_loaded_receiver_leaves_the_said_reply_whole() -> None:
+    # The receiver let one frame less through before `stopped` came (it was busy): by its arrival the event
+    # names r1's last frame as the one after it. r1 said it made 100 ms: five frames, all of them its.
+    frames: list[Frame] = [(None, 0.0)] * 4 + [("r1", 0.3)] * 5 + [(None, 0.0)] * 6
+    channel = {
+        1: [_event("response.created", response={"id": "r1"})],
+        4: [_started("r1")],
+        6: [_done("r1", audio_ms=100.0)],
+        7: [_event("output_audio_buffer.stopped", response_id="r1")],  # sent with frame 8, arrived early
+    }
+    assert _call(frames, channel) == [response_id for response_id, _ in frames]
+
+
 def test_urls_name_the_calls_endpoint() -> None:
     adapter = protocol_for("webrtc", "ws://h:1/v1/realtime")
     assert adapter.url("ws://h:1/v1/realtime", model="m") == "http://h:1/v1/realtime/calls?model=m"

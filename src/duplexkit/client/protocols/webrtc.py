@@ -17,9 +17,10 @@ the server's request metrics, come on the channel). Deltas made from the track c
 
 Which frames are a response's: where the server says (OpenAI's `output_audio_buffer.started`, `.stopped`
 and `.cleared`, by `response_id`), a response's audio is the frames the track sent from `started` to
-`stopped` (its last frame included, and no more frames than the `output_audio_ms` its `response.done`
-said, where it says: a `stopped` sent once the response finished after its audio had run out comes late)
-or to `cleared` (no frame after it). Each event was sent as the
+`stopped` (its last frame included) or, where its `response.done` said the `output_audio_ms` it made,
+exactly that many frames from `started` (the count is exact; `stopped` is placed by its arrival, which a
+loaded receiver shifts by a frame, and one sent once the response finished after its audio had run out
+comes late), cut short by `cleared` (no frame after it). Each event was sent as the
 server's track sent a frame, which reaches this client `TRACK_LAG_FRAMES` frames after the event: the
 frames before it were already on their way. Audio level plays no part, so a reply that starts quiet or
 pauses is whole. A server that sends none of these events (the first one switches them on for the call)
@@ -86,14 +87,26 @@ class _Reply:
 @dataclass(slots=True)
 class _Span:
     """A response's frames on the track, as the server's `output_audio_buffer` events said: frame indices
-    counted from the first frame this client received, `end` exclusive (`None`: not said yet)."""
+    counted from the first frame this client received, `end` exclusive (`None`: not said yet).
+
+    Where the finished response said how much audio it made, that count ends it rather than `stopped`:
+    the count is exact, while `stopped` is placed by its arrival among the track's frames, which a loaded
+    receiver shifts by a frame or two (and a `stopped` sent after the audio had run out comes late).
+    A cut (`cleared`, or the next response's `started`) still ends it where it came."""
 
     id: str
     start: int
-    end: int | None = None
+    said: int | None = None
+    """The frames the finished response said it made (`None`: not said)."""
+    stopped: int | None = None
+    cut: int | None = None
 
-    def close(self, end: int) -> None:
-        self.end = max(self.start, end if self.end is None else min(self.end, end))
+    @property
+    def end(self) -> int | None:
+        """Exclusive; `None`: not said yet."""
+        natural = self.stopped if self.said is None else self.start + self.said
+        ends = [e for e in (natural, self.cut) if e is not None]
+        return max(self.start, min(ends)) if ends else None
 
 
 class WebRTCProtocol(ProtocolAdapter):
@@ -181,8 +194,7 @@ class WebRTCProtocol(ProtocolAdapter):
             reply.audio_ms = _said_ms(data)
 
     def _said(self, response_id: str | None, audio_ms: float | None) -> None:
-        """A finished response said how much audio it made: its span holds no more frames than that (a
-        `stopped` sent once the response finished, after its audio had run out, comes late)."""
+        """A finished response said how much audio it made: its span holds that many frames (`_Span`)."""
         if response_id is None or audio_ms is None:
             return
         span = next((s for s in reversed(self._spans or []) if s.id == response_id), None)
@@ -190,7 +202,7 @@ class WebRTCProtocol(ProtocolAdapter):
             if audio_ms > 0:
                 self._said_ms[response_id] = audio_ms
         else:
-            span.close(span.start + math.ceil(audio_ms / FRAME_MS - 1e-6))
+            span.said = math.ceil(audio_ms / FRAME_MS - 1e-6)
 
     def _playout(self, kind: str, response_id: str | None) -> None:
         """An `output_audio_buffer` event: it names the frame the track sent as it was sent, the one
@@ -204,13 +216,17 @@ class WebRTCProtocol(ProtocolAdapter):
         if kind == "output_audio_buffer.started":
             for earlier in self._spans:
                 if earlier.end is None:
-                    earlier.close(at)  # the track carries one response's audio at a time
+                    earlier.cut = at  # the track carries one response's audio at a time
             self._spans.append(_Span(response_id, at))
             self._said(response_id, self._said_ms.pop(response_id, None))
             return
         span = next((s for s in reversed(self._spans) if s.id == response_id), None)
-        if span is not None:  # `stopped` follows the reply's last frame; `cleared`, what it had sent
-            span.close(at + 1 if kind == "output_audio_buffer.stopped" else at)
+        if span is None:
+            return
+        if kind == "output_audio_buffer.stopped":
+            span.stopped = at + 1  # it follows the reply's last frame
+        else:
+            span.cut = at  # `cleared`: nothing after what the track had sent
 
     def _track_frame(self, pcm: bytes) -> list[dict[str, Any]]:
         samples = decode_audio(pcm, "pcm16")
