@@ -6,7 +6,8 @@ the calls endpoint). The worklet is another file, served from the same origin be
 run inline code without allowing `blob:` scripts; the transport (`transport.js`: a WebRTC call when the
 server offers one, else the WebSocket) is the third, kept apart from the page's script. Whether the server
 wants an API key, and whether it offers calls, are written into the page, since a browser cannot tell a
-refused WebSocket handshake from an unreachable server.
+refused WebSocket handshake from an unreachable server; so are the error codes that report a race duplex
+makes expected (`BENIGN_CODES`), which the page counts instead of raising an alert.
 """
 
 from __future__ import annotations
@@ -16,6 +17,7 @@ import hashlib
 import html
 from importlib.resources import files
 
+from duplexkit.protocol.errors import BENIGN_CODES
 from duplexkit.server.edge import HttpResponse
 
 PAGE_PATHS = ("/", "/playground")
@@ -67,6 +69,7 @@ def render_page(*, model: str, auth_required: bool, webrtc: bool) -> str:
     page = _TEMPLATE.replace("{auth}", "required" if auth_required else "none")
     page = page.replace("{webrtc}", "available" if webrtc else "none")
     page = page.replace("{model}", html.escape(model, quote=True))
+    page = page.replace("{benign}", " ".join(sorted(code.value for code in BENIGN_CODES)))
     return page.replace("{style}", _CSS).replace("{script}", _JS)
 
 

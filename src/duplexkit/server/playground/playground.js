@@ -15,11 +15,13 @@
   let toolResults = {}; // the Tools field: name -> the fixed result a call of it is answered with
   const KEY_STORE = "duplexkit.playground.api-key";
   const authRequired = root.dataset.auth === "required";
+  // Error codes that report a race duplex makes expected (the server's BENIGN_CODES): counted, never an alert.
+  const BENIGN_CODES = new Set((root.dataset.benign || "").split(" ").filter(Boolean));
 
   // What the page observed; read by people through the stats panel, and by the browser test.
   const stats = {
     appends: 0, sentMs: 0, speechChunks: 0, receivedMs: 0, workletReceived: 0, workletPeak: 0,
-    playedMs: 0, acksSent: 0, acksAcknowledged: 0, acknowledgedMs: {}, truncatedAtMs: {}, acksTooLate: 0, errors: [], units: { listen: 0, speak: 0 },
+    playedMs: 0, acksSent: 0, acksAcknowledged: 0, acknowledgedMs: {}, truncatedAtMs: {}, acksTooLate: 0, benign: {}, errors: [], units: { listen: 0, speak: 0 },
     closed: null, transport: null, fallback: null, webrtc: window.duplexkitTransport.webrtcStats,
     heard: window.duplexkitTransport.heard,
   };
@@ -732,8 +734,9 @@
   }
 
   function serverError(conn, error) {
-    if (error.code === "playback_ack_too_late") {
-      stats.acksTooLate += 1;
+    if (BENIGN_CODES.has(error.code)) {
+      if (error.code === "playback_ack_too_late") stats.acksTooLate += 1;
+      stats.benign[error.code] = (stats.benign[error.code] || 0) + 1;
       renderStats();
       return;
     }
