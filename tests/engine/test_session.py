@@ -605,20 +605,20 @@ def test_the_session_continues_after_an_interrupt() -> None:
     assert only(events, "response.done").response.status == "completed"
 
 
-def test_response_cancel_with_nothing_active_is_no_active_response() -> None:
+def test_response_cancel_with_nothing_active_is_response_cancel_not_active() -> None:
     h = Harness()
     [error] = h.send("response.cancel", event_id="evt_9").events
-    assert (error.error.code, error.error.event_id) == (ErrorCode.NO_ACTIVE_RESPONSE, "evt_9")
+    assert (error.error.code, error.error.event_id) == (ErrorCode.RESPONSE_CANCEL_NOT_ACTIVE, "evt_9")
     assert types(h.send("session.heartbeat").events) == ["session.heartbeat_ack"]
     assert types(h.step(h.unit(), speak("Hi", 100), at=1.0))[0] == "response.created"
 
 
-def test_response_cancel_of_another_response_is_no_active_response_and_keeps_the_active_one() -> None:
+def test_response_cancel_of_another_response_is_response_cancel_not_active_and_keeps_the_active_one() -> None:
     h = Harness()
     response_id = h.open_response()
     epoch = h.engine.fence.epoch
     [error] = h.send("response.cancel", response_id="resp_other").events
-    assert (error.error.code, error.error.param) == (ErrorCode.NO_ACTIVE_RESPONSE, "response_id")
+    assert (error.error.code, error.error.param) == (ErrorCode.RESPONSE_CANCEL_NOT_ACTIVE, "response_id")
     assert (h.engine.active_response_id, h.engine.fence.epoch) == (response_id, epoch)
     [done] = [
         e for e in h.send("response.cancel", response_id=response_id).events if e.type == "response.done"

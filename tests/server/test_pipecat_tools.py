@@ -8,12 +8,15 @@ Pipecat is installed without its dependencies (the Makefile's NODEPS); its realt
 models (`event_id` on each; a GA `audio/pcm` format only at `rate: 24000`, so a GA session must start at
 OpenAI's 24 kHz), `conversation.item.added` with the `function_call` before
 `response.function_call_arguments.done`, a `response.done` for every `response.create` (it holds the next
-one until then; its first follows a text message item, with no audio), and no `error` (any is fatal to it).
+one until then; its first follows a text message item, with no audio), and no `error` (any is fatal to it)
+but OpenAI's `response_cancel_not_active` and `conversation_already_has_active_response`, which it logs:
+with its own turn detection it sends `response.cancel` at every interruption, a response active or not.
 """
 
 from __future__ import annotations
 
 import asyncio
+from collections.abc import Awaitable, Callable
 from typing import Any
 
 import pytest
@@ -30,6 +33,7 @@ from pipecat.frames.frames import (
     EndFrame,
     ErrorFrame,
     Frame,
+    InterruptionFrame,
     LLMContextFrame,
     TTSAudioRawFrame,
     TTSTextFrame,
@@ -40,6 +44,14 @@ from pipecat.processors.aggregators.llm_context import LLMContext
 from pipecat.processors.aggregators.llm_response_universal import LLMContextAggregatorPair
 from pipecat.processors.frame_processor import FrameDirection, FrameProcessor
 from pipecat.services.llm_service import FunctionCallParams
+from pipecat.services.openai.realtime.events import (
+    AudioConfiguration,
+    AudioInput,
+    ConversationItem,
+    ConversationItemCreateEvent,
+    ItemContent,
+    SessionProperties,
+)
 from pipecat.services.openai.realtime.llm import OpenAIRealtimeLLMService
 from pipecat.workers.runner import WorkerRunner
 
@@ -47,6 +59,20 @@ from pipecat.workers.runner import WorkerRunner
 @pytest.fixture
 def plugin() -> ModelPlugin:
     return weather_tool_plugin()
+
+
+class _Errors(FrameProcessor):
+    """At the pipeline's head: keeps the `ErrorFrame`s the service pushes upstream (a fatal server error)."""
+
+    def __init__(self) -> None:
+        super().__init__()
+        self.errors: list[ErrorFrame] = []
+
+    async def process_frame(self, frame: Frame, direction: FrameDirection) -> None:
+        await super().process_frame(frame, direction)
+        if isinstance(frame, ErrorFrame):
+            self.errors.append(frame)
+        await self.push_frame(frame, direction)
 
 
 class _Sink(FrameProcessor):
@@ -65,21 +91,28 @@ class _Sink(FrameProcessor):
         await self.push_frame(frame, direction)
 
 
-async def test_pipecat_realtime_service_calls_a_tool_and_hears_the_answer(server: EmbeddedServer) -> None:
-    weather = FunctionSchema(
-        name="get_weather",
-        description="The current weather in a city.",
-        properties={"city": {"type": "string"}},
-        required=["city"],
-    )
+WEATHER = FunctionSchema(
+    name="get_weather",
+    description="The current weather in a city.",
+    properties={"city": {"type": "string"}},
+    required=["city"],
+)
+
+
+async def _ask_the_weather(
+    server: EmbeddedServer,
+    settings: OpenAIRealtimeLLMService.Settings,
+    after: Callable[[OpenAIRealtimeLLMService, PipelineWorker], Awaitable[None]] | None = None,
+) -> tuple[list[dict[str, Any]], _Sink, _Errors]:
+    """Pipecat asks the weather in Paris through the real service and pipeline, answers the call with
+    "21 degrees" and waits for the spoken answer; then `after` runs with the pipeline still up. Returns the
+    calls made, what came out of the service and the errors it pushed upstream."""
     context = LLMContext(
         messages=[{"role": "user", "content": "What is the weather in Paris?"}],
-        tools=ToolsSchema(standard_tools=[weather]),
+        tools=ToolsSchema(standard_tools=[WEATHER]),
     )
     aggregators = LLMContextAggregatorPair(context)
-    service = OpenAIRealtimeLLMService(
-        api_key="unused", base_url=server.url, settings=OpenAIRealtimeLLMService.Settings(model="scripted")
-    )
+    service = OpenAIRealtimeLLMService(api_key="unused", base_url=server.url, settings=settings)
     called: list[dict[str, Any]] = []
 
     async def get_weather(params: FunctionCallParams) -> None:
@@ -87,9 +120,10 @@ async def test_pipecat_realtime_service_calls_a_tool_and_hears_the_answer(server
         await params.result_callback("21 degrees")
 
     service.register_function("get_weather", get_weather)
-    sink = _Sink()
+    errors, sink = _Errors(), _Sink()
     worker = PipelineWorker(
-        Pipeline([aggregators.user(), service, sink, aggregators.assistant()]), cancel_on_idle_timeout=False
+        Pipeline([errors, aggregators.user(), service, sink, aggregators.assistant()]),
+        cancel_on_idle_timeout=False,
     )
     runner = WorkerRunner()
     await runner.add_workers(worker)
@@ -97,11 +131,48 @@ async def test_pipecat_realtime_service_calls_a_tool_and_hears_the_answer(server
     try:
         await worker.queue_frames([LLMContextFrame(context)])
         await asyncio.wait_for(sink.spoke.wait(), 20)
+        if after is not None:
+            await after(service, worker)
     finally:
         await worker.queue_frame(EndFrame())
         await asyncio.wait_for(run, 10)
+    return called, sink, errors
+
+
+async def test_pipecat_realtime_service_calls_a_tool_and_hears_the_answer(server: EmbeddedServer) -> None:
+    settings = OpenAIRealtimeLLMService.Settings(model="scripted")
+    called, sink, errors = await _ask_the_weather(server, settings)
     assert called == [{"city": "Paris"}]
     said = "".join(f.text for f in sink.frames if isinstance(f, TTSTextFrame))
     assert "21 degrees" in said  # the answer speaks the tool's output (Pipecat sends it JSON-encoded)
     assert sum(len(f.audio) for f in sink.frames if isinstance(f, TTSAudioRawFrame)) > 0
-    assert not [f for f in sink.frames if isinstance(f, ErrorFrame)]
+    assert not errors.errors and not [f for f in sink.frames if isinstance(f, ErrorFrame)]
+
+
+async def test_pipecat_with_its_own_turn_detection_survives_an_interruption_with_no_response_active(
+    server: EmbeddedServer,
+) -> None:
+    """With server turn detection off, Pipecat answers an interruption with `input_audio_buffer.clear`,
+    the pre-roll again and `response.cancel`, whether a response is active or not. After the answer has
+    been spoken none is: the server must say so with OpenAI's `response_cancel_not_active`, the one code
+    Pipecat tolerates there; any other error ends its connection. The connection is shown alive by what
+    comes after: a message item Pipecat sends then is announced back (`on_conversation_item_created`)."""
+    manual = SessionProperties(audio=AudioConfiguration(input=AudioInput(turn_detection=False)))
+    settings = OpenAIRealtimeLLMService.Settings(model="scripted", session_properties=manual)
+    announced = asyncio.Event()
+
+    async def interrupt_then_append(service: OpenAIRealtimeLLMService, worker: PipelineWorker) -> None:
+        @service.event_handler("on_conversation_item_created")
+        async def created(_service: object, _item_id: str, item: Any) -> None:
+            if getattr(item, "role", None) == "system":
+                announced.set()
+
+        await worker.queue_frame(InterruptionFrame())
+        note = ItemContent(type="input_text", text="Be brief.")
+        item = ConversationItem(type="message", role="system", content=[note])
+        await service.send_client_event(ConversationItemCreateEvent(item=item))
+        await asyncio.wait_for(announced.wait(), 10)
+
+    called, _, errors = await _ask_the_weather(server, settings, interrupt_then_append)
+    assert called == [{"city": "Paris"}] and announced.is_set()
+    assert not errors.errors, errors.errors

@@ -113,7 +113,7 @@ async def test_autostart_0_requires_session_update_first(server: EmbeddedServer)
             "invalid_video_frame",
         ),
         ('{"type": "playback.ack", "response_id": "nope", "played_ms": 1}', "unknown_response"),
-        ('{"type": "response.cancel"}', "no_active_response"),
+        ('{"type": "response.cancel"}', "response_cancel_not_active"),
         ('{"type": "conversation.item.retrieve", "item_id": "nope"}', "unknown_item"),
     ],
 )

@@ -511,7 +511,7 @@ class EngineSession:
             return self._interrupt("client_cancelled", now)  # the request whose response has not opened
         if self._response is None or (response_id is not None and response_id != self._response.id):
             raise ProtocolError(
-                ErrorCode.NO_ACTIVE_RESPONSE,
+                ErrorCode.RESPONSE_CANCEL_NOT_ACTIVE,
                 f"no active response {response_id!r} to cancel"
                 if response_id
                 else "no active response to cancel",

@@ -39,7 +39,7 @@ class ErrorCode(StrEnum):
     CONFIG_TIMEOUT = "config_timeout"
     IDLE_TIMEOUT = "idle_timeout"
     UNKNOWN_RESPONSE = "unknown_response"
-    NO_ACTIVE_RESPONSE = "no_active_response"
+    RESPONSE_CANCEL_NOT_ACTIVE = "response_cancel_not_active"  # OpenAI's code: clients tolerate it
     UNKNOWN_ITEM = "unknown_item"
     PLAYBACK_ACK_TOO_LATE = "playback_ack_too_late"
     # Tool (function) calls: the model's calls and the client's outputs for them.
@@ -89,11 +89,16 @@ ERROR_SPECS: dict[ErrorCode, ErrorSpec] = {
 }
 
 BENIGN_CODES: frozenset[ErrorCode] = frozenset(
-    {ErrorCode.PLAYBACK_ACK_TOO_LATE, ErrorCode.STALE_FUNCTION_CALL_OUTPUT}
+    {
+        ErrorCode.PLAYBACK_ACK_TOO_LATE,
+        ErrorCode.STALE_FUNCTION_CALL_OUTPUT,
+        ErrorCode.RESPONSE_CANCEL_NOT_ACTIVE,
+    }
 )
 """Codes that report a race duplex makes expected, not a fault of either side; a benchmark must not fail a
-sample over them: an ack after its response settled, and a tool's output after a barge-in retired its
-call (the client ran the tool while the user spoke; it cannot know before the output arrives). The other
+sample over them: an ack after its response settled, a tool's output after a barge-in retired its
+call (the client ran the tool while the user spoke; it cannot know before the output arrives), and a
+`response.cancel` that came after its response ended (Pipecat cancels at every interruption of its own). The other
 tool codes stay failures: a malformed, unknown or repeated item is the client's bug, `tools_unsupported`
 a session the model cannot serve, and `invalid_function_call` also a model's call that was refused."""
 
