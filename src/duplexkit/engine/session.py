@@ -512,9 +512,10 @@ class EngineSession:
         if self._response is None or (response_id is not None and response_id != self._response.id):
             raise ProtocolError(
                 ErrorCode.RESPONSE_CANCEL_NOT_ACTIVE,
-                f"no active response {response_id!r} to cancel"
+                # OpenAI's wording: LiveKit's realtime model passes over errors that start so.
+                f"Cancellation failed: no active response {response_id!r} found"
                 if response_id
-                else "no active response to cancel",
+                else "Cancellation failed: no active response found",
                 param="response_id" if response_id else None,
             )
         return self._interrupt("client_cancelled", now)

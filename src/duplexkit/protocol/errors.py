@@ -98,9 +98,10 @@ BENIGN_CODES: frozenset[ErrorCode] = frozenset(
 """Codes that report a race duplex makes expected, not a fault of either side; a benchmark must not fail a
 sample over them: an ack after its response settled, a tool's output after a barge-in retired its
 call (the client ran the tool while the user spoke; it cannot know before the output arrives), and a
-`response.cancel` that came after its response ended (Pipecat cancels at every interruption of its own). The other
-tool codes stay failures: a malformed, unknown or repeated item is the client's bug, `tools_unsupported`
-a session the model cannot serve, and `invalid_function_call` also a model's call that was refused."""
+`response.cancel` that came after its response ended (Pipecat cancels at every interruption of its
+own). The other tool codes stay failures: a malformed, unknown or repeated item is the client's bug,
+`tools_unsupported` a session the model cannot serve, and `invalid_function_call` also a model's call
+that was refused."""
 
 RESUME_FINAL_CODES: frozenset[ErrorCode] = frozenset(
     {
