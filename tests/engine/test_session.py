@@ -857,7 +857,13 @@ def test_conversation_items_can_be_created_retrieved_and_deleted() -> None:
     assert retrieved.item.content[0].text == "hi"
     assert types(h.send("conversation.item.delete", item_id=item_id).events) == ["conversation.item.deleted"]
     [error] = h.send("conversation.item.retrieve", item_id=item_id).events
-    assert error.error.code == ErrorCode.UNKNOWN_ITEM
+    assert error.error.code == ErrorCode.ITEM_RETRIEVE_INVALID_ITEM_ID  # OpenAI's: Pipecat's retrieval fails
+    # An item id already in use: OpenAI's code, which LiveKit's chat-context sync takes as "already there".
+    [kept] = h.send("conversation.item.create", item=item).events[:1]
+    again = {**item, "id": kept.item.id}
+    [duplicate] = h.send("conversation.item.create", item=again).events
+    assert duplicate.error.code == ErrorCode.ITEM_CREATE_DUPLICATE_ITEM_ID
+    assert duplicate.error.param == "item.id"
 
 
 def test_an_unknown_item_is_an_error_that_leaves_the_session_running() -> None:

@@ -202,7 +202,9 @@ def test_a_client_function_call_item_can_be_answered_and_placed_after_root() -> 
     answered = _output(h, "c1", previous_item_id="item_c")
     assert only(answered.events, "conversation.item.added").previous_item_id == "item_c"
     assert [i.id for i in h.engine.history][:1] == ["item_c"]
-    assert error_codes(h.send("conversation.item.create", item=call).events) == [ErrorCode.INVALID_VALUE]
+    assert error_codes(h.send("conversation.item.create", item=call).events) == [
+        ErrorCode.ITEM_CREATE_DUPLICATE_ITEM_ID
+    ]
 
 
 def test_listen_does_not_end_a_pending_call() -> None:

@@ -149,13 +149,14 @@ async def test_pipecat_realtime_service_calls_a_tool_and_hears_the_answer(server
     assert not errors.errors and not [f for f in sink.frames if isinstance(f, ErrorFrame)]
 
 
-async def test_pipecat_with_its_own_turn_detection_survives_an_interruption_with_no_response_active(
+async def test_pipecat_survives_an_interruption_with_no_response_active_and_a_failed_retrieval(
     server: EmbeddedServer,
 ) -> None:
     """With server turn detection off, Pipecat answers an interruption with `input_audio_buffer.clear`,
     the pre-roll again and `response.cancel`, whether a response is active or not. After the answer has
     been spoken none is: the server must say so with OpenAI's `response_cancel_not_active`, the one code
-    Pipecat tolerates there; any other error ends its connection. The connection is shown alive by what
+    Pipecat tolerates there; any other error ends its connection. So for a retrieval of an unknown item:
+    `item_retrieve_invalid_item_id` fails that retrieval alone. The connection is shown alive by what
     comes after: a message item Pipecat sends then is announced back (`on_conversation_item_created`)."""
     manual = SessionProperties(audio=AudioConfiguration(input=AudioInput(turn_detection=False)))
     settings = OpenAIRealtimeLLMService.Settings(model="scripted", session_properties=manual)
@@ -168,6 +169,9 @@ async def test_pipecat_with_its_own_turn_detection_survives_an_interruption_with
                 announced.set()
 
         await worker.queue_frame(InterruptionFrame())
+        # A retrieval of an item that is not there fails on OpenAI's code; on any other it would hang.
+        with pytest.raises(Exception, match="no conversation item"):
+            await asyncio.wait_for(service.retrieve_conversation_item("item_gone"), 10)
         note = ItemContent(type="input_text", text="Be brief.")
         item = ConversationItem(type="message", role="system", content=[note])
         await service.send_client_event(ConversationItemCreateEvent(item=item))

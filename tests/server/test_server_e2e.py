@@ -114,7 +114,7 @@ async def test_autostart_0_requires_session_update_first(server: EmbeddedServer)
         ),
         ('{"type": "playback.ack", "response_id": "nope", "played_ms": 1}', "unknown_response"),
         ('{"type": "response.cancel"}', "response_cancel_not_active"),
-        ('{"type": "conversation.item.retrieve", "item_id": "nope"}', "unknown_item"),
+        ('{"type": "conversation.item.retrieve", "item_id": "nope"}', "item_retrieve_invalid_item_id"),
     ],
 )
 async def test_bad_input_gets_its_error_code_and_the_session_continues(

@@ -249,9 +249,8 @@ class EngineSession:
             case ce.ConversationItemCreate():
                 return self._create_item(event, now)
             case ce.ConversationItemRetrieve():
-                return Step(
-                    events=[se.ConversationItemRetrieved(item=self._heard(self._item(event.item_id)))]
-                )
+                item = self._item(event.item_id, ErrorCode.ITEM_RETRIEVE_INVALID_ITEM_ID)
+                return Step(events=[se.ConversationItemRetrieved(item=self._heard(item))])
             case ce.ConversationItemDelete():
                 self._history.remove(self._item(event.item_id))
                 self._entered_ms.pop(event.item_id, None)
@@ -561,7 +560,9 @@ class EngineSession:
         output for no pending call a code of the tool ledger's."""
         item = _client_item(event.item, self._new_id("item"))
         if any(h.id == item.id for h in self._history):
-            raise ProtocolError(ErrorCode.INVALID_VALUE, f"item {item.id!r} already exists", param="item.id")
+            raise ProtocolError(
+                ErrorCode.ITEM_CREATE_DUPLICATE_ITEM_ID, f"item {item.id!r} already exists", param="item.id"
+            )
         at = self._place(event.previous_item_id)
         if item.type == "function_call":
             assert item.call_id is not None and item.name is not None and item.arguments is not None
@@ -1156,11 +1157,12 @@ class EngineSession:
         self._entered_ms[item.id] = said_ms
         return self._history[at - 1].id if at else None
 
-    def _item(self, item_id: str) -> se.ConversationItem:
+    def _item(self, item_id: str, unknown: ErrorCode = ErrorCode.UNKNOWN_ITEM) -> se.ConversationItem:
+        """The item `item_id`, else a ProtocolError coded `unknown` (a retrieval says OpenAI's code)."""
         for item in self._history:
             if item.id == item_id:
                 return item
-        raise ProtocolError(ErrorCode.UNKNOWN_ITEM, f"no conversation item {item_id!r}", param="item_id")
+        raise ProtocolError(unknown, f"no conversation item {item_id!r}", param="item_id")
 
     def _heard(self, item: se.ConversationItem) -> se.ConversationItem:
         entry = self._playback.by_item(item.id)

@@ -41,6 +41,9 @@ class ErrorCode(StrEnum):
     UNKNOWN_RESPONSE = "unknown_response"
     RESPONSE_CANCEL_NOT_ACTIVE = "response_cancel_not_active"  # OpenAI's code: clients tolerate it
     UNKNOWN_ITEM = "unknown_item"
+    # OpenAI's codes where a client branches on them: Pipecat's retrieval and LiveKit's item sync.
+    ITEM_RETRIEVE_INVALID_ITEM_ID = "item_retrieve_invalid_item_id"
+    ITEM_CREATE_DUPLICATE_ITEM_ID = "item_create_duplicate_item_id"
     PLAYBACK_ACK_TOO_LATE = "playback_ack_too_late"
     # Tool (function) calls: the model's calls and the client's outputs for them.
     TOOLS_UNSUPPORTED = "tools_unsupported"
