@@ -11,6 +11,10 @@ apart from the load generator's:
   part of our job and nothing else. Like duplexkit under uvicorn, it runs on uvloop when installed.
 - `floor-picows`: the same floor on `picows` (Cython WebSocket framing over asyncio), to weigh the
   transport library on its own.
+- `floor-protocol`: the picows floor doing the work any server of this protocol must do per unit, and no
+  more: each append's JSON parsed and its base64 audio decoded to float samples, each unit's
+  `response.listen` rendered with its own id and sequence number. What duplexkit spends beyond it is its
+  own engine's (assembling units, stepping the model, deciding, the session's bookkeeping).
 - `echo`: a bare `websockets` server sending every frame back (five times the protocol's outbound bytes),
   compression off; the floor this benchmark used to quote.
 - `duplexkit`: `duplexkit serve` on its default edge (`picows`), compression off on both sides (what
@@ -118,20 +122,33 @@ except ImportError:
 """The bare servers; `EVENT` is the size of duplexkit's `response.listen` (170 bytes)."""
 
 PICOWS_FLOOR = """
-import sys, uvloop
+import base64, json, sys, uvloop
+import numpy as np
 from picows import WSListener, WSMsgType, ws_create_server
 EVENT = (
     b'{"type":"response.listen","event_id":"evt_000000000000_1","server_event_seq":1,'
     b'"response":{"status":"listening","metadata":{"reason":"model_listen","model_listen":true}}}'
 )
+PROTOCOL = sys.argv[3] == "protocol"
+SCALE = np.float32(1 / 32768)
 class Floor(WSListener):
     count = 0
     def on_ws_frame(self, transport, frame):
         if frame.msg_type == WSMsgType.TEXT:
-            frame.get_payload_as_ascii_text()  # the message is read, as the websockets floor's recv does
+            text = frame.get_payload_as_ascii_text()  # read, as the websockets floor's recv does
+            if PROTOCOL:  # the append's audio as samples, as any server of the protocol must have them
+                np.frombuffer(base64.b64decode(json.loads(text)["audio"]), "<i2") * SCALE
             self.count += 1
             if self.count % int(sys.argv[2]) == 0:
-                transport.send(WSMsgType.TEXT, EVENT)
+                if PROTOCOL:  # the unit's answer rendered, with its own id and sequence number
+                    transport.send(WSMsgType.TEXT, json.dumps({
+                        "type": "response.listen", "event_id": f"evt_{self.count:012d}_1",
+                        "server_event_seq": self.count,
+                        "response": {"status": "listening",
+                                     "metadata": {"reason": "model_listen", "model_listen": True}},
+                    }).encode())
+                else:
+                    transport.send(WSMsgType.TEXT, EVENT)
         elif frame.msg_type == WSMsgType.CLOSE:
             transport.send_close(frame.get_close_code())
             transport.disconnect()
@@ -141,7 +158,8 @@ async def main():
     await server.serve_forever()
 uvloop.run(main())
 """
-"""The floor on `picows` (one text frame per message: the load generator never fragments)."""
+"""The floor on `picows` (one text frame per message: the load generator never fragments); with `protocol`,
+the protocol floor (module doc)."""
 
 
 @dataclass
@@ -353,14 +371,10 @@ def _argv(name: str, port: int, sessions: int, cadence: Cadence) -> tuple[list[s
     if name in ("floor", "echo"):
         argv = [sys.executable, "-c", BARE_SERVER, str(port), name, str(cadence.appends_per_unit)]
         return argv, f"ws://127.0.0.1:{port}"
-    if name == "floor-picows":
-        return [
-            sys.executable,
-            "-c",
-            PICOWS_FLOOR,
-            str(port),
-            str(cadence.appends_per_unit),
-        ], f"ws://127.0.0.1:{port}"
+    if name in ("floor-picows", "floor-protocol"):
+        mode = "protocol" if name == "floor-protocol" else "transport"
+        argv = [sys.executable, "-c", PICOWS_FLOOR, str(port), str(cadence.appends_per_unit), mode]
+        return argv, f"ws://127.0.0.1:{port}"
     edges = {
         "duplexkit": (),
         "duplexkit-websockets": ("--edge", "websockets"),
@@ -421,9 +435,9 @@ async def main() -> None:
     parser.add_argument(
         "--servers",
         default="floor,duplexkit,duplexkit-asgi",
-        help="which servers to run, in order, of floor, floor-picows, echo, duplexkit, duplexkit-websockets, "
-        f"duplexkit-asgi, duplexkit+deflate; a duplexkit name ending in {BASELINE} runs from --baseline-src "
-        "(default: %(default)s)",
+        help="which servers to run, in order, of floor, floor-picows, floor-protocol, echo, duplexkit, "
+        f"duplexkit-websockets, duplexkit-asgi, duplexkit+deflate; a duplexkit name ending in {BASELINE} "
+        "runs from --baseline-src (default: %(default)s)",
     )
     parser.add_argument("--baseline-src", help=f"the source tree (its src/) the {BASELINE} servers run")
     parser.add_argument("--repeat", type=int, default=1, help="run the servers' list this many times")
