@@ -49,7 +49,7 @@ async def test_query_parameters_become_the_session_settings() -> None:
         # Moshi's decoder knobs and PersonaPlex's voice ride `extra_body`, for the `moshi` model, which
         # honours or refuses them (the scripted one ignores them).
         assert settings.extra_body == {"top_k_text": 25, "temp": 0.8, "voice_prompt": "NATF2.pt"}
-        assert settings.input_audio_format == "pcm16" and settings.input_sample_rate_hz == RATE
+        assert settings.input_audio_format == "pcm_f32le" and settings.input_sample_rate_hz == RATE
         assert settings.turn_detection is None  # the model's own turns, or the client's end-turn
 
 

@@ -5,7 +5,8 @@
 frame's audio goes from Opus to samples to the model and back with no JSON or base64 in between.
 
 * In: Ogg-Opus audio (kind 1) becomes an `input_audio_buffer.append` of the decoded samples
-  (`InputAudioBufferAppend.of_audio`, PCM16 at 24 kHz) on the input's media clock; control end-turn
+  (`InputAudioBufferAppend.of_audio`, the decoder's float samples at 24 kHz, `pcm_f32le`: not rounded to
+  PCM16, as `moshi.server` steps them) on the input's media clock; control end-turn
   (kind 3, 1) becomes a commit; pings, metadata and other controls are accepted and
   ignored. A frame that is not Moshi protocol (unknown kind, bytes that are not Ogg, text from the client,
   a text WebSocket message) is answered with a kind 5 error and the connection is kept.
@@ -18,8 +19,9 @@ frame's audio goes from Opus to samples to the model and back with no JSON or ba
   them; a cancelled reply (barge-in) drops what was not played yet. `error` events become kind 5 frames.
 
 The first event the runner reads is a `session.update` built from the query (see `moshi.map_query`):
-24 kHz PCM16 input, model-native turns, playback counted as heard when sent (Moshi has no playback acks);
-a query the session object refuses is the runner's coded error instead (a kind 5 frame).
+24 kHz float input and output (`pcm_f32le`, the samples as the Opus codec gives and takes them),
+model-native turns, playback counted as heard when sent (Moshi has no playback acks); a query the session
+object refuses is the runner's coded error instead (a kind 5 frame).
 """
 
 from __future__ import annotations
@@ -152,9 +154,10 @@ class MoshiSocket:
         start_ms = samples_to_ms(self._input_samples, moshi.SAMPLE_RATE_HZ)
         self._input_samples += len(samples)
         end_ms = samples_to_ms(self._input_samples, moshi.SAMPLE_RATE_HZ)
-        # PCM16, as a JSON client's append carries it: the model hears what it would hear on /v1/realtime.
+        # The decoded float samples as they are, as `moshi.server` hands them to `mimi.encode`: rounding
+        # them to PCM16 changed a greedy token where the model stood near a tie (a text piece differed).
         return ce.InputAudioBufferAppend.of_audio(
-            EncodedAudio.of_samples(samples, "pcm16"),
+            EncodedAudio.of_samples(samples, "pcm_f32le"),
             sample_rate_hz=moshi.SAMPLE_RATE_HZ,
             duration_ms=end_ms - start_ms,
             audio_end_ms=end_ms,
@@ -217,8 +220,8 @@ def session_from_query(query: dict[str, str]) -> dict[str, Any]:
         log.info("moshi session: query parameters without a meaning here: %s", ", ".join(mapping.ignored))
     return {
         **mapping.session,
-        "input_audio_format": "pcm16",
-        "output_audio_format": "pcm16",
+        "input_audio_format": "pcm_f32le",
+        "output_audio_format": "pcm_f32le",
         "input_sample_rate_hz": moshi.SAMPLE_RATE_HZ,
         "turn_detection": None,
         "playback_commit_policy": "commit_all_on_done",
