@@ -27,8 +27,8 @@ from tests.server.conftest import weather_tool_plugin
 
 pytest.importorskip("loguru", reason="needs Pipecat's imports (dev extra)")
 pytest.importorskip("pipecat.services.openai.realtime.llm", reason="needs pipecat-ai (the Makefile's NODEPS)")
-from pipecat.adapters.schemas.function_schema import FunctionSchema
-from pipecat.adapters.schemas.tools_schema import ToolsSchema
+from pipecat.adapters.llm.schemas.function_schema import FunctionSchema
+from pipecat.adapters.llm.schemas.tools_schema import ToolsSchema
 from pipecat.frames.frames import (
     EndFrame,
     ErrorFrame,
