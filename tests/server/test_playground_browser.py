@@ -196,7 +196,8 @@ async def test_the_page_talks_to_the_server_through_a_fake_microphone(
         # the server kept the played time the page reported, no more than it generated.
         assert stats["workletReceived"] == round(REPLY_MS * 24) and stats["workletPeak"] > 0.05
         assert max(stats["acknowledgedMs"].values()) == pytest.approx(REPLY_MS, abs=25)
-        assert stats["acksAcknowledged"] == stats["acksSent"] and stats["acksTooLate"] == 0
+        assert stats["acksAcknowledged"] == stats["acksSent"]
+        assert "playback_ack_too_late" not in stats["benign"]
         assert stats["errors"] == []
         assert state["alert"] is None and state["status"] == "live"
         assert browser.log.console_errors == []

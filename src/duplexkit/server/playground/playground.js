@@ -21,7 +21,7 @@
   // What the page observed; read by people through the stats panel, and by the browser test.
   const stats = {
     appends: 0, sentMs: 0, speechChunks: 0, receivedMs: 0, workletReceived: 0, workletPeak: 0,
-    playedMs: 0, acksSent: 0, acksAcknowledged: 0, acknowledgedMs: {}, truncatedAtMs: {}, acksTooLate: 0, benign: {}, errors: [], units: { listen: 0, speak: 0 },
+    playedMs: 0, acksSent: 0, acksAcknowledged: 0, acknowledgedMs: {}, truncatedAtMs: {}, benign: {}, errors: [], units: { listen: 0, speak: 0 },
     closed: null, transport: null, fallback: null, webrtc: window.duplexkitTransport.webrtcStats,
     heard: window.duplexkitTransport.heard,
   };
@@ -80,7 +80,7 @@
     $("stat-received").textContent = `${seconds(stats.receivedMs)} (${stats.workletReceived} samples reached the player)`;
     $("stat-played").textContent = seconds(stats.playedMs);
     $("stat-acks").textContent = `${stats.acksSent} sent, ${stats.acksAcknowledged} acknowledged` +
-      (stats.acksTooLate ? `, ${stats.acksTooLate} too late (benign)` : "");
+      (stats.benign.playback_ack_too_late ? `, ${stats.benign.playback_ack_too_late} too late (benign)` : "");
   }
 
   // A settings field holding a JSON object ("{}" when empty); SettingsError names the field.
@@ -735,7 +735,6 @@
 
   function serverError(conn, error) {
     if (BENIGN_CODES.has(error.code)) {
-      if (error.code === "playback_ack_too_late") stats.acksTooLate += 1;
       stats.benign[error.code] = (stats.benign[error.code] || 0) + 1;
       renderStats();
       return;
