@@ -16,7 +16,7 @@ from duplexkit.client.collector import (
     EventCollector,
     dump_events,
 )
-from duplexkit.client.events import ReceivedEvent
+from duplexkit.client.events import ReceivedEvent, error_code_of, error_message_of
 from duplexkit.protocol.audio import encode_base64_audio
 
 
@@ -319,6 +319,19 @@ def test_errors_are_kept_and_only_non_benign_ones_fail_the_session() -> None:
     s.ev(1.1, "error", error={"code": "model_step_failed", "message": "boom"})
     assert [e["error"]["code"] for e in s.collector.failures()] == ["model_step_failed"]
     assert len(s.collector.errors) == 3
+
+
+def test_a_failed_responses_error_fails_the_session_as_an_error_event_does() -> None:
+    """OpenAI (and duplexkit) report a failure within a response on its `response.done`."""
+    s = Session()
+    s.created(1.0)
+    s.ev(1.1, "response.done", response={"id": "r1", "status": "cancelled", "status_details": {}})
+    assert s.collector.failures() == []
+    error = {"type": "server_error", "code": "model_step_failed", "message": "boom"}
+    details = {"type": "failed", "reason": "model_error", "error": error}
+    s.ev(1.2, "response.done", response={"id": "r2", "status": "failed", "status_details": details})
+    [failure] = s.collector.failures()
+    assert (error_code_of(failure), error_message_of(failure)) == ("model_step_failed", "boom")
 
 
 def test_playback_positions_report_audio_received_per_response() -> None:

@@ -377,8 +377,10 @@ def test_a_request_whose_step_fails_ends_failed() -> None:
     h.append(300)
     [unit] = h.send("response.create").units
     events = h.engine.on_step_failed(unit, "boom", 1.0).events
-    assert types(events) == ["response.created", "response.done", "error"]
+    assert types(events) == ["response.created", "response.done"]  # the error rides on the response
     _empty_done(events, "failed")
+    error = events[-1].response.status_details.error
+    assert (error.code, error.type, error.retryable) == (ErrorCode.MODEL_STEP_FAILED, "server_error", True)
     assert h.engine.step_finished(unit, 1.0).events == []
 
 
@@ -762,16 +764,18 @@ def test_a_new_response_starts_with_a_fresh_continuation_count() -> None:
 
 
 def test_a_model_step_failure_fails_only_the_active_response() -> None:
+    """OpenAI reports a failure within a response on its `response.done` (`status_details.error`), not as
+    an `error` event, which Pipecat takes as the end of the connection."""
     h = Harness()
     response_id = h.open_response(now=1.0)
     failing = h.unit(1.0)
     h.engine.request_started(failing, 2.0)
     events = h.engine.on_step_failed(failing, "boom", 2.1).events
     h.engine.step_finished(failing, 2.1)
-    assert types(events) == [*AUDIO_TAIL, "error"]
-    done = events[-2].response
+    assert types(events) == AUDIO_TAIL
+    done = events[-1].response
     assert (done.id, done.status, done.status_details.type) == (response_id, "failed", "failed")
-    error = events[-1].error
+    error = done.status_details.error
     assert (error.code, error.type, error.retryable) == (ErrorCode.MODEL_STEP_FAILED, "server_error", True)
     assert "boom" in error.message
     assert not h.engine.closed

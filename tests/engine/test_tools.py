@@ -11,6 +11,7 @@ import json
 from typing import Any
 
 from duplexkit.engine import FunctionCall, Listen
+from duplexkit.protocol import server_events as se
 from duplexkit.protocol.errors import ErrorCode
 from tests.engine.test_session import IN_RATE, Harness, error_codes, only, speak, types
 
@@ -178,14 +179,38 @@ def test_server_vad_speech_during_a_pending_call_retires_it_as_turn_detected() -
     assert error_codes(_output(h, "call_2").events) == [ErrorCode.STALE_FUNCTION_CALL_OUTPUT]
 
 
+def _refusal(events: list[se.ServerEventBase]) -> se.ErrorDetail | None:
+    """The response failed by a refused call: its `status_details.error` (and no `error` event)."""
+    assert error_codes(events) == []
+    done = only(events, "response.done").response
+    assert (done.status, done.output) == ("failed", [])
+    return done.status_details.error
+
+
 def test_a_call_the_session_does_not_offer_fails_closed() -> None:
+    """No call events; the response fails with `invalid_function_call` on its `response.done`, where
+    OpenAI reports a failure within a response (an `error` event would end Pipecat's connection)."""
     h = _harness()
     events = h.step(h.unit(), _call(name="launch_rockets"), at=1.0)
-    assert error_codes(events) == [ErrorCode.INVALID_FUNCTION_CALL]
     assert "response.function_call_arguments.done" not in types(events)
-    assert only(events, "response.done").response.output == []
+    error = _refusal(events)
+    assert error is not None and error.code == ErrorCode.INVALID_FUNCTION_CALL
+    assert "launch_rockets" in error.message
     not_json = h.step(h.unit(now=2.0), FunctionCall("call_x", "get_weather", "{oops"), at=2.5)
-    assert error_codes(not_json) == [ErrorCode.INVALID_FUNCTION_CALL]
+    error = _refusal(not_json)
+    assert error is not None and error.code == ErrorCode.INVALID_FUNCTION_CALL
+
+
+def test_a_refused_call_makes_the_rest_of_the_models_turn_stale() -> None:
+    """What the model decides after a call the session refused, for the same turn, is dropped: it does
+    not open a response nobody asked for; the model's next turn is heard as usual."""
+    h = _harness()
+    unit = h.unit()
+    refused = h.step(unit, _call(name="launch_rockets", end=False), at=1.0)
+    assert only(refused, "response.done").response.status == "failed"
+    assert h.step(unit, speak("and then", 100, end_of_turn=True), at=1.1) == []
+    after = h.step(h.unit(now=2.0), speak("Hello", 100, end_of_turn=True), at=2.5)
+    assert only(after, "response.done").response.status == "completed"
 
 
 def test_a_client_function_call_item_can_be_answered_and_placed_after_root() -> None:

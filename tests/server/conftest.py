@@ -12,7 +12,9 @@ import numpy as np
 import pytest
 import websockets
 
+from duplexkit.engine import Decision, Unit
 from duplexkit.models import ModelPlugin, load_model
+from duplexkit.models.scripted import ScriptedModel, ScriptedParams, ScriptedSession
 from duplexkit.server import EDGES, EmbeddedServer, RunnerLimits, ServerConfig
 from duplexkit.server.serve import Edge
 
@@ -116,3 +118,29 @@ async def server(plugin: ModelPlugin) -> AsyncIterator[EmbeddedServer]:
 
 def small_limits(**overrides: Any) -> RunnerLimits:
     return RunnerLimits(**{"config_timeout_s": 0.5, **overrides})
+
+
+class _FailsOnceSession(ScriptedSession):
+    def __init__(self, plugin: FailsOnceModel) -> None:
+        super().__init__(plugin)
+        self.fail_at = plugin.fail_at
+        self.steps = 0
+
+    async def step(self, unit: Unit, request_started_at: float) -> AsyncIterator[Decision]:
+        self.steps += 1
+        if self.steps == self.fail_at:
+            raise RuntimeError("boom")
+        async for decision in super().step(unit, request_started_at):
+            yield decision
+
+
+class FailsOnceModel(ScriptedModel):
+    """The scripted model whose sessions each raise `RuntimeError("boom")` on their `fail_at`-th step (from
+    1) and step as scripted otherwise."""
+
+    def __init__(self, params: ScriptedParams, fail_at: int) -> None:
+        super().__init__(params)
+        self.fail_at = fail_at
+
+    def new_session(self) -> ScriptedSession:
+        return _FailsOnceSession(self)

@@ -16,14 +16,16 @@ with its own turn detection it sends `response.cancel` at every interruption, a 
 from __future__ import annotations
 
 import asyncio
-from collections.abc import Awaitable, Callable
+import contextlib
+from collections.abc import AsyncIterator, Awaitable, Callable
 from typing import Any
 
 import pytest
 
 from duplexkit.models import ModelPlugin
-from duplexkit.server import EmbeddedServer
-from tests.server.conftest import weather_tool_plugin
+from duplexkit.models.scripted import ScriptedModel
+from duplexkit.server import EmbeddedServer, ServerConfig
+from tests.server.conftest import FailsOnceModel, weather_tool_plugin
 
 pytest.importorskip("loguru", reason="needs Pipecat's imports (dev extra)")
 pytest.importorskip("pipecat.services.openai.realtime.llm", reason="needs pipecat-ai (the Makefile's NODEPS)")
@@ -67,11 +69,13 @@ class _Errors(FrameProcessor):
     def __init__(self) -> None:
         super().__init__()
         self.errors: list[ErrorFrame] = []
+        self.seen = asyncio.Event()
 
     async def process_frame(self, frame: Frame, direction: FrameDirection) -> None:
         await super().process_frame(frame, direction)
         if isinstance(frame, ErrorFrame):
             self.errors.append(frame)
+            self.seen.set()
         await self.push_frame(frame, direction)
 
 
@@ -99,6 +103,29 @@ WEATHER = FunctionSchema(
 )
 
 
+@contextlib.asynccontextmanager
+async def _pipeline(
+    service: OpenAIRealtimeLLMService, context: LLMContext
+) -> AsyncIterator[tuple[PipelineWorker, _Sink, _Errors]]:
+    """The service in Pipecat's pipeline between its context aggregators, running, with the context
+    queued (its first `response.create`); ended with an `EndFrame` on the way out."""
+    aggregators = LLMContextAggregatorPair(context)
+    errors, sink = _Errors(), _Sink()
+    worker = PipelineWorker(
+        Pipeline([errors, aggregators.user(), service, sink, aggregators.assistant()]),
+        cancel_on_idle_timeout=False,
+    )
+    runner = WorkerRunner()
+    await runner.add_workers(worker)
+    run = asyncio.create_task(runner.run())
+    try:
+        await worker.queue_frames([LLMContextFrame(context)])
+        yield worker, sink, errors
+    finally:
+        await worker.queue_frame(EndFrame())
+        await asyncio.wait_for(run, 10)
+
+
 async def _ask_the_weather(
     server: EmbeddedServer,
     settings: OpenAIRealtimeLLMService.Settings,
@@ -111,7 +138,6 @@ async def _ask_the_weather(
         messages=[{"role": "user", "content": "What is the weather in Paris?"}],
         tools=ToolsSchema(standard_tools=[WEATHER]),
     )
-    aggregators = LLMContextAggregatorPair(context)
     service = OpenAIRealtimeLLMService(api_key="unused", base_url=server.url, settings=settings)
     called: list[dict[str, Any]] = []
 
@@ -120,22 +146,10 @@ async def _ask_the_weather(
         await params.result_callback("21 degrees")
 
     service.register_function("get_weather", get_weather)
-    errors, sink = _Errors(), _Sink()
-    worker = PipelineWorker(
-        Pipeline([errors, aggregators.user(), service, sink, aggregators.assistant()]),
-        cancel_on_idle_timeout=False,
-    )
-    runner = WorkerRunner()
-    await runner.add_workers(worker)
-    run = asyncio.create_task(runner.run())
-    try:
-        await worker.queue_frames([LLMContextFrame(context)])
+    async with _pipeline(service, context) as (worker, sink, errors):
         await asyncio.wait_for(sink.spoke.wait(), 20)
         if after is not None:
             await after(service, worker)
-    finally:
-        await worker.queue_frame(EndFrame())
-        await asyncio.wait_for(run, 10)
     return called, sink, errors
 
 
@@ -180,3 +194,34 @@ async def test_pipecat_survives_an_interruption_with_no_response_active_and_a_fa
     called, _, errors = await _ask_the_weather(server, settings, interrupt_then_append)
     assert called == [{"city": "Paris"}] and announced.is_set()
     assert not errors.errors, errors.errors
+
+
+async def test_pipecat_hears_a_failed_response_and_keeps_its_connection() -> None:
+    """A model failure within a response is reported as OpenAI does, on the `response.done` (`failed`,
+    `status_details.error`): Pipecat pushes it as one non-fatal `ErrorFrame` naming the message and keeps
+    its connection, shown alive by what comes after: a message item it sends is announced back. An
+    `error` event instead would end its receive loop, and the item would never be announced."""
+    weather = weather_tool_plugin()
+    assert isinstance(weather, ScriptedModel)
+    announced = asyncio.Event()
+    async with EmbeddedServer(
+        FailsOnceModel(weather.params, fail_at=1), ServerConfig(max_sessions=4)
+    ) as server:
+        context = LLMContext(messages=[{"role": "user", "content": "What is the weather in Paris?"}])
+        settings = OpenAIRealtimeLLMService.Settings(model="scripted")
+        service = OpenAIRealtimeLLMService(api_key="unused", base_url=server.url, settings=settings)
+
+        @service.event_handler("on_conversation_item_created")
+        async def created(_service: object, _item_id: str, item: Any) -> None:
+            if getattr(item, "role", None) == "system":
+                announced.set()
+
+        async with _pipeline(service, context) as (_, _, errors):
+            await asyncio.wait_for(errors.seen.wait(), 10)
+            note = ItemContent(type="input_text", text="Be brief.")
+            item = ConversationItem(type="message", role="system", content=[note])
+            await service.send_client_event(ConversationItemCreateEvent(item=item))
+            await asyncio.wait_for(announced.wait(), 10)
+            await asyncio.sleep(0.2)  # an error event right behind the failure would be in by now
+    [failed] = errors.errors
+    assert "model step failed: RuntimeError: boom" in failed.error and not failed.fatal

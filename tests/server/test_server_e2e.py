@@ -19,7 +19,7 @@ from duplexkit.models import ModelPlugin, load_model
 from duplexkit.models.scripted import ScriptedModel, ScriptedParams, ScriptedSession
 from duplexkit.server import EmbeddedServer, ServerConfig
 from duplexkit.server.serve import Edge
-from tests.server.conftest import append, connect, small_limits, spoken_turn, tone_pcm16
+from tests.server.conftest import FailsOnceModel, append, connect, small_limits, spoken_turn, tone_pcm16
 
 RESPONSE_ORDER = [
     "response.created",
@@ -288,27 +288,10 @@ async def test_a_client_that_stops_reading_is_dropped_instead_of_buffered_withou
         assert (await fresh.recv())["type"] == "session.created"
 
 
-class _FailingSession(ScriptedSession):
-    def __init__(self, plugin: ScriptedModel) -> None:
-        super().__init__(plugin)
-        self.steps = 0
-
-    async def step(self, unit: Unit, request_started_at: float) -> AsyncIterator[Decision]:
-        self.steps += 1
-        if self.steps == 3:
-            raise RuntimeError("boom")
-        async for decision in super().step(unit, request_started_at):
-            yield decision
-
-
-class _FailingModel(ScriptedModel):
-    def new_session(self) -> ScriptedSession:
-        return _FailingSession(self)
-
-
 async def test_a_model_step_that_raises_fails_that_response_and_the_session_survives() -> None:
     script = '[{"listen": true}, {"speak": "Hello ", "end_of_turn": false}, {"listen": true}]'
-    plugin = _FailingModel(ScriptedParams.parse(ScriptedParams(), {"script": script, "first_output_ms": "0"}))
+    params = ScriptedParams.parse(ScriptedParams(), {"script": script, "first_output_ms": "0"})
+    plugin = FailsOnceModel(params, fail_at=3)
     async with EmbeddedServer(plugin) as server:
         client = await connect(server.url)
         await client.until("session.created")
@@ -318,10 +301,12 @@ async def test_a_model_step_that_raises_fails_that_response_and_the_session_surv
         done = await client.until("response.done")
         assert done["response"]["status"] == "failed"
         assert done["response"]["status_details"]["reason"] == "model_error"
-        error = await client.until("error")
-        assert error["error"]["code"] == "model_step_failed" and error["error"]["retryable"] is True
+        error = done["response"]["status_details"]["error"]  # where OpenAI reports it: no `error` event
+        assert error["code"] == "model_step_failed" and error["retryable"] is True
+        assert error["type"] == "server_error" and "boom" in error["message"]
         await client.send(append(tone_pcm16(1.0)))  # the fourth step works again
         assert (await client.until("response.listen"))["response"]["metadata"]["reason"] == "model_listen"
+        assert client.of_type("error") == []
 
 
 class _SlowSession(ScriptedSession):

@@ -19,6 +19,7 @@ import numpy as np
 from duplexkit.bench.retry import AttemptOutcome
 from duplexkit.client import CloseResult, DuplexClient, SessionBounds, SessionError
 from duplexkit.client.collector import EventCollector, Placement, SentenceTiming
+from duplexkit.client.events import error_code_of
 from duplexkit.client.protocols import PROTOCOLS, detect_protocol
 from duplexkit.client.reconnect import ResumePolicy
 from duplexkit.protocol.audio import AudioFormat
@@ -185,7 +186,7 @@ def refused_for_capacity(exc: SessionError) -> SessionError | CapacityRefused:
 
 def record_responses(collector: EventCollector, outcome: AttemptOutcome) -> None:
     """The server's errors (their codes) and whether every response it opened finished, into `outcome`."""
-    outcome.server_errors = [str(f.get("error", {}).get("code")) for f in collector.failures()]
+    outcome.server_errors = [str(error_code_of(f)) for f in collector.failures()]
     outcome.response_done = bool(collector.responses()) and not collector.open_responses()
 
 

@@ -779,7 +779,7 @@ class DuplexClient:
         if self.tools is not None:
             if event.type == "response.created" and self._continuations:
                 self._continuations -= 1
-            elif is_failure(event.data) and self._continuations:
+            elif event.type == "error" and is_failure(event.data) and self._continuations:
                 self._continuations -= 1  # a refused response.create is answered by its error
             for call in self._tool_tracker.observe(event.data, event.received_at, event.media_ms):
                 record = ToolCallRecord(call)

@@ -50,6 +50,7 @@ from duplexkit.client.events import (
     as_positive_int,
     as_str,
     dig,
+    failed_response_error,
     is_failure,
     response_id_of,
 )
@@ -298,6 +299,8 @@ class EventCollector:
             self._audio_delta(response, data, event)
         elif kind == "response.done":
             response.status = as_str(dig(data, "response", "status")) or "unknown"
+            if failed_response_error(data) is not None:
+                self.errors.append(data)
             if self._text_owner == response.id:
                 self._sentences.flush()
                 self._text_owner = None
@@ -331,7 +334,8 @@ class EventCollector:
         return [(r.id, r.item_id, r.audio_ms) for r in self._responses.values() if r.audio_at]
 
     def failures(self) -> list[dict[str, Any]]:
-        """The `error` events that failed the session (benign codes excluded)."""
+        """The errors that failed the session (benign codes excluded): `error` events and failed
+        responses' `response.done` (`events.error_code_of` reads the code of either)."""
         return [e for e in self.errors if is_failure(e)]
 
     def sentences(self) -> list[TimedSentence]:

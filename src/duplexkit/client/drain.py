@@ -269,7 +269,7 @@ class DrainTracker:
             self.listens += 1
         elif kind == "response.done":
             self.open_responses.discard(response_id_of(data) or "")
-        elif self.failure is None and is_failure(data):
+        if self.failure is None and is_failure(data):
             self.failure = data
         if is_heard_from(data):
             self.last_heard = max(self.last_heard, event.received_at)

@@ -70,19 +70,37 @@ def response_id_of(data: dict[str, Any]) -> str | None:
     return as_str(data.get("response_id")) or as_str(dig(data, "response", "id"))
 
 
+def failed_response_error(data: dict[str, Any]) -> dict[str, Any] | None:
+    """The error of a `response.done` whose response `failed` (`status_details.error`: where OpenAI, and
+    duplexkit, report a failure within a response, such as the model's step failing), else `None`."""
+    if data.get("type") != "response.done" or dig(data, "response", "status") != "failed":
+        return None
+    error = dig(data, "response", "status_details", "error")
+    return error if isinstance(error, dict) else None
+
+
 def error_code_of(data: dict[str, Any]) -> str | None:
-    """`error.code`, or the top-level `code` of a flat error (vLLM-Omni's handshake errors)."""
+    """`error.code` (a failed response's, `failed_response_error`), or the top-level `code` of a flat
+    error (vLLM-Omni's handshake errors)."""
+    failed = failed_response_error(data)
+    if failed is not None:
+        return as_str(failed.get("code"))
     return as_str(dig(data, "error", "code")) or (
         as_str(data.get("code")) if isinstance(data.get("error"), str) else None
     )
 
 
 def error_message_of(data: dict[str, Any]) -> str | None:
-    """`error.message`, or the flat error's `error` string."""
+    """`error.message` (a failed response's too), or the flat error's `error` string."""
+    failed = failed_response_error(data)
+    if failed is not None:
+        return as_str(failed.get("message"))
     error = data.get("error")
     return error if isinstance(error, str) else as_str(dig(data, "error", "message"))
 
 
 def is_failure(data: dict[str, Any]) -> bool:
-    """An `error` event that means the session failed (every code but the benign ones)."""
-    return data.get("type") == "error" and error_code_of(data) not in BENIGN_ERROR_CODES
+    """An `error` event, or a response that failed with an error, that means the session failed (every
+    code but the benign ones)."""
+    reported = data.get("type") == "error" or failed_response_error(data) is not None
+    return reported and error_code_of(data) not in BENIGN_ERROR_CODES

@@ -475,14 +475,16 @@ class EngineSession:
         reason: se.ResponseEndReason,
         unit_end_ms: float,
         listen: se.ListenReason | None = None,
+        *,
+        error: se.ErrorDetail | None = None,
     ) -> ServerEvents:
         """A response that ends a request with no output: `response.created`, the model's `response.listen`
-        when it listened, `response.done` (`status`, `output: []`)."""
+        when it listened, `response.done` (`status`, `output: []`; a failed one's `error`)."""
         step = Step()
         response = self._begin_response(step, unit_end_ms)
         if listen is not None:
             step.events.append(_listen_event(listen, unit_end_ms, response.id))
-        step.events.extend(self._finish(status, reason, interrupted=status != "completed"))
+        step.events.extend(self._finish(status, reason, interrupted=status != "completed", error=error))
         return step.events
 
     def _tool_overrides(self, options: dict[str, Any]) -> list[str]:
@@ -520,11 +522,12 @@ class EngineSession:
         return self._interrupt("client_cancelled", now)
 
     def _interrupt(
-        self, reason: Literal["barge_in", "client_cancelled", "turn_detected"], now: float
+        self, reason: Literal["barge_in", "client_cancelled", "turn_detected", "model_error"], now: float
     ) -> Step:
-        """Barge-in, cancel, clear: end the active response, make everything in flight stale (pending
-        function calls too: an output that comes for one later is refused as stale). A pending request
-        whose response has not opened ends `cancelled`, empty (its unit's decisions are dropped)."""
+        """Barge-in, cancel, clear (or a model's call refused): end the active response, make everything in
+        flight stale (pending function calls too: an output that comes for one later is refused as
+        stale). A pending request whose response has not opened ends `cancelled`, empty (its unit's
+        decisions are dropped)."""
         step = Step()
         if self._response is not None:
             step.events.extend(self._finish("cancelled", reason, interrupted=True))
@@ -706,18 +709,23 @@ class EngineSession:
     def on_step_failed(
         self, unit: Unit, message: str, now: float, code: ErrorCode = ErrorCode.MODEL_STEP_FAILED
     ) -> Step:
-        """The model raised (or missed its step deadline, `model_step_timeout`) while stepping `unit`: fail
-        the active response only; the session survives."""
+        """The model raised (or missed its step deadline, `model_step_timeout`) while stepping `unit`: the
+        active response (or the request's, empty) ends `failed` with the error in its `status_details`,
+        where OpenAI reports a failure within a response and clients go on; with no response to carry
+        it, the error is an `error` event. The session survives."""
         if self.closed or not self.fence.admits(unit.fence):
             return Step()
+        error = se.error_detail(code, f"model step failed: {message}")
         step = Step()
         if unit.index in self._asked:
             self._asked.remove(unit.index)
             if self._response is None:
-                step.events.extend(self._empty_response("failed", "model_error", unit.end_ms))
+                step.events.extend(self._empty_response("failed", "model_error", unit.end_ms, error=error))
+                return step
         if self._response is not None:  # (it answers the request)
-            step.events.extend(self._finish("failed", "model_error", interrupted=True))
-        step.events.append(se.error_event(code, f"model step failed: {message}"))
+            step.events.extend(self._finish("failed", "model_error", interrupted=True, error=error))
+        else:
+            step.events.append(se.Error(error=error))
         return step
 
     def step_finished(self, unit: Unit, now: float) -> Step:
@@ -866,7 +874,8 @@ class EngineSession:
         """The model calls a function: its item opens and completes at once (the arguments in one delta),
         after the response's message, which closes first. A call the session cannot accept (an undeclared
         function, arguments that are not a JSON object, a reused `call_id`) fails closed: never shown as a
-        call, an `invalid_function_call` error instead; the response still ends if the call ended it."""
+        call; the response ends `failed` with `invalid_function_call` in its `status_details`, and the
+        rest of the model's turn is stale, as after a barge-in (`_interrupt`)."""
         step = Step()
         response = self._response or self._begin_response(step, unit_end_ms)
         created = next((e for e in step.events if isinstance(e, se.ResponseCreated)), None)
@@ -876,8 +885,11 @@ class EngineSession:
             self._check_call(call)
             self._tools.open(call.call_id, call.name, call.arguments)
         except ProtocolError as exc:
-            code = ErrorCode.INVALID_FUNCTION_CALL
-            step.events.append(se.error_event(code, f"the model's function call was refused: {exc.message}"))
+            message = f"the model's function call was refused: {exc.message}"
+            error = se.error_detail(ErrorCode.INVALID_FUNCTION_CALL, message)
+            step.events.extend(self._finish("failed", "model_error", interrupted=True, error=error))
+            step.extend(self._interrupt("model_error", now))
+            return step
         else:
             if response.item_id is not None and not response.message_done:
                 step.events.extend(self._close_message(response, interrupted=False))
@@ -1054,9 +1066,15 @@ class EngineSession:
         return events
 
     def _finish(
-        self, status: se.ResponseStatus, reason: se.ResponseEndReason, *, interrupted: bool
+        self,
+        status: se.ResponseStatus,
+        reason: se.ResponseEndReason,
+        *,
+        interrupted: bool,
+        error: se.ErrorDetail | None = None,
     ) -> ServerEvents:
-        """Close the active response: the done events in order, history and ledgers settled."""
+        """Close the active response: the done events in order (a failed one's `error` in its
+        `status_details`), history and ledgers settled."""
         response = self._response
         assert response is not None
         self._response = None
@@ -1075,7 +1093,7 @@ class EngineSession:
                 response=se.ResponseInfo(
                     id=response.id,
                     status=status,
-                    status_details=se.StatusDetails(type=status, reason=reason),
+                    status_details=se.StatusDetails(type=status, reason=reason, error=error),
                     output=list(response.outputs),
                     output_modalities=response.modalities,
                     usage=se.Usage(output_tokens=timing.output_tokens, total_tokens=timing.output_tokens),

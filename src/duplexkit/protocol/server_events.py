@@ -137,10 +137,22 @@ class ResponseRequestMetrics(BaseModel):
     docs/models.md), when it measures one."""
 
 
+class ErrorDetail(BaseModel):
+    type: ErrorType
+    code: ErrorCode
+    message: str
+    param: str | None = None
+    event_id: str | None = None
+    retryable: bool = False
+
+
 class StatusDetails(BaseModel):
+    """Why a response ended; a `failed` one carries its error here (OpenAI's place for a failure within a
+    response, which clients such as Pipecat and LiveKit report without ending the session)."""
+
     type: ResponseStatus
     reason: ResponseEndReason | None = None
-    error: dict[str, Any] | None = None
+    error: ErrorDetail | None = None
 
 
 class Usage(BaseModel):
@@ -197,15 +209,6 @@ class ListenInfo(BaseModel):
     id: str | None = None
     status: Literal["listening"] = "listening"
     metadata: ListenMetadata
-
-
-class ErrorDetail(BaseModel):
-    type: ErrorType
-    code: ErrorCode
-    message: str
-    param: str | None = None
-    event_id: str | None = None
-    retryable: bool = False
 
 
 class RateLimit(BaseModel):
@@ -619,6 +622,20 @@ SERVER_EVENT_TYPES: dict[str, type[ServerEventBase]] = {
 """Event type → model, for readers that dispatch on `type` and for the documentation test."""
 
 
+def error_detail(
+    code: ErrorCode,
+    message: str,
+    *,
+    param: str | None = None,
+    event_id: str | None = None,
+) -> ErrorDetail:
+    """The error body for `code`; its `type` and `retryable` come from the one code table."""
+    spec = ERROR_SPECS[code]
+    return ErrorDetail(
+        type=spec.type, code=code, message=message, param=param, event_id=event_id, retryable=spec.retryable
+    )
+
+
 def error_event(
     code: ErrorCode,
     message: str,
@@ -626,15 +643,16 @@ def error_event(
     param: str | None = None,
     event_id: str | None = None,
 ) -> Error:
-    """Build the `error` event for `code`; its `type` and `retryable` come from the one code table."""
-    spec = ERROR_SPECS[code]
-    return Error(
-        error=ErrorDetail(
-            type=spec.type,
-            code=code,
-            message=message,
-            param=param,
-            event_id=event_id,
-            retryable=spec.retryable,
-        )
-    )
+    """The `error` event for `code` (`error_detail`)."""
+    return Error(error=error_detail(code, message, param=param, event_id=event_id))
+
+
+def reported_error(event: ServerEventBase) -> ErrorDetail | None:
+    """The error an event reports: an `error` event's, or a failed response's (`status_details.error`);
+    `None` for any other event. Edges that report errors in their own form (Moshi's error frame, a log
+    line for Twilio) and the server's error metric read both through this."""
+    if isinstance(event, Error):
+        return event.error
+    if isinstance(event, ResponseDone) and event.response.status_details is not None:
+        return event.response.status_details.error
+    return None

@@ -147,7 +147,12 @@ class ServerMetrics:
             "Input audio missing from WebRTC calls' RTP media clock (lost packets), filled with silence",
             registry=self.registry,
         )
-        self.errors = Counter("duplexkit_errors", "Error events sent", ["code"], registry=self.registry)
+        self.errors = Counter(
+            "duplexkit_errors",
+            "Errors sent: error events and failed responses' status_details.error",
+            ["code"],
+            registry=self.registry,
+        )
 
     def render(self) -> bytes:
         return generate_latest(self.registry)

@@ -119,8 +119,9 @@ class MoshiSocket:
         elif isinstance(event, se.ResponseDone) and event.response.status == "cancelled":
             self._reply.clear()  # barge-in or cancel: what was not played yet is never said
             self._reply_offset = 0
-        elif isinstance(event, se.Error):
-            await self._error(f"{event.error.code.value}: {event.error.message}")
+        error = se.reported_error(event)  # an error event's, or a failed response's
+        if error is not None:
+            await self._error(f"{error.code.value}: {error.message}")
 
     @property
     def close_code(self) -> int | None:

@@ -415,14 +415,17 @@ class SessionRunner:
             self.model.heard(text)
 
     def _observe(self, event: se.ServerEventBase) -> None:
+        """Server metrics: TTFT/TTFP of each response, and every error sent (`se.reported_error`: an
+        `error` event's or a failed response's)."""
         if isinstance(event, se.ResponseDone) and event.response_request_metrics is not None:
             m = event.response_request_metrics
             if m.ttft_ms is not None:
                 self.metrics.ttft_seconds.observe(m.ttft_ms / 1000.0)
             if m.ttfp_ms is not None:
                 self.metrics.ttfp_seconds.observe(m.ttfp_ms / 1000.0)
-        elif isinstance(event, se.Error):
-            self.metrics.errors.labels(code=event.error.code.value).inc()
+        error = se.reported_error(event)
+        if error is not None:
+            self.metrics.errors.labels(code=error.code.value).inc()
 
     def _finish(self, reason: str) -> None:
         if self.close_reason is None:

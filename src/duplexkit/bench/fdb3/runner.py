@@ -45,6 +45,7 @@ from duplexkit.bench.fdb3.metrics import user_speech_end
 from duplexkit.bench.retry import AttemptOutcome
 from duplexkit.bench.speech import speech_segments
 from duplexkit.client import DuplexClient, SessionError, SessionProgress, dump_events
+from duplexkit.client.events import error_code_of
 from duplexkit.client.session import close_session
 from duplexkit.client.wavfile import read_wav, write_wav
 from duplexkit.protocol.audio import resample
@@ -182,7 +183,7 @@ async def run_attempt(
         record_close(await close_session(client, bounds), outcome, meta, bounds)
         record_resumes(client, meta, outcome)
         collector = client.collector
-        outcome.server_errors = [str(f.get("error", {}).get("code")) for f in collector.failures()]
+        outcome.server_errors = [str(error_code_of(f)) for f in collector.failures()]
         responses = collector.responses()
         outcome.response_done = bool(responses) and not collector.open_responses()
         audio = fit_to(collector.output_audio(), round(media.duration_s * OUTPUT_RATE_HZ))

@@ -26,7 +26,13 @@ from dataclasses import dataclass, field
 from typing import Any
 
 from duplexkit.client.drain import CommitPoint, CommittedUnit
-from duplexkit.client.events import ReceivedEvent, dig, error_code_of, response_id_of
+from duplexkit.client.events import (
+    ReceivedEvent,
+    dig,
+    error_code_of,
+    failed_response_error,
+    response_id_of,
+)
 
 OUTPUT_RATE_HZ = 24_000
 ACK_STEP_MS = 200.0
@@ -171,6 +177,8 @@ class CompletionTracker:
             self.open.add(response_id_of(data) or f"#{self.created}")
         elif kind == "response.done":
             self.open.discard(response_id_of(data) or "")
+            if failed_response_error(data) is not None:
+                self.failure = self.failure or data
             if after_commit and dig(data, "response", "status") == "completed":
                 self._decision_seen = True
         elif kind == "response.listen" and after_commit:

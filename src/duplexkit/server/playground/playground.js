@@ -656,7 +656,15 @@
         const done = responseEntry(conn, event.response.id);
         adoptMetrics(done, event.response_request_metrics);
         done.status = event.response.status;
-        done.reason = event.response.status_details && event.response.status_details.reason;
+        const details = event.response.status_details || {};
+        done.reason = details.reason;
+        if (done.status === "failed" && details.error) {
+          // a failure within the reply (the model's step, a call it could not make): shown on the reply,
+          // counted; the session goes on, as OpenAI's clients take a failed response
+          done.reason = details.error.code;
+          stats.errors.push(details.error.code);
+          renderStats();
+        }
         if (conn.playback && !done.cut) conn.playback.port.postMessage({ type: "end", id: done.id });
         if (done.status === "cancelled" && !done.cut && conn.playback) {
           done.cut = true;

@@ -78,8 +78,8 @@ class TwilioSocket:
         elif isinstance(event, se.ResponseDone):
             cancelled = event.response.status == "cancelled"
             await self._send(self.stream.reply_ended(event.response.id, cancelled=cancelled))
-        elif isinstance(event, se.Error):
-            error = event.error
+        error = se.reported_error(event)  # an error event's, or a failed response's
+        if error is not None:
             log.warning("twilio stream %s: %s: %s", self._sid, error.code.value, error.message)
 
     @property
