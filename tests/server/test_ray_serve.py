@@ -14,6 +14,7 @@ from __future__ import annotations
 import asyncio
 import base64
 import json
+import os
 import socket
 import time
 import urllib.request
@@ -28,6 +29,7 @@ from prometheus_client.parser import text_string_to_metric_families
 
 pytest.importorskip("ray.serve", reason="the `ray` extra is not installed (pip install 'duplexkit[ray]')")
 
+import ray
 from ray import serve
 from websockets.asyncio.client import ClientConnection, connect
 
@@ -154,6 +156,19 @@ async def open_admitted(url: str, *, key: str | None = None, tries: int = 5) -> 
 async def end(ws: ClientConnection) -> None:
     """Leave as an OpenAI-dialect client does: close the socket (that ends the session and frees its slot)."""
     await ws.close()
+
+
+def test_a_local_clusters_processes_give_the_serve_proxy_a_minute_to_start(cluster: str) -> None:
+    """Ray's 5 s for a proxy to become ready killed it on a loaded machine (`serve.start` failed with
+    `ActorDiedError`, the whole module with it): the cluster's processes start with a minute, and the
+    driver's environment is as it was."""
+
+    @ray.remote(num_cpus=0)
+    def ready_check_timeout() -> str | None:
+        return os.environ.get("RAY_SERVE_PROXY_READY_CHECK_TIMEOUT_S")
+
+    assert ray.get(ready_check_timeout.remote(), timeout=60) == "60"
+    assert "RAY_SERVE_PROXY_READY_CHECK_TIMEOUT_S" not in os.environ
 
 
 async def test_a_spoken_turn_through_the_serve_proxy(cluster: str) -> None:

@@ -399,19 +399,39 @@ def app_builder(args: dict[str, Any]) -> Any:
     return build_app(RayServeOptions(**values))
 
 
+LOCAL_CLUSTER_ENVIRONMENT = {"RAY_SERVE_PROXY_READY_CHECK_TIMEOUT_S": "60"}
+"""What a local cluster's processes start with, unless the user's environment sets it. Serve's controller
+kills a proxy that is not ready within 5 s (Ray's default) and `serve.start` then fails with
+`ActorDiedError`: on a loaded machine a proxy's start (an interpreter importing Ray Serve) takes longer."""
+
+
+@contextlib.contextmanager
+def _local_cluster_environment() -> Iterator[None]:
+    """`LOCAL_CLUSTER_ENVIRONMENT` in `os.environ` while the local cluster starts (its processes inherit
+    it), the user's values kept; the environment as it was afterwards."""
+    added = {name: value for name, value in LOCAL_CLUSTER_ENVIRONMENT.items() if name not in os.environ}
+    os.environ.update(added)
+    try:
+        yield
+    finally:
+        for name in added:
+            os.environ.pop(name, None)
+
+
 @contextlib.contextmanager
 def ray_serve(options: RayServeOptions, *, host: str = "127.0.0.1", port: int = 8000) -> Iterator[str]:
     """Run the application on the cluster `RAY_ADDRESS` names, or a local one sized for the replicas;
     yields the proxy's WebSocket URL and shuts Serve (and a local cluster) down on exit."""
     address = os.environ.get("RAY_ADDRESS") or None
     local = address is None
-    ray.init(
-        address=address,
-        num_cpus=max(1, math.ceil(options.replicas * options.replica_cpus)) if local else None,
-        include_dashboard=False,
-        log_to_driver=False,
-        configure_logging=False,
-    )
+    with _local_cluster_environment() if local else contextlib.nullcontext():
+        ray.init(
+            address=address,
+            num_cpus=max(1, math.ceil(options.replicas * options.replica_cpus)) if local else None,
+            include_dashboard=False,
+            log_to_driver=False,
+            configure_logging=False,
+        )
     try:
         serve.start(http_options={"host": host, "port": port})
         serve.run(build_app(options), name=APP_NAME, route_prefix="/")
