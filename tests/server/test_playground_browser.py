@@ -354,6 +354,49 @@ async def test_what_the_model_heard_after_its_reply_began_is_shown_before_that_r
         assert state["stats"]["errors"] == [] and browser.log.console_errors == []
 
 
+class FailsMidReply(ScriptedSession):
+    """The scripted model, whose step after its reply's first speech raises, once: the reply fails."""
+
+    def __init__(self, plugin: ScriptedModel) -> None:
+        super().__init__(plugin)
+        self._spoke = False
+        self._failed = False
+
+    async def step(self, unit: Unit, request_started_at: float) -> AsyncIterator[Decision]:
+        if self._spoke and not self._failed:
+            self._failed = True
+            raise RuntimeError("boom")
+        async for decision in super().step(unit, request_started_at):
+            self._spoke = self._spoke or isinstance(decision, Speak)
+            yield decision
+
+
+class FailingReplyModel(ScriptedModel):
+    def new_session(self) -> ScriptedSession:
+        return FailsMidReply(self)
+
+
+async def test_a_reply_that_fails_shows_its_code_and_the_page_goes_on(speech_wav: Path) -> None:
+    """A failure within a reply comes on its `response.done` (`status_details.error`): the page shows the
+    code on that reply and counts it, raises no alert, and stays connected for what follows."""
+    assert BROWSER is not None
+    plugin = FailingReplyModel.from_args({"reply": LONG_REPLY, "first_output_ms": "150"})
+    async with (
+        EmbeddedServer(plugin) as server,
+        HeadlessChromium(BROWSER, flags=_mic(speech_wav), timeout_s=30) as browser,
+    ):
+        await browser.open(server.http_url + "/?transport=websocket")
+        await browser.click("#connect")
+        state = await _until(browser, lambda s: any(r["status"] == "failed" for r in s["responses"]), 30)
+        failed = next(r for r in state["responses"] if r["status"] == "failed")
+        assert "failed (model_step_failed)" in failed["meta"]
+        assert state["stats"]["errors"] == ["model_step_failed"]
+        assert state["alert"] is None and state["status"] == "live", state
+        appends = state["stats"]["appends"]
+        later = await _until(browser, lambda s: s["stats"]["appends"] >= appends + 5, 10)
+        assert later["alert"] is None and later["status"] == "live"
+
+
 async def test_a_refused_microphone_shows_its_error_and_never_opens_a_socket(
     server: EmbeddedServer, speech_wav: Path, artifacts: Path
 ) -> None:
