@@ -119,8 +119,7 @@ class MoshiSocket:
         elif isinstance(event, se.ResponseDone) and event.response.status == "cancelled":
             self._reply.clear()  # barge-in or cancel: what was not played yet is never said
             self._reply_offset = 0
-        error = se.reported_error(event)  # an error event's, or a failed response's
-        if error is not None:
+        elif (error := se.reported_error(event)) is not None:  # an error event's, or a failed response's
             await self._error(f"{error.code.value}: {error.message}")
 
     @property
