@@ -16,7 +16,7 @@ from typing import Any
 import numpy as np
 import pytest
 
-from duplexkit.engine import EngineConfig, EngineSession, Listen, Speak, Step, Transcribed, Unit
+from duplexkit.engine import EngineConfig, EngineSession, Interrupt, Listen, Speak, Step, Transcribed, Unit
 from duplexkit.protocol.audio import decode_base64_audio, encode_base64_audio
 from duplexkit.protocol.errors import ErrorCode
 from duplexkit.protocol.wire import parse_client_event
@@ -235,6 +235,7 @@ def test_response_create_flushes_buffered_input_for_the_model() -> None:
     [unit] = h.send("response.create").units
     assert unit.final
     assert len(unit.samples) == 300 * IN_RATE // 1000
+    h.step(unit, Listen(), at=1.0)  # (the request ends: an empty response)
     assert h.send("response.create").units == []  # nothing buffered, nothing to step
     # ... unless it asks for an answer by metadata (LiveKit's generate_reply): an empty final unit
     [empty] = h.send("response.create", response={"metadata": {"client_event_id": "x"}}).units
@@ -326,26 +327,70 @@ def test_a_request_the_model_gives_no_decision_for_ends_when_its_unit_is_done() 
     _empty_done(events)
 
 
-def test_each_of_two_requests_made_before_the_model_decided_ends() -> None:
+def test_a_second_request_before_the_first_ended_is_refused_as_openai_does() -> None:
+    """OpenAI answers `conversation_already_has_active_response` (Pipecat and LiveKit pass over it); the
+    first request still ends, once, and its metadata is not overwritten."""
     h = Harness()
     [first] = h.send("response.create", response={"metadata": {"client_event_id": "a"}}).units
-    [second] = h.send("response.create", response={"metadata": {"client_event_id": "b"}}).units
-    h.send("response.create")  # a bare one while the second's unit is stepping: that unit answers it too
-    events = h.step(first, Listen(), at=1.0) + h.step(second, Listen(), at=2.0)
-    assert [e.response.status for e in events if e.type == "response.done"] == ["completed"] * 3
+    again = h.send("response.create", response={"metadata": {"client_event_id": "b"}})
+    assert error_codes(again.events) == [ErrorCode.CONVERSATION_ALREADY_HAS_ACTIVE_RESPONSE]
+    assert again.units == []
+    events = h.step(first, speak("Hi", 100), at=1.0)
+    assert only(events, "response.created").response.metadata == {"client_event_id": "a"}
+    during = h.send("response.create")  # while its response is active
+    assert error_codes(during.events) == [ErrorCode.CONVERSATION_ALREADY_HAS_ACTIVE_RESPONSE]
+    events += h.step(h.unit(1.0), Listen(), at=2.0)
+    assert [e.response.status for e in events if e.type == "response.done"] == ["completed"]
+    assert error_codes(h.send("response.create").events) == []  # and after it ended, a new one goes
 
 
-def test_a_request_made_while_a_reply_is_produced_is_answered_by_that_reply() -> None:
-    """The cascade's reply opens at the end of the turn and its audio follows on later units, which may
-    get no decision while it is produced: the open response answers a request made meanwhile."""
+def test_output_decided_inside_a_turn_the_client_ended_opens_the_response_at_its_end() -> None:
+    """A clip sent at once, then `response.create`: the model may decide to speak at a pause inside the
+    question (a unit before the request's final unit). That output is held and released at the final
+    unit, so the response starts where the client's turn ends and answers the request."""
     h = Harness()
     [unit] = h.append(1000).units
     h.append(300)
-    [asked] = h.send("response.create").units  # while the model steps the unit before
-    h.step(unit, speak(), at=1.0)  # the reply opens there, nothing to say yet
-    assert h.step(asked, at=2.0) == []  # no decision: the reply is still being produced
-    events = h.step(h.unit(2.0), speak("Hi", 100, end_of_turn=True), at=3.0)
-    assert [e.type for e in events if e.type in ("response.created", "response.done")] == ["response.done"]
+    [asked] = h.send("response.create").units  # while the model has not stepped the unit before
+    assert h.step(unit, speak(), speak("Hi ", 100), at=1.0) == []  # held: the question goes on
+    events = h.step(asked, at=2.0)  # the final unit decides nothing: what was held is released there
+    assert types(events) == [*RESPONSE_HEAD, *AUDIO_PAIR]
+    assert only(events, "response.created").unit_end_ms == asked.end_ms
+    events = h.step(h.unit(2.0), speak("there.", 100, end_of_turn=True), at=3.0)
+    assert only(events, "response.done").response.output[0].content[0].transcript == "Hi there."
+
+
+def test_the_rest_of_a_question_sent_at_once_never_cancels_its_request() -> None:
+    """The openai SDK's commonest flow, on a model that opens a reply at a pause inside the question and
+    barges in on it when the question goes on: no response opens inside the question, the barge-in
+    cancels nothing of the request queued after it, and the model's answer at the final unit is the
+    request's response, completed."""
+    h = Harness()
+    first, second = h.unit(), h.unit()
+    h.append(300)
+    [asked] = h.send("response.create").units
+    assert h.step(first, speak(), at=1.0) == []  # a reply at the pause, held
+    assert h.step(second, Interrupt(), at=1.1) == []  # the question goes on: the held reply is dropped
+    assert h.engine.admits(asked)  # the barge-in made nothing after it stale
+    events = h.step(asked, speak("Sure.", 200, end_of_turn=True), at=1.2)
+    done = only(events, "response.done").response
+    assert done.status == "completed" and done.output[0].content[0].transcript == "Sure."
+    assert "error" not in types(events)
+
+
+def test_a_barge_in_the_model_hears_ends_an_active_reply_but_not_the_input_queued_after_it() -> None:
+    """The user talks over the reply and commits a question sent at once: the barge-in on the unit the
+    model heard it in cancels the reply; the commit's final unit, queued after it, is answered."""
+    h = Harness()
+    response_id = h.open_response()
+    speech = h.unit(1.0)
+    h.append(300)
+    [committed] = h.send("input_audio_buffer.commit").units
+    events = h.step(speech, Interrupt(), at=2.0)
+    done = only(events, "response.done").response
+    assert (done.id, done.status) == (response_id, "cancelled")
+    events = h.step(committed, speak("Yes?", 100, end_of_turn=True), at=2.5)
+    assert only(events, "response.done").response.status == "completed"
 
 
 @pytest.mark.parametrize(("type_", "fields", "reason"), INTERRUPTS)
@@ -458,11 +503,7 @@ def test_response_done_reports_completed_stop_with_what_was_generated() -> None:
     events = h.step(h.unit(), speak("Hello ", 1000), speak("world.", 500, end_of_turn=True), at=1.0)
     assert only(events, "response.output_audio_transcript.done").transcript == "Hello world."
     done = only(events, "response.done").response
-    assert (done.status, done.status_details.type, done.status_details.reason) == (
-        "completed",
-        "completed",
-        "stop",
-    )
+    assert (done.status, done.status_details) == ("completed", None)  # OpenAI's: no details
     [item] = done.output
     assert (item.role, item.status, item.content[0].transcript) == ("assistant", "completed", "Hello world.")
     assert h.engine.active_response_id is None
@@ -531,7 +572,7 @@ def test_a_listen_that_ends_a_response_carries_its_id_and_is_followed_by_respons
     assert types(events) == ["response.listen", *AUDIO_TAIL]
     assert events[0].response_id == events[0].response.id == response_id
     done = events[-1].response
-    assert (done.id, done.status, done.status_details.reason) == (response_id, "completed", "stop")
+    assert (done.id, done.status, done.status_details) == (response_id, "completed", None)
     # the next listen acknowledges a unit again, without a response
     [after] = h.step(h.unit(2.0), Listen(), at=3.0)
     assert after.response_id is None
@@ -785,11 +826,16 @@ def test_a_model_step_failure_fails_only_the_active_response() -> None:
     assert only(after, "response.done").response.status == "completed"
 
 
-def test_a_model_step_failure_without_a_response_reports_only_the_error() -> None:
+def test_a_model_step_failure_without_a_response_is_reported_on_an_empty_failed_response() -> None:
+    """Never a top-level `error`, which Pipecat takes as the end of its connection: OpenAI reports a
+    server failure on a `response.done` whose status is `failed`."""
     h = Harness()
     unit = h.unit()
-    [error] = h.engine.on_step_failed(unit, "boom", 1.0).events
-    assert error.error.code == ErrorCode.MODEL_STEP_FAILED
+    events = h.engine.on_step_failed(unit, "boom", 1.0).events
+    assert types(events) == ["response.created", "response.done"]
+    done = events[-1].response
+    assert done.status == "failed" and done.output == []
+    assert done.status_details.error.code == ErrorCode.MODEL_STEP_FAILED
     assert types(h.step(h.unit(1.0), Listen(), at=2.0)) == ["response.listen"]
 
 

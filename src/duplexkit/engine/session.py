@@ -58,6 +58,9 @@ class EngineConfig:
     announces_whole_calls: bool = False
     """A call's item is announced complete (`completed`, its `arguments`) in `response.output_item.added`
     and `conversation.item.added`, as vLLM-Omni's projector does; OpenAI announces it `in_progress`, empty."""
+    refuses_stale_outputs: bool = False
+    """An output for a call a barge-in retired is refused, `stale_function_call_output` (vLLM-Omni's
+    ledger); OpenAI takes it as a conversation item, which the model never answers."""
 
 
 @dataclass(slots=True)
@@ -154,12 +157,16 @@ class EngineSession:
         self._texts: list[str] = []
         """The text of user messages the client created that the model has not received yet (they ride the
         next unit, as outputs do)."""
-        self._final_unit: int | None = None
-        """The latest final unit not stepped yet (a commit's, a `response.create`'s)."""
-        self._asked: list[int] = []
-        """Per pending `response.create`, in order, the final unit whose decisions answer it: the response
-        they open or continue, else an empty one. Every request ends with a `response.done` (OpenAI's
-        contract; Pipecat holds its next request until then)."""
+        self._final_units: list[int] = []
+        """The final units not stepped yet (a commit's, a `response.create`'s), in order: each ends a turn
+        the client declared, so what the model decides before one is held for it (`_hold`)."""
+        self._held: list[Decision] = []
+        """Output the model decided on units before a queued final unit (a clip sent at once, then its
+        commit): released at that final unit, where the client's turn ends (`_release`)."""
+        self._asked: int | None = None
+        """The pending `response.create`'s final unit, whose decisions answer it: the response they open,
+        else an empty one. Every request ends with a `response.done` (OpenAI's contract; Pipecat holds its
+        next request until then), and a second one before it is refused."""
         self._metadata: dict[str, Any] | None = None
         """The latest `response.create`'s `response.metadata`, for the next response to echo."""
         self._user_item_unanswered = False
@@ -185,6 +192,10 @@ class EngineSession:
         s = self.settings
         fixed = FORMAT_RATE_HZ.get(s.output_audio_format)
         return fixed or s.output_sample_rate_hz or self.config.output_sample_rate_hz
+
+    def admits(self, unit: Unit) -> bool:
+        """Whether the model's output for `unit` may still take effect (`Fence`)."""
+        return self.fence.admits(unit.fence, unit.index)
 
     @property
     def active_response_id(self) -> str | None:
@@ -346,8 +357,9 @@ class EngineSession:
         step.extend(self._units([self._assembler.flush()], now, is_speech=is_speech))
         return step
 
-    def speech_started(self, audio_start_ms: float, now: float) -> Step:
-        """Server VAD heard speech start: announce it and, with `interrupt_response`, barge in."""
+    def speech_started(self, audio_start_ms: float, now: float, unit_index: int | None = None) -> Step:
+        """Server VAD heard speech start (in unit `unit_index`, before the model steps it): announce it
+        and, with `interrupt_response`, barge in there."""
         vad = self.settings.turn_detection
         if vad is None or self.closed:
             return Step()
@@ -358,7 +370,7 @@ class EngineSession:
             ]
         )
         if vad.interrupt_response and (self._response is not None or self._tools.pending):
-            step.extend(self._interrupt("turn_detected", now))
+            step.extend(self._interrupt("turn_detected", now, first_unit=unit_index))
         return step
 
     def vad_failed(self, message: str) -> Step:
@@ -420,7 +432,7 @@ class EngineSession:
         for unit in units:
             if unit.final:
                 self._user_item_unanswered = False
-                self._final_unit = unit.index
+                self._final_units.append(unit.index)
         self._unit_index += len(units)
         self._outstanding += len(units)
         if units:
@@ -436,8 +448,16 @@ class EngineSession:
         else at once by an empty response. A request with metadata (LiveKit's `generate_reply`) or after a
         user message item (Pipecat's first request; vLLM-Omni answers one the same way) is answered on an
         empty final unit, which carries the message's text. A model that listens there still ends the
-        request: an empty response, `completed`. Nothing is stepped while a response is active; it answers
-        the request, and the metadata waits for the next one."""
+        request: an empty response, `completed`. A request while a response is active or requested is
+        refused with OpenAI's `conversation_already_has_active_response`; nothing changes."""
+        if self._response is not None or self._asked is not None:
+            raise ProtocolError(
+                ErrorCode.CONVERSATION_ALREADY_HAS_ACTIVE_RESPONSE,
+                # OpenAI's wording (Pipecat and LiveKit pass over this code)
+                "Conversation already has an active response in progress: "
+                f"{self._response.id if self._response else 'requested'}. Wait until the response is "
+                "finished before creating a new one.",
+            )
         options = event.response or {}
         metadata = options.get("metadata")
         self._metadata = metadata if isinstance(metadata, dict) else None
@@ -459,14 +479,12 @@ class EngineSession:
             or self._metadata is not None
             or self._user_item_unanswered
         )
-        if self._response is not None:
-            return step
         if asks:
             step.extend(self._units([self._assembler.flush()], now))
-        if self._final_unit is None:
+        if not self._final_units:
             step.events.extend(self._empty_response("completed", "stop", self._assembler.media_ms))
         else:
-            self._asked.append(self._final_unit)
+            self._asked = self._final_units[-1]
         return step
 
     def _empty_response(
@@ -508,7 +526,7 @@ class EngineSession:
         return differ
 
     def _cancel(self, response_id: str | None, now: float) -> Step:
-        if self._response is None and self._asked and response_id is None:
+        if self._response is None and self._asked is not None and response_id is None:
             return self._interrupt("client_cancelled", now)  # the request whose response has not opened
         if self._response is None or (response_id is not None and response_id != self._response.id):
             raise ProtocolError(
@@ -522,22 +540,28 @@ class EngineSession:
         return self._interrupt("client_cancelled", now)
 
     def _interrupt(
-        self, reason: Literal["barge_in", "client_cancelled", "turn_detected", "model_error"], now: float
+        self,
+        reason: Literal["barge_in", "client_cancelled", "turn_detected", "model_error"],
+        now: float,
+        first_unit: int | None = None,
     ) -> Step:
-        """Barge-in, cancel, clear (or a model's call refused): end the active response, make everything in
-        flight stale (pending function calls too: an output that comes for one later is refused as
-        stale). A pending request whose response has not opened ends `cancelled`, empty (its unit's
-        decisions are dropped)."""
+        """Barge-in, cancel, clear (or a model's call refused) at its place on the input timeline: before
+        unit `first_unit` (default: after all input so far, a client's event). End the active response and
+        any output held for a turn's end; make stale the units before `first_unit` and the pending
+        function calls (an output that comes for one later joins the conversation, unanswered). A pending
+        request whose final unit is stale ends `cancelled`, empty; one queued after `first_unit` stands:
+        input that precedes a request never cancels it."""
+        first = self._unit_index if first_unit is None else first_unit
         step = Step()
         if self._response is not None:
             step.events.extend(self._finish("cancelled", reason, interrupted=True))
-            self._asked = self._asked[1:]  # it answered the oldest request
-        for _ in self._asked:
+        if self._asked is not None and self._asked < first:
             step.events.extend(self._empty_response("cancelled", reason, self._assembler.media_ms))
-        self._asked = []
-        self._final_unit = None  # its decisions are dropped: it answers no later request
+            self._asked = None
+        self._held.clear()
+        self._final_units = [index for index in self._final_units if index >= first]
         self._tools.retire()
-        self.fence = self.fence.next_epoch()
+        self.fence = self.fence.next_epoch(first)
         self._requests.clear()
         return step
 
@@ -557,7 +581,9 @@ class EngineSession:
     def _create_item(self, event: ce.ConversationItemCreate, now: float) -> Step:
         """A client's item: a message, a `function_call`, or a `function_call_output` answering a call
         (which the model receives with its next unit; where the session continues after an output by
-        itself, and no response is active, that is a final unit stepped now, which asks for the answer).
+        itself, no response is active and no call of the turn still waits, that is a final unit stepped
+        now, which asks for the answer; the output of a call a barge-in retired joins the conversation
+        and is never answered, as OpenAI takes any output).
         It goes after `previous_item_id` (`root`: first; absent: last); an unknown one is `unknown_item`, a
         malformed function item `invalid_function_call` (`invalid_function_call_output` for an output), an
         output for no pending call a code of the tool ledger's."""
@@ -572,7 +598,15 @@ class EngineSession:
             self._tools.open(item.call_id, item.name, item.arguments)
         elif item.type == "function_call_output":
             assert item.call_id is not None and item.output is not None
-            self._outputs.append(self._tools.answer(item.call_id, item.output))
+            output = self._tools.answer(item.call_id, item.output)
+            if output is not None:
+                self._outputs.append(output)
+            elif self.config.refuses_stale_outputs:
+                raise ProtocolError(
+                    ErrorCode.STALE_FUNCTION_CALL_OUTPUT,
+                    f"function call {item.call_id!r} was cancelled by a barge-in before its output came",
+                    param="item.call_id",
+                )
         elif item.role == "user":
             self._user_item_unanswered = True
             self._texts.extend(c.text for c in item.content or () if c.type == "input_text" and c.text)
@@ -585,7 +619,12 @@ class EngineSession:
                 se.ConversationItemDone(item=item, previous_item_id=previous),
             ]
         )
-        continues = self.config.continues_after_tool_output and item.type == "function_call_output"
+        continues = (
+            self.config.continues_after_tool_output
+            and item.type == "function_call_output"
+            and bool(self._outputs)
+            and not self._tools.pending  # every call of the turn has its output
+        )
         if continues and self._response is None:
             step.extend(self._units([self._assembler.flush()], now))
         return step
@@ -625,11 +664,11 @@ class EngineSession:
         step = Step(close_reason=reason)
         if self._response is not None:
             step.events.extend(self._finish("cancelled", "client_cancelled", interrupted=True))
-            self._asked = self._asked[1:]  # it answered the oldest request
-        for _ in self._asked:
+        if self._asked is not None:
             media_ms = self._assembler.media_ms
             step.events.extend(self._empty_response("cancelled", "client_cancelled", media_ms))
-        self._asked = []
+        self._asked = None
+        self._held.clear()
         self._requests.clear()
         self.closed = True
         step.events.append(se.SessionClosed(session_id=self.session_id, reason=reason))
@@ -640,7 +679,7 @@ class EngineSession:
     def request_started(self, unit: Unit, submitted_at: float, *, queue_wait_s: float | None = None) -> None:
         """`unit` was complete and submitted to the model's queue at `submitted_at` (the anchor for TTFT/TTFP
         of the reply it produces) and waited `queue_wait_s` for the stepper before its request started."""
-        if self.fence.admits(unit.fence):
+        if self.admits(unit):
             turn = self.fence.turn_id
             wait_ms = None if queue_wait_s is None else max(0.0, queue_wait_s * 1000.0)
             self._requests.mark_model_turn_request_started(turn, submitted_at, wait_ms)
@@ -650,21 +689,62 @@ class EngineSession:
                 )
 
     def on_decision(self, unit: Unit, decision: Decision, now: float) -> Step:
-        """Turn one model decision for `unit` into events; output of a stale fence is dropped."""
-        if self.closed or not self.fence.admits(unit.fence):
+        """Turn one model decision for `unit` into events; output for a stale unit is dropped, and output
+        for a unit before a queued final unit is held for it (`_hold`)."""
+        if self.closed or not self.admits(unit):
             return Step()
-        if unit.index in self._asked and not isinstance(decision, Transcribed | Interrupt):
-            self._asked.remove(unit.index)  # answered by the response this opens, continues or ends...
+        if isinstance(decision, Transcribed):
+            return self._transcribed(decision)
+        if self._turn_continues(unit):
+            return self._hold(unit, decision, now)
+        step = self._release(unit, now)
+        step.extend(self._decide(unit, decision, now))
+        return step
+
+    def _turn_continues(self, unit: Unit) -> bool:
+        """The client has ended its turn after `unit`: a final unit (its commit, its `response.create`)
+        is queued behind it, so `unit` is inside the user's turn."""
+        return any(index > unit.index for index in self._final_units)
+
+    def _hold(self, unit: Unit, decision: Decision, now: float) -> Step:
+        """A decision inside a turn the client has already ended (audio sent faster than real time, then
+        committed): a response the model opens there would start inside the user's question, and the
+        rest of the question, already queued, would barge in on it. So what would open a response is held
+        and released at the turn's final unit, where the client's commit and `response.create` put it
+        (`_release`): audio that precedes a response never interrupts it. An active response goes on as
+        usual; a barge-in the model hears ends it (and anything held), but not the request queued after
+        it; a listen outside any reply is said at once."""
+        if isinstance(decision, Interrupt):
+            self._held.clear()
+            if self._response is not None or self._tools.pending:
+                return self._interrupt("barge_in", now, first_unit=unit.index + 1)
+            return Step()
+        if self._response is not None or (not self._held and isinstance(decision, Listen)):
+            return self._decide(unit, decision, now)
+        self._held.append(decision)
+        return Step()
+
+    def _release(self, unit: Unit, now: float) -> Step:
+        """The held decisions, in order, as decided at `unit` (the turn's final unit): the response they
+        open starts there on the timeline and answers the turn's request."""
+        held, self._held = self._held, []
+        step = Step()
+        for decision in held:
+            step.extend(self._decide(unit, decision, now))
+        return step
+
+    def _decide(self, unit: Unit, decision: Decision, now: float) -> Step:
+        if self._asked == unit.index and not isinstance(decision, Interrupt):
+            self._asked = None  # answered by the response this opens, continues or ends...
             if isinstance(decision, Listen) and self._response is None:  # ...else by an empty one
                 return Step(events=self._empty_response("completed", "stop", unit.end_ms, decision.reason))
         if isinstance(decision, Listen):
             return self._listen(decision, unit.end_ms)
         if isinstance(decision, Interrupt):
-            return (
-                self._interrupt("barge_in", now)
-                if self._response is not None or self._tools.pending or self._asked
-                else Step()
-            )
+            stale_request = self._asked is not None and self._asked <= unit.index
+            if self._response is not None or self._tools.pending or stale_request:
+                return self._interrupt("barge_in", now, first_unit=unit.index + 1)
+            return Step()
         if isinstance(decision, Transcribed):
             return self._transcribed(decision)
         if isinstance(decision, FunctionCall):
@@ -712,34 +792,36 @@ class EngineSession:
         """The model raised (or missed its step deadline, `model_step_timeout`) while stepping `unit`: the
         active response (or the request's, empty) ends `failed` with the error in its `status_details`,
         where OpenAI reports a failure within a response and clients go on; with no response to carry
-        it, the error is an `error` event. The session survives."""
-        if self.closed or not self.fence.admits(unit.fence):
+        it, an empty response ends `failed` with it, as OpenAI reports a server failure, never a top-level
+        `error` (which Pipecat takes as the end of its connection). The session survives."""
+        if self.closed or not self.admits(unit):
             return Step()
         error = se.error_detail(code, f"model step failed: {message}")
-        step = Step()
-        if unit.index in self._asked:
-            self._asked.remove(unit.index)
-            if self._response is None:
-                step.events.extend(self._empty_response("failed", "model_error", unit.end_ms, error=error))
-                return step
-        if self._response is not None:  # (it answers the request)
+        step = Step() if self._turn_continues(unit) else self._release(unit, now)
+        if self._asked == unit.index:
+            self._asked = None
+        if self._response is not None:
             step.events.extend(self._finish("failed", "model_error", interrupted=True, error=error))
         else:
-            step.events.append(se.Error(error=error))
+            step.events.extend(self._empty_response("failed", "model_error", unit.end_ms, error=error))
         return step
 
     def step_finished(self, unit: Unit, now: float) -> Step:
-        """The model is done with `unit`. A request it answered with no decision that opens or ends a
-        response (nothing, or only a transcript) ends now, empty."""
+        """The model is done with `unit`. Output still held for a final unit that decided nothing is
+        released; a request it answered with no decision that opens or ends a response (nothing, or only
+        a transcript) ends now, empty."""
         self._outstanding = max(0, self._outstanding - 1)
         self._last_unit_at = max(self._last_unit_at, now)
-        if unit.index == self._final_unit:
-            self._final_unit = None
-        unanswered = self._asked.count(unit.index) - (self._response is not None)  # it answers one
-        self._asked = [index for index in self._asked if index != unit.index]
+        if unit.index in self._final_units:
+            self._final_units.remove(unit.index)
         step = Step()
-        if not self.closed and self.fence.admits(unit.fence):
-            for _ in range(unanswered):
+        if self.closed or not self.admits(unit):
+            return step
+        if not self._turn_continues(unit):  # held output its final unit did not release
+            step.extend(self._release(unit, now))
+        if self._asked == unit.index:
+            self._asked = None
+            if self._response is None:
                 step.events.extend(self._empty_response("completed", "stop", unit.end_ms))
         return step
 
@@ -1093,7 +1175,9 @@ class EngineSession:
                 response=se.ResponseInfo(
                     id=response.id,
                     status=status,
-                    status_details=se.StatusDetails(type=status, reason=reason, error=error),
+                    status_details=None
+                    if status == "completed"
+                    else se.StatusDetails(type=status, reason=reason, error=error),
                     output=list(response.outputs),
                     output_modalities=response.modalities,
                     usage=se.Usage(output_tokens=timing.output_tokens, total_tokens=timing.output_tokens),

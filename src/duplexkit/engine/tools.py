@@ -2,7 +2,7 @@
 
 The model opens a call (`FunctionCall`, or a client's `function_call` item); the client answers it with a
 `function_call_output` item. A barge-in (any interrupt) retires the calls still pending: the user moved on,
-so an output that arrives for one later is refused as stale, and the session goes on. The ledger runs no
+so an output that arrives for one later joins the conversation but is never answered. The ledger runs no
 tools and keeps no time; audio keeps flowing past it (it is not consulted on an append).
 """
 
@@ -57,10 +57,11 @@ class ToolLedger:
             )
         self._calls[call_id] = _Call(name, arguments)
 
-    def answer(self, call_id: str, output: str) -> FunctionOutput:
-        """Accept the output of a pending call. Refused with a code: `unknown_function_call` (no such
-        call), `duplicate_function_call_output` (answered already), `stale_function_call_output` (a
-        barge-in retired it)."""
+    def answer(self, call_id: str, output: str) -> FunctionOutput | None:
+        """Accept the output of a pending call; `None` for a call a barge-in retired (the output joins the
+        conversation, as OpenAI takes any call's output, but the model is never asked to answer it).
+        Refused with a code: `unknown_function_call` (no such call), `duplicate_function_call_output`
+        (answered already)."""
         call = self._calls.get(call_id)
         if call is None:
             raise ProtocolError(
@@ -73,11 +74,7 @@ class ToolLedger:
                 param="item.call_id",
             )
         if call.state == "stale":
-            raise ProtocolError(
-                ErrorCode.STALE_FUNCTION_CALL_OUTPUT,
-                f"function call {call_id!r} was cancelled by a barge-in before its output came",
-                param="item.call_id",
-            )
+            return None
         call.state = "answered"
         return FunctionOutput(call_id, call.name, call.arguments, output)
 

@@ -111,11 +111,19 @@ class DialectSpec:
     """An accepted function output is answered without the client's `response.create`."""
     announces_whole_calls: bool = False
     """A call's item is complete when first announced (vLLM-Omni's projection), not `in_progress`."""
+    refuses_stale_outputs: bool = False
+    """An output for a call a barge-in retired is refused, `stale_function_call_output` (vLLM-Omni's
+    ledger); OpenAI takes any call's output as a conversation item."""
+    openai_events: bool = False
+    """Only events of OpenAI's API, in its shapes: no `conversation.item.done` in beta (not in the SDK's
+    beta event union), `status_details` reasons from OpenAI's enum (`openai_status_reason`)."""
 
 
 DIALECTS: dict[Dialect, DialectSpec] = {
-    Dialect.GA: DialectSpec({}, True, False, False, {}, False, 24_000, False),
-    Dialect.BETA: DialectSpec(_BETA_NAMES, False, False, False, {}, False, 24_000, False, False),
+    Dialect.GA: DialectSpec({}, True, False, False, {}, False, 24_000, False, openai_events=True),
+    Dialect.BETA: DialectSpec(
+        _BETA_NAMES, False, False, False, {}, False, 24_000, False, False, openai_events=True
+    ),
     Dialect.VLLM_OMNI: DialectSpec(
         _BETA_NAMES,
         False,
@@ -129,6 +137,7 @@ DIALECTS: dict[Dialect, DialectSpec] = {
         error_codes=_VLLM_OMNI_TOOL_CODES,
         continues_after_tool_output=True,
         announces_whole_calls=True,
+        refuses_stale_outputs=True,
     ),
 }
 
@@ -152,6 +161,47 @@ def select_dialect(query: Mapping[str, str], headers: Mapping[str, str]) -> Dial
     return Dialect.GA
 
 
+_OPENAI_REASONS: dict[str, str | None] = {
+    "barge_in": "turn_detected",
+    "turn_detected": "turn_detected",
+    "client_cancelled": "client_cancelled",
+    "continuation_limit": "max_output_tokens",
+    "model_error": None,
+    "stop": None,
+}
+"""Our `status_details.reason` as OpenAI's enum says it (`turn_detected`, `client_cancelled`,
+`max_output_tokens`, `content_filter`): a barge-in the model heard is a turn detected; the reply's bound
+past the input is its output bound; a failure has no reason (its `error` says what failed)."""
+
+_NOT_IN_BETA = frozenset({"conversation.item.done"})
+"""Canonical events the beta API does not have (the SDK's beta event union refuses them)."""
+
+_BETA_CONTENT = {"output_audio": "audio", "output_text": "text"}
+"""GA content types of an assistant item → the beta API's."""
+
+_ITEM_EVENTS = (
+    se.ConversationItemAdded,
+    se.ConversationItemRetrieved,
+    se.ResponseOutputItemAdded,
+    se.ResponseOutputItemDone,
+    se.ResponseDone,
+)
+"""Events that carry conversation items (`item`, or a response's `output`)."""
+
+
+def _beta_items(payload: dict[str, Any]) -> None:
+    """The items an event carries, with the beta API's content types (in place)."""
+    items = [payload["item"]] if "item" in payload else payload.get("response", {}).get("output", [])
+    for item in items:
+        for part in item.get("content") or ():
+            part["type"] = _BETA_CONTENT.get(part.get("type"), part.get("type"))
+
+
+def sends(event_type: str, dialect: Dialect) -> bool:
+    """Whether a session in `dialect` gets events of canonical type `event_type` at all."""
+    return not (dialect is Dialect.BETA and event_type in _NOT_IN_BETA)
+
+
 def follow_ups(event: se.ServerEventBase, dialect: Dialect) -> list[se.ServerEventBase]:
     """Events the dialect sends right after `event` (vLLM-Omni: `rate_limits.updated` after `response.done`).
 
@@ -173,6 +223,10 @@ def reshapes(event: se.ServerEventBase, dialect: Dialect, *, opened: bool = True
         return spec.vllm_omni_metrics and event.response_request_metrics is not None
     if isinstance(event, se.ResponseFunctionCallArgumentsDone):
         return not spec.call_name_in_arguments_done
+    if dialect is Dialect.BETA and isinstance(event, _ITEM_EVENTS):
+        return True
+    if isinstance(event, se.ResponseDone):
+        return spec.openai_events and event.response.status_details is not None
     return False
 
 
@@ -198,6 +252,15 @@ def render(payload: dict[str, Any], dialect: Dialect, *, opened: bool = True) ->
         payload["type"] = spec.names.get(kind, kind)
     if kind == "response.function_call_arguments.done" and not spec.call_name_in_arguments_done:
         payload.pop("name", None)
+    if dialect is Dialect.BETA:
+        _beta_items(payload)
+    if spec.openai_events and kind == "response.done" and payload["response"].get("status_details"):
+        details = payload["response"]["status_details"]
+        reason = _OPENAI_REASONS.get(details.get("reason", ""))
+        if reason is None:
+            details.pop("reason", None)
+        else:
+            details["reason"] = reason
     if spec.ga_session and kind in ("session.created", "session.updated", "session.resumed"):
         payload["session"] = _ga_session(payload["session"])
     if spec.vllm_omni_metrics and "response_request_metrics" in payload:

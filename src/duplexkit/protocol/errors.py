@@ -40,6 +40,7 @@ class ErrorCode(StrEnum):
     IDLE_TIMEOUT = "idle_timeout"
     UNKNOWN_RESPONSE = "unknown_response"
     RESPONSE_CANCEL_NOT_ACTIVE = "response_cancel_not_active"  # OpenAI's code: clients tolerate it
+    CONVERSATION_ALREADY_HAS_ACTIVE_RESPONSE = "conversation_already_has_active_response"  # OpenAI's
     UNKNOWN_ITEM = "unknown_item"
     # OpenAI's codes where a client branches on them: Pipecat's retrieval and LiveKit's item sync.
     ITEM_RETRIEVE_INVALID_ITEM_ID = "item_retrieve_invalid_item_id"
@@ -96,6 +97,7 @@ BENIGN_CODES: frozenset[ErrorCode] = frozenset(
         ErrorCode.PLAYBACK_ACK_TOO_LATE,
         ErrorCode.STALE_FUNCTION_CALL_OUTPUT,
         ErrorCode.RESPONSE_CANCEL_NOT_ACTIVE,
+        ErrorCode.CONVERSATION_ALREADY_HAS_ACTIVE_RESPONSE,
     }
 )
 """Codes that report a race duplex makes expected, not a fault of either side; a benchmark must not fail a

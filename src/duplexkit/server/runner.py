@@ -33,7 +33,7 @@ from duplexkit.engine.journal import ExpiryReason, ReplayJournal, ResumeConfig, 
 from duplexkit.models import ModelSession
 from duplexkit.protocol import client_events as ce
 from duplexkit.protocol import server_events as se
-from duplexkit.protocol.dialects import Dialect, follow_ups
+from duplexkit.protocol.dialects import Dialect, follow_ups, sends
 from duplexkit.protocol.errors import ErrorCode, ProtocolError
 from duplexkit.protocol.wire import MAX_EVENT_BYTES, EventRenderer, ServerEventStamper, parse_client_event
 from duplexkit.server.attaching import Attachments
@@ -366,6 +366,8 @@ class SessionRunner:
         if not (step.events or step.units or step.close_reason) and self.engine.fence.epoch == self._epoch:
             return  # most appends: input buffered, nothing to send, step or act on
         for event in step.events:
+            if not sends(event.type, self.dialect):
+                continue
             if type(event) is se.ResponseListen:  # one per unit: nothing to observe, tell or follow
                 self._send(event, deliver)
                 continue

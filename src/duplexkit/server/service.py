@@ -342,6 +342,7 @@ class DuplexServer:
                     supports_session_resume=resumable,
                     continues_after_tool_output=spec.continues_after_tool_output,
                     announces_whole_calls=spec.announces_whole_calls,
+                    refuses_stale_outputs=spec.refuses_stale_outputs,
                 ),
             )
             engine.settings.input_sample_rate_hz = (

@@ -180,7 +180,7 @@ class Stepper:
                 if self._lease is not None:
                     self._lease.renew(now)
                 self._apply(engine.on_decision(unit, decision, now))
-                if not engine.fence.admits(unit.fence):
+                if not engine.admits(unit):
                     break
                 self._await_decision()
             else:
@@ -225,6 +225,6 @@ class Stepper:
         for change in await asyncio.to_thread(self._vad.feed, unit.samples, unit.start_ms):
             now = self.clock()
             if isinstance(change, vad.SpeechStarted):
-                self._apply(self.engine.speech_started(change.audio_start_ms, now))
+                self._apply(self.engine.speech_started(change.audio_start_ms, now, unit.index))
             else:
                 self._apply(self.engine.speech_stopped(change.audio_end_ms, now))
