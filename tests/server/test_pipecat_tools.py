@@ -17,15 +17,16 @@ from __future__ import annotations
 
 import asyncio
 import contextlib
+import threading
 from collections.abc import AsyncIterator, Awaitable, Callable
 from typing import Any
 
 import pytest
 
 from duplexkit.models import ModelPlugin
-from duplexkit.models.scripted import ScriptedModel
+from duplexkit.models.scripted import ScriptedModel, ScriptedParams, ScriptedSession
 from duplexkit.server import EmbeddedServer, ServerConfig
-from tests.server.conftest import FailsOnceModel, weather_tool_plugin
+from tests.server.conftest import FailsOnceModel, tone_pcm16, weather_tool_plugin
 
 pytest.importorskip("loguru", reason="needs Pipecat's imports (dev extra)")
 pytest.importorskip("pipecat.services.openai.realtime.llm", reason="needs pipecat-ai (the Makefile's NODEPS)")
@@ -35,6 +36,7 @@ from pipecat.frames.frames import (
     EndFrame,
     ErrorFrame,
     Frame,
+    InputAudioRawFrame,
     InterruptionFrame,
     LLMContextFrame,
     TTSAudioRawFrame,
@@ -225,3 +227,70 @@ async def test_pipecat_hears_a_failed_response_and_keeps_its_connection() -> Non
             await asyncio.sleep(0.2)  # an error event right behind the failure would be in by now
     [failed] = errors.errors
     assert "model step failed: RuntimeError: boom" in failed.error and not failed.fatal
+
+
+class _BargedIn(ScriptedSession):
+    def interrupt(self) -> None:
+        super().interrupt()
+        assert isinstance(self._plugin, _BargeInModel)
+        self._plugin.interrupted.set()
+
+
+class _BargeInModel(ScriptedModel):
+    """The weather tool model, whose sessions say when the server cut them (`interrupted`)."""
+
+    def __init__(self, params: ScriptedParams) -> None:
+        super().__init__(params)
+        self.interrupted = threading.Event()  # (set on the server's loop, which may be another thread's)
+
+    def new_session(self) -> ScriptedSession:
+        return _BargedIn(self)
+
+
+async def test_pipecat_keeps_its_connection_when_a_tool_result_comes_after_a_barge_in() -> None:
+    """The user speaks while a slow tool runs: the model barges in on the call and the server retires it.
+    The tool's result comes after: OpenAI takes a `function_call_output` for any call, so Pipecat's
+    item is announced back and nothing is an `error` (Pipecat pushes a fatal `ErrorFrame` on any but two
+    codes and its receive loop ends). The connection is shown alive by a message item announced back."""
+    weather = weather_tool_plugin()
+    assert isinstance(weather, ScriptedModel)
+    model = _BargeInModel(weather.params)
+    release, running, announced = asyncio.Event(), asyncio.Event(), asyncio.Event()
+    outputs: list[Any] = []
+    async with EmbeddedServer(model, ServerConfig(max_sessions=4)) as server:
+        context = LLMContext(
+            messages=[{"role": "user", "content": "What is the weather in Paris?"}],
+            tools=ToolsSchema(standard_tools=[WEATHER]),
+        )
+        settings = OpenAIRealtimeLLMService.Settings(model="scripted")
+        service = OpenAIRealtimeLLMService(api_key="unused", base_url=server.url, settings=settings)
+
+        async def get_weather(params: FunctionCallParams) -> None:
+            running.set()
+            await release.wait()
+            await params.result_callback("21 degrees")
+
+        service.register_function("get_weather", get_weather)
+
+        @service.event_handler("on_conversation_item_created")
+        async def created(_service: object, _item_id: str, item: Any) -> None:
+            if getattr(item, "type", None) == "function_call_output":
+                outputs.append(item)
+            if getattr(item, "role", None) == "system":
+                announced.set()
+
+        async with _pipeline(service, context) as (_, _, errors):
+            await asyncio.wait_for(running.wait(), 20)
+            speech = tone_pcm16(0.2)  # "hello?" while the tool runs (16 kHz; Pipecat resamples it)
+            for _ in range(10):  # (more than the model's first unit holds)
+                frame = InputAudioRawFrame(audio=speech, sample_rate=16_000, num_channels=1)
+                await service.queue_frame(frame, FrameDirection.DOWNSTREAM)  # as its transport hands it
+            assert await asyncio.to_thread(model.interrupted.wait, 20)  # the call is retired
+            release.set()
+            note = ItemContent(type="input_text", text="Be brief.")
+            item = ConversationItem(type="message", role="system", content=[note])
+            await asyncio.sleep(0.5)  # the result goes out first (Pipecat sends it on its own task)
+            await service.send_client_event(ConversationItemCreateEvent(item=item))
+            await asyncio.wait_for(announced.wait(), 10)
+    assert not errors.errors, errors.errors
+    assert [o.call_id for o in outputs] != []  # the late result was taken as an item
