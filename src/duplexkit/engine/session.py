@@ -45,6 +45,7 @@ class EngineConfig:
     modalities: tuple[Modality, ...] = ("audio", "text")
     accepts_video: bool = False
     supports_barge_in: bool = True
+    supports_function_calling: bool = False
     max_sessions: int = 64
     continuation_limit: int = 8
     input_clocked: bool = False
@@ -1146,6 +1147,7 @@ class EngineSession:
                 chunk_period_ms=c.chunk_period_ms,
                 first_unit_ms=self.grid.unit_end_ms(0),
                 supports_barge_in=c.supports_barge_in,
+                supports_function_calling=c.supports_function_calling,
                 input_modes=["audio", "video"] if c.accepts_video else ["audio"],
                 max_sessions=c.max_sessions,
                 input_sample_rate_hz=self.input_rate_hz,

@@ -50,6 +50,8 @@ class Capabilities(BaseModel):
     input_sample_rate_hz: int
     output_sample_rate_hz: int
     supports_session_resume: bool = False
+    supports_function_calling: bool = False
+    """The model calls the session's `tools`; without it the tools are taken, echoed and never called."""
 
 
 class SessionInfo(BaseModel):
