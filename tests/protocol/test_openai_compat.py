@@ -620,3 +620,63 @@ def test_openai_reply_budgets_and_voices_reach_the_session_fields(
     puts GA's voice under `audio.output`; a server that dropped them would ignore what clients asked for."""
     update = ce.SessionUpdate.model_validate({"type": "session.update", "session": session})
     assert (update.session.max_tokens, update.session.voice) == (max_tokens, voice)
+
+
+def test_a_ga_session_update_is_read_and_reported_where_openai_puts_each_term() -> None:
+    """Every GA term a client sends comes back in `session.updated` at OpenAI's place, and the event
+    validates strictly against the SDK's GA `SessionUpdatedEvent` (τ-Voice sets server VAD under
+    `audio.input`: it was read nowhere and reported `null`)."""
+    from duplexkit.engine import EngineConfig, EngineSession
+    from duplexkit.protocol.wire import parse_client_event
+
+    engine = EngineSession("sess_ga", EngineConfig(model="m", server_vad=True))
+    engine.start(0.0)
+    vad = {"type": "server_vad", "threshold": 0.5, "prefix_padding_ms": 300, "silence_duration_ms": 500}
+    tool = {"type": "function", "name": "get_weather", "parameters": {"type": "object"}}
+    session = {
+        "type": "realtime",
+        "output_modalities": ["audio"],
+        "instructions": "Answer briefly.",
+        "max_output_tokens": 300,
+        "tools": [tool],
+        "tool_choice": "required",
+        "truncation": "auto",
+        "tracing": None,
+        "audio": {
+            "input": {
+                "format": {"type": "audio/pcm", "rate": 24_000},
+                "transcription": {"model": "gpt-4o-transcribe", "language": "en"},
+                "noise_reduction": None,
+                "turn_detection": vad,
+            },
+            "output": {"format": {"type": "audio/pcmu"}, "voice": "marin", "speed": 1.0},
+        },
+    }
+    update = parse_client_event(json.dumps({"type": "session.update", "session": session}))
+    [updated] = engine.handle(update, 0.0).events
+    theirs = SessionUpdatedEvent.model_validate(_wire(updated), strict=True).session
+    assert theirs.type == "realtime" and theirs.output_modalities == ["audio"]
+    assert (theirs.instructions, theirs.max_output_tokens, theirs.tool_choice) == (
+        "Answer briefly.",
+        300,
+        "required",
+    )
+    assert [t.model_dump(exclude_none=True) for t in theirs.tools] == [tool]
+    audio_in, audio_out = theirs.audio.input, theirs.audio.output
+    assert audio_in.turn_detection.model_dump(exclude_none=True) == {
+        **vad,
+        "interrupt_response": True,
+        "create_response": True,
+    }
+    assert audio_in.transcription.model_dump(exclude_none=True) == {
+        "model": "gpt-4o-transcribe",
+        "language": "en",
+    }
+    assert (audio_in.format.type, audio_in.format.rate, audio_in.noise_reduction) == (
+        "audio/pcm",
+        24_000,
+        None,
+    )
+    assert (audio_out.format.type, audio_out.voice, audio_out.speed) == ("audio/pcmu", "marin", 1.0)
+    assert (theirs.truncation, theirs.tracing, theirs.prompt, theirs.include) == ("auto", None, None, None)
+    assert not {"turn_detection", "voice", "modalities", "max_tokens"} & set(theirs.model_extra or {})

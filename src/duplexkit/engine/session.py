@@ -82,6 +82,7 @@ class SessionSettings:
     playback_commit_policy: CommitPolicy = "ack_only"
     tools: list[ce.FunctionTool] = field(default_factory=list)
     tool_choice: ce.ToolChoice = "auto"
+    input_audio_transcription: ce.InputAudioTranscription | None = None
     extra_body: dict[str, Any] = field(default_factory=dict)
 
 
@@ -296,6 +297,7 @@ class EngineSession:
             "playback_commit_policy",
             "tools",
             "tool_choice",
+            "input_audio_transcription",
             "extra_body",
         ):
             if name in update.model_fields_set and getattr(update, name) is not None:
@@ -1143,6 +1145,7 @@ class EngineSession:
             playback_commit_policy=s.playback_commit_policy,
             tools=s.tools,
             tool_choice=s.tool_choice,
+            input_audio_transcription=s.input_audio_transcription,
             capabilities=se.Capabilities(
                 chunk_period_ms=c.chunk_period_ms,
                 first_unit_ms=self.grid.unit_end_ms(0),

@@ -13,7 +13,7 @@ from typing import Annotated, Any, Literal, get_args
 from pydantic import BaseModel, ConfigDict, Field, PrivateAttr, field_serializer
 
 from duplexkit.protocol.audio import AudioFormat, EncodedAudio
-from duplexkit.protocol.client_events import FunctionTool, ToolChoice, TurnDetection
+from duplexkit.protocol.client_events import FunctionTool, InputAudioTranscription, ToolChoice, TurnDetection
 from duplexkit.protocol.errors import ERROR_SPECS, ErrorCode, ErrorType
 
 METRICS_SOURCE_SERVER: Literal["server_monotonic_request_start"] = "server_monotonic_request_start"
@@ -76,6 +76,8 @@ class SessionInfo(BaseModel):
     playback_commit_policy: Literal["commit_all_on_done", "ack_only"]
     tools: list[FunctionTool] = Field(default_factory=list)
     tool_choice: ToolChoice = "auto"
+    input_audio_transcription: InputAudioTranscription | None = None
+    """What the client asked of input transcription, echoed (GA: `audio.input.transcription`)."""
     capabilities: Capabilities
 
 
