@@ -28,6 +28,7 @@ from openai.types.realtime import (
     RateLimitsUpdatedEvent,
     RealtimeErrorEvent,
     RealtimeResponseStatus,
+    RealtimeResponseUsage,
     RealtimeServerEvent,
     ResponseAudioDeltaEvent,
     ResponseAudioDoneEvent,
@@ -161,7 +162,7 @@ def _response_done(status: str, reason: str | None) -> se.ResponseDone:
             status_details=details,
             output=[_assistant_item()],
             output_modalities=["audio"],
-            usage=se.Usage(output_tokens=12, total_tokens=30),
+            usage=se.Usage(input_tokens=18, output_tokens=12, total_tokens=30),
         ),
         response_request_metrics=se.ResponseRequestMetrics(ttft_ms=90.0, ttfp_ms=310.0, tpot_ms=25.0),
     )
@@ -680,3 +681,24 @@ def test_a_ga_session_update_is_read_and_reported_where_openai_puts_each_term() 
     assert (audio_out.format.type, audio_out.voice, audio_out.speed) == ("audio/pcmu", "marin", 1.0)
     assert (theirs.truncation, theirs.tracing, theirs.prompt, theirs.include) == ("auto", None, None, None)
     assert not {"turn_detection", "voice", "modalities", "max_tokens"} & set(theirs.model_extra or {})
+
+
+def test_a_reply_s_usage_counts_what_was_observed_and_omits_what_was_not() -> None:
+    """OpenAI's usage shape: the reply's text tokens as `output_tokens` and `output_token_details`; the
+    input the model did not count is omitted (EVA-Bench logged it as 0), and so is the total it would be
+    part of, never a made-up number."""
+    import numpy as np
+
+    from duplexkit.engine import EngineConfig, EngineSession, Speak
+    from duplexkit.engine.units import Unit
+
+    engine = EngineSession("sess_usage", EngineConfig(model="m"))
+    engine.start(0.0)
+    unit = Unit(0, engine.fence, np.zeros(16_000, np.float32), 16_000, 0.0, 1000.0, final=True)
+    engine.request_started(unit, 0.0)
+    speak = Speak(tokens=("It ", "is ", "done."), audio=np.zeros(2_400, np.float32), end_of_turn=True)
+    [done] = [e for e in engine.on_decision(unit, speak, 0.2).events if isinstance(e, se.ResponseDone)]
+    usage = _wire(done)["response"]["usage"]
+    assert usage == {"output_tokens": 3, "output_token_details": {"text_tokens": 3}}
+    theirs = RealtimeResponseUsage.model_validate(usage, strict=True)
+    assert (theirs.input_tokens, theirs.total_tokens, theirs.output_tokens) == (None, None, 3)

@@ -179,7 +179,7 @@ def _response(status: str = "completed", reason: str | None = "stop") -> se.Resp
         status_details=se.StatusDetails(type=status, reason=reason),  # type: ignore[arg-type]
         output=[_item()],
         output_modalities=["audio"],
-        usage=se.Usage(output_tokens=14, total_tokens=40),
+        usage=se.Usage(input_tokens=26, output_tokens=14, total_tokens=40),
     )
 
 

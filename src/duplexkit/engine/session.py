@@ -1099,7 +1099,7 @@ class EngineSession:
                     status_details=se.StatusDetails(type=status, reason=reason, error=error),
                     output=list(response.outputs),
                     output_modalities=response.modalities,
-                    usage=se.Usage(output_tokens=timing.output_tokens, total_tokens=timing.output_tokens),
+                    usage=se.Usage.of_reply(timing.output_tokens),
                     metadata=response.metadata,
                 ),
                 response_request_metrics=metrics,

@@ -159,9 +159,36 @@ class StatusDetails(BaseModel):
     error: ErrorDetail | None = None
 
 
+class InputTokenDetails(BaseModel):
+    text_tokens: int | None = None
+    audio_tokens: int | None = None
+    image_tokens: int | None = None
+    cached_tokens: int | None = None
+
+
+class OutputTokenDetails(BaseModel):
+    text_tokens: int | None = None
+    audio_tokens: int | None = None
+
+
 class Usage(BaseModel):
-    output_tokens: int = 0
-    total_tokens: int = 0
+    """OpenAI's `response.usage`. A count the model did not observe is `None` (omitted), never 0: the
+    engine counts the reply's text tokens (`output_tokens`, `output_token_details.text_tokens`); no model
+    reports the tokens it read, so `input_tokens` and `total_tokens` (their sum) are omitted (`of_reply`)."""
+
+    input_tokens: int | None = None
+    output_tokens: int | None = None
+    total_tokens: int | None = None
+    input_token_details: InputTokenDetails | None = None
+    output_token_details: OutputTokenDetails | None = None
+
+    @classmethod
+    def of_reply(cls, text_tokens: int) -> Usage:
+        """The usage of a reply of `text_tokens` text tokens (its audio synthesised from them, no tokens of
+        its own as far as the engine knows), its input not counted."""
+        return cls(
+            output_tokens=text_tokens, output_token_details=OutputTokenDetails(text_tokens=text_tokens)
+        )
 
 
 class ResponseInfo(BaseModel):
