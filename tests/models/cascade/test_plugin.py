@@ -190,7 +190,8 @@ async def test_a_commit_ends_the_turn_without_waiting_for_the_silence_window(
     (opened,) = speaks(log)  # the turn ends at the commit: the response opens there (its audio may follow)
     more = await stepper.run([continuation(last.end_ms, 0)])  # the engine steps silence for the reply
     said = [s for _, s in speaks(log + more) if len(s.audio)]
-    assert said and said[0].text == "You said: " and not opened[1].end_of_turn
+    # The first audio carries the reply's first words (those it speaks), not its whole first piece.
+    assert said and said[0].text and "You said: ".startswith(said[0].text) and not opened[1].end_of_turn
 
 
 def continuation(at_ms: float, k: int) -> Unit:
