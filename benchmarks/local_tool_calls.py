@@ -9,8 +9,8 @@ a missed call, or a call where none was wanted (the small-talk prompts).
 
     PYTHONPATH=src .venv/bin/python benchmarks/local_tool_calls.py [--out local_tool_calls.json]
 
-Seen (2026-12-02, docs/performance.md "Tool calls"): far from reliable, so `responder=local` refuses
-`tools` (`tools_unsupported`, naming `responder=openai`).
+Seen (2026-12-02, docs/performance.md "Tool calls"): far from reliable, so `responder=local` does not call
+tools (`supports_function_calling: false`; `responder=openai` does).
 """
 
 from __future__ import annotations

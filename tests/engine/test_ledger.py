@@ -199,6 +199,15 @@ def test_measured_latencies_refine_their_segments_tpot_without_changing_its_weig
     assert timing.tpot_ms == pytest.approx((4 * 10.0 + 1 * 40.0) / 5)
 
 
+def test_latencies_handed_over_with_fewer_tokens_weigh_as_many_intervals_as_were_measured() -> None:
+    """A model releasing text at the pace of its audio (the cascade) hands a phrase's five measured
+    latencies over with its first word: they count, not weigh nothing as a one-token segment would."""
+    timing = ResponseTiming(request_start=0.0)
+    timing.record_segment(1, tpot_ms=None, itl_ms=(30.0,) * 5)
+    timing.record_segment(3, tpot_ms=100.0)  # weight 2
+    assert timing.tpot_ms == pytest.approx((5 * 30.0 + 2 * 100.0) / 7)
+
+
 @settings(max_examples=60, deadline=None)
 @given(
     segments=st.lists(

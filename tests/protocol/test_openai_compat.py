@@ -28,6 +28,7 @@ from openai.types.realtime import (
     RateLimitsUpdatedEvent,
     RealtimeErrorEvent,
     RealtimeResponseStatus,
+    RealtimeResponseUsage,
     RealtimeServerEvent,
     ResponseAudioDeltaEvent,
     ResponseAudioDoneEvent,
@@ -167,7 +168,7 @@ def _response_done(status: str, reason: str | None) -> se.ResponseDone:
             status_details=details,
             output=[_assistant_item()],
             output_modalities=["audio"],
-            usage=se.Usage(output_tokens=12, total_tokens=30),
+            usage=se.Usage(input_tokens=18, output_tokens=12, total_tokens=30),
         ),
         response_request_metrics=se.ResponseRequestMetrics(ttft_ms=90.0, ttfp_ms=310.0, tpot_ms=25.0),
     )
@@ -630,3 +631,84 @@ def test_openai_reply_budgets_and_voices_reach_the_session_fields(
     puts GA's voice under `audio.output`; a server that dropped them would ignore what clients asked for."""
     update = ce.SessionUpdate.model_validate({"type": "session.update", "session": session})
     assert (update.session.max_tokens, update.session.voice) == (max_tokens, voice)
+
+
+def test_a_ga_session_update_is_read_and_reported_where_openai_puts_each_term() -> None:
+    """Every GA term a client sends comes back in `session.updated` at OpenAI's place, and the event
+    validates strictly against the SDK's GA `SessionUpdatedEvent` (τ-Voice sets server VAD under
+    `audio.input`: it was read nowhere and reported `null`)."""
+    from duplexkit.engine import EngineConfig, EngineSession
+    from duplexkit.protocol.wire import parse_client_event
+
+    engine = EngineSession("sess_ga", EngineConfig(model="m", server_vad=True))
+    engine.start(0.0)
+    vad = {"type": "server_vad", "threshold": 0.5, "prefix_padding_ms": 300, "silence_duration_ms": 500}
+    tool = {"type": "function", "name": "get_weather", "parameters": {"type": "object"}}
+    session = {
+        "type": "realtime",
+        "output_modalities": ["audio"],
+        "instructions": "Answer briefly.",
+        "max_output_tokens": 300,
+        "tools": [tool],
+        "tool_choice": "required",
+        "truncation": "auto",
+        "tracing": None,
+        "audio": {
+            "input": {
+                "format": {"type": "audio/pcm", "rate": 24_000},
+                "transcription": {"model": "gpt-4o-transcribe", "language": "en"},
+                "noise_reduction": None,
+                "turn_detection": vad,
+            },
+            "output": {"format": {"type": "audio/pcmu"}, "voice": "marin", "speed": 1.0},
+        },
+    }
+    update = parse_client_event(json.dumps({"type": "session.update", "session": session}))
+    [updated] = engine.handle(update, 0.0).events
+    theirs = SessionUpdatedEvent.model_validate(_wire(updated), strict=True).session
+    assert theirs.type == "realtime" and theirs.output_modalities == ["audio"]
+    assert (theirs.instructions, theirs.max_output_tokens, theirs.tool_choice) == (
+        "Answer briefly.",
+        300,
+        "required",
+    )
+    assert [t.model_dump(exclude_none=True) for t in theirs.tools] == [tool]
+    audio_in, audio_out = theirs.audio.input, theirs.audio.output
+    assert audio_in.turn_detection.model_dump(exclude_none=True) == {
+        **vad,
+        "interrupt_response": True,
+        "create_response": True,
+    }
+    assert audio_in.transcription.model_dump(exclude_none=True) == {
+        "model": "gpt-4o-transcribe",
+        "language": "en",
+    }
+    assert (audio_in.format.type, audio_in.format.rate, audio_in.noise_reduction) == (
+        "audio/pcm",
+        24_000,
+        None,
+    )
+    assert (audio_out.format.type, audio_out.voice, audio_out.speed) == ("audio/pcmu", "marin", 1.0)
+    assert (theirs.truncation, theirs.tracing, theirs.prompt, theirs.include) == ("auto", None, None, None)
+    assert not {"turn_detection", "voice", "modalities", "max_tokens"} & set(theirs.model_extra or {})
+
+
+def test_a_reply_s_usage_counts_what_was_observed_and_omits_what_was_not() -> None:
+    """OpenAI's usage shape: the reply's text tokens as `output_tokens` and `output_token_details`; the
+    input the model did not count is omitted (EVA-Bench logged it as 0), and so is the total it would be
+    part of, never a made-up number."""
+    import numpy as np
+
+    from duplexkit.engine import EngineConfig, EngineSession, Speak
+    from duplexkit.engine.units import Unit
+
+    engine = EngineSession("sess_usage", EngineConfig(model="m"))
+    engine.start(0.0)
+    unit = Unit(0, engine.fence, np.zeros(16_000, np.float32), 16_000, 0.0, 1000.0, final=True)
+    engine.request_started(unit, 0.0)
+    speak = Speak(tokens=("It ", "is ", "done."), audio=np.zeros(2_400, np.float32), end_of_turn=True)
+    [done] = [e for e in engine.on_decision(unit, speak, 0.2).events if isinstance(e, se.ResponseDone)]
+    usage = _wire(done)["response"]["usage"]
+    assert usage == {"output_tokens": 3, "output_token_details": {"text_tokens": 3}}
+    theirs = RealtimeResponseUsage.model_validate(usage, strict=True)
+    assert (theirs.input_tokens, theirs.total_tokens, theirs.output_tokens) == (None, None, 3)

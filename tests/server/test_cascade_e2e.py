@@ -5,10 +5,12 @@ from __future__ import annotations
 import base64
 import os
 from collections.abc import AsyncIterator
+from typing import Any
 
 import numpy as np
 import numpy.typing as npt
 import pytest
+from openai.types.realtime import SessionUpdatedEvent
 
 from duplexkit.models import ModelPlugin, load_model
 from duplexkit.server import EmbeddedServer
@@ -107,15 +109,32 @@ async def test_the_cascade_hears_a_command_and_speaks_its_reply(
     assert done["response_request_metrics"]["source"] == "server_monotonic_request_start"
 
 
-async def test_server_vad_reports_speech_start_and_stop_at_their_media_times(voice: PiperSynthesizer) -> None:
+VAD = {"type": "server_vad", "threshold": 0.5, "prefix_padding_ms": 0, "silence_duration_ms": 500}
+
+
+@pytest.mark.parametrize(
+    "session",
+    [
+        {"turn_detection": VAD},
+        # Where OpenAI's GA API (and τ-Voice) puts it.
+        {"type": "realtime", "audio": {"input": {"turn_detection": VAD}}},
+    ],
+    ids=["flat", "ga"],
+)
+async def test_server_vad_reports_speech_start_and_stop_at_their_media_times(
+    voice: PiperSynthesizer, session: dict[str, Any]
+) -> None:
     async with EmbeddedServer(load_model("scripted", {})) as server:
         client = await connect(server.url)
         await client.until("session.created")
-        vad = {"type": "server_vad", "threshold": 0.5, "prefix_padding_ms": 0, "silence_duration_ms": 500}
-        await client.send({"type": "session.update", "session": {"turn_detection": vad}})
-        assert (await client.until("session.updated"))["session"]["audio"]["input"]["turn_detection"][
-            "type"
-        ] == "server_vad"
+        await client.send({"type": "session.update", "session": session})
+        updated = await client.until("session.updated")
+        in_force = SessionUpdatedEvent.model_validate(updated, strict=True).session.audio.input.turn_detection
+        assert in_force is not None and in_force.model_dump(exclude_none=True) == {
+            **VAD,
+            "interrupt_response": True,
+            "create_response": True,
+        }
         speech = spoken(voice, "turn off the bedroom lights")
         lead_ms = 1000.0
         clip = with_noise_floor(np.concatenate([silence(lead_ms), speech, silence(2000)]))

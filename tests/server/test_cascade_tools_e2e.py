@@ -2,7 +2,8 @@
 (a fake OpenAI-compatible chat-completions server, `tests/fake_chat.py`) streams a function call, the
 client sends the output and asks for the answer, and the answer is spoken. Also: a typed question (the
 openai SDK, LiveKit) reaches the LLM as the user's message; the user speaking while a call waits is a
-barge-in on it (its output is then stale), and responders that cannot call tools refuse."""
+barge-in on it (its output is then stale). That a responder which cannot call tools says so is
+tests/models/cascade/test_plugin.py's."""
 
 from __future__ import annotations
 

@@ -1,6 +1,6 @@
 """Function calls over a real socket with clients nobody here wrote: the `openai` SDK's GA and beta realtime
 connections declare a tool, hear the scripted model call it, send the output and hear the spoken answer;
-a stale output and a refused `tools` get their codes and the session goes on."""
+a stale output gets its code and the session goes on, and a model that cannot call tools takes them."""
 
 from __future__ import annotations
 
@@ -8,6 +8,7 @@ import asyncio
 import base64
 import importlib.util
 import json
+from dataclasses import replace
 from pathlib import Path
 from typing import Any
 
@@ -16,10 +17,9 @@ import pytest
 from openai import AsyncOpenAI
 
 from duplexkit.models import ModelPlugin
-from duplexkit.models.base import ModelSession
-from duplexkit.models.scripted import ScriptedModel, ScriptedSession
+from duplexkit.models.scripted import ScriptedModel, ScriptedParams
 from duplexkit.server import EmbeddedServer
-from tests.server.conftest import connect, weather_tool_plugin
+from tests.server.conftest import connect, spoken_turn, weather_tool_plugin
 
 WEATHER = {
     "type": "function",
@@ -121,30 +121,33 @@ async def test_a_stale_output_joins_the_conversation_and_the_session_goes_on(ser
         assert (await _until(connection, "response.function_call_arguments.done", seen)).call_id != call_id
 
 
-class _NoToolsSession(ScriptedSession):
-    """A third-party model's session that says nothing about tools: the base class refuses them."""
-
-    tools_refusal = ModelSession.tools_refusal
-
-
 class _NoToolsModel(ScriptedModel):
-    def new_session(self) -> ScriptedSession:
-        return _NoToolsSession(self)
+    """A model that cannot call tools (as the cascade's `echo` and `local` responders and Moshi)."""
+
+    def __init__(self) -> None:
+        super().__init__(ScriptedParams(first_output_ms=50, token_ms=5))
+        self.capabilities = replace(self.capabilities, function_calling=False)
 
 
-async def test_a_model_that_cannot_call_tools_refuses_them_with_a_code_and_goes_on() -> None:
+async def test_a_model_that_cannot_call_tools_takes_a_session_that_declares_them() -> None:
+    """τ-Voice declares its domain's tools on every session and fails on any `error`: the session opens,
+    the tools are echoed, the capabilities say they are never called, and the model answers in speech."""
     async with EmbeddedServer(_NoToolsModel()) as server:
         client = await connect(server.url)
         await client.until("session.created")
         await client.send({"type": "session.update", "session": {"tools": [WEATHER], "instructions": "Hi."}})
-        error = await client.until("error")
-        assert (error["error"]["code"], error["error"]["param"]) == ("tools_unsupported", "session.tools")
-        await client.send({"type": "session.update", "session": {"instructions": "Be brief."}})
         updated = (await client.until("session.updated"))["session"]
-        assert (updated["tools"], updated["instructions"]) == (
-            [],
-            "Be brief.",
-        )  # the refused update changed nothing
+        assert updated["tools"] == [WEATHER] and updated["instructions"] == "Hi."
+        assert updated["capabilities"]["supports_function_calling"] is False
+        done = await spoken_turn(client)
+        assert [item["type"] for item in done["response"]["output"]] == ["message"]
+        assert client.of_type("error") == []
+
+
+async def test_a_model_that_calls_tools_says_so(server: EmbeddedServer) -> None:
+    client = await connect(server.url)
+    created = (await client.until("session.created"))["session"]
+    assert created["capabilities"]["supports_function_calling"] is True
 
 
 async def test_the_example_agent_runs_its_tool_and_saves_the_spoken_answer(

@@ -112,22 +112,25 @@ class ResponseTiming:
         """Account one output segment of `tokens` tokens with its own TPOT and/or inter-token latencies.
 
         Measured inter-token latencies refine the segment's own TPOT (their mean replaces `tpot_ms`); the
-        segment still weighs `max(tokens - 1, 0)` across segments.
+        segment weighs its intervals across segments: `tokens - 1`, or the latencies measured when more (a
+        model that releases text at the pace of its audio hands a phrase's latencies over with its first
+        words).
         """
         self.output_tokens += tokens
         own = sum(itl_ms) / len(itl_ms) if itl_ms else tpot_ms
         if own is not None:
-            self._segments.append((tokens, own))
+            self._segments.append((max(tokens - 1, len(itl_ms)), own))
 
     @property
     def tpot_ms(self) -> float | None:
-        """Mean time per output token: the mean of per-segment TPOTs weighted by `max(tokens - 1, 0)`.
+        """Mean time per output token: the mean of per-segment TPOTs weighted by their intervals.
 
-        A segment of n tokens has n - 1 intervals, so a one-token segment has none and weighs nothing.
+        A segment of n tokens has n - 1 intervals, so a one-token segment without measured latencies has
+        none and weighs nothing.
         11 tokens at 10 ms and 3 at 100 ms give 25 ms, whether or not the first segment's 10 ms came from
         measured inter-token latencies.
         """
-        weight = sum(max(tokens - 1, 0) for tokens, _ in self._segments)
+        weight = sum(intervals for intervals, _ in self._segments)
         if weight == 0:
             return None
-        return sum(max(tokens - 1, 0) * tpot for tokens, tpot in self._segments) / weight
+        return sum(intervals * tpot for intervals, tpot in self._segments) / weight

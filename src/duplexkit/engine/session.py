@@ -45,6 +45,7 @@ class EngineConfig:
     modalities: tuple[Modality, ...] = ("audio", "text")
     accepts_video: bool = False
     supports_barge_in: bool = True
+    supports_function_calling: bool = False
     max_sessions: int = 64
     continuation_limit: int = 8
     input_clocked: bool = False
@@ -84,6 +85,7 @@ class SessionSettings:
     playback_commit_policy: CommitPolicy = "ack_only"
     tools: list[ce.FunctionTool] = field(default_factory=list)
     tool_choice: ce.ToolChoice = "auto"
+    input_audio_transcription: ce.InputAudioTranscription | None = None
     extra_body: dict[str, Any] = field(default_factory=dict)
 
 
@@ -306,6 +308,7 @@ class EngineSession:
             "playback_commit_policy",
             "tools",
             "tool_choice",
+            "input_audio_transcription",
             "extra_body",
         ):
             if name in update.model_fields_set and getattr(update, name) is not None:
@@ -1180,7 +1183,7 @@ class EngineSession:
                     else se.StatusDetails(type=status, reason=reason, error=error),
                     output=list(response.outputs),
                     output_modalities=response.modalities,
-                    usage=se.Usage(output_tokens=timing.output_tokens, total_tokens=timing.output_tokens),
+                    usage=se.Usage.of_reply(timing.output_tokens),
                     metadata=response.metadata,
                 ),
                 response_request_metrics=metrics,
@@ -1226,10 +1229,12 @@ class EngineSession:
             playback_commit_policy=s.playback_commit_policy,
             tools=s.tools,
             tool_choice=s.tool_choice,
+            input_audio_transcription=s.input_audio_transcription,
             capabilities=se.Capabilities(
                 chunk_period_ms=c.chunk_period_ms,
                 first_unit_ms=self.grid.unit_end_ms(0),
                 supports_barge_in=c.supports_barge_in,
+                supports_function_calling=c.supports_function_calling,
                 input_modes=["audio", "video"] if c.accepts_video else ["audio"],
                 max_sessions=c.max_sessions,
                 input_sample_rate_hz=self.input_rate_hz,

@@ -37,6 +37,10 @@ class ModelCapabilities:
     modalities: tuple[Literal["audio", "text"], ...] = ("audio", "text")
     accepts_video: bool = False
     supports_barge_in: bool = True
+    function_calling: bool = False
+    """The model calls the session's `tools` (`FunctionCall` decisions). One that cannot still takes a
+    session that declares them (as OpenAI's realtime models all do): they are echoed and never called,
+    and `session.capabilities.supports_function_calling` says so."""
     input_clocked: bool = False
     """The model steps only on the client's input frames, as its own server does (Moshi: one output frame
     per input frame): the engine never steps synthesised silence into it to continue a reply past the
@@ -52,6 +56,7 @@ class ModelCapabilities:
             modalities=self.modalities,
             accepts_video=self.accepts_video,
             supports_barge_in=self.supports_barge_in,
+            supports_function_calling=self.function_calling,
             max_sessions=max_sessions,
             continuation_limit=max(1, math.ceil(CONTINUATION_BUDGET_MS / self.chunk_period_ms)),
             input_clocked=self.input_clocked,
@@ -113,12 +118,6 @@ class ModelSession(ABC):
         """Bring the model's state in line with the settings `configure` accepted (e.g. prefill a persona
         prompt) before the server announces them: awaited before `session.created` / `session.updated`
         (and so before the Moshi handshake) and before the session's next unit is stepped."""
-
-    def tools_refusal(self) -> str | None:
-        """Why this session cannot take `session.tools` (`None`: it can). A session that offers tools to
-        a model that cannot call them is refused with `tools_unsupported` and this message, never served
-        with the tools silently ignored; a model that calls tools overrides this."""
-        return "this model cannot call tools"
 
     def interrupt(self) -> None:  # noqa: B027 - optional hook, nothing to do by default
         """The reply in progress was cut off (barge-in, cancel): drop what remains of it."""

@@ -268,9 +268,6 @@ class ScriptedSession(ModelSession):
         offered = () if sampling.tool_choice == "none" else sampling.tools
         self._policy.tools = frozenset(tool.name for tool in offered)
 
-    def tools_refusal(self) -> str | None:
-        return None  # it calls the functions of its `tool_calls` parameter that the session offers
-
     async def step(self, unit: Unit, request_started_at: float) -> AsyncIterator[Decision]:
         decision = self._policy.decide(unit)
         if isinstance(decision, list):
@@ -306,7 +303,8 @@ class ScriptedModel(ModelPlugin):
         batching: BatchPolicy | None = None,
     ) -> None:
         self.params = params or ScriptedParams()
-        self.capabilities = capabilities or ModelCapabilities()
+        # It calls the functions of its `tool_calls` parameter that the session offers.
+        self.capabilities = replace(capabilities or ModelCapabilities(), function_calling=True)
         self.default_sampling = SamplingParams()
         self.batching = batching
 

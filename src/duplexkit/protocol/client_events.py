@@ -25,6 +25,7 @@ from pydantic import (
     Discriminator,
     Field,
     PrivateAttr,
+    StrictInt,
     Tag,
     ValidationError,
     ValidationInfo,
@@ -72,9 +73,11 @@ class ClientEventBase(BaseModel):
 
 
 class ServerVadConfig(BaseModel):
-    """`turn_detection: {type: "server_vad"}`: the server detects speech and decides turns."""
+    """`turn_detection: {type: "server_vad"}`: the server detects speech and decides turns. A field OpenAI
+    does not define is `unknown_parameter`; its `idle_timeout_ms` (a reply prompted after silence) is not
+    served: `unsupported_value` unless null."""
 
-    model_config = ConfigDict(extra="allow")
+    model_config = ConfigDict(extra="forbid")
 
     type: Literal["server_vad"] = "server_vad"
     threshold: float = Field(0.5, ge=0.0, le=1.0)
@@ -82,6 +85,14 @@ class ServerVadConfig(BaseModel):
     silence_duration_ms: int = Field(500, ge=0)
     interrupt_response: bool = True
     create_response: bool = True
+    idle_timeout_ms: None = None
+
+    @field_validator("idle_timeout_ms", mode="before")
+    @classmethod
+    def _no_idle_prompt(cls, value: object) -> object:
+        if value is not None:
+            raise PydanticCustomError("unsupported_value", "idle_timeout_ms is not served: send null")
+        return value
 
 
 class SemanticVadConfig(BaseModel):
@@ -89,7 +100,7 @@ class SemanticVadConfig(BaseModel):
     ends the turn when an end-of-turn model (Smart Turn) judges the user finished at a pause; `eagerness`
     says how readily (`low` lets the user take their time, `high` answers soonest)."""
 
-    model_config = ConfigDict(extra="allow")
+    model_config = ConfigDict(extra="forbid")
 
     type: Literal["semantic_vad"] = "semantic_vad"
     eagerness: Literal["low", "medium", "high", "auto"] = "auto"
@@ -139,13 +150,91 @@ ToolChoice = Literal["auto", "none", "required"] | ToolChoiceFunction
 """`auto` (the model decides), `none` (no calls), `required` (a call in every response), or one function."""
 
 
+class InputAudioTranscription(BaseModel):
+    """`audio.input.transcription` (beta `input_audio_transcription`): OpenAI's fields, kept and echoed.
+    The model's own recogniser transcribes (its `Transcribed` decisions), whatever these name."""
+
+    model_config = ConfigDict(extra="forbid")
+
+    model: str | None = None
+    language: str | None = None
+    languages: list[str] | None = None
+    prompt: str | None = None
+    keywords: list[str] | None = None
+    delay: Literal["minimal", "low", "medium", "high", "xhigh"] | None = None
+
+
+class GaAudioFormat(BaseModel):
+    """GA `audio.{input,output}.format`: `{type, rate?}` (`audio/pcm` without a rate is 24 kHz)."""
+
+    model_config = ConfigDict(extra="forbid")
+
+    type: AudioFormat
+    rate: StrictInt | None = Field(None, gt=0, le=_MAX_RATE_HZ)
+
+    @field_validator("type", mode="before")
+    @classmethod
+    def _known_format(cls, value: object) -> object:
+        return _audio_format(value) if isinstance(value, str) else value
+
+
+class GaAudioInput(BaseModel):
+    model_config = ConfigDict(extra="forbid")
+
+    format: GaAudioFormat | None = None
+    transcription: InputAudioTranscription | None = None
+    noise_reduction: Any = None
+    turn_detection: TurnDetection | None = None
+
+
+class GaAudioOutput(BaseModel):
+    model_config = ConfigDict(extra="forbid")
+
+    format: GaAudioFormat | None = None
+    voice: str | None = None
+    speed: Any = None
+
+
+class GaAudio(BaseModel):
+    """GA `session.audio`: where OpenAI's GA API puts the audio terms (read onto the flat fields)."""
+
+    model_config = ConfigDict(extra="forbid")
+
+    input: GaAudioInput | None = None
+    output: GaAudioOutput | None = None
+
+
+OPENAI_FIXED_TERMS: Final[dict[str, Any]] = {
+    "audio.input.noise_reduction": None,
+    "audio.output.speed": 1.0,
+    "truncation": "auto",
+    "tracing": None,
+    "prompt": None,
+    "include": None,
+    "reasoning": None,
+    "parallel_tool_calls": None,
+}
+"""OpenAI session terms (GA path → value) this server serves one way only: no noise reduction, speech at
+normal speed, context truncated as the model does it, no OpenAI tracing, saved prompt, extra outputs,
+reasoning or parallel-call setting. A `session.update` may name them with that value (or null; `include`
+may be `[]`); another is `unsupported_value`. `session.updated` (GA) reports them at their paths."""
+
+_BETA_FIXED_NAMES: Final = {
+    "input_audio_noise_reduction": "audio.input.noise_reduction",
+    "speed": "audio.output.speed",
+}
+"""The beta session's names for fixed terms GA puts under `audio`."""
+
+
 class SessionConfig(BaseModel):
     """The `session` object of `session.update`; every field optional so an update changes only what it names.
 
     `turn_detection: null` (explicitly sent) means model-native turn taking; absent means "unchanged".
+    OpenAI's GA and beta shapes are read onto the flat fields (`_read_openai_shapes`; a flat field named
+    too wins); a field neither this protocol nor OpenAI defines is `unknown_parameter`.
     """
 
-    model_config = ConfigDict(extra="allow")
+    model_config = ConfigDict(extra="forbid")
 
     model: str | None = None
     modalities: list[Literal["audio", "text"]] | None = None
@@ -167,7 +256,35 @@ class SessionConfig(BaseModel):
     tools: list[FunctionTool] | None = None
     """The functions the model may call (an empty list clears them); MCP tools are not served."""
     tool_choice: ToolChoice | None = None
+    input_audio_transcription: InputAudioTranscription | None = None
+    """What the client asked of input transcription (echoed); the model's recogniser transcribes."""
     extra_body: dict[str, Any] | None = None
+    # OpenAI's names, read onto the fields above (`_read_openai_shapes`).
+    type: Literal["realtime"] | None = None
+    audio: GaAudio | None = None
+    output_modalities: list[Literal["audio", "text"]] | None = None
+    max_output_tokens: int | Literal["inf"] | None = None
+    max_response_output_tokens: int | Literal["inf"] | None = None
+    # OpenAI's terms served one way only (`OPENAI_FIXED_TERMS`).
+    input_audio_noise_reduction: Any = None
+    speed: Any = None
+    truncation: Any = None
+    tracing: Any = None
+    prompt: Any = None
+    include: Any = None
+    reasoning: Any = None
+    parallel_tool_calls: Any = None
+
+    @field_validator("type", mode="before")
+    @classmethod
+    def _realtime_only(cls, value: object) -> object:
+        if value not in (None, "realtime"):
+            raise PydanticCustomError(
+                "unsupported_value",
+                "only realtime sessions are served (type: realtime), not {value}",
+                {"value": value},
+            )
+        return value
 
     @field_validator("input_audio_format", "output_audio_format", mode="before")
     @classmethod
@@ -182,34 +299,59 @@ class SessionConfig(BaseModel):
             return {"type": "function", "name": value}
         return value
 
-    @model_validator(mode="before")
-    @classmethod
-    def _accept_openai_ga_shape(cls, data: object) -> object:
-        """Map OpenAI's shapes onto ours: GA's `output_modalities`, `audio.input.format{type, rate}` and
-        `audio.output.voice`, and the reply budget (GA `max_output_tokens`, beta
-        `max_response_output_tokens`; `"inf"` sets none)."""
-        if not isinstance(data, dict):
-            return data
-        data = dict(data)
-        if "modalities" not in data and isinstance(data.get("output_modalities"), list):
-            data["modalities"] = data["output_modalities"]
-        for budget in ("max_output_tokens", "max_response_output_tokens"):
-            if "max_tokens" not in data and budget in data and data[budget] != "inf":
-                data["max_tokens"] = data[budget]
-        audio = data.get("audio")
-        if isinstance(audio, dict):
-            output = audio.get("output")
-            if isinstance(output, dict) and isinstance(output.get("voice"), str):
-                data.setdefault("voice", output["voice"])
-            for direction in ("input", "output"):
-                section = audio.get(direction)
-                fmt = section.get("format") if isinstance(section, dict) else None
-                if isinstance(fmt, dict) and isinstance(fmt.get("type"), str):
-                    data.setdefault(f"{direction}_audio_format", fmt["type"])
-                    rate = fmt.get("rate", GA_PCM_RATE_HZ if fmt["type"] == "audio/pcm" else None)
-                    if type(rate) is int:
-                        data.setdefault(f"{direction}_sample_rate_hz", rate)
-        return data
+    @model_validator(mode="after")
+    def _read_openai_shapes(self) -> SessionConfig:
+        """Read OpenAI's GA and beta names onto the flat fields, where no flat field was named: GA's
+        `output_modalities`, `audio.input.{format, transcription, turn_detection}` and
+        `audio.output.{format, voice}`, the reply budget (GA `max_output_tokens`, beta
+        `max_response_output_tokens`; `"inf"` sets none); refuse a fixed term named otherwise."""
+        named = set(self.model_fields_set)
+
+        def take(name: str, value: object) -> None:
+            if name not in named:
+                setattr(self, name, value)
+
+        if self.output_modalities is not None:
+            take("modalities", self.output_modalities)
+        for budget in (self.max_output_tokens, self.max_response_output_tokens):
+            if isinstance(budget, int):
+                take("max_tokens", budget)
+        fixed: dict[str, tuple[str, object]] = {  # as named → (GA path, value)
+            name: (_BETA_FIXED_NAMES.get(name, name), getattr(self, name))
+            for name in (*_BETA_FIXED_NAMES, *OPENAI_FIXED_TERMS)
+            if name in named
+        }
+        audio_in = self.audio.input if self.audio is not None else None
+        audio_out = self.audio.output if self.audio is not None else None
+        if audio_in is not None:
+            given = audio_in.model_fields_set
+            if "turn_detection" in given:  # null too: model-native turns
+                take("turn_detection", audio_in.turn_detection)
+            if audio_in.transcription is not None:
+                take("input_audio_transcription", audio_in.transcription)
+            if "noise_reduction" in given:
+                path = "audio.input.noise_reduction"
+                fixed[path] = (path, audio_in.noise_reduction)
+        if audio_out is not None:
+            if audio_out.voice is not None:
+                take("voice", audio_out.voice)
+            if "speed" in audio_out.model_fields_set:
+                fixed["audio.output.speed"] = ("audio.output.speed", audio_out.speed)
+        for direction, section in (("input", audio_in), ("output", audio_out)):
+            fmt = section.format if section is not None else None
+            if fmt is not None:
+                take(f"{direction}_audio_format", fmt.type)
+                rate = fmt.rate if fmt.rate is not None or fmt.type != "pcm16" else GA_PCM_RATE_HZ
+                if rate is not None:
+                    take(f"{direction}_sample_rate_hz", rate)
+        for name, (path, value) in fixed.items():
+            served = OPENAI_FIXED_TERMS[path]
+            if value is not None and value != served and not (path == "include" and value == []):
+                only = "is not served: send null" if served is None else f"is served as {served!r} only"
+                raise PydanticCustomError(
+                    "unsupported_value", "{path} " + only + ", not {value}", {"path": name, "value": value}
+                )
+        return self
 
 
 class SessionUpdate(ClientEventBase):
@@ -544,6 +686,8 @@ def validate_client_event(obj: dict[str, Any], input_audio_format: AudioFormat =
 
 
 _CUSTOM_CODES = {
+    "extra_forbidden": ErrorCode.UNKNOWN_PARAMETER,
+    "unsupported_value": ErrorCode.UNSUPPORTED_VALUE,
     "invalid_audio": ErrorCode.INVALID_AUDIO,
     "unsupported_audio_format": ErrorCode.UNSUPPORTED_AUDIO_FORMAT,
     "invalid_video_frame": ErrorCode.INVALID_VIDEO_FRAME,
@@ -559,8 +703,11 @@ def _protocol_error(exc: ValidationError, event_type: str, event_id: str | None)
     errors = exc.errors(include_url=False, include_input=False)
     for error in errors:
         if error["type"] in _CUSTOM_CODES:
+            path = error.get("ctx", {}).get("path")  # a term a model validator refused, below its loc
+            param = ".".join(part for part in (_loc(error), path) if part)
+            message = f"unknown parameter '{param}'" if error["type"] == "extra_forbidden" else error["msg"]
             return ProtocolError(
-                _CUSTOM_CODES[error["type"]], error["msg"], param=_loc(error) or None, event_id=event_id
+                _CUSTOM_CODES[error["type"]], message, param=param or None, event_id=event_id
             )
     missing = [error for error in errors if error["type"] == "missing"]
     if missing:

@@ -30,6 +30,7 @@ from enum import StrEnum
 from typing import Any
 
 from duplexkit.protocol import server_events as se
+from duplexkit.protocol.client_events import OPENAI_FIXED_TERMS
 from duplexkit.protocol.errors import ErrorCode, ProtocolError
 
 
@@ -275,19 +276,31 @@ def render(payload: dict[str, Any], dialect: Dialect, *, opened: bool = True) ->
 
 
 def _ga_session(session: dict[str, Any]) -> dict[str, Any]:
-    """Our session object in the GA shape: `output_modalities`, `audio.input/output.format{type, rate}`."""
+    """Our session object in the GA shape: every term where OpenAI's GA session puts it
+    (`output_modalities`, `audio.input.{format, transcription, turn_detection}`, `audio.output.{format,
+    voice}`, `max_output_tokens`, `"inf"` when unset), the terms served one way only at their paths
+    (`OPENAI_FIXED_TERMS`); our own fields stay beside them."""
     out = dict(session)
     caps = session.get("capabilities", {})
     in_fmt, out_fmt = out.pop("input_audio_format"), out.pop("output_audio_format")
-    audio_input: dict[str, Any] = {"format": _ga_format(in_fmt, caps.get("input_sample_rate_hz"))}
-    audio_input["turn_detection"] = out.pop("turn_detection", None)
+    audio_input: dict[str, Any] = {
+        "format": _ga_format(in_fmt, caps.get("input_sample_rate_hz")),
+        "transcription": out.pop("input_audio_transcription", None),
+        "turn_detection": out.pop("turn_detection", None),
+    }
     audio_output: dict[str, Any] = {"format": _ga_format(out_fmt, caps.get("output_sample_rate_hz"))}
     if "voice" in out:
         audio_output["voice"] = out.pop("voice")
     out["output_modalities"] = out.pop("modalities")
     out["audio"] = {"input": audio_input, "output": audio_output}
-    if "max_tokens" in out:
-        out["max_output_tokens"] = out.pop("max_tokens")
+    budget = out.pop("max_tokens", None)
+    out["max_output_tokens"] = "inf" if budget is None else budget
+    for path, value in OPENAI_FIXED_TERMS.items():
+        *sections, name = path.split(".")
+        place = out
+        for section in sections:
+            place = place[section]
+        place[name] = value
     return out
 
 

@@ -24,6 +24,10 @@ class ErrorCode(StrEnum):
     """A known event (a dialect's documented alias) this server does not implement; see docs/protocol.md."""
     MISSING_FIELD = "missing_field"
     INVALID_VALUE = "invalid_value"
+    UNKNOWN_PARAMETER = "unknown_parameter"
+    """A field neither this protocol nor OpenAI's defines there (OpenAI's code for it)."""
+    UNSUPPORTED_VALUE = "unsupported_value"
+    """A field OpenAI defines, with a value this server does not serve (e.g. noise reduction)."""
     EVENT_TOO_LARGE = "event_too_large"
     UNSUPPORTED_AUDIO_FORMAT = "unsupported_audio_format"
     UNSUPPORTED_SAMPLE_RATE = "unsupported_sample_rate"
@@ -47,7 +51,6 @@ class ErrorCode(StrEnum):
     ITEM_CREATE_DUPLICATE_ITEM_ID = "item_create_duplicate_item_id"
     PLAYBACK_ACK_TOO_LATE = "playback_ack_too_late"
     # Tool (function) calls: the model's calls and the client's outputs for them.
-    TOOLS_UNSUPPORTED = "tools_unsupported"
     INVALID_FUNCTION_CALL = "invalid_function_call"
     INVALID_FUNCTION_CALL_OUTPUT = "invalid_function_call_output"
     UNKNOWN_FUNCTION_CALL = "unknown_function_call"
@@ -105,8 +108,7 @@ sample over them: an ack after its response settled, a tool's output after a bar
 call (the client ran the tool while the user spoke; it cannot know before the output arrives), and a
 `response.cancel` that came after its response ended (Pipecat cancels at every interruption of its
 own). The other tool codes stay failures: a malformed, unknown or repeated item is the client's bug,
-`tools_unsupported` a session the model cannot serve, and `invalid_function_call` also a model's call
-that was refused."""
+and `invalid_function_call` also a model's call that was refused."""
 
 RESUME_FINAL_CODES: frozenset[ErrorCode] = frozenset(
     {

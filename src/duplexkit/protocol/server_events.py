@@ -13,7 +13,7 @@ from typing import Annotated, Any, Literal, get_args
 from pydantic import BaseModel, ConfigDict, Field, PrivateAttr, field_serializer
 
 from duplexkit.protocol.audio import AudioFormat, EncodedAudio
-from duplexkit.protocol.client_events import FunctionTool, ToolChoice, TurnDetection
+from duplexkit.protocol.client_events import FunctionTool, InputAudioTranscription, ToolChoice, TurnDetection
 from duplexkit.protocol.errors import ERROR_SPECS, ErrorCode, ErrorType
 
 METRICS_SOURCE_SERVER: Literal["server_monotonic_request_start"] = "server_monotonic_request_start"
@@ -50,6 +50,8 @@ class Capabilities(BaseModel):
     input_sample_rate_hz: int
     output_sample_rate_hz: int
     supports_session_resume: bool = False
+    supports_function_calling: bool = False
+    """The model calls the session's `tools`; without it the tools are taken, echoed and never called."""
 
 
 class SessionInfo(BaseModel):
@@ -74,6 +76,8 @@ class SessionInfo(BaseModel):
     playback_commit_policy: Literal["commit_all_on_done", "ack_only"]
     tools: list[FunctionTool] = Field(default_factory=list)
     tool_choice: ToolChoice = "auto"
+    input_audio_transcription: InputAudioTranscription | None = None
+    """What the client asked of input transcription, echoed (GA: `audio.input.transcription`)."""
     capabilities: Capabilities
 
 
@@ -155,9 +159,36 @@ class StatusDetails(BaseModel):
     error: ErrorDetail | None = None
 
 
+class InputTokenDetails(BaseModel):
+    text_tokens: int | None = None
+    audio_tokens: int | None = None
+    image_tokens: int | None = None
+    cached_tokens: int | None = None
+
+
+class OutputTokenDetails(BaseModel):
+    text_tokens: int | None = None
+    audio_tokens: int | None = None
+
+
 class Usage(BaseModel):
-    output_tokens: int = 0
-    total_tokens: int = 0
+    """OpenAI's `response.usage`. A count the model did not observe is `None` (omitted), never 0: the
+    engine counts the reply's text tokens (`output_tokens`, `output_token_details.text_tokens`); no model
+    reports the tokens it read, so `input_tokens` and `total_tokens` (their sum) are omitted (`of_reply`)."""
+
+    input_tokens: int | None = None
+    output_tokens: int | None = None
+    total_tokens: int | None = None
+    input_token_details: InputTokenDetails | None = None
+    output_token_details: OutputTokenDetails | None = None
+
+    @classmethod
+    def of_reply(cls, text_tokens: int) -> Usage:
+        """The usage of a reply of `text_tokens` text tokens (its audio synthesised from them, no tokens of
+        its own as far as the engine knows), its input not counted."""
+        return cls(
+            output_tokens=text_tokens, output_token_details=OutputTokenDetails(text_tokens=text_tokens)
+        )
 
 
 class ResponseInfo(BaseModel):

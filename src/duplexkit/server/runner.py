@@ -440,13 +440,9 @@ def configure_model(
     model: ModelSession, extra_body: Mapping[str, Any], event: ce.SessionUpdate
 ) -> ProtocolError | None:
     """Give the model the update's sampling, tools and `extra_body` (`extra_body`: the session's so far,
-    kept when the update has none); what it refuses, as the update's coded error."""
+    kept when the update has none); what it refuses, as the update's coded error. A model that cannot
+    call tools takes them too (`ModelCapabilities.function_calling` tells the client)."""
     update = event.session
-    refusal = model.tools_refusal() if update.tools else None
-    if refusal is not None:
-        return ProtocolError(
-            ErrorCode.TOOLS_UNSUPPORTED, refusal, param="session.tools", event_id=event.event_id
-        )
     sampling = model.sampling.with_overrides(
         temperature=update.temperature,
         max_tokens=update.max_tokens,

@@ -195,7 +195,9 @@ class CascadeModel(ModelPlugin):
         """Speculative replies of the sessions closed so far (a live session counts its own)."""
         self.synthesis_pool = ThreadPoolExecutor(synthesis_threads, thread_name_prefix="cascade-tts")
         self.capabilities = ModelCapabilities(
-            chunk_period_ms=self.config.chunk_period_ms, accepts_video=eyes is not None
+            chunk_period_ms=self.config.chunk_period_ms,
+            accepts_video=eyes is not None,
+            function_calling=responder.calls_tools,
         )
         self.default_sampling = SamplingParams()
         if isinstance(responder, LocalResponder):
@@ -306,14 +308,6 @@ class CascadeSession(ModelSession):
             self.sight = None
         elif self.sight is None and eyes is not None:
             self.sight = Sight(eyes)
-
-    def tools_refusal(self) -> str | None:
-        if self._model.responder.calls_tools:
-            return None
-        return (
-            f"the cascade's {self._model.responder.name} responder cannot call tools; serve it with "
-            "--model-arg responder=openai (and llm_url, llm_model) for tool calls"
-        )
 
     @property
     def semantic(self) -> bool:

@@ -5,15 +5,16 @@ thread → one `StreamingResampler` from the synthesizer's rate to the output ra
 whole reply). Release: the plugin advances the reply's playback clock by each stepped unit and lets out
 the audio due by then plus `lead_ms`, so the engine's response stays open while the reply plays and a
 barge-in can still cut it. The clock never runs past the audio released (a starved client plays nothing).
-A piece's text rides on the segment that carries the start of its audio, which keeps the engine's
-audio/text marks truthful. Function calls the responder makes are collected (`calls`): the last segment
-then does not end the turn, the calls do (the plugin yields them once the reply is emitted).
+A piece's words ride with the audio that speaks them (`_Piece.words_spoken`: in proportion to its audio,
+by characters), so no client reads a word before its audio is sent, and the engine's audio/text marks
+stay truthful; the heard text (`played_text`) follows the same rule. Function calls the responder makes
+are collected (`calls`): the last segment then does not end the turn, the calls do (the plugin yields them
+once the reply is emitted).
 """
 
 from __future__ import annotations
 
 import asyncio
-import itertools
 import time
 from collections.abc import AsyncGenerator, AsyncIterator
 from concurrent.futures import Executor
@@ -36,7 +37,28 @@ class _Piece:
     """Output sample where its audio starts."""
     end: int
     itl_ms: tuple[float, ...]
-    sent: bool = False
+    words: tuple[str, ...] = ()
+    sent: int = 0
+    """Words released so far."""
+
+    def __post_init__(self) -> None:
+        self.words = word_tokens(self.text)
+
+    def words_spoken(self, sample: int) -> int:
+        """How many of its words the audio up to output sample `sample` speaks: those whose characters
+        (with the ones before) fit in the share of its audio up to there."""
+        if sample >= self.end:
+            return len(self.words)
+        if sample <= self.start:
+            return 0
+        chars = len(self.text) * (sample - self.start) / (self.end - self.start)
+        spoken = 0
+        for word in self.words:
+            chars -= len(word)
+            if chars < 0:
+                break
+            spoken += 1
+        return spoken
 
 
 @dataclass(slots=True)
@@ -148,38 +170,31 @@ class Reply:
         due = round((self._played_ms + self._lead_ms) * self._rate / 1000.0) - self._released
         audio = self._take(max(0, min(due, self._produced - self._released)))
         final = self._done and self._released == self._produced
-        pieces = [p for p in self._pieces if not p.sent and (final or p.start < self._released)]
-        if len(audio) == 0 and not pieces and not final:
+        tokens: list[str] = []
+        itl_ms: list[float] = []
+        for piece in self._pieces:
+            due_words = len(piece.words) if final else piece.words_spoken(self._released)
+            if due_words > piece.sent:
+                if piece.sent == 0:
+                    itl_ms.extend(piece.itl_ms)  # with the piece's first words
+                tokens.extend(piece.words[piece.sent : due_words])
+                piece.sent = due_words
+        if len(audio) == 0 and not tokens and not final:
             return None
-        for piece in pieces:
-            piece.sent = True
         if len(audio) and self.timing.released_at is None:
             self.timing.released_at = time.monotonic()
         self._emitted = final
-        if final and self.calls and len(audio) == 0 and not pieces:
+        if final and self.calls and len(audio) == 0 and not tokens:
             return None  # nothing left to say: the calls end the turn
         return Speak(
-            tokens=tuple(itertools.chain.from_iterable(word_tokens(p.text) for p in pieces)),
-            audio=audio,
-            end_of_turn=final and not self.calls,
-            itl_ms=tuple(itertools.chain.from_iterable(p.itl_ms for p in pieces)),
+            tokens=tuple(tokens), audio=audio, end_of_turn=final and not self.calls, itl_ms=tuple(itl_ms)
         )
 
     def played_text(self, played_ms: float | None = None) -> str:
-        """The text spoken by the first `played_ms` (default: as far as the playback clock got): whole
-        pieces, then the share of the words of the piece being spoken (proportional to its audio played)."""
-        played = (self._played_ms if played_ms is None else played_ms) * self._rate / 1000.0
-        heard = []
-        for piece in self._pieces:
-            if piece.end <= played:
-                heard.append(piece.text)
-                continue
-            if piece.start < played:
-                words = word_tokens(piece.text)
-                share = (played - piece.start) / (piece.end - piece.start)
-                heard.append("".join(words[: int(len(words) * share)]))
-            break
-        return "".join(heard).strip()
+        """The text spoken by the first `played_ms` (default: as far as the playback clock got): the words
+        each piece's played audio speaks (`_Piece.words_spoken`)."""
+        played = int((self._played_ms if played_ms is None else played_ms) * self._rate / 1000.0)
+        return "".join("".join(p.words[: p.words_spoken(played)]) for p in self._pieces).strip()
 
     def cancel(self) -> None:
         """Stop producing (a synthesis already running in a thread finishes and is discarded)."""

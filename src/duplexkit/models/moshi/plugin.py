@@ -208,12 +208,6 @@ class MoshiSession(ModelSession):
     def closed(self) -> bool:
         return self._closed
 
-    def tools_refusal(self) -> str | None:
-        return (
-            "Moshi and PersonaPlex have no tool-call tokens: they cannot call tools (serve the cascade "
-            "with --model-arg responder=openai for tool calls)"
-        )
-
     def interrupt(self) -> None:
         self.tracker.interrupt()
 
