@@ -5,8 +5,8 @@ Per attachment (`server.attachment.Attachment`), messages are handled as they ar
 them (`edge.PushReceive`: the default picows edge) calls back per message; any other is read by a reader
 task. A `session.update` the model must prepare for holds the messages after it until it is prepared,
 within the pending-input bound. Events go to the socket at once when its sends never wait
-(`edge.DirectSend`); any other socket gets a writer task and an outbound queue. A new session's first
-message is due within `config_timeout_s`.
+(`edge.DirectSend`); any other socket gets a writer task and an outbound queue. A new session must be
+opened within `config_timeout_s` (`start`), whatever its client sends meanwhile.
 
 How an attachment ends follows what its client did. A client that closed its socket on purpose (a coded
 close frame: 1000, 1001, ...) has left: the session ends at once (`client_close`). A socket lost without a
@@ -70,8 +70,13 @@ class AttachedSession(Protocol):
         """Prepare the model for an update and apply it."""
         ...
 
+    @property
+    def opened(self) -> bool:
+        """The session has started and read a client event it could parse: its opening deadline is met."""
+        ...
+
     def config_timed_out(self) -> None:
-        """A new session's first message did not come within `config_timeout_s`."""
+        """A new session was not opened within `config_timeout_s`."""
         ...
 
     def end_without_client(self, reason: str) -> None:
@@ -184,20 +189,22 @@ class Attachments:
 
     def start(self, attachment: Attachment, first: FirstMessage | None) -> None:
         """Start handling the attachment's messages: `first` (read before admission; `None` in it: none
-        came in time), then whatever arrives. A new session's first message must come within
-        `config_timeout_s` (a resumed attachment's first message was the resume)."""
+        came in time), then whatever arrives. A new session must be opened within `config_timeout_s`: by
+        an opening `session.update` (`autostart=0`) or, started already, by a client event that parses.
+        Nothing else meets the deadline: a message that is refused does not (a resumed attachment's first
+        message was the resume)."""
         if attachment.direct is None:
             attachment.writer = asyncio.create_task(self._write(attachment), name="writer")
-        if first is not None:
-            if first.message is None:
-                attachment.reading = False
-                self._session.config_timed_out()
-                return
-            self._on_message(attachment, first.message)
-        elif attachment.generation == 1:
+        if first is not None and first.message is None:
+            attachment.reading = False
+            self._session.config_timed_out()
+            return
+        if attachment.generation == 1:
             attachment.first_deadline = asyncio.get_running_loop().call_later(
                 self.config_timeout_s, self._first_overdue, attachment
             )
+        if first is not None:
+            self._on_message(attachment, first.message)
         ws = attachment.ws
         if isinstance(ws, PushReceive):
             ws.deliver(partial(self._on_message, attachment))
@@ -285,11 +292,12 @@ class Attachments:
             self._stop_reading(attachment)
             self._gone(attachment)
             return
-        attachment.cancel_first_deadline()
         if self._done.is_set():
             return
         self.client_events_received += 1
         update = self._session.handle(message)
+        if attachment.first_deadline is not None and (update is not None or self._session.opened):
+            attachment.cancel_first_deadline()  # an opening update ends in the session's start or refusal
         if update is not None:
             attachment.updating = asyncio.create_task(self._update(attachment, *update), name="update")
 

@@ -112,6 +112,8 @@ class SessionRunner:
         self._lease = self.attachments.lease
         self._epoch = engine.fence.epoch
         self.close_reason: str | None = None
+        self._read_event = False
+        """A client event has parsed (what meets the opening deadline, with the session started)."""
         self._tick_callback = self._on_tick
         """The ticker's key for this session (one bound method, not a new one per wake)."""
         self._stepper = Stepper(
@@ -217,6 +219,7 @@ class SessionRunner:
             return None
         else:
             event = message
+        self._read_event = True
         if isinstance(event, ce.InputAudioBufferAppend):
             if not self._over_input_limit(event):
                 self._apply(self.engine.handle(event, now))
@@ -255,6 +258,10 @@ class SessionRunner:
             self._refuse_opening()
             return
         self._wake_ticker()
+
+    @property
+    def opened(self) -> bool:
+        return self.engine.started and self._read_event
 
     def config_timed_out(self) -> None:
         now = self.clock()
@@ -466,4 +473,4 @@ def configure_model(
 
 
 def _config_timeout(timeout_s: float) -> ProtocolError:
-    return ProtocolError(ErrorCode.CONFIG_TIMEOUT, f"no session.update within {timeout_s:g} s")
+    return ProtocolError(ErrorCode.CONFIG_TIMEOUT, f"the session was not opened within {timeout_s:g} s")

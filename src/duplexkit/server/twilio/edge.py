@@ -10,9 +10,9 @@ caller leaving on purpose: the slot is freed at once.
 Twilio reads only `media`, `mark` and `clear` from the server, so a problem with what it sent (an unknown
 event, bad base64, a message before `start`) cannot be answered on the stream: the runner answers the coded
 `ProtocolError` as for any client (counted in `duplexkit_errors_total{code}`), and this edge logs the
-`error` event instead of sending it; the message is dropped and nothing else. A `start` whose `mediaFormat`
-is not mu-law at 8 kHz cannot be heard at all: after its error the socket closes with 1003 (unsupported
-data) and the code as its reason.
+`error` event instead of sending it; the message is dropped and nothing else. A `start` the call cannot
+open on ends it: after its error the socket closes with the code as its reason, and 1003 (unsupported
+data) when its `mediaFormat` is not mu-law at 8 kHz, else 1008 (policy).
 """
 
 from __future__ import annotations
@@ -24,7 +24,7 @@ from collections import deque
 
 from duplexkit.protocol import client_events as ce
 from duplexkit.protocol import server_events as se
-from duplexkit.protocol.errors import ProtocolError
+from duplexkit.protocol.errors import ErrorCode, ProtocolError
 from duplexkit.server.edge import Connection
 from duplexkit.server.twilio.protocol import SAMPLE_RATE_HZ, Output, TwilioStream
 
@@ -32,6 +32,8 @@ log = logging.getLogger("duplexkit.server")
 
 UNSUPPORTED_DATA = 1003
 """RFC 6455: the endpoint cannot take this kind of data (the stream's media format)."""
+POLICY_VIOLATION = 1008
+"""RFC 6455: a message the endpoint refuses (a `start` it cannot open the call on)."""
 
 
 class TwilioSocket:
@@ -50,7 +52,12 @@ class TwilioSocket:
         """The caller's next event (or coded problem) for the runner; `None`: the call's stream is over."""
         while not self._inbound:
             if self._refusal is not None:
-                await self.ws.close(UNSUPPORTED_DATA, self._refusal)
+                code = (
+                    UNSUPPORTED_DATA
+                    if self._refusal == ErrorCode.UNSUPPORTED_AUDIO_FORMAT
+                    else POLICY_VIOLATION
+                )
+                await self.ws.close(code, self._refusal)
                 self._stopped = True
             if self._stopped:
                 return None

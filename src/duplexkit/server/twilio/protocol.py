@@ -9,8 +9,9 @@ stream accepts; anything else is Twilio warning 31951), and the problems it foun
 In (Twilio → session):
 
 * `connected` is noted; `start` must carry `mediaFormat` audio/x-mulaw at 8000 Hz mono (anything else is
-  `unsupported_audio_format`, fatal: the call cannot be heard) and opens the session with a `session.update`
-  from the defaults and the `start` message's `customParameters` (`SESSION_PARAMETERS`).
+  `unsupported_audio_format`) and opens the session with a `session.update` from the defaults and the
+  `start` message's `customParameters` (`SESSION_PARAMETERS`). Any problem with the `start` is fatal: a call
+  has one, and without it the call cannot be heard.
 * `media` on the inbound track becomes an append of its 8 kHz mu-law as it is (G.711 in the session's own
   format, one byte a sample). Its `timestamp` (ms since the stream started, a string) places it: a gap (a
   frame lost, or refused as bad base64) is filled with mu-law silence, so the session's media clock stays
@@ -147,12 +148,19 @@ class TwilioStream:
         return out
 
     def _start(self, message: dict[str, Any], out: Output) -> None:
+        """A call has one `start`: one it cannot open on is fatal (the call could never be heard)."""
+        try:
+            self._open(message, out)
+        except ProtocolError:
+            out.fatal = True
+            raise
+
+    def _open(self, message: dict[str, Any], out: Output) -> None:
         start = _section(message, "start")
         fmt = start.get("mediaFormat")
         fmt = fmt if isinstance(fmt, dict) else {}
         encoding, rate, channels = fmt.get("encoding"), fmt.get("sampleRate"), fmt.get("channels", 1)
         if encoding != ENCODING or rate != SAMPLE_RATE_HZ or channels != 1:
-            out.fatal = True
             raise ProtocolError(
                 ErrorCode.UNSUPPORTED_AUDIO_FORMAT,
                 f"the stream's mediaFormat is {encoding!r} at {rate!r} Hz, {channels!r} channel(s); "
@@ -161,7 +169,6 @@ class TwilioStream:
             )
         stream_sid = start.get("streamSid") or message.get("streamSid")
         if not isinstance(stream_sid, str) or not stream_sid:
-            out.fatal = True
             raise ProtocolError(ErrorCode.MISSING_FIELD, "start without a streamSid", param="start.streamSid")
         params = start.get("customParameters")
         params = {str(k): str(v) for k, v in params.items()} if isinstance(params, dict) else {}
@@ -174,7 +181,6 @@ class TwilioStream:
         try:
             session = ce.SessionConfig.model_validate(self._session(params))
         except ValueError as exc:
-            out.fatal = True
             raise ProtocolError(
                 ErrorCode.INVALID_VALUE,
                 f"the call's session settings are not valid: {exc}",
