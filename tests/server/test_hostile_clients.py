@@ -15,7 +15,7 @@ import websockets
 from duplexkit.models import load_model
 from duplexkit.server import EmbeddedServer, ServerConfig
 from tests.server.conftest import connect, small_limits
-from tests.server.twilio_peer import TwilioPeer, error_counts, slot_freed, stream_url
+from tests.server.twilio_peer import TwilioPeer, error_counts, health, slot_freed, stream_url
 
 OPENING_S = 0.3
 """The opening deadline (`config_timeout_s`) these servers run with."""
@@ -30,7 +30,11 @@ async def one_slot() -> AsyncIterator[EmbeddedServer]:
         yield running
 
 
-@pytest.mark.parametrize("first", ["{bad json", '{"type": "input_audio_buffer.append", "audio": ""}'])
+@pytest.mark.parametrize(
+    "first",
+    ["{bad json", '{"type": "input_audio_buffer.append", "audio": ""}', "[" * 30_000 + "]" * 30_000],
+    ids=["bad-json", "append", "deep"],
+)
 async def test_a_realtime_session_whose_opening_message_is_refused_ends_at_its_deadline(
     one_slot: EmbeddedServer, first: str
 ) -> None:
@@ -87,3 +91,29 @@ async def test_a_twilio_start_without_its_start_object_ends_the_call_at_once_wit
         assert (peer.ws.close_code, peer.ws.close_reason) == (1008, "missing_field")
         await slot_freed(server)
         assert (await error_counts(server)).get("missing_field") == 1
+
+
+async def test_a_live_call_drops_and_counts_malformed_messages_and_goes_on(one_slot: EmbeddedServer) -> None:
+    peer = await TwilioPeer.connect(stream_url(one_slot))
+    await peer.open()
+    hostile = [
+        {"event": "media", "streamSid": peer.stream_sid, "media": {"payload": "/w==", "timestamp": stamp}}
+        for stamp in ("inf", "1e13", "2e7", "nan")
+    ]
+    for message in hostile:
+        await peer.send_raw(message)
+    await peer.ws.send("[" * 30_000 + "]" * 30_000)
+    await peer.ws.send("[" * 100_000 + "]" * 100_000)
+    await peer.send_raw({"event": "bogus", "streamSid": peer.stream_sid})  # read after all of them
+    async with asyncio.timeout(5):
+        while (await error_counts(one_slot)).get("unknown_event") != 1:  # noqa: ASYNC110 (polls /metrics)
+            await asyncio.sleep(0.02)
+    counts = await error_counts(one_slot)
+    assert (counts.get("invalid_value"), counts.get("invalid_json"), counts.get("event_too_large")) == (
+        4,
+        1,
+        1,
+    )
+    assert (await health(one_slot))["sessions"] == 1  # the call is still up
+    await peer.stop()
+    await slot_freed(one_slot)
