@@ -8,13 +8,23 @@ from __future__ import annotations
 import asyncio
 import json
 from collections.abc import AsyncIterator
+from typing import Any
 
+import httpx
 import pytest
 import websockets
 
+from duplexkit.engine import EngineSession
 from duplexkit.models import load_model
+from duplexkit.protocol import client_events as ce
+from duplexkit.protocol import server_events as se
+from duplexkit.protocol.audio import EncodedAudio
 from duplexkit.server import EmbeddedServer, ServerConfig
-from tests.server.conftest import connect, small_limits
+from duplexkit.server.runner import SessionRunner
+from duplexkit.server.serve import Edge
+from duplexkit.server.twilio.edge import TwilioSocket
+from duplexkit.server.twilio.protocol import TwilioStream
+from tests.server.conftest import RawClient, append, connect, small_limits, tone_pcm16
 from tests.server.twilio_peer import TwilioPeer, error_counts, health, slot_freed, stream_url
 
 OPENING_S = 0.3
@@ -117,3 +127,132 @@ async def test_a_live_call_drops_and_counts_malformed_messages_and_goes_on(one_s
     assert (await health(one_slot))["sessions"] == 1  # the call is still up
     await peer.stop()
     await slot_freed(one_slot)
+
+
+async def task_failures(server: EmbeddedServer) -> dict[str, float]:
+    async with httpx.AsyncClient() as http:
+        text = (await http.get(f"{server.http_url}/metrics")).text
+    return {
+        line.split('task="')[1].split('"')[0]: float(line.rsplit(" ", 1)[1])
+        for line in text.splitlines()
+        if line.startswith("duplexkit_task_failures_total{")
+    }
+
+
+async def _ends_with_internal_error(server: EmbeddedServer, client: RawClient, task: str) -> None:
+    assert (await client.until("error"))["error"]["code"] == "internal_error"
+    assert (await client.until("session.closed"))["reason"] == "internal_error"
+    with pytest.raises(websockets.ConnectionClosed):
+        await client.recv()
+    assert client.ws.close_code == 1011
+    await slot_freed(server)
+    assert await task_failures(server) == {task: 1.0}
+    after = await connect(server.url)  # the server goes on
+    assert (await after.recv())["type"] == "session.created"
+
+
+async def test_a_session_whose_reading_raises_ends_coded_and_frees_its_slot_on_each_edge(
+    edge: Edge, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    handle = SessionRunner.handle
+
+    def buggy(self: SessionRunner, message: Any) -> Any:
+        if isinstance(message, str) and "boom" in message:
+            raise ValueError("a bug in handling")
+        return handle(self, message)
+
+    monkeypatch.setattr(SessionRunner, "handle", buggy)
+    async with EmbeddedServer(load_model("scripted", {}), ServerConfig(max_sessions=1), edge=edge) as server:
+        client = await connect(server.url)
+        await client.until("session.created")
+        await client.send({"type": "session.update", "session": {"instructions": "boom"}})
+        await _ends_with_internal_error(server, client, "reader")
+
+
+async def test_a_session_whose_stepper_raises_ends_coded_and_frees_its_slot(
+    monkeypatch: pytest.MonkeyPatch,
+) -> None:
+    step_finished = EngineSession.step_finished
+    failed = False
+
+    def buggy(self: EngineSession, unit: Any, now: float) -> Any:
+        nonlocal failed
+        if not failed:
+            failed = True
+            raise ValueError("a bug in the engine")
+        return step_finished(self, unit, now)
+
+    monkeypatch.setattr(EngineSession, "step_finished", buggy)
+    async with EmbeddedServer(load_model("scripted", {}), ServerConfig(max_sessions=1)) as server:
+        client = await connect(server.url)
+        await client.until("session.created")
+        await client.send(append(tone_pcm16(1.2)))
+        await _ends_with_internal_error(server, client, "stepper")
+
+
+class _YieldingConnection:
+    """A `Connection` whose every send yields once before it is written (as a send waiting on TCP
+    backpressure does), and whose messages come from `incoming`."""
+
+    close_code = None
+
+    def __init__(self) -> None:
+        self.incoming: asyncio.Queue[str | None] = asyncio.Queue()
+        self.sent: list[dict[str, Any]] = []
+
+    async def receive(self) -> str | None:
+        return await self.incoming.get()
+
+    async def send_text(self, data: str) -> None:
+        await asyncio.sleep(0)
+        self.sent.append(json.loads(data))
+
+    async def send_bytes(self, data: bytes) -> None:
+        raise NotImplementedError
+
+    async def close(self, code: int = 1000, reason: str = "") -> None:
+        pass
+
+
+async def test_twilio_audio_and_marks_leave_in_order_when_sends_wait() -> None:
+    connection = _YieldingConnection()
+    socket = TwilioSocket(connection, TwilioStream())
+    start = {
+        "event": "start",
+        "start": {
+            "streamSid": "MZ1",
+            "mediaFormat": {"encoding": "audio/x-mulaw", "sampleRate": 8000, "channels": 1},
+        },
+    }
+    connection.incoming.put_nowait(json.dumps(start))
+    assert isinstance(await socket.receive_event(), ce.SessionUpdate)
+
+    def delta(ms: int) -> se.ResponseOutputAudioDelta:
+        audio = EncodedAudio(b"\x01" * (8 * ms), "g711_ulaw")
+        return se.ResponseOutputAudioDelta.of_audio(
+            audio,
+            response_id="resp_1",
+            item_id="item_1",
+            output_index=0,
+            content_index=0,
+            sample_rate_hz=8000,
+            metadata=se.AudioDeltaMetadata(audio_duration_ms=ms),
+        )
+
+    def marks() -> list[str]:
+        return [m["mark"]["name"] for m in connection.sent if m["event"] == "mark"]
+
+    await socket.send_event(delta(500))  # five chunks, within the lead
+    async with asyncio.timeout(5):
+        while len(marks()) < 5:
+            await asyncio.sleep(0)
+    # Twilio echoes the first mark (releasing a chunk the lead held back) while the next reply audio is
+    # being sent: the reader's chunk and the writer's must not interleave.
+    connection.incoming.put_nowait(json.dumps({"event": "mark", "mark": {"name": marks()[0]}}))
+    _, ack = await asyncio.gather(socket.send_event(delta(500)), socket.receive_event())
+    assert isinstance(ack, ce.PlaybackAck)
+    await socket.close()
+    numbers = [int(m["mark"]["name"].rsplit(":", 1)[1]) for m in connection.sent if m["event"] == "mark"]
+    assert len(numbers) == 7 and numbers == sorted(numbers)
+    kinds = [m["event"] for m in connection.sent]
+    assert kinds == ["media", "mark"] * (len(kinds) // 2)  # each chunk right before its mark

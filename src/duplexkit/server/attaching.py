@@ -47,6 +47,7 @@ from duplexkit.server.attachment import (
 )
 from duplexkit.server.edge import EventSocket, PushReceive, SocketClosed, left_on_purpose
 from duplexkit.server.metrics import ServerMetrics
+from duplexkit.server.supervision import supervised
 
 log = logging.getLogger("duplexkit.server")
 
@@ -77,6 +78,10 @@ class AttachedSession(Protocol):
 
     def config_timed_out(self) -> None:
         """A new session was not opened within `config_timeout_s`."""
+        ...
+
+    def task_failed(self, name: str, exc: BaseException) -> None:
+        """A task of the session (or the handling of a pushed message) raised: end the session, coded."""
         ...
 
     def end_without_client(self, reason: str) -> None:
@@ -194,7 +199,7 @@ class Attachments:
         Nothing else meets the deadline: a message that is refused does not (a resumed attachment's first
         message was the resume)."""
         if attachment.direct is None:
-            attachment.writer = asyncio.create_task(self._write(attachment), name="writer")
+            attachment.writer = supervised(self._write(attachment), "writer", self._session.task_failed)
         if first is not None and first.message is None:
             attachment.reading = False
             self._session.config_timed_out()
@@ -207,9 +212,9 @@ class Attachments:
             self._on_message(attachment, first.message)
         ws = attachment.ws
         if isinstance(ws, PushReceive):
-            ws.deliver(partial(self._on_message, attachment))
+            ws.deliver(partial(self._on_pushed, attachment))
         else:
-            attachment.reader = asyncio.create_task(self._read(attachment), name="reader")
+            attachment.reader = supervised(self._read(attachment), "reader", self._session.task_failed)
 
     async def end(self) -> None:
         """The session ended: end the current attachment, if any."""
@@ -263,7 +268,7 @@ class Attachments:
             self._session.end_without_client("client_disconnected")
             return
         self.current = None
-        closing = asyncio.create_task(self._close_lost(attachment), name="detach")
+        closing = supervised(self._close_lost(attachment), "detach", self._session.task_failed)
         self._closing.add(closing)
         closing.add_done_callback(self._closing.discard)
         self.lease.detach(self.clock())
@@ -271,14 +276,22 @@ class Attachments:
 
     async def _read(self, attachment: Attachment) -> None:
         """Read a socket that does not push its messages, until its peer is gone."""
-        try:
-            while attachment.reading:
+        while attachment.reading:
+            try:
                 message = await attachment.receive()
-                self._on_message(attachment, message)
-                if message is None:
-                    return
-        except (SocketClosed, RuntimeError, OSError):
-            self._on_message(attachment, None)
+            except (SocketClosed, RuntimeError, OSError):  # a library's own way of saying it is gone
+                message = None
+            self._on_message(attachment, message)
+            if message is None:
+                return
+
+    def _on_pushed(self, attachment: Attachment, message: Inbound) -> None:
+        """A message a socket pushed (from its library's callback): what it raises ends this session, as a
+        reader task's failure would, never the edge."""
+        try:
+            self._on_message(attachment, message)
+        except Exception as exc:
+            self._session.task_failed("reader", exc)
 
     def _on_message(self, attachment: Attachment, message: Inbound) -> None:
         """One message of the attachment's socket, in arrival order (`None`: the peer is gone). Handled at
@@ -299,7 +312,9 @@ class Attachments:
         if attachment.first_deadline is not None and (update is not None or self._session.opened):
             attachment.cancel_first_deadline()  # an opening update ends in the session's start or refusal
         if update is not None:
-            attachment.updating = asyncio.create_task(self._update(attachment, *update), name="update")
+            attachment.updating = supervised(
+                self._update(attachment, *update), "update", self._session.task_failed
+            )
 
     def _hold(self, attachment: Attachment, message: Inbound) -> None:
         """Keep a message until the update before it is prepared; past `max_pending_input_bytes` held, it

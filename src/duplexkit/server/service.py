@@ -448,6 +448,7 @@ class DuplexServer:
             await runner.run(autostart=autostart, first=first)
         except Exception:
             log.exception("session %s failed", slot.session_id)
+            self.metrics.task_failures.labels(task="session").inc()
         finally:
             self.resumable.retire(runner)
             self.manager.release(slot)
