@@ -214,9 +214,7 @@ class _YieldingConnection:
         pass
 
 
-async def test_twilio_audio_and_marks_leave_in_order_when_sends_wait() -> None:
-    connection = _YieldingConnection()
-    socket = TwilioSocket(connection, TwilioStream())
+async def _start(connection: _YieldingConnection, socket: TwilioSocket) -> None:
     start = {
         "event": "start",
         "start": {
@@ -227,24 +225,31 @@ async def test_twilio_audio_and_marks_leave_in_order_when_sends_wait() -> None:
     connection.incoming.put_nowait(json.dumps(start))
     assert isinstance(await socket.receive_event(), ce.SessionUpdate)
 
-    def delta(ms: int) -> se.ResponseOutputAudioDelta:
-        audio = EncodedAudio(b"\x01" * (8 * ms), "g711_ulaw")
-        return se.ResponseOutputAudioDelta.of_audio(
-            audio,
-            response_id="resp_1",
-            item_id="item_1",
-            output_index=0,
-            content_index=0,
-            sample_rate_hz=8000,
-            metadata=se.AudioDeltaMetadata(audio_duration_ms=ms),
-        )
+
+def delta(ms: int) -> se.ResponseOutputAudioDelta:
+    audio = EncodedAudio(b"\x01" * (8 * ms), "g711_ulaw")
+    return se.ResponseOutputAudioDelta.of_audio(
+        audio,
+        response_id="resp_1",
+        item_id="item_1",
+        output_index=0,
+        content_index=0,
+        sample_rate_hz=8000,
+        metadata=se.AudioDeltaMetadata(audio_duration_ms=ms),
+    )
+
+
+async def test_twilio_audio_and_marks_leave_in_order_when_sends_wait() -> None:
+    connection = _YieldingConnection()
+    socket = TwilioSocket(connection, TwilioStream())
+    await _start(connection, socket)
 
     def marks() -> list[str]:
         return [m["mark"]["name"] for m in connection.sent if m["event"] == "mark"]
 
     await socket.send_event(delta(500))  # five chunks, within the lead
     async with asyncio.timeout(5):
-        while len(marks()) < 5:
+        while len(marks()) < 5:  # noqa: ASYNC110 (the writer task sends them)
             await asyncio.sleep(0)
     # Twilio echoes the first mark (releasing a chunk the lead held back) while the next reply audio is
     # being sent: the reader's chunk and the writer's must not interleave.
@@ -256,3 +261,15 @@ async def test_twilio_audio_and_marks_leave_in_order_when_sends_wait() -> None:
     assert len(numbers) == 7 and numbers == sorted(numbers)
     kinds = [m["event"] for m in connection.sent]
     assert kinds == ["media", "mark"] * (len(kinds) // 2)  # each chunk right before its mark
+
+
+async def test_twilio_clears_a_done_replys_queued_audio_when_the_caller_talks_over_it() -> None:
+    connection = _YieldingConnection()
+    socket = TwilioSocket(connection, TwilioStream())
+    await _start(connection, socket)
+    await socket.send_event(delta(500))
+    done = se.ResponseDone(response=se.ResponseInfo(id="resp_1", status="completed"))
+    await socket.send_event(done)
+    await socket.send_event(se.InputAudioBufferSpeechStarted(audio_start_ms=0, item_id="item_2"))
+    await socket.close()
+    assert [m["event"] for m in connection.sent][-1] == "clear"

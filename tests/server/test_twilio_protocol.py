@@ -156,3 +156,22 @@ def test_json_nested_too_deep_or_a_message_too_large_is_a_coded_problem_not_an_e
     assert [p.code for p in bad_key.problems] == [ErrorCode.INVALID_VALUE] and stream.digits == ""
     [ok] = stream.receive(_media(b"\x01" * 160, 0)).events  # and the call goes on
     assert isinstance(ok, ce.InputAudioBufferAppend)
+
+
+def test_the_callers_speech_clears_audio_still_queued_after_its_reply_is_done() -> None:
+    stream = _started(lead_ms=2 * CHUNK_MS)
+    stream.reply_audio("resp_1", b"\x01" * (8 * CHUNK_MS * 5))
+    assert stream.reply_ended("resp_1", cancelled=False).twilio == []  # done, two chunks still queued
+    cleared = stream.speech_started()
+    assert cleared.twilio == [{"event": "clear", "streamSid": SID}]
+    assert stream.reply_audio("resp_2", b"\x01" * (8 * CHUNK_MS)).twilio[0]["event"] == "media"  # none left
+    assert stream.speech_started().twilio == [{"event": "clear", "streamSid": SID}]
+
+
+def test_speech_clears_nothing_with_nothing_queued_or_when_the_call_does_not_barge_in() -> None:
+    assert _started().speech_started().twilio == []
+    start = json.loads(json.dumps(START))
+    listen_only = TwilioStream({"overlap_policy": "listen_only"})
+    listen_only.receive(json.dumps(start))
+    listen_only.reply_audio("resp_1", b"\x01" * (8 * CHUNK_MS))
+    assert listen_only.speech_started().twilio == []

@@ -86,8 +86,9 @@ class TwilioSocket:
         return self._inbound.popleft()
 
     async def send_event(self, event: se.ServerEventBase) -> None:
-        """One of the session's events: reply audio and reply ends go to Twilio as media, marks and clear;
-        errors are logged (Twilio reads none); the rest has no place on a phone line."""
+        """One of the session's events: reply audio, reply ends and the caller's speech starting go to Twilio
+        as media, marks and clear; errors are logged (Twilio reads none); the rest has no place on a phone
+        line."""
         if isinstance(event, se.ResponseOutputAudioDelta):
             audio = event.audio
             if audio is None or audio.format != "g711_ulaw" or event.sample_rate_hz != SAMPLE_RATE_HZ:
@@ -97,6 +98,8 @@ class TwilioSocket:
         elif isinstance(event, se.ResponseDone):
             cancelled = event.response.status == "cancelled"
             self._send(self.stream.reply_ended(event.response.id, cancelled=cancelled))
+        elif isinstance(event, se.InputAudioBufferSpeechStarted):
+            self._send(self.stream.speech_started())
         error = se.reported_error(event)  # an error event's, or a failed response's
         if error is not None:
             log.warning("twilio stream %s: %s: %s", self._sid, error.code.value, error.message)

@@ -28,7 +28,9 @@ In (Twilio → session):
 Out (session → Twilio): each reply's mu-law is cut into chunks of `CHUNK_MS`, each sent as `media` under
 the call's `streamSid` and followed by a `mark`. Sending is paced by playback: no more than `lead_ms` of
 audio is queued on Twilio's side past the last mark it echoed; the rest waits here, and each echo releases
-more. A reply that ends cancelled (barge-in) sends `clear` when any of its audio is queued or waiting.
+more. A reply that ends cancelled (barge-in) sends `clear` when any of its audio is queued or waiting, and
+so does the caller's speech starting (`speech_started`, with barge-in on) while any reply's is, even one
+whose `response.done` went already.
 """
 
 from __future__ import annotations
@@ -117,6 +119,8 @@ class TwilioStream:
         self._queued_ms = 0.0
         self._mark_count = 0
         self._reply_ms: dict[str, float] = {}
+        self._barge_in = True
+        """The call's session lets the caller talk over a reply (`overlap_policy`)."""
 
     # --- Twilio → session -----------------------------------------------------------------------------
 
@@ -198,6 +202,7 @@ class TwilioStream:
                 f"the call's session settings are not valid: {exc}",
                 param="customParameters",
             ) from None
+        self._barge_in = session.overlap_policy != "listen_only"
         out.events.append(ce.SessionUpdate(type="session.update", session=session))
 
     def _session(self, params: Mapping[str, str]) -> dict[str, Any]:
@@ -281,16 +286,30 @@ class TwilioStream:
         """A reply is done: a cancelled one (barge-in, cancel) is cleared from Twilio's queue and ours."""
         out = Output()
         self._reply_ms.pop(response_id, None)
-        if not cancelled or self.call is None:
-            return out
-        dropped = [c for c in self._waiting if c.response_id == response_id]
+        if cancelled:
+            self._clear(out, response_id)
+        return out
+
+    def speech_started(self) -> Output:
+        """The caller started talking: with barge-in on, the reply audio queued on Twilio's side and here is
+        cleared, whether or not its reply is done (Twilio's recipe: clear whenever marks are pending)."""
+        out = Output()
+        if self._barge_in:
+            self._clear(out, None)
+        return out
+
+    def _clear(self, out: Output, response_id: str | None) -> None:
+        """`clear` Twilio's queue (its marks will ack nothing) and drop the audio waiting here: the reply's,
+        or every reply's (`None`), then send what remains due."""
+        if self.call is None:
+            return
+        dropped = [c for c in self._waiting if response_id in (None, c.response_id)]
         if dropped or self._marks:
-            self._waiting = deque(c for c in self._waiting if c.response_id != response_id)
+            self._waiting = deque(c for c in self._waiting if response_id not in (None, c.response_id))
             self._marks.clear()
             self._queued_ms = 0.0
             out.twilio.append({"event": "clear", "streamSid": self.call.stream_sid})
             self._send_due(out)
-        return out
 
     def _send_due(self, out: Output) -> None:
         if self.call is None:
