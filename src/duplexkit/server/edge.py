@@ -137,12 +137,14 @@ class HttpResponse:
 @dataclass(frozen=True, slots=True)
 class HttpRequest:
     """A complete POST with its body (no streaming): the query, the headers (lower-case names, repeated
-    headers joined with ", ") and the body, cut at `MAX_POST_BYTES` (`body_too_large` then says so)."""
+    headers joined with ", ") and the body, cut at `MAX_POST_BYTES` (`body_too_large` then says so);
+    `query_string`: the query as it came, undecoded (what Twilio signs)."""
 
     query: Mapping[str, str]
     headers: Mapping[str, str]
     body: bytes
     body_too_large: bool = False
+    query_string: str = ""
 
 
 MAX_POST_BYTES = 256 * 1024

@@ -24,7 +24,7 @@ import time
 from collections.abc import Awaitable, Callable, Mapping
 from dataclasses import dataclass, field
 from typing import Literal
-from urllib.parse import parse_qs, urlencode
+from urllib.parse import parse_qs
 
 from duplexkit import __version__
 from duplexkit.engine import EngineConfig, EngineSession
@@ -256,7 +256,7 @@ class DuplexServer:
             )
         if twilio.auth_token:
             params = parse_qs(request.body.decode("utf-8", "replace"), keep_blank_values=True)
-            url = base + voice.VOICE_PATH + (f"?{urlencode(request.query)}" if request.query else "")
+            url = base + voice.VOICE_PATH + (f"?{request.query_string}" if request.query_string else "")
             if not voice.signature_valid(
                 twilio.auth_token, url, params, request.headers.get("x-twilio-signature", "")
             ):
