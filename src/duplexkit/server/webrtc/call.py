@@ -160,8 +160,9 @@ class WebRTCCall:
         connect_timeout_s: float,
     ) -> tuple[WebRTCCall, str]:
         """A call for `offer` and its SDP answer. Raises `ProtocolError(invalid_sdp)` when the offer cannot
-        be answered (nothing is left running then). Host candidates only: no STUN or TURN server is asked.
-        `max_event_bytes`: the largest channel message parsed (the runner's limit for a JSON socket)."""
+        be answered (nothing is left running then, nor when cancelled). Host candidates only: no STUN or
+        TURN server is asked. `max_event_bytes`: the largest channel message parsed (the runner's limit for
+        a JSON socket)."""
         pc = RTCPeerConnection(RTCConfiguration(iceServers=[]))
         call = cls(
             pc,
@@ -175,15 +176,19 @@ class WebRTCCall:
         pc.on("track", call._on_track)
         pc.on("datachannel", call._on_channel)
         pc.on("connectionstatechange", call._on_state)
+        answered = False
         try:
             await pc.setRemoteDescription(RTCSessionDescription(offer.sdp, "offer"))
             pc.addTrack(call._track)
             await pc.setLocalDescription(await pc.createAnswer())
+            answered = True
         except Exception as exc:
-            await call.close()
             raise ProtocolError(
                 ErrorCode.INVALID_SDP, f"the offer cannot be answered: {exc}", param="sdp"
             ) from exc
+        finally:
+            if not answered:  # refused, or cancelled: nothing is left running
+                await call.close()
         call._spawn(call._watch(connect_timeout_s), "webrtc-watch")
         return call, pc.localDescription.sdp
 
