@@ -377,6 +377,11 @@ MALFORMED = [
         '{"type": "session.close", "x": ' + "[" * 10**5 + "]" * 10**5 + "}",
         ErrorCode.INVALID_JSON,
     ),
+    _case(
+        "nesting past the bound, on the fallback parser's path (a lone surrogate)",
+        '{"type": "session.close", "x": ' + "[" * 500 + '"\\udc00"' + "]" * 500 + "}",
+        ErrorCode.INVALID_JSON,
+    ),
     _case("array", '[{"type": "session.heartbeat"}]', ErrorCode.NOT_AN_OBJECT),
     _case("string", '"session.heartbeat"', ErrorCode.NOT_AN_OBJECT),
     _case("null", "null", ErrorCode.NOT_AN_OBJECT),

@@ -81,3 +81,22 @@ async def test_the_stream_handshake_needs_twilios_signature_of_its_url(signed_se
     await peer.open()
     await peer.stop()
     await slot_freed(signed_server)
+
+
+@pytest.mark.parametrize("query", ["greeting=hello%20there", "next=/menu", "a=1&a=2", "x=%7E+y"])
+async def test_on_every_edge_a_webhook_whose_query_does_not_round_trip_is_checked_as_twilio_signed_it(
+    edge: Edge, query: str
+) -> None:
+    twilio = TwilioConfig(public_url="https://voice.example.com", auth_token=AUTH_TOKEN)
+    config = ServerConfig(twilio=twilio)
+    params = {"CallSid": "CA0123", "From": "+15550100"}
+    signature = RequestValidator(AUTH_TOKEN).compute_signature(
+        f"https://voice.example.com/v1/twilio/voice?{query}", params
+    )
+    async with EmbeddedServer(load_model("scripted", {}), config=config, edge=edge) as server:
+        url = f"{server.http_url}/v1/twilio/voice?{query}"
+        async with httpx.AsyncClient() as http:
+            signed = await http.post(url, data=params, headers={"X-Twilio-Signature": signature})
+            forged = await http.post(url, data=params, headers={"X-Twilio-Signature": signature[::-1]})
+    assert signed.status_code == 200 and signed.headers["content-type"].startswith("text/xml")
+    assert forged.status_code == 403 and forged.json()["error"]["code"] == "unauthorized"

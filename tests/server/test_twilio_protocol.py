@@ -7,9 +7,11 @@ import base64
 import json
 from typing import Any
 
+import pytest
+
 from duplexkit.protocol import client_events as ce
 from duplexkit.protocol.errors import ErrorCode
-from duplexkit.server.twilio.protocol import CHUNK_MS, TwilioStream
+from duplexkit.server.twilio.protocol import CHUNK_MS, MAX_GAP_MS, MAX_MESSAGE_BYTES, TwilioStream
 
 SID = "MZ42"
 START = {
@@ -27,7 +29,7 @@ START = {
 }
 
 
-def _media(payload: bytes | str, timestamp: int) -> str:
+def _media(payload: bytes | str, timestamp: int | str) -> str:
     b64 = payload if isinstance(payload, str) else base64.b64encode(payload).decode()
     media = {"track": "inbound", "chunk": "1", "timestamp": str(timestamp), "payload": b64}
     return json.dumps({"event": "media", "streamSid": SID, "media": media})
@@ -110,3 +112,66 @@ def test_a_start_that_is_not_mulaw_8khz_is_fatal_with_unsupported_audio_format()
     out = TwilioStream().receive(json.dumps(start))
     assert out.fatal and [p.code for p in out.problems] == [ErrorCode.UNSUPPORTED_AUDIO_FORMAT]
     assert out.events == []
+
+
+def test_a_start_without_its_start_object_or_stream_sid_is_fatal() -> None:
+    no_sid = {**START, "start": {**START["start"], "streamSid": None}, "streamSid": None}  # type: ignore[dict-item]
+    for start in ({"event": "start", "streamSid": SID}, no_sid):
+        out = TwilioStream().receive(json.dumps(start))
+        assert out.fatal and [p.code for p in out.problems] == [ErrorCode.MISSING_FIELD]
+
+
+@pytest.mark.parametrize("timestamp", ["inf", "-inf", "nan", "1e400", "1e13", "2e7", "2100", "-20", "soon"])
+def test_a_timestamp_that_is_no_time_or_opens_a_gap_past_the_maximum_is_refused_and_nothing_moves(
+    timestamp: str,
+) -> None:
+    stream = _started()
+    frame = bytes(range(160))
+    stream.receive(_media(frame, 0))
+    refused = stream.receive(_media(frame, timestamp))
+    assert [p.code for p in refused.problems] == [ErrorCode.INVALID_VALUE] and refused.events == []
+    assert refused.problems[0].param == "media.timestamp"
+    [after] = stream.receive(_media(frame, 20)).events  # the call's clock is where it was
+    assert isinstance(after, ce.InputAudioBufferAppend) and after.payload.data == frame
+
+
+def test_the_longest_gap_allowed_is_filled() -> None:
+    stream = _started()
+    [first] = stream.receive(_media(b"\x01" * 160, int(MAX_GAP_MS))).events
+    assert isinstance(first, ce.InputAudioBufferAppend)
+    assert first.payload.data == b"\xff" * int(MAX_GAP_MS * 8) + b"\x01" * 160
+
+
+def test_json_nested_too_deep_or_a_message_too_large_is_a_coded_problem_not_an_exception() -> None:
+    stream = _started()
+    deep = stream.receive("[" * 30_000 + "]" * 30_000)
+    assert [p.code for p in deep.problems] == [ErrorCode.INVALID_JSON]
+    deeper = stream.receive("[" * 100_000 + "]" * 100_000)
+    assert [p.code for p in deeper.problems] == [ErrorCode.EVENT_TOO_LARGE]
+    surrogate_deep = stream.receive("[" * 500 + '"\\udc00"' + "]" * 500)  # past pydantic-core's parser
+    assert [p.code for p in surrogate_deep.problems] == [ErrorCode.INVALID_JSON]
+    large = stream.receive(json.dumps({"event": "dtmf", "pad": "x" * MAX_MESSAGE_BYTES}))
+    assert [p.code for p in large.problems] == [ErrorCode.EVENT_TOO_LARGE]
+    bad_key = stream.receive(json.dumps({"event": "dtmf", "streamSid": SID, "dtmf": {"digit": "9" * 1000}}))
+    assert [p.code for p in bad_key.problems] == [ErrorCode.INVALID_VALUE] and stream.digits == ""
+    [ok] = stream.receive(_media(b"\x01" * 160, 0)).events  # and the call goes on
+    assert isinstance(ok, ce.InputAudioBufferAppend)
+
+
+def test_the_callers_speech_clears_audio_still_queued_after_its_reply_is_done() -> None:
+    stream = _started(lead_ms=2 * CHUNK_MS)
+    stream.reply_audio("resp_1", b"\x01" * (8 * CHUNK_MS * 5))
+    assert stream.reply_ended("resp_1", cancelled=False).twilio == []  # done, two chunks still queued
+    cleared = stream.speech_started()
+    assert cleared.twilio == [{"event": "clear", "streamSid": SID}]
+    assert stream.reply_audio("resp_2", b"\x01" * (8 * CHUNK_MS)).twilio[0]["event"] == "media"  # none left
+    assert stream.speech_started().twilio == [{"event": "clear", "streamSid": SID}]
+
+
+def test_speech_clears_nothing_with_nothing_queued_or_when_the_call_does_not_barge_in() -> None:
+    assert _started().speech_started().twilio == []
+    start = json.loads(json.dumps(START))
+    listen_only = TwilioStream({"overlap_policy": "listen_only"})
+    listen_only.receive(json.dumps(start))
+    listen_only.reply_audio("resp_1", b"\x01" * (8 * CHUNK_MS))
+    assert listen_only.speech_started().twilio == []

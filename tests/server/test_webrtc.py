@@ -4,6 +4,7 @@ contract (the openai SDK's `realtime.calls.create`; an aiortc client with an `oa
 from __future__ import annotations
 
 import asyncio
+import contextlib
 from collections.abc import AsyncIterator
 from typing import Any
 
@@ -17,6 +18,7 @@ from aiortc import RTCConfiguration, RTCPeerConnection, RTCSessionDescription
 
 from duplexkit.models import ModelPlugin, load_model
 from duplexkit.server import EmbeddedServer, ServerConfig
+from duplexkit.server.edge import HttpRequest
 from duplexkit.server.serve import Edge
 from tests.server.conftest import small_limits
 from tests.server.webrtc_peer import CallPeer, tone
@@ -352,3 +354,27 @@ async def test_a_cleared_reply_stops_on_the_track_and_history_keeps_what_was_sen
         assert peer.of_type("error") == []
         assert not peer.of_type("output_audio_buffer.stopped")  # cut, not drained
         await peer.close()
+
+
+async def test_a_call_request_cancelled_at_any_point_leaks_no_slot(server: EmbeddedServer) -> None:
+    """The POST handler cancelled after each of its steps in turn (as an edge cancels the handler of a
+    client that went away): its slot is free again and nothing of the call is left running; uncancelled,
+    it answers 201."""
+    peer = CallPeer(_speech())
+    offer = (await peer.offer()).encode()
+    request = HttpRequest({}, {"content-type": "application/sdp"}, offer)
+    tasks_before = asyncio.all_tasks()
+    for steps in range(1000):
+        handler = asyncio.ensure_future(server.duplex.post_routes["/v1/realtime/calls"](request))
+        for _ in range(steps):
+            await asyncio.sleep(0)
+        if handler.done():
+            break
+        handler.cancel()
+        with contextlib.suppress(asyncio.CancelledError):
+            await handler
+        assert server.duplex.manager.active == 0, f"a slot leaked, cancelled after {steps} steps"
+        await _nothing_left(None, tasks_before)
+    assert steps > 2 and handler.result().status == 201
+    await server.duplex.drain(timeout_s=2)
+    await peer.close()

@@ -36,6 +36,9 @@ from duplexkit.protocol.server_events import (
 
 MAX_EVENT_BYTES = 15 * 1024 * 1024
 """Largest client frame accepted (vLLM-Omni's limit); larger frames are answered with `event_too_large`."""
+MAX_JSON_DEPTH = 200
+"""The deepest nesting of arrays and objects a client's JSON may have (pydantic-core's parser's own limit;
+the fallback parser is held to it too): deeper text is `invalid_json`, never a `RecursionError`."""
 
 
 def _reject_constant(name: str) -> Any:
@@ -54,9 +57,39 @@ def _loads(data: str | bytes) -> Any:
     except (ValueError, TypeError):  # TypeError: a str it cannot read as UTF-8 (a lone surrogate)
         pass
     try:
-        return json.loads(data, parse_constant=_reject_constant)
+        value = json.loads(data, parse_constant=_reject_constant)
     except (ValueError, RecursionError) as exc:
         raise ProtocolError(ErrorCode.INVALID_JSON, f"frame is not valid JSON: {exc}") from None
+    if _nested_deeper_than(value, MAX_JSON_DEPTH):
+        raise ProtocolError(ErrorCode.INVALID_JSON, f"frame nests deeper than {MAX_JSON_DEPTH} levels")
+    return value
+
+
+def _nested_deeper_than(value: Any, limit: int) -> bool:
+    """Whether arrays and objects nest more than `limit` deep in `value` (walked without recursion)."""
+    stack = [(value, 1)]
+    while stack:
+        item, depth = stack.pop()
+        children = item.values() if isinstance(item, dict) else item if isinstance(item, list) else None
+        if children is None:
+            continue
+        if depth > limit:
+            return True
+        stack.extend((child, depth + 1) for child in children)
+    return False
+
+
+def load_json(data: str | bytes, *, max_bytes: int) -> Any:
+    """One client message's JSON values, within bounds: at most `max_bytes` (UTF-8; `event_too_large`)
+    and `MAX_JSON_DEPTH` levels deep (`invalid_json`). Raises only `ProtocolError`."""
+    size = (
+        len(data)
+        if isinstance(data, bytes) or len(data) * 4 <= max_bytes
+        else len(data.encode("utf-8", "replace"))
+    )
+    if size > max_bytes:
+        raise ProtocolError(ErrorCode.EVENT_TOO_LARGE, f"event is {size} bytes; the limit is {max_bytes}")
+    return _loads(data)
 
 
 def parse_client_event(
@@ -80,16 +113,10 @@ def client_object(
     data: str | bytes, *, max_bytes: int = MAX_EVENT_BYTES, dialect: Dialect = Dialect.GA
 ) -> dict[str, Any]:
     """One client frame as the event object `client_events.validate_client_event` takes: within
-    `max_bytes`, JSON, an object with a `type`, the dialect's alias resolved. Raises only `ProtocolError`.
-    (A WebRTC call pins a `session.update`'s audio terms between the two steps.)"""
-    size = (
-        len(data)
-        if isinstance(data, bytes) or len(data) * 4 <= max_bytes
-        else len(data.encode("utf-8", "replace"))
-    )
-    if size > max_bytes:
-        raise ProtocolError(ErrorCode.EVENT_TOO_LARGE, f"event is {size} bytes; the limit is {max_bytes}")
-    obj = _loads(data)
+    `max_bytes`, JSON within `MAX_JSON_DEPTH`, an object with a `type`, the dialect's alias resolved.
+    Raises only `ProtocolError`. (A WebRTC call pins a `session.update`'s audio terms between the two
+    steps.)"""
+    obj = load_json(data, max_bytes=max_bytes)
     if not isinstance(obj, dict):
         raise ProtocolError(
             ErrorCode.NOT_AN_OBJECT, f"an event must be a JSON object, not {type(obj).__name__}"

@@ -5,8 +5,8 @@ Per attachment (`server.attachment.Attachment`), messages are handled as they ar
 them (`edge.PushReceive`: the default picows edge) calls back per message; any other is read by a reader
 task. A `session.update` the model must prepare for holds the messages after it until it is prepared,
 within the pending-input bound. Events go to the socket at once when its sends never wait
-(`edge.DirectSend`); any other socket gets a writer task and an outbound queue. A new session's first
-message is due within `config_timeout_s`.
+(`edge.DirectSend`); any other socket gets a writer task and an outbound queue. A new session must be
+opened within `config_timeout_s` (`start`), whatever its client sends meanwhile.
 
 How an attachment ends follows what its client did. A client that closed its socket on purpose (a coded
 close frame: 1000, 1001, ...) has left: the session ends at once (`client_close`). A socket lost without a
@@ -47,6 +47,7 @@ from duplexkit.server.attachment import (
 )
 from duplexkit.server.edge import EventSocket, PushReceive, SocketClosed, left_on_purpose
 from duplexkit.server.metrics import ServerMetrics
+from duplexkit.server.supervision import supervised
 
 log = logging.getLogger("duplexkit.server")
 
@@ -70,8 +71,17 @@ class AttachedSession(Protocol):
         """Prepare the model for an update and apply it."""
         ...
 
+    @property
+    def opened(self) -> bool:
+        """The session has started and read a client event it could parse: its opening deadline is met."""
+        ...
+
     def config_timed_out(self) -> None:
-        """A new session's first message did not come within `config_timeout_s`."""
+        """A new session was not opened within `config_timeout_s`."""
+        ...
+
+    def task_failed(self, name: str, exc: BaseException) -> None:
+        """A task of the session (or the handling of a pushed message) raised: end the session, coded."""
         ...
 
     def end_without_client(self, reason: str) -> None:
@@ -184,25 +194,27 @@ class Attachments:
 
     def start(self, attachment: Attachment, first: FirstMessage | None) -> None:
         """Start handling the attachment's messages: `first` (read before admission; `None` in it: none
-        came in time), then whatever arrives. A new session's first message must come within
-        `config_timeout_s` (a resumed attachment's first message was the resume)."""
+        came in time), then whatever arrives. A new session must be opened within `config_timeout_s`: by
+        an opening `session.update` (`autostart=0`) or, started already, by a client event that parses.
+        Nothing else meets the deadline: a message that is refused does not (a resumed attachment's first
+        message was the resume)."""
         if attachment.direct is None:
-            attachment.writer = asyncio.create_task(self._write(attachment), name="writer")
-        if first is not None:
-            if first.message is None:
-                attachment.reading = False
-                self._session.config_timed_out()
-                return
-            self._on_message(attachment, first.message)
-        elif attachment.generation == 1:
+            attachment.writer = supervised(self._write(attachment), "writer", self._session.task_failed)
+        if first is not None and first.message is None:
+            attachment.reading = False
+            self._session.config_timed_out()
+            return
+        if attachment.generation == 1:
             attachment.first_deadline = asyncio.get_running_loop().call_later(
                 self.config_timeout_s, self._first_overdue, attachment
             )
+        if first is not None:
+            self._on_message(attachment, first.message)
         ws = attachment.ws
         if isinstance(ws, PushReceive):
-            ws.deliver(partial(self._on_message, attachment))
+            ws.deliver(partial(self._on_pushed, attachment))
         else:
-            attachment.reader = asyncio.create_task(self._read(attachment), name="reader")
+            attachment.reader = supervised(self._read(attachment), "reader", self._session.task_failed)
 
     async def end(self) -> None:
         """The session ended: end the current attachment, if any."""
@@ -256,7 +268,7 @@ class Attachments:
             self._session.end_without_client("client_disconnected")
             return
         self.current = None
-        closing = asyncio.create_task(self._close_lost(attachment), name="detach")
+        closing = supervised(self._close_lost(attachment), "detach", self._session.task_failed)
         self._closing.add(closing)
         closing.add_done_callback(self._closing.discard)
         self.lease.detach(self.clock())
@@ -264,14 +276,22 @@ class Attachments:
 
     async def _read(self, attachment: Attachment) -> None:
         """Read a socket that does not push its messages, until its peer is gone."""
-        try:
-            while attachment.reading:
+        while attachment.reading:
+            try:
                 message = await attachment.receive()
-                self._on_message(attachment, message)
-                if message is None:
-                    return
-        except (SocketClosed, RuntimeError, OSError):
-            self._on_message(attachment, None)
+            except (SocketClosed, RuntimeError, OSError):  # a library's own way of saying it is gone
+                message = None
+            self._on_message(attachment, message)
+            if message is None:
+                return
+
+    def _on_pushed(self, attachment: Attachment, message: Inbound) -> None:
+        """A message a socket pushed (from its library's callback): what it raises ends this session, as a
+        reader task's failure would, never the edge."""
+        try:
+            self._on_message(attachment, message)
+        except Exception as exc:
+            self._session.task_failed("reader", exc)
 
     def _on_message(self, attachment: Attachment, message: Inbound) -> None:
         """One message of the attachment's socket, in arrival order (`None`: the peer is gone). Handled at
@@ -285,13 +305,16 @@ class Attachments:
             self._stop_reading(attachment)
             self._gone(attachment)
             return
-        attachment.cancel_first_deadline()
         if self._done.is_set():
             return
         self.client_events_received += 1
         update = self._session.handle(message)
+        if attachment.first_deadline is not None and (update is not None or self._session.opened):
+            attachment.cancel_first_deadline()  # an opening update ends in the session's start or refusal
         if update is not None:
-            attachment.updating = asyncio.create_task(self._update(attachment, *update), name="update")
+            attachment.updating = supervised(
+                self._update(attachment, *update), "update", self._session.task_failed
+            )
 
     def _hold(self, attachment: Attachment, message: Inbound) -> None:
         """Keep a message until the update before it is prepared; past `max_pending_input_bytes` held, it

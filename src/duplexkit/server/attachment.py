@@ -95,7 +95,7 @@ class Attachment:
     held: deque[Inbound] = field(default_factory=deque)
     held_bytes: int = 0
     first_deadline: asyncio.TimerHandle | None = None
-    """A new session's first message is due before this fires (`config_timeout_s`)."""
+    """A new session must be opened before this fires (`config_timeout_s`; `Attachments.start`)."""
 
     events: EventSocket | None = None
     """The socket, when it is an in-process edge (it takes event objects, not text)."""

@@ -29,6 +29,16 @@ class SocketClosed(Exception):
     """A send found the peer gone (each edge maps its framework's own disconnect errors to this)."""
 
 
+class EdgeTaskFailed(Exception):
+    """An in-process edge's own task raised (`task`: its name; the cause: its exception). The edge's
+    `receive_event` raises this, and the session ends with `internal_error` as for a task of its own
+    (`server.supervision`)."""
+
+    def __init__(self, task: str) -> None:
+        super().__init__(f"the edge's {task} task failed")
+        self.task = task
+
+
 NO_CLOSE_FRAME = 1006
 """The close code an edge reports for a connection lost without a close frame (RFC 6455: abnormal)."""
 NO_STATUS = 1005
@@ -98,10 +108,11 @@ class EventSocket(Protocol):
     `receive_event` returns the client's next event, parsed by the edge from its own wire (audio decoded
     into `InputAudioBufferAppend.of_audio`), or the `ProtocolError` the runner answers for input the edge
     could not make an event of, or `None` once the peer is gone (`close_code` then says how, as
-    `Connection.close_code`). The first event of a session opened with `autostart=0` is its
-    `session.update`. `send_event` takes each of the session's events, stamped (`server_event_seq`), in
-    canonical form (GA names, audio in `ResponseOutputAudioDelta.audio`): the edge renders it on its own
-    wire, or drops it; it raises `SocketClosed` when the peer is gone."""
+    `Connection.close_code`); it raises `EdgeTaskFailed` when a task of the edge's own failed. The first
+    event of a session opened with `autostart=0` is its `session.update`. `send_event` takes each of the
+    session's events, stamped (`server_event_seq`), in canonical form (GA names, audio in
+    `ResponseOutputAudioDelta.audio`): the edge renders it on its own wire, or drops it; it raises
+    `SocketClosed` when the peer is gone."""
 
     async def receive_event(self) -> ClientEventBase | ProtocolError | None: ...
 
@@ -126,12 +137,14 @@ class HttpResponse:
 @dataclass(frozen=True, slots=True)
 class HttpRequest:
     """A complete POST with its body (no streaming): the query, the headers (lower-case names, repeated
-    headers joined with ", ") and the body, cut at `MAX_POST_BYTES` (`body_too_large` then says so)."""
+    headers joined with ", ") and the body, cut at `MAX_POST_BYTES` (`body_too_large` then says so);
+    `query_string`: the query as it came, undecoded (what Twilio signs)."""
 
     query: Mapping[str, str]
     headers: Mapping[str, str]
     body: bytes
     body_too_large: bool = False
+    query_string: str = ""
 
 
 MAX_POST_BYTES = 256 * 1024

@@ -147,6 +147,12 @@ class ServerMetrics:
             "Input audio missing from WebRTC calls' RTP media clock (lost packets), filled with silence",
             registry=self.registry,
         )
+        self.task_failures = Counter(
+            "duplexkit_task_failures",
+            "Session tasks that raised (each ended its session with internal_error)",
+            ["task"],
+            registry=self.registry,
+        )
         self.errors = Counter(
             "duplexkit_errors",
             "Errors sent: error events and failed responses' status_details.error",

@@ -9,7 +9,6 @@ own through the grace). Ended sessions leave a bounded tombstone, so a late resu
 from __future__ import annotations
 
 import asyncio
-import json
 from collections import OrderedDict
 
 from duplexkit.engine.journal import ExpiryReason
@@ -17,7 +16,7 @@ from duplexkit.protocol import client_events as ce
 from duplexkit.protocol import server_events as se
 from duplexkit.protocol.dialects import Dialect
 from duplexkit.protocol.errors import ErrorCode, ProtocolError
-from duplexkit.protocol.wire import ServerEventStamper, parse_client_event
+from duplexkit.protocol.wire import ServerEventStamper, load_json, parse_client_event
 from duplexkit.server.attachment import FirstMessage, refuse
 from duplexkit.server.edge import Connection, SocketClosed
 from duplexkit.server.runner import SessionRunner
@@ -38,11 +37,11 @@ async def read_first(connection: Connection, timeout_s: float) -> FirstMessage |
 def is_resume(first: FirstMessage) -> bool:
     """Whether the frame names `session.resume` (whether or not it is valid)."""
     data = first.message
-    if data is None or len(data) > 64 * 1024:
+    if data is None:
         return False
     try:
-        obj = json.loads(data)
-    except ValueError:
+        obj = load_json(data, max_bytes=64 * 1024)
+    except ProtocolError:
         return False
     return isinstance(obj, dict) and obj.get("type") == "session.resume"
 

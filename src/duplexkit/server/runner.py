@@ -39,9 +39,10 @@ from duplexkit.protocol.wire import MAX_EVENT_BYTES, EventRenderer, ServerEventS
 from duplexkit.server.attaching import Attachments
 from duplexkit.server.attachment import FirstMessage, SessionSocket
 from duplexkit.server.batching import BatchScheduler
-from duplexkit.server.edge import EventSocket
+from duplexkit.server.edge import EdgeTaskFailed, EventSocket
 from duplexkit.server.metrics import ServerMetrics
 from duplexkit.server.stepping import Stepper
+from duplexkit.server.supervision import supervised
 from duplexkit.server.ticker import SessionTicker
 
 __all__ = ["RunnerLimits", "SessionRunner", "configure_model"]
@@ -112,6 +113,8 @@ class SessionRunner:
         self._lease = self.attachments.lease
         self._epoch = engine.fence.epoch
         self.close_reason: str | None = None
+        self._read_event = False
+        """A client event has parsed (what meets the opening deadline, with the session started)."""
         self._tick_callback = self._on_tick
         """The ticker's key for this session (one bound method, not a new one per wake)."""
         self._stepper = Stepper(
@@ -163,7 +166,7 @@ class SessionRunner:
         opening = self.attachments.current
         assert opening is not None
         self.attachments.start(opening, first)
-        tasks = [self._stepper.start(), asyncio.create_task(self._tick(), name="ticker")]
+        tasks = [self._stepper.start(self.task_failed), supervised(self._tick(), "ticker", self.task_failed)]
         try:
             await self._done.wait()
         finally:
@@ -217,6 +220,7 @@ class SessionRunner:
             return None
         else:
             event = message
+        self._read_event = True
         if isinstance(event, ce.InputAudioBufferAppend):
             if not self._over_input_limit(event):
                 self._apply(self.engine.handle(event, now))
@@ -256,10 +260,33 @@ class SessionRunner:
             return
         self._wake_ticker()
 
+    @property
+    def opened(self) -> bool:
+        return self.engine.started and self._read_event
+
     def config_timed_out(self) -> None:
         now = self.clock()
         self._apply(self.engine.protocol_error(_config_timeout(self.limits.config_timeout_s)))
         self._apply(self.engine.close("config_timeout", now))
+
+    def task_failed(self, name: str, exc: BaseException) -> None:
+        """A task of this session raised (`server.supervision`): logged with the session id, counted
+        (`duplexkit_task_failures_total{task}`), and the session ends with `internal_error` (close 1011),
+        which frees its slot."""
+        if isinstance(exc, EdgeTaskFailed):  # the edge's task, reported through the reader
+            name = exc.task
+        log.error("session %s: %s task failed", self.engine.session_id, name, exc_info=exc)
+        self.metrics.task_failures.labels(task=name).inc()
+        if self._done.is_set():
+            return
+        self.attachments.close_code = 1011
+        error = ProtocolError(ErrorCode.INTERNAL_ERROR, f"the session's {name} failed: {type(exc).__name__}")
+        try:
+            self._apply(self.engine.protocol_error(error))
+            self._apply(self.engine.close("internal_error", self.clock()))
+        except Exception:  # the engine is what failed: end the session without its events
+            log.exception("session %s: closing after a failed task failed too", self.engine.session_id)
+        self._finish("internal_error")
 
     def end_without_client(self, reason: str) -> None:
         """End the session as any close does (a response in flight ends cancelled; the journal, if any,
@@ -342,6 +369,13 @@ class SessionRunner:
         session next has time-based work due (the ticker calls it then, or when woken)."""
         if self._done.is_set():
             return math.inf
+        try:
+            return self._tick_once()
+        except Exception as exc:  # the shared ticker goes on; this session ends
+            self.task_failed("tick", exc)
+            return math.inf
+
+    def _tick_once(self) -> float:
         now = self.clock()
         self._stepper.check_deadline(now)
         self._apply(self.engine.tick(now))
@@ -464,4 +498,4 @@ def configure_model(
 
 
 def _config_timeout(timeout_s: float) -> ProtocolError:
-    return ProtocolError(ErrorCode.CONFIG_TIMEOUT, f"no session.update within {timeout_s:g} s")
+    return ProtocolError(ErrorCode.CONFIG_TIMEOUT, f"the session was not opened within {timeout_s:g} s")

@@ -24,7 +24,7 @@ import time
 from collections.abc import Awaitable, Callable, Mapping
 from dataclasses import dataclass, field
 from typing import Literal
-from urllib.parse import parse_qs, urlencode
+from urllib.parse import parse_qs
 
 from duplexkit import __version__
 from duplexkit.engine import EngineConfig, EngineSession
@@ -256,7 +256,7 @@ class DuplexServer:
             )
         if twilio.auth_token:
             params = parse_qs(request.body.decode("utf-8", "replace"), keep_blank_values=True)
-            url = base + voice.VOICE_PATH + (f"?{urlencode(request.query)}" if request.query else "")
+            url = base + voice.VOICE_PATH + (f"?{request.query_string}" if request.query_string else "")
             if not voice.signature_valid(
                 twilio.auth_token, url, params, request.headers.get("x-twilio-signature", "")
             ):
@@ -396,30 +396,33 @@ class DuplexServer:
         slot = self.manager.try_admit()
         if slot is None:
             return _http_error(429, ErrorCode.SESSION_CAPACITY_EXHAUSTED, self._capacity_message())
-        refusal = await self._opening_refusal(opening, config)
-        if (
-            refusal is not None
-        ):  # answered before any call exists: never a 201 for a session that cannot start
-            self.manager.release(slot)
-            return _http_error(400, refusal.code, refusal.message, refusal.param)
-        from duplexkit.server.webrtc.call import WebRTCCall
+        started: tuple[SessionRunner, asyncio.Task[None]] | None = None
+        try:  # the slot is this request's until a session's lifetime holds it: never leaked, even cancelled
+            refusal = await self._opening_refusal(opening, config)
+            if refusal is not None:  # before any call exists: never a 201 for a session that cannot start
+                return _http_error(400, refusal.code, refusal.message, refusal.param)
+            from duplexkit.server.webrtc.call import WebRTCCall
 
-        try:
-            call, answer = await WebRTCCall.answer(
-                offer,
-                opening,
-                dialect=dialect,
-                input_rate_hz=config.input_sample_rate_hz,
-                max_event_bytes=self.config.limits.max_event_bytes,
-                metrics=self.metrics,
-                connect_timeout_s=self.config.limits.config_timeout_s,
-            )
-        except ProtocolError as exc:
-            self.manager.release(slot)
-            return _http_error(400, exc.code, exc.message, exc.param)
-        if self._start_session(slot, call, config, dialect=dialect, autostart=False) is None:
-            await call.close()
-            return _http_error(500, ErrorCode.INTERNAL_ERROR, "the session failed to start")
+            try:
+                call, answer = await WebRTCCall.answer(
+                    offer,
+                    opening,
+                    dialect=dialect,
+                    input_rate_hz=config.input_sample_rate_hz,
+                    max_event_bytes=self.config.limits.max_event_bytes,
+                    metrics=self.metrics,
+                    connect_timeout_s=self.config.limits.config_timeout_s,
+                )
+            except ProtocolError as exc:
+                return _http_error(400, exc.code, exc.message, exc.param)
+            # No await from the answer to the session's start: its lifetime takes the slot and the call.
+            started = self._start_session(slot, call, config, dialect=dialect, autostart=False)
+            if started is None:
+                await call.close()
+                return _http_error(500, ErrorCode.INTERNAL_ERROR, "the session failed to start")
+        finally:
+            if started is None:
+                self.manager.release(slot)
         headers = {"Location": f"/v1/realtime/calls/{slot.session_id}"}
         return HttpResponse(201, answer.encode(), "application/sdp", headers)
 
@@ -449,6 +452,7 @@ class DuplexServer:
             await runner.run(autostart=autostart, first=first)
         except Exception:
             log.exception("session %s failed", slot.session_id)
+            self.metrics.task_failures.labels(task="session").inc()
         finally:
             self.resumable.retire(runner)
             self.manager.release(slot)

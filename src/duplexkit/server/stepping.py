@@ -26,6 +26,7 @@ from duplexkit.protocol import client_events as ce
 from duplexkit.protocol.errors import ErrorCode
 from duplexkit.server.batching import BatchScheduler
 from duplexkit.server.metrics import ServerMetrics
+from duplexkit.server.supervision import TaskFailed, supervised
 
 log = logging.getLogger("duplexkit.server")
 
@@ -118,9 +119,9 @@ class Stepper:
                 waiter.set_result(None)
         self._settling = still
 
-    def start(self) -> asyncio.Task[None]:
-        """The stepper task (the caller cancels it when the session ends)."""
-        self._task = asyncio.create_task(self._run(), name="stepper")
+    def start(self, on_failure: TaskFailed) -> asyncio.Task[None]:
+        """The stepper task, supervised (the caller cancels it when the session ends)."""
+        self._task = supervised(self._run(), "stepper", on_failure)
         return self._task
 
     def check_deadline(self, now: float) -> None:

@@ -103,7 +103,13 @@ def _post_route(path: str, answer: Callable[[HttpRequest], Awaitable[HttpRespons
                 break
         headers = {name: ", ".join(request.headers.getlist(name)) for name in request.headers}
         response = await answer(
-            HttpRequest(dict(request.query_params), headers, b"" if too_large else bytes(body), too_large)
+            HttpRequest(
+                dict(request.query_params),
+                headers,
+                b"" if too_large else bytes(body),
+                too_large,
+                request.url.query,
+            )
         )
         return Response(response.body, response.status, dict(response.headers), response.media_type)
 

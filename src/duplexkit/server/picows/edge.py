@@ -434,7 +434,7 @@ class PicowsEdge:
                 answer = _text(http.HTTPStatus.NOT_FOUND, "Not Found\n")
             else:
                 request = HttpRequest(
-                    dict(parse_qsl(query, True)), headers, splitter.body, splitter.too_large
+                    dict(parse_qsl(query, True)), headers, splitter.body, splitter.too_large, query
                 )
                 try:
                     answer = await post(request)

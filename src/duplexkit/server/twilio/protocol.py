@@ -9,29 +9,34 @@ stream accepts; anything else is Twilio warning 31951), and the problems it foun
 In (Twilio → session):
 
 * `connected` is noted; `start` must carry `mediaFormat` audio/x-mulaw at 8000 Hz mono (anything else is
-  `unsupported_audio_format`, fatal: the call cannot be heard) and opens the session with a `session.update`
-  from the defaults and the `start` message's `customParameters` (`SESSION_PARAMETERS`).
+  `unsupported_audio_format`) and opens the session with a `session.update` from the defaults and the
+  `start` message's `customParameters` (`SESSION_PARAMETERS`). Any problem with the `start` is fatal: a call
+  has one, and without it the call cannot be heard.
 * `media` on the inbound track becomes an append of its 8 kHz mu-law as it is (G.711 in the session's own
   format, one byte a sample). Its `timestamp` (ms since the stream started, a string) places it: a gap (a
   frame lost, or refused as bad base64) is filled with mu-law silence, so the session's media clock stays
-  the call's.
+  the call's. A gap past `MAX_GAP_MS` is refused, never filled.
 * `mark` is Twilio's echo of a mark sent after a reply chunk, sent once the audio before it has played:
   it becomes a `playback.ack` of that reply up to the chunk's end (marks of audio dropped by `clear` are
   forgotten when the clear is sent, so their echoes ack nothing).
-* `dtmf` is noted (`digits`); no model acts on key presses yet. `stop` ends the stream.
-* An unknown event, bad JSON, bad base64 or a message before `start` is a non-fatal coded problem: the
-  message is dropped, nothing else is.
+* `dtmf` is noted (`digits`, the latest `MAX_DIGITS`); no model acts on key presses yet. `stop` ends the
+  stream.
+* An unknown event, bad JSON (or JSON past `MAX_MESSAGE_BYTES` or nested too deep), bad base64, a bad
+  `timestamp` or `digit`, or a message before `start` is a non-fatal coded problem: the message is
+  dropped, nothing else is.
 
 Out (session → Twilio): each reply's mu-law is cut into chunks of `CHUNK_MS`, each sent as `media` under
 the call's `streamSid` and followed by a `mark`. Sending is paced by playback: no more than `lead_ms` of
 audio is queued on Twilio's side past the last mark it echoed; the rest waits here, and each echo releases
-more. A reply that ends cancelled (barge-in) sends `clear` when any of its audio is queued or waiting.
+more. A reply that ends cancelled (barge-in) sends `clear` when any of its audio is queued or waiting, and
+so does the caller's speech starting (`speech_started`, with barge-in on) while any reply's is, even one
+whose `response.done` went already.
 """
 
 from __future__ import annotations
 
 import base64
-import json
+import math
 from collections import deque
 from collections.abc import Mapping
 from dataclasses import dataclass, field
@@ -40,6 +45,7 @@ from typing import Any, Final
 from duplexkit.protocol import client_events as ce
 from duplexkit.protocol.audio import AudioDecodeError, EncodedAudio, decode_base64_payload
 from duplexkit.protocol.errors import ErrorCode, ProtocolError
+from duplexkit.protocol.wire import load_json
 
 SAMPLE_RATE_HZ: Final = 8_000
 ENCODING: Final = "audio/x-mulaw"
@@ -51,6 +57,15 @@ LEAD_MS: Final = 600.0
 """Reply audio that may be queued on Twilio's side beyond its last echoed mark."""
 GAP_SLACK_MS: Final = 10.0
 """A frame later than the input so far by more than this is preceded by silence for the gap."""
+MAX_GAP_MS: Final = 2_000.0
+"""The longest gap a frame's `timestamp` may open (100 lost 20 ms frames): a frame past it is refused
+(`invalid_value`), its silence never made, the input clock unmoved."""
+MAX_MESSAGE_BYTES: Final = 64 * 1024
+"""The largest message read from Twilio (a `media` message is about 300 bytes); larger ones are refused
+(`event_too_large`). JSON nesting is bounded as on every door (`wire.MAX_JSON_DEPTH`)."""
+DTMF_DIGITS: Final = frozenset("0123456789*#")
+MAX_DIGITS: Final = 64
+"""Key presses kept (`TwilioStream.digits`: the latest)."""
 
 SESSION_PARAMETERS: Final = ("instructions", "voice", "temperature", "max_tokens", "turn_detection")
 """`customParameters` (TwiML `<Parameter>`) a call's session takes: the first three as the session field of
@@ -104,6 +119,8 @@ class TwilioStream:
         self._queued_ms = 0.0
         self._mark_count = 0
         self._reply_ms: dict[str, float] = {}
+        self._barge_in = True
+        """The call's session lets the caller talk over a reply (`overlap_policy`)."""
 
     # --- Twilio → session -----------------------------------------------------------------------------
 
@@ -111,9 +128,9 @@ class TwilioStream:
         """One message from Twilio."""
         out = Output()
         try:
-            message = json.loads(text)
-        except (ValueError, UnicodeDecodeError):
-            out.problems.append(ProtocolError(ErrorCode.INVALID_JSON, "a Media Streams message is JSON text"))
+            message = load_json(text, max_bytes=MAX_MESSAGE_BYTES)
+        except ProtocolError as exc:
+            out.problems.append(exc)
             return out
         if not isinstance(message, dict):
             out.problems.append(
@@ -137,7 +154,7 @@ class TwilioStream:
             elif kind == "mark":
                 self._echo(message, out)
             elif kind == "dtmf":
-                self.digits += str(_section(message, "dtmf").get("digit", ""))
+                self._dtmf(message)
             else:
                 raise ProtocolError(
                     ErrorCode.UNKNOWN_EVENT, f"{kind!r} is not a Media Streams event", param="event"
@@ -147,12 +164,19 @@ class TwilioStream:
         return out
 
     def _start(self, message: dict[str, Any], out: Output) -> None:
+        """A call has one `start`: one it cannot open on is fatal (the call could never be heard)."""
+        try:
+            self._open(message, out)
+        except ProtocolError:
+            out.fatal = True
+            raise
+
+    def _open(self, message: dict[str, Any], out: Output) -> None:
         start = _section(message, "start")
         fmt = start.get("mediaFormat")
         fmt = fmt if isinstance(fmt, dict) else {}
         encoding, rate, channels = fmt.get("encoding"), fmt.get("sampleRate"), fmt.get("channels", 1)
         if encoding != ENCODING or rate != SAMPLE_RATE_HZ or channels != 1:
-            out.fatal = True
             raise ProtocolError(
                 ErrorCode.UNSUPPORTED_AUDIO_FORMAT,
                 f"the stream's mediaFormat is {encoding!r} at {rate!r} Hz, {channels!r} channel(s); "
@@ -161,7 +185,6 @@ class TwilioStream:
             )
         stream_sid = start.get("streamSid") or message.get("streamSid")
         if not isinstance(stream_sid, str) or not stream_sid:
-            out.fatal = True
             raise ProtocolError(ErrorCode.MISSING_FIELD, "start without a streamSid", param="start.streamSid")
         params = start.get("customParameters")
         params = {str(k): str(v) for k, v in params.items()} if isinstance(params, dict) else {}
@@ -174,12 +197,12 @@ class TwilioStream:
         try:
             session = ce.SessionConfig.model_validate(self._session(params))
         except ValueError as exc:
-            out.fatal = True
             raise ProtocolError(
                 ErrorCode.INVALID_VALUE,
                 f"the call's session settings are not valid: {exc}",
                 param="customParameters",
             ) from None
+        self._barge_in = session.overlap_policy != "listen_only"
         out.events.append(ce.SessionUpdate(type="session.update", session=session))
 
     def _session(self, params: Mapping[str, str]) -> dict[str, Any]:
@@ -212,11 +235,26 @@ class TwilioStream:
         except AudioDecodeError as exc:
             raise ProtocolError(ErrorCode.INVALID_AUDIO, str(exc), param="media.payload") from None
         gap_ms = _timestamp(media) - self._input_ms if "timestamp" in media else 0.0
+        if gap_ms > MAX_GAP_MS:
+            raise ProtocolError(
+                ErrorCode.INVALID_VALUE,
+                f"media.timestamp is {gap_ms:.0f} ms past the input so far; the most a gap may be is "
+                f"{MAX_GAP_MS:.0f} ms",
+                param="media.timestamp",
+            )
         if gap_ms > GAP_SLACK_MS:
             audio = MULAW_SILENCE * round(gap_ms * BYTES_PER_MS) + audio
         self._input_ms += len(audio) / BYTES_PER_MS
         # the payload as it came, in the session's format: no base64 or JSON on the way to the runner
         out.events.append(ce.InputAudioBufferAppend.of_audio(EncodedAudio(audio, "g711_ulaw")))
+
+    def _dtmf(self, message: dict[str, Any]) -> None:
+        digit = _section(message, "dtmf").get("digit")
+        if digit not in DTMF_DIGITS:
+            raise ProtocolError(
+                ErrorCode.INVALID_VALUE, f"dtmf.digit {digit!r} is not a key", param="dtmf.digit"
+            )
+        self.digits = (self.digits + digit)[-MAX_DIGITS:]
 
     def _echo(self, message: dict[str, Any], out: Output) -> None:
         name = _section(message, "mark").get("name")
@@ -248,16 +286,30 @@ class TwilioStream:
         """A reply is done: a cancelled one (barge-in, cancel) is cleared from Twilio's queue and ours."""
         out = Output()
         self._reply_ms.pop(response_id, None)
-        if not cancelled or self.call is None:
-            return out
-        dropped = [c for c in self._waiting if c.response_id == response_id]
+        if cancelled:
+            self._clear(out, response_id)
+        return out
+
+    def speech_started(self) -> Output:
+        """The caller started talking: with barge-in on, the reply audio queued on Twilio's side and here is
+        cleared, whether or not its reply is done (Twilio's recipe: clear whenever marks are pending)."""
+        out = Output()
+        if self._barge_in:
+            self._clear(out, None)
+        return out
+
+    def _clear(self, out: Output, response_id: str | None) -> None:
+        """`clear` Twilio's queue (its marks will ack nothing) and drop the audio waiting here: the reply's,
+        or every reply's (`None`), then send what remains due."""
+        if self.call is None:
+            return
+        dropped = [c for c in self._waiting if response_id in (None, c.response_id)]
         if dropped or self._marks:
-            self._waiting = deque(c for c in self._waiting if c.response_id != response_id)
+            self._waiting = deque(c for c in self._waiting if response_id not in (None, c.response_id))
             self._marks.clear()
             self._queued_ms = 0.0
             out.twilio.append({"event": "clear", "streamSid": self.call.stream_sid})
             self._send_due(out)
-        return out
 
     def _send_due(self, out: Output) -> None:
         if self.call is None:
@@ -303,6 +355,8 @@ def _timestamp(media: dict[str, Any]) -> float:
             f"media.timestamp {value!r} is not a number of ms",
             param="media.timestamp",
         ) from None
-    if not ms >= 0:  # negative or NaN
-        raise ProtocolError(ErrorCode.INVALID_VALUE, "media.timestamp is negative", param="media.timestamp")
+    if not 0 <= ms < math.inf:  # negative, infinite or NaN
+        raise ProtocolError(
+            ErrorCode.INVALID_VALUE, f"media.timestamp {value!r} is not a time", param="media.timestamp"
+        )
     return ms

@@ -52,8 +52,9 @@ from duplexkit.protocol.dialects import Dialect
 from duplexkit.protocol.errors import ErrorCode, ProtocolError
 from duplexkit.protocol.server_events import error_event
 from duplexkit.protocol.wire import EventRenderer, ServerEventStamper, client_object
-from duplexkit.server.edge import NO_CLOSE_FRAME, SocketClosed
+from duplexkit.server.edge import NO_CLOSE_FRAME, EdgeTaskFailed, SocketClosed
 from duplexkit.server.metrics import ServerMetrics
+from duplexkit.server.supervision import supervised
 from duplexkit.server.webrtc.media import FRAME_SAMPLES, TRACK_RATE_HZ, Ack, Playout, TrackInput, to_mono
 from duplexkit.server.webrtc.signalling import EVENTS_CHANNEL, Offer, pinned_client_object
 
@@ -124,7 +125,9 @@ class WebRTCCall:
         self._input_rate_hz = input_rate_hz
         self._max_event_bytes = max_event_bytes
         self._metrics = metrics
-        self._inbound: asyncio.Queue[ce.ClientEventBase | ProtocolError | None] = asyncio.Queue()
+        self._inbound: asyncio.Queue[ce.ClientEventBase | ProtocolError | EdgeTaskFailed | None] = (
+            asyncio.Queue()
+        )
         self._inbound.put_nowait(opening)
         self._input = TrackInput(input_rate_hz)
         self._playout = Playout()
@@ -157,8 +160,9 @@ class WebRTCCall:
         connect_timeout_s: float,
     ) -> tuple[WebRTCCall, str]:
         """A call for `offer` and its SDP answer. Raises `ProtocolError(invalid_sdp)` when the offer cannot
-        be answered (nothing is left running then). Host candidates only: no STUN or TURN server is asked.
-        `max_event_bytes`: the largest channel message parsed (the runner's limit for a JSON socket)."""
+        be answered (nothing is left running then, nor when cancelled). Host candidates only: no STUN or
+        TURN server is asked. `max_event_bytes`: the largest channel message parsed (the runner's limit for
+        a JSON socket)."""
         pc = RTCPeerConnection(RTCConfiguration(iceServers=[]))
         call = cls(
             pc,
@@ -172,15 +176,19 @@ class WebRTCCall:
         pc.on("track", call._on_track)
         pc.on("datachannel", call._on_channel)
         pc.on("connectionstatechange", call._on_state)
+        answered = False
         try:
             await pc.setRemoteDescription(RTCSessionDescription(offer.sdp, "offer"))
             pc.addTrack(call._track)
             await pc.setLocalDescription(await pc.createAnswer())
+            answered = True
         except Exception as exc:
-            await call.close()
             raise ProtocolError(
                 ErrorCode.INVALID_SDP, f"the offer cannot be answered: {exc}", param="sdp"
             ) from exc
+        finally:
+            if not answered:  # refused, or cancelled: nothing is left running
+                await call.close()
         call._spawn(call._watch(connect_timeout_s), "webrtc-watch")
         return call, pc.localDescription.sdp
 
@@ -190,6 +198,8 @@ class WebRTCCall:
         message = await self._inbound.get()
         if message is None:
             self._inbound.put_nowait(None)  # every later read sees the end too
+        elif isinstance(message, EdgeTaskFailed):
+            raise message
         return message
 
     async def send_event(self, event: se.ServerEventBase) -> None:
@@ -371,9 +381,15 @@ class WebRTCCall:
             self._drained.set()
 
     def _spawn(self, coro: Any, name: str) -> None:
-        task = asyncio.create_task(coro, name=name)
+        task = supervised(coro, name, self._task_failed)
         self._tasks.add(task)
         task.add_done_callback(self._tasks.discard)
+
+    def _task_failed(self, name: str, exc: BaseException) -> None:
+        """A task of the call's own raised: the runner's next read raises it (`edge.EdgeTaskFailed`)."""
+        failure = EdgeTaskFailed(name)
+        failure.__cause__ = exc
+        self._inbound.put_nowait(failure)
 
 
 def _answers_own_ack(event: se.Error) -> bool:

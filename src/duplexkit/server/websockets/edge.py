@@ -125,7 +125,7 @@ class WebSocketsEdge:
                     return connection.respond(http.HTTPStatus.NOT_FOUND, "Not Found\n")
                 split = connection.splitter
                 headers = joined(request.headers.raw_items())
-                body = HttpRequest(dict(parse_qsl(query, True)), headers, split.body, split.too_large)
+                body = HttpRequest(dict(parse_qsl(query, True)), headers, split.body, split.too_large, query)
                 return _response(await post(body))
             route = WEBSOCKET_ROUTES.get(path)
             if route is None:
