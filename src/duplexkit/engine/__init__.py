@@ -5,7 +5,8 @@ No sockets, tasks or sleeps live here; the server's session runner and the tests
 
 from duplexkit.engine.decisions import Decision, FunctionCall, Interrupt, Listen, Speak, Transcribed
 from duplexkit.engine.fence import Fence
-from duplexkit.engine.session import EngineConfig, EngineSession, Step
+from duplexkit.engine.session import EngineSession, Step
+from duplexkit.engine.settings import EngineConfig
 from duplexkit.engine.tools import FunctionOutput
 from duplexkit.engine.units import Unit
 

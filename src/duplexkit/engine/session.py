@@ -11,82 +11,24 @@ from __future__ import annotations
 import dataclasses
 import math
 from dataclasses import dataclass, field
-from typing import Any, Literal, get_args
+from typing import Any, Literal
 
 import numpy as np
-from pydantic import ValidationError
 
 from duplexkit.engine.assembler import AssembledUnit, UnitAssembler
+from duplexkit.engine.conversation import Conversation, client_item
 from duplexkit.engine.decisions import Decision, FunctionCall, Interrupt, Listen, Speak, Transcribed
 from duplexkit.engine.fence import Fence
 from duplexkit.engine.ledger import RequestStartLedger, ResponseTiming
-from duplexkit.engine.playback import CommitPolicy, PlaybackLedger
+from duplexkit.engine.playback import PlaybackLedger
+from duplexkit.engine.response import Response, ResponseState, ServerEvents, listen_event, request_metrics
+from duplexkit.engine.settings import EngineConfig, SessionSettings, append_rate
 from duplexkit.engine.tools import FunctionOutput, ToolLedger, check_arguments
 from duplexkit.engine.units import Unit
 from duplexkit.protocol import client_events as ce
 from duplexkit.protocol import server_events as se
-from duplexkit.protocol.audio import FORMAT_RATE_HZ, AudioFormat, EncodedAudio, StreamingResampler
 from duplexkit.protocol.errors import ErrorCode, ProtocolError
-from duplexkit.protocol.units import UnitGrid, ms_to_samples, samples_to_ms
-
-Modality = Literal["audio", "text"]
-ServerEvents = list[se.ServerEventBase]
-
-
-@dataclass(frozen=True, slots=True)
-class EngineConfig:
-    """What the serving model and the server impose on every session."""
-
-    model: str
-    chunk_period_ms: int = 1000
-    first_unit_ms: int | None = None
-    input_sample_rate_hz: int = 16_000
-    output_sample_rate_hz: int = 24_000
-    modalities: tuple[Modality, ...] = ("audio", "text")
-    accepts_video: bool = False
-    supports_barge_in: bool = True
-    supports_function_calling: bool = False
-    max_sessions: int = 64
-    continuation_limit: int = 8
-    input_clocked: bool = False
-    """No continuation silence: the model steps only on input (`ModelCapabilities.input_clocked`)."""
-    idle_timeout_s: float = 300.0
-    server_vad: bool = False
-    supports_session_resume: bool = False
-    continues_after_tool_output: bool = False
-    """An accepted function output is answered without a `response.create` (the dialect's rule: vLLM-Omni's
-    session continues on its own; OpenAI's waits for the client)."""
-    announces_whole_calls: bool = False
-    """A call's item is announced complete (`completed`, its `arguments`) in `response.output_item.added`
-    and `conversation.item.added`, as vLLM-Omni's projector does; OpenAI announces it `in_progress`, empty."""
-    refuses_stale_outputs: bool = False
-    """An output for a call a barge-in retired is refused, `stale_function_call_output` (vLLM-Omni's
-    ledger); OpenAI takes it as a conversation item, which the model never answers."""
-
-
-@dataclass(slots=True)
-class SessionSettings:
-    """The client-adjustable part of the session (`session.update`)."""
-
-    modalities: list[Modality]
-    input_audio_format: AudioFormat = "pcm16"
-    output_audio_format: AudioFormat = "pcm16"
-    input_sample_rate_hz: int = 16_000
-    """The rate of PCM input that names none (a G.711 format's rate is its own: `FORMAT_RATE_HZ`)."""
-    output_sample_rate_hz: int | None = None
-    """The rate of PCM output; `None`: the model's (a G.711 format's rate is its own)."""
-    instructions: str | None = None
-    voice: str | None = None
-    turn_detection: ce.TurnDetection | None = None
-    temperature: float | None = None
-    max_tokens: int | None = None
-    idle_timeout_s: float = 300.0
-    overlap_policy: Literal["listen_only", "barge_in_on_speech"] = "barge_in_on_speech"
-    playback_commit_policy: CommitPolicy = "ack_only"
-    tools: list[ce.FunctionTool] = field(default_factory=list)
-    tool_choice: ce.ToolChoice = "auto"
-    input_audio_transcription: ce.InputAudioTranscription | None = None
-    extra_body: dict[str, Any] = field(default_factory=dict)
+from duplexkit.protocol.units import UnitGrid, ms_to_samples
 
 
 @dataclass(slots=True)
@@ -103,28 +45,6 @@ class Step:
         self.close_reason = self.close_reason or other.close_reason
 
 
-@dataclass(slots=True)
-class _ActiveResponse:
-    """The response being generated. Its message item opens with its first speech (`item_id`), and
-    closes when it ends or when a function call follows it (`message_done`); `calls` are its function
-    call items, in order."""
-
-    id: str
-    turn: int
-    timing: ResponseTiming
-    modalities: list[Modality]
-    output_format: AudioFormat
-    output_rate_hz: int
-    resampler: StreamingResampler | None
-    """The reply's stream from the model's output rate to `output_rate_hz` (`None`: they are the same)."""
-    metadata: dict[str, Any] | None = None
-    item_id: str | None = None
-    message_done: bool = False
-    text: str = ""
-    audio_ms: float = 0.0
-    outputs: list[se.ConversationItem] = field(default_factory=list)
-
-
 class EngineSession:
     def __init__(self, session_id: str, config: EngineConfig) -> None:
         self.config = config
@@ -138,11 +58,8 @@ class EngineSession:
         self._assembler = UnitAssembler(self.grid, config.input_sample_rate_hz)
         self._requests = RequestStartLedger()
         self._playback = PlaybackLedger(self.settings.playback_commit_policy)
-        self._response: _ActiveResponse | None = None
-        self._history: list[se.ConversationItem] = []
-        self._entered_ms: dict[str, float] = {}
-        """Where each history item entered the conversation on the input media clock (a reply: the end of
-        the unit it opened at), so that a transcript completing late puts its user item where it was said."""
+        self._response: Response | None = None
+        self._conversation = Conversation()
         self._counter = 0
         self._unit_index = 0
         self._outstanding = 0
@@ -183,17 +100,11 @@ class EngineSession:
 
     @property
     def input_rate_hz(self) -> int:
-        """The rate of input in the session's format: the format's own (G.711: 8 kHz), else the PCM rate."""
-        s = self.settings
-        return FORMAT_RATE_HZ.get(s.input_audio_format, s.input_sample_rate_hz)
+        return self.settings.input_rate_hz
 
     @property
     def output_rate_hz(self) -> int:
-        """The rate replies are sent at: the output format's own (G.711: 8 kHz), else the PCM rate asked
-        for, else the model's."""
-        s = self.settings
-        fixed = FORMAT_RATE_HZ.get(s.output_audio_format)
-        return fixed or s.output_sample_rate_hz or self.config.output_sample_rate_hz
+        return self.settings.output_rate_hz(self.config)
 
     def admits(self, unit: Unit) -> bool:
         """Whether the model's output for `unit` may still take effect (`Fence`)."""
@@ -206,7 +117,7 @@ class EngineSession:
     @property
     def history(self) -> list[se.ConversationItem]:
         """The conversation as the listener heard it (assistant items trimmed to played audio)."""
-        return [self._heard(item) for item in self._history]
+        return [self._heard(item) for item in self._conversation]
 
     def heard_text(self, response_id: str) -> str | None:
         """The part of a response's transcript the listener heard, per the playback ledger."""
@@ -217,7 +128,7 @@ class EngineSession:
         """Open the session with defaults (autostart): `session.created`."""
         self.started = True
         self._last_input_at = now
-        return Step(events=[se.SessionCreated(session=self._session_info())])
+        return Step(events=[se.SessionCreated(session=self.session_info())])
 
     def handle(self, event: ce.ClientEventBase, now: float) -> Step:
         """Apply one client event. Invalid requests become `error` events; the session carries on."""
@@ -262,11 +173,10 @@ class EngineSession:
             case ce.ConversationItemCreate():
                 return self._create_item(event, now)
             case ce.ConversationItemRetrieve():
-                item = self._item(event.item_id, ErrorCode.ITEM_RETRIEVE_INVALID_ITEM_ID)
+                item = self._conversation.get(event.item_id, ErrorCode.ITEM_RETRIEVE_INVALID_ITEM_ID)
                 return Step(events=[se.ConversationItemRetrieved(item=self._heard(item))])
             case ce.ConversationItemDelete():
-                self._history.remove(self._item(event.item_id))
-                self._entered_ms.pop(event.item_id, None)
+                self._conversation.delete(event.item_id)
                 return Step(events=[se.ConversationItemDeleted(item_id=event.item_id)])
             case ce.ConversationItemTruncate():
                 return self._truncate(event)
@@ -277,54 +187,21 @@ class EngineSession:
         raise ProtocolError(ErrorCode.UNKNOWN_EVENT, f"{event.type!r} is not handled by this server")
 
     def _update(self, update: ce.SessionConfig) -> Step:
-        if update.turn_detection is not None and not self.config.server_vad:
-            raise ProtocolError(
-                ErrorCode.INVALID_VALUE,
-                "server_vad turn detection is not available on this server; send null (model-native turns)",
-                param="session.turn_detection",
-            )
-        if update.modalities is not None:
-            unsupported = set(update.modalities) - set(self.config.modalities)
-            if unsupported or not update.modalities:
-                raise ProtocolError(
-                    ErrorCode.INVALID_VALUE,
-                    f"modalities must be a non-empty subset of {list(self.config.modalities)}",
-                    param="session.modalities",
-                )
-        _check_rates(update, self.settings)
-        s = self.settings
-        for name in (
-            "modalities",
-            "input_audio_format",
-            "output_audio_format",
-            "input_sample_rate_hz",
-            "output_sample_rate_hz",
-            "instructions",
-            "voice",
-            "temperature",
-            "max_tokens",
-            "idle_timeout_s",
-            "overlap_policy",
-            "playback_commit_policy",
-            "tools",
-            "tool_choice",
-            "input_audio_transcription",
-            "extra_body",
-        ):
-            if name in update.model_fields_set and getattr(update, name) is not None:
-                setattr(s, name, getattr(update, name))
-        if "turn_detection" in update.model_fields_set:  # explicit null: back to model-native turns
-            s.turn_detection = update.turn_detection
-        self._playback.policy = s.playback_commit_policy
+        self.settings.apply(update, self.config)
+        self._playback.policy = self.settings.playback_commit_policy
         step = Step()
         if not self.started:
             self.started = True
-            step.events.append(se.SessionCreated(session=self._session_info()))
-        step.events.append(se.SessionUpdated(session=self._session_info()))
+            step.events.append(se.SessionCreated(session=self.session_info()))
+        step.events.append(se.SessionUpdated(session=self.session_info()))
         return step
 
+    def session_info(self) -> se.SessionInfo:
+        """The session as `session.created`/`session.updated` describe it (also sent on `session.resumed`)."""
+        return self.settings.info(self.session_id, self.config)
+
     def _append(self, event: ce.InputAudioBufferAppend, now: float) -> Step:
-        rate = _append_rate(event, self.settings.input_sample_rate_hz)  # refuses a wrong rate before anything
+        rate = append_rate(event, self.settings.input_sample_rate_hz)  # refuses a wrong rate before anything
         barge_in = self._response is not None and (
             event.force_barge_in or (event.is_speech and self.settings.overlap_policy == "barge_in_on_speech")
         )
@@ -341,15 +218,12 @@ class EngineSession:
     def _commit(self, now: float, *, is_speech: bool | None = None, item_id: str | None = None) -> Step:
         """The buffered input becomes user item `item_id` (server VAD's speech names it; else a new one)."""
         item_id = item_id or self._new_id("item")
-        previous = self._append_item(
-            se.ConversationItem(id=item_id, role="user", content=[se.ItemContent(type="input_audio")]),
-            self._assembler.media_ms,
-        )
+        item = se.ConversationItem(id=item_id, role="user", content=[se.ItemContent(type="input_audio")])
+        previous = self._conversation.append(item, self._assembler.media_ms)
         self._unheard = item_id
         committed = se.InputAudioBufferCommitted(
             item_id=item_id, previous_item_id=previous, audio_end_ms=self._assembler.media_ms
         )
-        item = self._history[-1]
         step = Step(
             events=[
                 committed,
@@ -384,7 +258,7 @@ class EngineSession:
                 se.error_event(
                     ErrorCode.INTERNAL_ERROR, f"server VAD failed and is off for this session: {message}"
                 ),
-                se.SessionUpdated(session=self._session_info()),
+                se.SessionUpdated(session=self.session_info()),
             ]
         )
 
@@ -465,7 +339,7 @@ class EngineSession:
         metadata = options.get("metadata")
         self._metadata = metadata if isinstance(metadata, dict) else None
         step = Step()
-        overrides = self._tool_overrides(options)
+        overrides = self.settings.tool_overrides(options)
         if overrides:  # not served; said, never ignored silently: the session's own apply
             message = f"per-response {' and '.join(overrides)} other than the session's are not served"
             step.events.append(
@@ -504,29 +378,9 @@ class EngineSession:
         step = Step()
         response = self._begin_response(step, unit_end_ms)
         if listen is not None:
-            step.events.append(_listen_event(listen, unit_end_ms, response.id))
+            step.events.append(listen_event(listen, unit_end_ms, response.id))
         step.events.extend(self._finish(status, reason, interrupted=status != "completed", error=error))
         return step.events
-
-    def _tool_overrides(self, options: dict[str, Any]) -> list[str]:
-        """The `response.create` tool options that differ from the session's (LiveKit repeats the
-        session's `tool_choice` on every request: that is no override)."""
-        differ = []
-        tools = options.get("tools")
-        if tools is not None:
-            names = (
-                [t.get("name") if isinstance(t, dict) else None for t in tools or ()]
-                if isinstance(tools, list)
-                else None
-            )
-            if names != [tool.name for tool in self.settings.tools]:
-                differ.append("tools")
-        if "tool_choice" in options:
-            choice = self.settings.tool_choice
-            mine = choice if isinstance(choice, str) else {"type": "function", "name": choice.name}
-            if options["tool_choice"] != mine:
-                differ.append("tool_choice")
-        return differ
 
     def _cancel(self, response_id: str | None, now: float) -> Step:
         if self._response is None and self._asked is not None and response_id is None:
@@ -590,12 +444,8 @@ class EngineSession:
         It goes after `previous_item_id` (`root`: first; absent: last); an unknown one is `unknown_item`, a
         malformed function item `invalid_function_call` (`invalid_function_call_output` for an output), an
         output for no pending call a code of the tool ledger's."""
-        item = _client_item(event.item, self._new_id("item"))
-        if any(h.id == item.id for h in self._history):
-            raise ProtocolError(
-                ErrorCode.ITEM_CREATE_DUPLICATE_ITEM_ID, f"item {item.id!r} already exists", param="item.id"
-            )
-        at = self._place(event.previous_item_id)
+        item = client_item(event.item, self._new_id("item"))
+        at = self._conversation.place(item, event.previous_item_id)
         if item.type == "function_call":
             assert item.call_id is not None and item.name is not None and item.arguments is not None
             self._tools.open(item.call_id, item.name, item.arguments)
@@ -613,9 +463,7 @@ class EngineSession:
         elif item.role == "user":
             self._user_item_unanswered = True
             self._texts.extend(c.text for c in item.content or () if c.type == "input_text" and c.text)
-        self._history.insert(at, item)
-        self._entered_ms[item.id] = self._assembler.media_ms
-        previous = self._history[at - 1].id if at else None
+        previous = self._conversation.insert(at, item, self._assembler.media_ms)
         step = Step(
             events=[
                 se.ConversationItemAdded(item=item, previous_item_id=previous),
@@ -632,21 +480,8 @@ class EngineSession:
             step.extend(self._units([self._assembler.flush()], now))
         return step
 
-    def _place(self, previous_item_id: str | None) -> int:
-        """Where an item created after `previous_item_id` goes in the history."""
-        if previous_item_id is None:
-            return len(self._history)
-        if previous_item_id == "root":
-            return 0
-        for index, item in enumerate(self._history):
-            if item.id == previous_item_id:
-                return index + 1
-        raise ProtocolError(
-            ErrorCode.UNKNOWN_ITEM, f"no conversation item {previous_item_id!r}", param="previous_item_id"
-        )
-
     def _truncate(self, event: ce.ConversationItemTruncate) -> Step:
-        item = self._item(event.item_id)
+        item = self._conversation.get(event.item_id)
         entry = self._playback.by_item(item.id)
         if entry is None:
             raise ProtocolError(
@@ -769,7 +604,7 @@ class EngineSession:
         if self._unheard == item_id:
             self._unheard = None
         step = Step()
-        known = [item for item in self._history if item.id == item_id]
+        known = [item for item in self._conversation if item.id == item_id]
         if known and known[0].content:
             known[0].content[0].transcript = heard.text
         else:
@@ -777,7 +612,7 @@ class EngineSession:
                 id=item_id, role="user", content=[se.ItemContent(type="input_audio", transcript=heard.text)]
             )
             said_ms = self._assembler.media_ms if heard.speech_end_ms is None else heard.speech_end_ms
-            previous = self._insert_item(item, said_ms)
+            previous = self._conversation.insert_said(item, said_ms)
             step.events.append(se.ConversationItemAdded(item=item, previous_item_id=previous))
             step.events.append(se.ConversationItemDone(item=item, previous_item_id=previous))
         step.events.append(
@@ -856,7 +691,7 @@ class EngineSession:
             return Step()
         if self._continuations >= self.config.continuation_limit:
             response_id = self._response.id
-            step = Step(events=[_listen_event("continuation_limit", self._assembler.media_ms, response_id)])
+            step = Step(events=[listen_event("continuation_limit", self._assembler.media_ms, response_id)])
             step.events.extend(self._finish("incomplete", "continuation_limit", interrupted=False))
             return step
         self._continuations += 1
@@ -872,100 +707,44 @@ class EngineSession:
 
     def _listen(self, decision: Listen, unit_end_ms: float) -> Step:
         if self._response is None:
-            return Step(events=[_listen_event(decision.reason, unit_end_ms)])
-        step = Step(events=[_listen_event(decision.reason, unit_end_ms, self._response.id)])
+            return Step(events=[listen_event(decision.reason, unit_end_ms)])
+        step = Step(events=[listen_event(decision.reason, unit_end_ms, self._response.id)])
         step.events.extend(self._finish("completed", "stop", interrupted=False))
         return step
 
     def _speak(self, segment: Speak, unit_end_ms: float, now: float) -> Step:
         step = Step()
         response = self._response
-        if response is not None and response.message_done:  # speech after a call: the next response
-            step.events.extend(self._finish("completed", "stop", interrupted=False))
+        if response is not None and response.state is ResponseState.CALLING:  # speech after a call: the next
+            step.events.extend(self._finish("completed", "stop", interrupted=False))  # response
             response = None
+        created = response is None
         if response is None:
             response = self._begin_response(step, unit_end_ms)
-        text, audio = segment.text, segment.audio
-        empty = not text and not len(audio) and not segment.end_of_turn
-        opened = response.item_id is None and not (empty and self.settings.tools)
-        # With tools offered, an empty segment opens only the response: what follows may be a call
-        if opened:
-            self._open_message(step, response, unit_end_ms)
-        speaks_audio = "audio" in response.modalities
-        first = response.timing.mark_response_first_outputs(
-            now, text=bool(text.strip()), audio=speaks_audio and len(audio) > 0
-        )
-        response.timing.record_segment(len(segment.tokens), tpot_ms=segment.tpot_ms, itl_ms=segment.itl_ms)
-        if segment.stages_ms:
-            response.timing.model_stages_ms = dict(segment.stages_ms)
-        created = next((e for e in step.events if isinstance(e, se.ResponseCreated)), None)
-        if created is not None and response.timing.request_start is not None:
-            # the response opened with this segment: created carries what it already observed
-            created.response_request_metrics = self._metrics(response.timing)
-        if opened:
-            assert response.item_id is not None
-            step.events.append(se.ResponseSpeak(response_id=response.id, item_id=response.item_id))
-        if empty:
-            return step  # nothing to say yet: the response is open, its output follows
-        item_id = response.item_id
-        assert item_id is not None
-        ids = {"response_id": response.id, "item_id": item_id}
-        if speaks_audio and response.resampler is not None:
-            audio = response.resampler.process(audio)
-            if segment.end_of_turn:
-                audio = np.concatenate([audio, response.resampler.flush()])
-                response.resampler = None
-        audio_ms = samples_to_ms(len(audio), response.output_rate_hz) if speaks_audio else 0.0
-        text_chars, audio_end_ms = self._playback.generated(response.id, text, audio_ms)
-        response.text += text
-        response.audio_ms = audio_end_ms
-        if speaks_audio:
-            step.events.append(
-                self._audio_delta(
-                    response,
-                    audio,
-                    (text_chars, audio_end_ms),
-                    end_of_turn=segment.end_of_turn,
-                    metrics=self._metrics(response.timing) if first.ttfp_ms is not None else None,
-                    unit_end_ms=unit_end_ms,
-                )
-            )
-            step.events.append(
-                se.ResponseOutputAudioTranscriptDelta(
-                    **ids,
-                    delta=text,
-                    response_request_metrics=self._metrics(response.timing)
-                    if first.ttft_ms is not None
-                    else None,
-                    unit_end_ms=unit_end_ms,
-                )
-            )
-        else:
-            step.events.append(
-                se.ResponseOutputTextDelta(
-                    **ids,
-                    delta=text,
-                    response_request_metrics=self._metrics(response.timing)
-                    if first.ttft_ms is not None
-                    else None,
-                    unit_end_ms=unit_end_ms,
-                )
-            )
+        step.events.extend(response.speak(segment, unit_end_ms, now, tools_offered=bool(self.settings.tools)))
+        if created:
+            self._observed_at_creation(step, response)
         if segment.end_of_turn:
             step.events.extend(self._finish("completed", "stop", interrupted=False))
         return step
 
+    @staticmethod
+    def _observed_at_creation(step: Step, response: Response) -> None:
+        """A response that opened with this output: its `response.created` carries what it observed."""
+        if response.timing.request_start is not None:
+            created = next(e for e in step.events if isinstance(e, se.ResponseCreated))
+            created.response_request_metrics = request_metrics(response.timing)
+
     def _call(self, call: FunctionCall, unit_end_ms: float, now: float) -> Step:
-        """The model calls a function: its item opens and completes at once (the arguments in one delta),
-        after the response's message, which closes first. A call the session cannot accept (an undeclared
+        """The model calls a function (`Response.call`). A call the session cannot accept (an undeclared
         function, arguments that are not a JSON object, a reused `call_id`) fails closed: never shown as a
         call; the response ends `failed` with `invalid_function_call` in its `status_details`, and the
         rest of the model's turn is stale, as after a barge-in (`_interrupt`)."""
         step = Step()
-        response = self._response or self._begin_response(step, unit_end_ms)
-        created = next((e for e in step.events if isinstance(e, se.ResponseCreated)), None)
-        if created is not None and response.timing.request_start is not None:
-            created.response_request_metrics = self._metrics(response.timing)
+        response = self._response
+        if response is None:
+            response = self._begin_response(step, unit_end_ms)
+            self._observed_at_creation(step, response)
         try:
             self._check_call(call)
             self._tools.open(call.call_id, call.name, call.arguments)
@@ -975,11 +754,7 @@ class EngineSession:
             step.events.extend(self._finish("failed", "model_error", interrupted=True, error=error))
             step.extend(self._interrupt("model_error", now))
             return step
-        else:
-            if response.item_id is not None and not response.message_done:
-                step.events.extend(self._close_message(response, interrupted=False))
-            response.message_done = True
-            step.events.extend(self._call_events(response, call, unit_end_ms))
+        step.events.extend(response.call(call, unit_end_ms))
         if call.end_of_turn:
             step.events.extend(self._finish("completed", "stop", interrupted=False))
         return step
@@ -992,69 +767,12 @@ class EngineSession:
             )
         check_arguments(call.arguments)
 
-    def _call_events(self, response: _ActiveResponse, call: FunctionCall, unit_end_ms: float) -> ServerEvents:
-        item_id = self._new_id("item")
-        opening = se.ConversationItem(
-            id=item_id,
-            type="function_call",
-            status="in_progress",
-            content=None,
-            call_id=call.call_id,
-            name=call.name,
-            arguments="",
-        )
-        done = opening.model_copy(update={"status": "completed", "arguments": call.arguments})
-        if self.config.announces_whole_calls:
-            opening = done
-        previous = self._append_item(done, unit_end_ms)
-        index = len(response.outputs)
-        response.outputs.append(done)
-        ids = {"response_id": response.id, "item_id": item_id, "output_index": index, "call_id": call.call_id}
-        return [
-            se.ResponseOutputItemAdded(response_id=response.id, output_index=index, item=opening),
-            se.ConversationItemAdded(item=opening, previous_item_id=previous),
-            se.ResponseFunctionCallArgumentsDelta(**ids, delta=call.arguments),
-            se.ResponseFunctionCallArgumentsDone(**ids, name=call.name, arguments=call.arguments),
-            se.ResponseOutputItemDone(response_id=response.id, output_index=index, item=done),
-            se.ConversationItemDone(item=done, previous_item_id=previous),
-        ]
-
-    def _audio_delta(
-        self,
-        response: _ActiveResponse,
-        audio: np.ndarray[Any, np.dtype[np.float32]],
-        mark: tuple[int, float],
-        *,
-        end_of_turn: bool,
-        metrics: se.ResponseRequestMetrics | None,
-        unit_end_ms: float | None,
-    ) -> se.ResponseOutputAudioDelta:
-        """One audio delta of `response`: `audio` at its output rate, in its format; `mark` is where the
-        playback ledger put its end (text chars, audio ms)."""
-        text_chars, audio_end_ms = mark
-        item_id = response.item_id
-        assert item_id is not None
-        return se.ResponseOutputAudioDelta.of_audio(
-            EncodedAudio.of_samples(audio, response.output_format),
-            response_id=response.id,
-            item_id=item_id,
-            sample_rate_hz=response.output_rate_hz,
-            metadata=se.AudioDeltaMetadata(
-                audio_duration_ms=audio_end_ms,
-                end_of_turn=end_of_turn,
-                audio_text_marks=[se.AudioTextMark(text_chars=text_chars, audio_end_ms=audio_end_ms)],
-            ),
-            response_request_metrics=metrics,
-            unit_end_ms=unit_end_ms,
-        )
-
-    def _begin_response(self, step: Step, unit_end_ms: float) -> _ActiveResponse:
+    def _begin_response(self, step: Step, unit_end_ms: float) -> Response:
         """Open a response (`response.created`, echoing the `response.create` metadata it answers); its
-        message item opens with its first speech (`_open_message`)."""
+        message item opens with its first speech."""
         turn = self.fence.turn_id
-        output_rate_hz, model_rate_hz = self.output_rate_hz, self.config.output_sample_rate_hz
-        response = _ActiveResponse(
-            id=self._new_id("resp"),
+        response = Response(
+            response_id=self._new_id("resp"),
             turn=turn,
             timing=ResponseTiming(
                 request_start=self._requests.begin_response(turn),
@@ -1062,93 +780,19 @@ class EngineSession:
             ),
             modalities=list(self.settings.modalities),
             output_format=self.settings.output_audio_format,
-            output_rate_hz=output_rate_hz,
-            resampler=None
-            if output_rate_hz == model_rate_hz
-            else StreamingResampler(model_rate_hz, output_rate_hz),
+            output_rate_hz=self.output_rate_hz,
+            model_rate_hz=self.config.output_sample_rate_hz,
             metadata=self._metadata,
+            conversation=self._conversation,
+            playback=self._playback,
+            new_id=self._new_id,
+            announces_whole_calls=self.config.announces_whole_calls,
         )
         self._metadata = None
         self._response = response
         self._continuations = 0
-        step.events.append(
-            se.ResponseCreated(
-                response=se.ResponseInfo(
-                    id=response.id,
-                    status="in_progress",
-                    output_modalities=response.modalities,
-                    metadata=response.metadata,
-                ),
-                unit_end_ms=unit_end_ms,
-            )
-        )
+        step.events.append(response.created(unit_end_ms))
         return response
-
-    def _open_message(self, step: Step, response: _ActiveResponse, unit_end_ms: float) -> None:
-        response.item_id = self._new_id("item")
-        self._playback.open(response.id, response.item_id)
-        item = se.ConversationItem(id=response.item_id, role="assistant", status="in_progress")
-        previous = self._append_item(item, unit_end_ms)
-        part = se.ContentPart(type="audio" if "audio" in response.modalities else "text")
-        index = len(response.outputs)
-        step.events.extend(
-            [
-                se.ConversationItemAdded(item=item, previous_item_id=previous),
-                se.ResponseOutputItemAdded(response_id=response.id, output_index=index, item=item),
-                se.ResponseContentPartAdded(
-                    response_id=response.id, item_id=response.item_id, output_index=index, part=part
-                ),
-            ]
-        )
-
-    def _close_message(self, response: _ActiveResponse, *, interrupted: bool) -> ServerEvents:
-        """The done events of the response's message item, its history entry and playback settled."""
-        item_id = response.item_id
-        assert item_id is not None
-        response.message_done = True
-        audio = "audio" in response.modalities
-        events: ServerEvents = []
-        if audio and response.resampler is not None and not interrupted:  # the resampler's last samples
-            tail = response.resampler.flush()
-            mark = self._playback.generated(
-                response.id, "", samples_to_ms(len(tail), response.output_rate_hz)
-            )
-            response.audio_ms = mark[1]
-            events.append(
-                self._audio_delta(response, tail, mark, end_of_turn=True, metrics=None, unit_end_ms=None)
-            )
-        response.resampler = None
-        self._playback.finish(response.id, interrupted=interrupted)
-        index = len(response.outputs)
-        ids = {"response_id": response.id, "item_id": item_id, "output_index": index}
-        content = (
-            se.ItemContent(type="output_audio", transcript=response.text)
-            if audio
-            else se.ItemContent(type="output_text", text=response.text)
-        )
-        item = se.ConversationItem(
-            id=item_id,
-            role="assistant",
-            status="incomplete" if interrupted else "completed",
-            content=[content],
-        )
-        self._history = [item if h.id == item.id else h for h in self._history]
-        response.outputs.append(item)
-        part = (
-            se.ContentPart(type="audio", transcript=response.text)
-            if audio
-            else se.ContentPart(type="text", text=response.text)
-        )
-        if audio:
-            events.append(se.ResponseOutputAudioDone(**ids))
-            events.append(se.ResponseOutputAudioTranscriptDone(**ids, transcript=response.text))
-        else:
-            events.append(se.ResponseOutputTextDone(**ids, text=response.text))
-        events += [
-            se.ResponseContentPartDone(**ids, part=part),
-            se.ResponseOutputItemDone(response_id=response.id, output_index=index, item=item),
-        ]
-        return events
 
     def _finish(
         self,
@@ -1158,118 +802,20 @@ class EngineSession:
         interrupted: bool,
         error: se.ErrorDetail | None = None,
     ) -> ServerEvents:
-        """Close the active response: the done events in order (a failed one's `error` in its
-        `status_details`), history and ledgers settled."""
+        """End the active response (`Response.finish`); the model's next turn starts."""
         response = self._response
         assert response is not None
         self._response = None
-        events: ServerEvents = []
-        if response.item_id is not None and not response.message_done:
-            events.extend(self._close_message(response, interrupted=interrupted or status != "completed"))
-        entry = self._playback.get(response.id)
-        audio = "audio" in response.modalities
-        timing = response.timing
-        metrics = self._metrics(timing)
-        metrics.tpot_ms = timing.tpot_ms
-        metrics.output_tokens = timing.output_tokens
-        metrics.output_audio_ms = entry.generated_ms if audio and entry is not None else None
-        events.append(
-            se.ResponseDone(
-                response=se.ResponseInfo(
-                    id=response.id,
-                    status=status,
-                    status_details=None
-                    if status == "completed"
-                    else se.StatusDetails(type=status, reason=reason, error=error),
-                    output=list(response.outputs),
-                    output_modalities=response.modalities,
-                    usage=se.Usage.of_reply(timing.output_tokens),
-                    metadata=response.metadata,
-                ),
-                response_request_metrics=metrics,
-            ),
-        )
+        events = response.finish(status, reason, interrupted=interrupted, error=error)
         self._requests.complete_model_turn(response.turn)
         self.fence = self.fence.next_turn()
         return events
 
-    @staticmethod
-    def _metrics(timing: ResponseTiming) -> se.ResponseRequestMetrics:
-        """The response's metrics; without a request start they carry no server source (not measured)."""
-        if timing.request_start is None:
-            return se.ResponseRequestMetrics(source=None, measurement_origin=None)
-        return se.ResponseRequestMetrics(
-            ttft_ms=timing.ttft_ms,
-            ttfp_ms=timing.ttfp_ms,
-            queue_wait_ms=timing.queue_wait_ms,
-            model_stages_ms=timing.model_stages_ms,
-        )
-
     # --- helpers --------------------------------------------------------------------------------------
-
-    def session_info(self) -> se.SessionInfo:
-        """The session as `session.created`/`session.updated` describe it (also sent on `session.resumed`)."""
-        return self._session_info()
-
-    def _session_info(self) -> se.SessionInfo:
-        s, c = self.settings, self.config
-        return se.SessionInfo(
-            id=self.session_id,
-            model=c.model,
-            modalities=s.modalities,
-            instructions=s.instructions,
-            voice=s.voice,
-            input_audio_format=s.input_audio_format,
-            output_audio_format=s.output_audio_format,
-            turn_detection=s.turn_detection,
-            temperature=s.temperature,
-            max_tokens=s.max_tokens,
-            idle_timeout_s=s.idle_timeout_s,
-            overlap_policy=s.overlap_policy,
-            playback_commit_policy=s.playback_commit_policy,
-            tools=s.tools,
-            tool_choice=s.tool_choice,
-            input_audio_transcription=s.input_audio_transcription,
-            capabilities=se.Capabilities(
-                chunk_period_ms=c.chunk_period_ms,
-                first_unit_ms=self.grid.unit_end_ms(0),
-                supports_barge_in=c.supports_barge_in,
-                supports_function_calling=c.supports_function_calling,
-                input_modes=["audio", "video"] if c.accepts_video else ["audio"],
-                max_sessions=c.max_sessions,
-                input_sample_rate_hz=self.input_rate_hz,
-                output_sample_rate_hz=self.output_rate_hz,
-                supports_session_resume=c.supports_session_resume,
-            ),
-        )
 
     def _new_id(self, kind: str) -> str:
         self._counter += 1
         return f"{kind}_{self.session_id.removeprefix('sess_')}_{self._counter}"
-
-    def _append_item(self, item: se.ConversationItem, entered_ms: float) -> str | None:
-        """Add `item` at the end of the conversation; the id of the item before it."""
-        previous = self._history[-1].id if self._history else None
-        self._history.append(item)
-        self._entered_ms[item.id] = entered_ms
-        return previous
-
-    def _insert_item(self, item: se.ConversationItem, said_ms: float) -> str | None:
-        """Add `item`, said up to `said_ms` on the input media clock, before the items that entered at or
-        after that time (the reply to it among them); the id of the item before it."""
-        at = len(self._history)
-        while at and self._entered_ms[self._history[at - 1].id] >= said_ms:
-            at -= 1
-        self._history.insert(at, item)
-        self._entered_ms[item.id] = said_ms
-        return self._history[at - 1].id if at else None
-
-    def _item(self, item_id: str, unknown: ErrorCode = ErrorCode.UNKNOWN_ITEM) -> se.ConversationItem:
-        """The item `item_id`, else a ProtocolError coded `unknown` (a retrieval says OpenAI's code)."""
-        for item in self._history:
-            if item.id == item_id:
-                return item
-        raise ProtocolError(unknown, f"no conversation item {item_id!r}", param="item_id")
 
     def _heard(self, item: se.ConversationItem) -> se.ConversationItem:
         entry = self._playback.by_item(item.id)
@@ -1281,84 +827,3 @@ class EngineSession:
             for part in item.content
         ]
         return item.model_copy(update={"content": content})
-
-
-def _client_item(raw: dict[str, Any], default_id: str) -> se.ConversationItem:
-    """A client's `conversation.item.create` item, checked for its type: a message needs a `role`; a
-    `function_call` a `call_id`, a `name` and JSON-object `arguments`; a `function_call_output` a `call_id`
-    and a string `output`."""
-    kind = raw.get("type", "message")
-    code = {
-        "message": ErrorCode.INVALID_VALUE,
-        "function_call_output": ErrorCode.INVALID_FUNCTION_CALL_OUTPUT,
-    }.get(kind, ErrorCode.INVALID_FUNCTION_CALL)
-    try:
-        item = se.ConversationItem.model_validate({"id": default_id, **raw})
-    except ValidationError as exc:
-        where = exc.errors()[0]["loc"][:1]  # the item's field at fault (`item.output`), when there is one
-        param = ".".join(["item", *map(str, where)])
-        raise ProtocolError(code, f"invalid conversation item: {exc}", param=param) from None
-    required = {
-        "message": ("role",),
-        "function_call": ("call_id", "name", "arguments"),
-        "function_call_output": ("call_id", "output"),
-    }[item.type]
-    missing = [name for name in required if getattr(item, name) is None]
-    if missing:
-        raise ProtocolError(
-            code, f"a {item.type} item needs {', '.join(missing)}", param=f"item.{missing[0]}"
-        )
-    if item.type == "function_call":
-        assert item.arguments is not None
-        check_arguments(item.arguments)
-    if item.type != "message":
-        item.content = None
-    return item
-
-
-def _listen_event(
-    reason: se.ListenReason, unit_end_ms: float, response_id: str | None = None
-) -> se.ResponseListen:
-    info = _LISTENING[reason] if response_id is None else _listen_info(reason, response_id)
-    return se.ResponseListen(response_id=response_id, unit_end_ms=unit_end_ms, response=info)
-
-
-def _listen_info(reason: se.ListenReason, response_id: str | None) -> se.ListenInfo:
-    return se.ListenInfo(
-        id=response_id, metadata=se.ListenMetadata(reason=reason, model_listen=reason == "model_listen")
-    )
-
-
-_LISTENING = {reason: _listen_info(reason, None) for reason in get_args(se.ListenReason)}
-"""A listen's `response` outside a reply, per reason (shared: the objects are frozen)."""
-
-
-def _append_rate(event: ce.InputAudioBufferAppend, session_rate_hz: int) -> int:
-    """The rate of an append's audio: its format's own (G.711), else the rate it names, else the session's
-    PCM rate. A G.711 append that names another rate is refused (`unsupported_sample_rate`)."""
-    fixed = FORMAT_RATE_HZ.get(event.payload.format)
-    if fixed is None:
-        return event.sample_rate_hz or session_rate_hz
-    if event.sample_rate_hz not in (None, fixed):
-        raise ProtocolError(
-            ErrorCode.UNSUPPORTED_SAMPLE_RATE,
-            f"{event.payload.format} audio is {fixed} Hz; it cannot be read at {event.sample_rate_hz} Hz",
-            param="sample_rate_hz",
-        )
-    return fixed
-
-
-def _check_rates(update: ce.SessionConfig, settings: SessionSettings) -> None:
-    """Refuse an update that names a rate its G.711 format does not have (before anything is applied)."""
-    for direction in ("input", "output"):
-        fmt: AudioFormat = getattr(update, f"{direction}_audio_format") or getattr(
-            settings, f"{direction}_audio_format"
-        )
-        fixed = FORMAT_RATE_HZ.get(fmt)
-        named = getattr(update, f"{direction}_sample_rate_hz")
-        if fixed is not None and named is not None and named != fixed:
-            raise ProtocolError(
-                ErrorCode.UNSUPPORTED_SAMPLE_RATE,
-                f"{fmt} is {fixed} Hz audio; this server cannot send or read it at {named} Hz",
-                param=f"session.audio.{direction}.format.rate",
-            )

@@ -1,0 +1,120 @@
+"""The conversation: its items in order, each placed where it entered on the input media clock.
+
+OpenAI's contract places an item after `previous_item_id`; a duplex session also places the user's speech
+where it was said, however late its transcript completes (before the reply the model opened after it).
+Sans-I/O: no clock, no I/O; a refusal is a `ProtocolError` with its code.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Iterator
+from typing import Any
+
+from pydantic import ValidationError
+
+from duplexkit.engine.tools import check_arguments
+from duplexkit.protocol import server_events as se
+from duplexkit.protocol.errors import ErrorCode, ProtocolError
+
+
+class Conversation:
+    """The session's items, and where each entered the conversation on the input media clock (a reply:
+    the end of the unit it opened at)."""
+
+    def __init__(self) -> None:
+        self._items: list[se.ConversationItem] = []
+        self._entered_ms: dict[str, float] = {}
+
+    def __iter__(self) -> Iterator[se.ConversationItem]:
+        return iter(self._items)
+
+    def __contains__(self, item_id: object) -> bool:
+        return item_id in self._entered_ms
+
+    def append(self, item: se.ConversationItem, entered_ms: float) -> str | None:
+        """Add `item` at the end; the id of the item before it."""
+        previous = self._items[-1].id if self._items else None
+        self._items.append(item)
+        self._entered_ms[item.id] = entered_ms
+        return previous
+
+    def insert_said(self, item: se.ConversationItem, said_ms: float) -> str | None:
+        """Add `item`, said up to `said_ms`, before the items that entered at or after that time (the reply
+        to it among them); the id of the item before it."""
+        at = len(self._items)
+        while at and self._entered_ms[self._items[at - 1].id] >= said_ms:
+            at -= 1
+        return self.insert(at, item, said_ms)
+
+    def place(self, item: se.ConversationItem, previous_item_id: str | None) -> int:
+        """Where a client's item goes: after `previous_item_id` (`root`: first; `None`: last). Refused: an id
+        in use (`item_create_duplicate_item_id`, OpenAI's code, which LiveKit's item sync takes as "already
+        there"), an unknown `previous_item_id` (`unknown_item`)."""
+        if item.id in self:
+            raise ProtocolError(
+                ErrorCode.ITEM_CREATE_DUPLICATE_ITEM_ID, f"item {item.id!r} already exists", param="item.id"
+            )
+        if previous_item_id is None:
+            return len(self._items)
+        if previous_item_id == "root":
+            return 0
+        for index, known in enumerate(self._items):
+            if known.id == previous_item_id:
+                return index + 1
+        raise ProtocolError(
+            ErrorCode.UNKNOWN_ITEM, f"no conversation item {previous_item_id!r}", param="previous_item_id"
+        )
+
+    def insert(self, at: int, item: se.ConversationItem, entered_ms: float) -> str | None:
+        """Add `item` at index `at` (`place`); the id of the item before it."""
+        self._items.insert(at, item)
+        self._entered_ms[item.id] = entered_ms
+        return self._items[at - 1].id if at else None
+
+    def get(self, item_id: str, unknown: ErrorCode = ErrorCode.UNKNOWN_ITEM) -> se.ConversationItem:
+        """The item `item_id`, else a ProtocolError coded `unknown` (a retrieval says OpenAI's code)."""
+        for item in self._items:
+            if item.id == item_id:
+                return item
+        raise ProtocolError(unknown, f"no conversation item {item_id!r}", param="item_id")
+
+    def replace(self, item: se.ConversationItem) -> None:
+        """The item of the same id becomes `item` (its place is kept)."""
+        self._items = [item if known.id == item.id else known for known in self._items]
+
+    def delete(self, item_id: str) -> None:
+        self._items.remove(self.get(item_id))
+        del self._entered_ms[item_id]
+
+
+def client_item(raw: dict[str, Any], default_id: str) -> se.ConversationItem:
+    """A client's `conversation.item.create` item, checked for its type: a message needs a `role`; a
+    `function_call` a `call_id`, a `name` and JSON-object `arguments`; a `function_call_output` a `call_id`
+    and a string `output`."""
+    kind = raw.get("type", "message")
+    code = {
+        "message": ErrorCode.INVALID_VALUE,
+        "function_call_output": ErrorCode.INVALID_FUNCTION_CALL_OUTPUT,
+    }.get(kind, ErrorCode.INVALID_FUNCTION_CALL)
+    try:
+        item = se.ConversationItem.model_validate({"id": default_id, **raw})
+    except ValidationError as exc:
+        where = exc.errors()[0]["loc"][:1]  # the item's field at fault (`item.output`), when there is one
+        param = ".".join(["item", *map(str, where)])
+        raise ProtocolError(code, f"invalid conversation item: {exc}", param=param) from None
+    required = {
+        "message": ("role",),
+        "function_call": ("call_id", "name", "arguments"),
+        "function_call_output": ("call_id", "output"),
+    }[item.type]
+    missing = [name for name in required if getattr(item, name) is None]
+    if missing:
+        raise ProtocolError(
+            code, f"a {item.type} item needs {', '.join(missing)}", param=f"item.{missing[0]}"
+        )
+    if item.type == "function_call":
+        assert item.arguments is not None
+        check_arguments(item.arguments)
+    if item.type != "message":
+        item.content = None
+    return item
