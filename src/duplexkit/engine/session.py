@@ -8,14 +8,10 @@ order, and units for the model to step, in order. It never sleeps, reads a clock
 
 from __future__ import annotations
 
-import dataclasses
 import math
 from dataclasses import dataclass, field
 from typing import Any, Literal
 
-import numpy as np
-
-from duplexkit.engine.assembler import AssembledUnit, UnitAssembler
 from duplexkit.engine.conversation import Conversation, client_item
 from duplexkit.engine.decisions import Decision, FunctionCall, Interrupt, Listen, Speak, Transcribed
 from duplexkit.engine.fence import Fence
@@ -23,12 +19,12 @@ from duplexkit.engine.ledger import RequestStartLedger, ResponseTiming
 from duplexkit.engine.playback import PlaybackLedger
 from duplexkit.engine.response import Response, ResponseState, ServerEvents, listen_event, request_metrics
 from duplexkit.engine.settings import EngineConfig, SessionSettings, append_rate
-from duplexkit.engine.tools import FunctionOutput, ToolLedger, check_arguments
+from duplexkit.engine.timeline import InputTimeline
+from duplexkit.engine.tools import ToolLedger, check_arguments
 from duplexkit.engine.units import Unit
 from duplexkit.protocol import client_events as ce
 from duplexkit.protocol import server_events as se
 from duplexkit.protocol.errors import ErrorCode, ProtocolError
-from duplexkit.protocol.units import UnitGrid, ms_to_samples
 
 
 @dataclass(slots=True)
@@ -52,33 +48,21 @@ class EngineSession:
         self.settings = SessionSettings(
             modalities=list(config.modalities), idle_timeout_s=config.idle_timeout_s
         )
-        self.grid = UnitGrid(config.chunk_period_ms, config.first_unit_ms)
         self.started = False
         self.closed = False
-        self._assembler = UnitAssembler(self.grid, config.input_sample_rate_hz)
+        self._input = InputTimeline(config)
         self._requests = RequestStartLedger()
         self._playback = PlaybackLedger(self.settings.playback_commit_policy)
         self._response: Response | None = None
         self._conversation = Conversation()
         self._counter = 0
-        self._unit_index = 0
-        self._outstanding = 0
         self._continuations = 0
         self._last_input_at: float | None = None
-        self._last_unit_at = 0.0
         self._vad_item: str | None = None
         self._unheard: str | None = None
         """The latest user item announced (server VAD's speech, a commit) whose transcript has not come."""
         self._transcript_item: str | None = None
         self._tools = ToolLedger()
-        self._outputs: list[FunctionOutput] = []
-        """Function outputs the client sent that the model has not received yet (they ride the next unit)."""
-        self._texts: list[str] = []
-        """The text of user messages the client created that the model has not received yet (they ride the
-        next unit, as outputs do)."""
-        self._final_units: list[int] = []
-        """The final units not stepped yet (a commit's, a `response.create`'s), in order: each ends a turn
-        the client declared, so what the model decides before one is held for it (`_hold`)."""
         self._held: list[Decision] = []
         """Output the model decided on units before a queued final unit (a clip sent at once, then its
         commit): released at that final unit, where the client's turn ends (`_release`)."""
@@ -157,14 +141,14 @@ class EngineSession:
             case ce.InputAudioBufferCommit():
                 return self._commit(now, is_speech=event.is_speech)
             case ce.InputAudioBufferClear():
-                self._assembler.clear()
+                self._input.clear()
                 return Step(events=[se.InputAudioBufferCleared()])
             case ce.ResponseCreate():
                 return self._respond(event, now)
             case ce.ResponseCancel():
                 return self._cancel(event.response_id, now)
             case ce.InputCancel():
-                self._assembler.clear()
+                self._input.clear()
                 return self._interrupt("client_cancelled", now)
             case ce.OutputAudioBufferClear() | ce.BargeIn():
                 return self._interrupt("barge_in", now)
@@ -208,8 +192,16 @@ class EngineSession:
         interrupted = self._interrupt("barge_in", now) if barge_in else None
         self._continuations = 0
         frames = tuple(event.frames) if self.config.accepts_video else ()
-        assembled = self._assembler.push(event.payload, rate, frames)
-        step = self._units(assembled, now, is_speech=event.is_speech, force_listen=bool(event.force_listen))
+        units = self._input.push(
+            event.payload,
+            rate,
+            frames,
+            self.fence,
+            now,
+            is_speech=event.is_speech,
+            force_listen=bool(event.force_listen),
+        )
+        step = Step(units=units)
         if interrupted is None:
             return step
         interrupted.extend(step)
@@ -219,10 +211,10 @@ class EngineSession:
         """The buffered input becomes user item `item_id` (server VAD's speech names it; else a new one)."""
         item_id = item_id or self._new_id("item")
         item = se.ConversationItem(id=item_id, role="user", content=[se.ItemContent(type="input_audio")])
-        previous = self._conversation.append(item, self._assembler.media_ms)
+        previous = self._conversation.append(item, self._input.media_ms)
         self._unheard = item_id
         committed = se.InputAudioBufferCommitted(
-            item_id=item_id, previous_item_id=previous, audio_end_ms=self._assembler.media_ms
+            item_id=item_id, previous_item_id=previous, audio_end_ms=self._input.media_ms
         )
         step = Step(
             events=[
@@ -231,7 +223,7 @@ class EngineSession:
                 se.ConversationItemDone(item=item, previous_item_id=previous),
             ]
         )
-        step.extend(self._units([self._assembler.flush()], now, is_speech=is_speech))
+        step.units.append(self._final_unit(now, is_speech=is_speech))
         return step
 
     def speech_started(self, audio_start_ms: float, now: float, unit_index: int | None = None) -> Step:
@@ -276,45 +268,10 @@ class EngineSession:
             step.extend(self._commit(now, is_speech=True, item_id=item_id))
         return step
 
-    def _units(
-        self,
-        assembled: list[AssembledUnit],
-        now: float,
-        *,
-        is_speech: bool | None = None,
-        force_listen: bool = False,
-        continuation: bool = False,
-    ) -> Step:
-        units = [
-            Unit(
-                index=self._unit_index + i,
-                fence=self.fence,
-                samples=a.samples,
-                sample_rate_hz=self.config.input_sample_rate_hz,
-                start_ms=a.start_ms,
-                end_ms=a.end_ms,
-                frames=a.frames,
-                final=a.final,
-                is_speech=is_speech,
-                force_listen=force_listen,
-                continuation=continuation,
-            )
-            for i, a in enumerate(assembled)
-        ]
-        if units and (self._outputs or self._texts):  # the model receives them with the next unit it steps
-            units[0] = dataclasses.replace(
-                units[0], tool_outputs=tuple(self._outputs), user_texts=tuple(self._texts)
-            )
-            self._outputs, self._texts = [], []
-        for unit in units:
-            if unit.final:
-                self._user_item_unanswered = False
-                self._final_units.append(unit.index)
-        self._unit_index += len(units)
-        self._outstanding += len(units)
-        if units:
-            self._last_unit_at = now
-        return Step(units=units)
+    def _final_unit(self, now: float, *, is_speech: bool | None = None) -> Unit:
+        """What is buffered, as the final unit of a turn the client ended (it answers what was typed)."""
+        self._user_item_unanswered = False
+        return self._input.flush(self.fence, now, is_speech=is_speech)
 
     def _respond(self, event: ce.ResponseCreate, now: float) -> Step:
         """`response.create`: answer now. The buffered input becomes a final unit, which asks the model for
@@ -351,17 +308,16 @@ class EngineSession:
                 )
             )
         asks = (
-            self._assembler.buffered_samples
-            or self._outputs
+            self._input.buffered_samples
+            or self._input.carries
             or self._metadata is not None
             or self._user_item_unanswered
         )
         if asks:
-            step.extend(self._units([self._assembler.flush()], now))
-        if not self._final_units:
-            step.events.extend(self._empty_response("completed", "stop", self._assembler.media_ms))
-        else:
-            self._asked = self._final_units[-1]
+            step.units.append(self._final_unit(now))
+        self._asked = self._input.latest_final_unit
+        if self._asked is None:
+            step.events.extend(self._empty_response("completed", "stop", self._input.media_ms))
         return step
 
     def _empty_response(
@@ -408,15 +364,15 @@ class EngineSession:
         function calls (an output that comes for one later joins the conversation, unanswered). A pending
         request whose final unit is stale ends `cancelled`, empty; one queued after `first_unit` stands:
         input that precedes a request never cancels it."""
-        first = self._unit_index if first_unit is None else first_unit
+        first = self._input.next_index if first_unit is None else first_unit
         step = Step()
         if self._response is not None:
             step.events.extend(self._finish("cancelled", reason, interrupted=True))
         if self._asked is not None and self._asked < first:
-            step.events.extend(self._empty_response("cancelled", reason, self._assembler.media_ms))
+            step.events.extend(self._empty_response("cancelled", reason, self._input.media_ms))
             self._asked = None
         self._held.clear()
-        self._final_units = [index for index in self._final_units if index >= first]
+        self._input.drop_final_units_before(first)
         self._tools.retire()
         self.fence = self.fence.next_epoch(first)
         self._requests.clear()
@@ -452,18 +408,18 @@ class EngineSession:
         elif item.type == "function_call_output":
             assert item.call_id is not None and item.output is not None
             output = self._tools.answer(item.call_id, item.output)
-            if output is not None:
-                self._outputs.append(output)
-            elif self.config.refuses_stale_outputs:
+            if output is None and self.config.refuses_stale_outputs:
                 raise ProtocolError(
                     ErrorCode.STALE_FUNCTION_CALL_OUTPUT,
                     f"function call {item.call_id!r} was cancelled by a barge-in before its output came",
                     param="item.call_id",
                 )
+            self._input.carry(output=output)
         elif item.role == "user":
             self._user_item_unanswered = True
-            self._texts.extend(c.text for c in item.content or () if c.type == "input_text" and c.text)
-        previous = self._conversation.insert(at, item, self._assembler.media_ms)
+            for part in item.content or ():
+                self._input.carry(text=part.text if part.type == "input_text" else None)
+        previous = self._conversation.insert(at, item, self._input.media_ms)
         step = Step(
             events=[
                 se.ConversationItemAdded(item=item, previous_item_id=previous),
@@ -473,11 +429,11 @@ class EngineSession:
         continues = (
             self.config.continues_after_tool_output
             and item.type == "function_call_output"
-            and bool(self._outputs)
+            and self._input.carries
             and not self._tools.pending  # every call of the turn has its output
         )
         if continues and self._response is None:
-            step.extend(self._units([self._assembler.flush()], now))
+            step.units.append(self._final_unit(now))
         return step
 
     def _truncate(self, event: ce.ConversationItemTruncate) -> Step:
@@ -503,7 +459,7 @@ class EngineSession:
         if self._response is not None:
             step.events.extend(self._finish("cancelled", "client_cancelled", interrupted=True))
         if self._asked is not None:
-            media_ms = self._assembler.media_ms
+            media_ms = self._input.media_ms
             step.events.extend(self._empty_response("cancelled", "client_cancelled", media_ms))
         self._asked = None
         self._held.clear()
@@ -533,16 +489,11 @@ class EngineSession:
             return Step()
         if isinstance(decision, Transcribed):
             return self._transcribed(decision)
-        if self._turn_continues(unit):
+        if self._input.turn_continues(unit):
             return self._hold(unit, decision, now)
         step = self._release(unit, now)
         step.extend(self._decide(unit, decision, now))
         return step
-
-    def _turn_continues(self, unit: Unit) -> bool:
-        """The client has ended its turn after `unit`: a final unit (its commit, its `response.create`)
-        is queued behind it, so `unit` is inside the user's turn."""
-        return any(index > unit.index for index in self._final_units)
 
     def _hold(self, unit: Unit, decision: Decision, now: float) -> Step:
         """A decision inside a turn the client has already ended (audio sent faster than real time, then
@@ -611,7 +562,7 @@ class EngineSession:
             item = se.ConversationItem(
                 id=item_id, role="user", content=[se.ItemContent(type="input_audio", transcript=heard.text)]
             )
-            said_ms = self._assembler.media_ms if heard.speech_end_ms is None else heard.speech_end_ms
+            said_ms = self._input.media_ms if heard.speech_end_ms is None else heard.speech_end_ms
             previous = self._conversation.insert_said(item, said_ms)
             step.events.append(se.ConversationItemAdded(item=item, previous_item_id=previous))
             step.events.append(se.ConversationItemDone(item=item, previous_item_id=previous))
@@ -635,7 +586,7 @@ class EngineSession:
         if self.closed or not self.admits(unit):
             return Step()
         error = se.error_detail(code, f"model step failed: {message}")
-        step = Step() if self._turn_continues(unit) else self._release(unit, now)
+        step = Step() if self._input.turn_continues(unit) else self._release(unit, now)
         if self._asked == unit.index:
             self._asked = None
         if self._response is not None:
@@ -648,14 +599,11 @@ class EngineSession:
         """The model is done with `unit`. Output still held for a final unit that decided nothing is
         released; a request it answered with no decision that opens or ends a response (nothing, or only
         a transcript) ends now, empty."""
-        self._outstanding = max(0, self._outstanding - 1)
-        self._last_unit_at = max(self._last_unit_at, now)
-        if unit.index in self._final_units:
-            self._final_units.remove(unit.index)
+        self._input.finished(unit, now)
         step = Step()
         if self.closed or not self.admits(unit):
             return step
-        if not self._turn_continues(unit):  # held output its final unit did not release
+        if not self._input.turn_continues(unit):  # held output its final unit did not release
             step.extend(self._release(unit, now))
         if self._asked == unit.index:
             self._asked = None
@@ -671,7 +619,7 @@ class EngineSession:
         else:
             due = self._last_input_at + self.settings.idle_timeout_s
         if self._response is not None and not self.closed and not self.config.input_clocked:
-            due = min(due, self._last_unit_at + self.config.chunk_period_ms / 1000.0)
+            due = min(due, self._input.last_unit_at + self.config.chunk_period_ms / 1000.0)
         return due
 
     def tick(self, now: float) -> Step:
@@ -685,23 +633,17 @@ class EngineSession:
             step.extend(self.close("idle_timeout", now))
             return step
         period_s = self.config.chunk_period_ms / 1000.0
-        if self.config.input_clocked or self._response is None or self._outstanding:
+        if self.config.input_clocked or self._response is None or self._input.outstanding:
             return Step()
-        if now - self._last_unit_at < period_s:
+        if now - self._input.last_unit_at < period_s:
             return Step()
         if self._continuations >= self.config.continuation_limit:
             response_id = self._response.id
-            step = Step(events=[listen_event("continuation_limit", self._assembler.media_ms, response_id)])
+            step = Step(events=[listen_event("continuation_limit", self._input.media_ms, response_id)])
             step.events.extend(self._finish("incomplete", "continuation_limit", interrupted=False))
             return step
         self._continuations += 1
-        media_ms = self._assembler.media_ms
-        silence = np.zeros(
-            ms_to_samples(self.config.chunk_period_ms, self.config.input_sample_rate_hz), np.float32
-        )
-        return self._units(
-            [AssembledUnit(silence, media_ms, media_ms, (), final=False)], now, continuation=True
-        )
+        return Step(units=[self._input.continuation(self.fence, now)])
 
     # --- responses ------------------------------------------------------------------------------------
 
