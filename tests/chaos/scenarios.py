@@ -21,6 +21,7 @@ import numpy.typing as npt
 
 from duplexkit.client import DuplexClient, SessionBounds, converse
 from duplexkit.client.collector import AUDIO_DELTAS
+from duplexkit.client.events import error_code_of
 from duplexkit.client.reconnect import ResumePolicy
 from duplexkit.engine import Decision, Speak, Unit
 from duplexkit.engine.journal import ReplayJournal, ResumeConfig
@@ -606,7 +607,7 @@ async def model_faults(rounds: int = 1, *, step_deadline_s: float = 0.2) -> Mode
                     client, speech(1.0), sample_rate_hz=RATE, bounds=FAST_BOUNDS, extra_body=extra
                 )
             return {
-                "errors": sorted({str(f.get("error", {}).get("code")) for f in client.collector.failures()}),
+                "errors": sorted({str(error_code_of(f)) for f in client.collector.failures()}),
                 "responses": sorted({r.status or "open" for r in client.collector.responses()}),
                 "closed_cleanly": conversation.close is not None and conversation.close.clean,
             }
