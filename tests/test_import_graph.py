@@ -132,7 +132,7 @@ def imported_names(path: Path) -> set[str]:
     return names
 
 
-IN_PROCESS_EDGES = ("duplexkit.server.moshi", "duplexkit.server.webrtc.call")
+IN_PROCESS_EDGES = ("duplexkit.server.moshi", "duplexkit.server.webrtc.call", "duplexkit.server.twilio.edge")
 """The edges that hand the runner typed events (`server.edge.EventSocket`): their audio stays samples."""
 NO_TEXT_IN_THE_SESSION = (*IN_PROCESS_EDGES, "duplexkit.engine")
 """What lies between an in-process edge's socket and the model: it makes and reads no JSON or base64."""
@@ -143,12 +143,13 @@ def _in(module: str, roots: tuple[str, ...]) -> bool:
 
 
 def test_nothing_between_an_in_process_edge_and_the_model_makes_json_or_base64() -> None:
-    """The typed seam (docs/architecture.md walks a Moshi frame and a WebRTC frame through it): the engine
+    """The typed seam (docs/architecture.md walks a Moshi, a WebRTC and a Twilio frame through it): the engine
     emits event objects with their audio as samples (no base64 codec, nor the wire's parser or renderer:
     its one `json` is a function call's arguments, JSON-encoded by OpenAI's contract), and the in-process
     edges import no JSON or base64 codec nor any `*base64*` helper of ours; only a WebRTC call's data
     channel, which is a JSON socket, uses the wire's parser and renderer (`client_object`,
-    `EventRenderer`), never for its audio."""
+    `EventRenderer`), never for its audio. Twilio's own JSON and base64 are its wire, read and written by
+    its Sans-I/O protocol (`server.twilio.protocol`), not by the edge: the runner gets the payload typed."""
     modules = module_files(SRC, "duplexkit")
     checked = [name for name in modules if _in(name, NO_TEXT_IN_THE_SESSION)]
     assert set(IN_PROCESS_EDGES) <= set(checked) and "duplexkit.engine.session" in checked
@@ -168,8 +169,8 @@ def test_nothing_between_an_in_process_edge_and_the_model_makes_json_or_base64()
 
 
 def test_the_in_process_edges_reach_the_runner_only_through_the_edge_contract() -> None:
-    """Moshi and WebRTC are edges of the core, not of each other or of the runner's internals: neither
-    imports the runner (the runner takes them as `edge.EventSocket`), and the runner imports neither."""
+    """Moshi, WebRTC and Twilio are edges of the core, not of each other or of the runner's internals: none
+    imports the runner (the runner takes them as `edge.EventSocket`), and the runner imports none."""
     graph = import_graph(SRC, "duplexkit")
     for edge in IN_PROCESS_EDGES:
         assert "duplexkit.server.edge" in graph[edge]

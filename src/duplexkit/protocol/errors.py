@@ -104,11 +104,12 @@ BENIGN_CODES: frozenset[ErrorCode] = frozenset(
     }
 )
 """Codes that report a race duplex makes expected, not a fault of either side; a benchmark must not fail a
-sample over them: an ack after its response settled, a tool's output after a barge-in retired its
-call (the client ran the tool while the user spoke; it cannot know before the output arrives), and a
-`response.cancel` that came after its response ended (Pipecat cancels at every interruption of its
-own), a `response.create` while one is active (OpenAI's code; Pipecat and LiveKit pass over it). The other tool codes stay failures: a malformed, unknown or repeated item is the client's bug,
-and `invalid_function_call` also a model's call that was refused."""
+sample over them: an ack after its response settled, a tool's output after a barge-in retired its call
+(the client ran the tool while the user spoke; it cannot know before the output arrives), a
+`response.cancel` that came after its response ended (Pipecat cancels at every interruption of its own),
+and a `response.create` while one is active (OpenAI's code; Pipecat and LiveKit pass over it). The other
+tool codes stay failures: a malformed, unknown or repeated item is the client's bug, and
+`invalid_function_call` also a model's call that was refused."""
 
 RESUME_FINAL_CODES: frozenset[ErrorCode] = frozenset(
     {

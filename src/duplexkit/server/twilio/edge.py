@@ -24,7 +24,6 @@ every 20 ms) and ends the session as a task of its own would.
 from __future__ import annotations
 
 import asyncio
-import json
 import logging
 from collections import deque
 
@@ -125,8 +124,8 @@ class TwilioSocket:
 
     def _send(self, out: Output) -> None:
         """Queue the stream's messages for the writer, which the first one starts."""
-        for message in out.twilio:
-            self._outbound.put_nowait(json.dumps(message, separators=(",", ":")))
+        for frame in out.frames():
+            self._outbound.put_nowait(frame)
         if out.twilio and self._writer is None:
             self._writer = supervised(self._write(), "twilio-writer", self._writer_failed)
 

@@ -36,6 +36,7 @@ whose `response.done` went already.
 from __future__ import annotations
 
 import base64
+import json
 import math
 from collections import deque
 from collections.abc import Mapping
@@ -82,6 +83,10 @@ class Output:
     problems: list[ProtocolError] = field(default_factory=list)
     ended: bool = False
     fatal: bool = False
+
+    def frames(self) -> list[str]:
+        """The messages for Twilio as the text frames of its wire (compact JSON)."""
+        return [json.dumps(message, separators=(",", ":")) for message in self.twilio]
 
 
 @dataclass(slots=True)
