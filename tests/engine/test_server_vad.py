@@ -133,3 +133,29 @@ def test_without_create_response_the_transcript_names_the_speech_item_and_adds_i
         (started.item_id, "user"),
         (engine.history[1].id, "assistant"),
     ]
+
+
+def test_a_reply_the_model_starts_while_the_detector_hears_the_user_waits_for_the_end_of_speech() -> None:
+    """Under server VAD the detector ends turns (OpenAI's contract): a reply the model would start at a
+    pause inside the question is held while the user is heard speaking, and opens once the detector's
+    end of speech has committed the turn, at its final unit; a client never sees a response before
+    `speech_stopped` and `committed`."""
+    engine = _session()
+    pcm = np.zeros(16_000, dtype="<i2").tobytes()
+    append = parse_client_event(
+        json.dumps({"type": "input_audio_buffer.append", "audio": base64.b64encode(pcm).decode()})
+    )
+    engine.speech_started(100.0, 0.1)
+    [pause] = engine.handle(append, 0.2).units
+    audio = np.full(2_400, 0.1, dtype=np.float32)
+    assert engine.on_decision(pause, Speak(tokens=("Sure ",), audio=audio), 0.3).events == []  # held
+    assert engine.step_finished(pause, 0.3).events == []
+    stopped = engine.speech_stopped(1000.0, 1.0)
+    [final] = stopped.units
+    assert [type(e) for e in stopped.events][:2] == [
+        se.InputAudioBufferSpeechStopped,
+        se.InputAudioBufferCommitted,
+    ]
+    events = engine.step_finished(final, 1.1).events  # the final unit decides nothing: the held reply opens
+    assert isinstance(events[0], se.ResponseCreated) and events[0].unit_end_ms == final.end_ms
+    assert [e.delta for e in events if isinstance(e, se.ResponseOutputAudioTranscriptDelta)] == ["Sure "]

@@ -181,7 +181,9 @@ def test_server_vad_speech_during_a_pending_call_retires_it_as_turn_detected() -
     started = h.engine.speech_started(1200.0, 1.2)
     assert types(started.events) == ["input_audio_buffer.speech_started"]  # nothing active to cancel
     assert _output(h).units == []  # retired: its output asks for nothing
-    # a response opened while the user spoke during the call is cancelled with OpenAI's reason
+    h.engine.speech_stopped(1800.0, 1.8)
+    # a response opened after the user spoke during the call is cancelled, at the next speech, with
+    # OpenAI's reason
     h.step(h.unit(now=2.0), _call("call_2"), at=2.5)
     h.step(h.unit(now=3.0), speak("Still checking", 500), at=3.5)
     done = only(h.engine.speech_started(4000.0, 4.0).events, "response.done").response

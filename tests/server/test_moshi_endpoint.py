@@ -1,9 +1,5 @@
 """`/api/chat` in front of a duplexkit model, driven by a client that behaves as Full-Duplex-Bench's Moshi
-client: wait for the handshake, encode the input with `sphn.OpusStreamWriter(24000)` in 80 ms frames sent
-in real time as `b"\\x01" + ogg`, decode kind 1 through `sphn.OpusStreamReader`, and build the output by
-concatenating the decoded audio. (FDB pins sphn 0.1.x, whose writer is `append_pcm` then `read_bytes`
-and reader `append_bytes` then `read_pcm`; the sphn 0.2 installed here returns the same Ogg bytes and PCM
-from `append_pcm` and `append_bytes` directly, and the client uses that.)"""
+client (`tests/server/moshi_peer.py`)."""
 
 from __future__ import annotations
 
@@ -11,7 +7,6 @@ import asyncio
 import base64
 import json
 import struct
-import time
 from collections import Counter
 from collections.abc import Callable
 from typing import Any
@@ -30,9 +25,8 @@ from duplexkit.protocol.audio import EncodedAudio
 from duplexkit.server import EmbeddedServer, ServerConfig, runner
 from duplexkit.server.edge import EventSocket
 from duplexkit.server.moshi import MoshiSocket, session_from_query
+from tests.server.moshi_peer import FRAME, RATE, FdbMoshiClient
 
-RATE = 24_000
-FRAME = 1_920
 REPLY = "This is a scripted reply."
 
 
@@ -46,46 +40,6 @@ def _clip(speech_s: float = 1.5, silence_s: float = 3.0) -> np.ndarray:
     t = np.arange(round(speech_s * RATE)) / RATE
     speech = (0.2 * np.sin(2 * np.pi * 300 * t)).astype(np.float32)
     return np.concatenate([speech, np.zeros(round(silence_s * RATE), dtype=np.float32)])
-
-
-class FdbMoshiClient:
-    def __init__(self, ws: websockets.ClientConnection) -> None:
-        self.ws = ws
-        self.reader = sphn.OpusStreamReader(RATE)
-        self.decoded: list[np.ndarray] = []
-        self.texts: list[tuple[int, str]] = []
-        """(output samples decoded before the piece arrived, the piece)"""
-        self.errors: list[str] = []
-        self.audio_frames = 0
-
-    async def handshake(self) -> bytes:
-        message = await asyncio.wait_for(self.ws.recv(), 5)
-        assert isinstance(message, bytes) and message[0] == 0
-        return message
-
-    async def receive(self) -> None:
-        async for message in self.ws:
-            assert isinstance(message, bytes)
-            kind, payload = message[0], message[1:]
-            if kind == 1:
-                self.audio_frames += 1
-                self.decoded.append(self.reader.append_bytes(payload))
-            elif kind == 2:
-                self.texts.append((sum(len(d) for d in self.decoded), payload.decode()))
-            elif kind == 5:
-                self.errors.append(payload.decode())
-
-    async def send_realtime(self, clip: np.ndarray) -> None:
-        writer = sphn.OpusStreamWriter(RATE)
-        start = time.monotonic()
-        for i in range(0, len(clip) - FRAME + 1, FRAME):
-            ogg = writer.append_pcm(clip[i : i + FRAME])
-            if len(ogg) > 0:
-                await self.ws.send(b"\x01" + ogg)
-            await asyncio.sleep(max(0.0, start + (i + FRAME) / RATE - time.monotonic()))
-
-    def output(self) -> np.ndarray:
-        return np.concatenate(self.decoded) if self.decoded else np.zeros(0, dtype=np.float32)
 
 
 def _chat_url(server: EmbeddedServer, query: str = "") -> str:

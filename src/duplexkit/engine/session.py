@@ -489,18 +489,26 @@ class EngineSession:
             return Step()
         if isinstance(decision, Transcribed):
             return self._transcribed(decision)
-        if self._input.turn_continues(unit):
+        if self._in_user_turn(unit):
             return self._hold(unit, decision, now)
         step = self._release(unit, now)
         step.extend(self._decide(unit, decision, now))
         return step
+
+    def _in_user_turn(self, unit: Unit) -> bool:
+        """`unit` is inside a turn of the user's that has not ended where the model steps it: the client
+        has declared the turn's end after it (a final unit is queued behind it), or server VAD hears the
+        user still speaking (under server VAD, the detector ends turns: OpenAI's contract)."""
+        return self._input.turn_continues(unit) or self._vad_item is not None
 
     def _hold(self, unit: Unit, decision: Decision, now: float) -> Step:
         """A decision inside a turn the client has already ended (audio sent faster than real time, then
         committed): a response the model opens there would start inside the user's question, and the
         rest of the question, already queued, would barge in on it. So what would open a response is held
         and released at the turn's final unit, where the client's commit and `response.create` put it
-        (`_release`): audio that precedes a response never interrupts it. An active response goes on as
+        (`_release`): audio that precedes a response never interrupts it. Under server VAD the same holds
+        while the user speaks: a reply the model would start at a pause inside the question waits for
+        the detector's end of speech. An active response goes on as
         usual; a barge-in the model hears ends it (and anything held), but not the request queued after
         it; a listen outside any reply is said at once."""
         if isinstance(decision, Interrupt):
@@ -586,7 +594,7 @@ class EngineSession:
         if self.closed or not self.admits(unit):
             return Step()
         error = se.error_detail(code, f"model step failed: {message}")
-        step = Step() if self._input.turn_continues(unit) else self._release(unit, now)
+        step = Step() if self._in_user_turn(unit) else self._release(unit, now)
         if self._asked == unit.index:
             self._asked = None
         if self._response is not None:
@@ -603,7 +611,7 @@ class EngineSession:
         step = Step()
         if self.closed or not self.admits(unit):
             return step
-        if not self._input.turn_continues(unit):  # held output its final unit did not release
+        if not self._in_user_turn(unit):  # held output its final unit did not release
             step.extend(self._release(unit, now))
         if self._asked == unit.index:
             self._asked = None

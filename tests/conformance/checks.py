@@ -1,0 +1,71 @@
+"""What each cell of the matrix checks: one spoken turn, as that client's user would check it."""
+
+from __future__ import annotations
+
+import asyncio
+import re
+from dataclasses import dataclass, field
+
+import httpx
+import numpy as np
+import numpy.typing as npt
+
+from duplexkit.server import EmbeddedServer
+
+QUESTION = "What is the weather like in Paris?"
+SCRIPTED_REPLY = "This is a scripted reply."
+ANSWER_WORDS = ("weather", "paris")
+"""The cascade's `echo` responder says back what it heard: its answer names the question's words."""
+
+Samples = npt.NDArray[np.float32]
+
+
+@dataclass
+class Turn:
+    """What the client got for its spoken turn."""
+
+    transcript: str
+    """The reply's transcript as the client reads it ("" where its protocol carries none: Twilio)."""
+    audio: Samples
+    """The reply's audio as the client received it (float samples)."""
+    rate_hz: int
+    events: list[str] = field(default_factory=list)
+    """The event types the client read, in order."""
+
+
+def words(text: str) -> list[str]:
+    return re.findall(r"[a-z']+", text.lower())
+
+
+def assert_voiced(turn: Turn, *, min_s: float = 0.4) -> None:
+    """Reply audio of some length, and speech rather than silence."""
+    seconds = len(turn.audio) / turn.rate_hz
+    assert seconds >= min_s, f"{seconds:.2f} s of reply audio"
+    loud = turn.audio[np.abs(turn.audio) > 1e-4]
+    assert len(loud) and float(np.sqrt(np.mean(np.square(loud)))) > 0.01, "the reply is silence"
+
+
+def assert_answers(text: str, model: str) -> None:
+    """The reply says what this model says to the question: the scripted reply, the cascade's echo of the
+    question (which shows it heard it), anything from the tiny Moshi (its words are noise)."""
+    if model == "scripted":
+        assert text.strip() == SCRIPTED_REPLY, text
+    elif model == "cascade":
+        assert set(ANSWER_WORDS) <= set(words(text)), text
+
+
+async def slot_freed(server: EmbeddedServer, timeout_s: float = 10.0) -> None:
+    """The session's slot is back once the client has gone."""
+    async with httpx.AsyncClient() as http, asyncio.timeout(timeout_s):
+        for _ in iter(int, 1):  # polled: the slot is a server's state, with no event a client can await
+            if not (await http.get(f"{server.http_url}/healthz")).json()["sessions"]:
+                return
+            await asyncio.sleep(0.05)
+
+
+def pcm16(samples: Samples) -> bytes:
+    return (np.clip(samples, -1.0, 1.0) * 32767).astype("<i2").tobytes()
+
+
+def from_pcm16(data: bytes) -> Samples:
+    return np.frombuffer(data, dtype="<i2").astype(np.float32) / 32768.0
