@@ -80,7 +80,7 @@ def test_fdb_refuses_a_run_it_cannot_score(tmp_path: Path) -> None:
 async def test_fdb_scores_a_folder_by_its_own_rules(tmp_path: Path) -> None:
     scorer = get_benchmark("fdb").folder_scorer
     assert scorer is not None
-    assert all(get_benchmark(n).folder_scorer is None for n in BENCHMARKS if n not in ("fdb", "fdb3"))
+    assert all(get_benchmark(n).folder_scorer is None for n in BENCHMARKS if n not in ("fdb", "fdb2", "fdb3"))
     sample_folder(tmp_path / "pause" / "p1", task_file="pause.json", words=[], output=False)
     warnings: list[str] = []
     scores = await scorer.score(

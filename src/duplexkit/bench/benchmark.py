@@ -12,8 +12,9 @@ render a report. What differs between benchmarks is behind one object per packag
   keeping `progress`, a `client.SessionProgress`, current so an outer deadline can say where it stopped),
   `sample_meta` (the dataset fields recorded in each `<id>.meta.json`), `write_artifacts` (per-sample
   extras of a published sample), `artifacts` (their names, withdrawn when a redo fails),
-  `write_failure` (a failed sample's own record in its folder, if the benchmark keeps one) and
-  `write_run_files(root, metas)` (run-level files its official tools read, after a run or a merge);
+  `write_failure` (a failed sample's own record in its folder, if the benchmark keeps one),
+  `write_run_files(root, metas)` (run-level files its official tools read, after a run or a merge) and
+  `run_context(selection)` (what a run holds around all of its samples: FDB v2's examiner server);
 - **run checks**: `options` (the `duplexkit bench` options only this benchmark takes, so `bench` refuses
   them for another one), `check_config(keep_audio=, score=, scoring=)` (refuse a run configuration:
   whether audio is kept, whether the run is scored, the raw values of the scoring options; before the
@@ -35,6 +36,7 @@ never imports another, and the harness imports a benchmark only through `get_ben
 
 from __future__ import annotations
 
+import contextlib
 import importlib
 import json
 from collections.abc import Callable, Mapping, Sequence
@@ -54,6 +56,7 @@ BENCHMARKS: Mapping[str, str] = {
     "omniinteract": "duplexkit.bench.omniinteract",
     "fdb": "duplexkit.bench.fdb",
     "fdb3": "duplexkit.bench.fdb3",
+    "fdb2": "duplexkit.bench.fdb2",
 }
 """Benchmark name (as `--benchmark` and `run.json` `benchmark` spell it) → the package holding `BENCHMARK`."""
 
@@ -174,6 +177,11 @@ class Benchmark(Protocol):
     def write_failure(self, folder: Path, meta: Mapping[str, Any]) -> None: ...
 
     def write_run_files(self, root: Path, metas: Sequence[Mapping[str, Any]]) -> None: ...
+
+    def run_context(self, selection: Any) -> contextlib.AbstractAsyncContextManager[None]:
+        """What a run holds around all of its samples, entered by `job.run_job` around the runner (FDB v2:
+        the examiner's embedded server); `contextlib.nullcontext()` for a benchmark that holds nothing."""
+        ...
 
     @property
     def judge_scoring(self) -> JudgeScoring | None:

@@ -129,11 +129,12 @@ async def run_job(job: BenchJob) -> int:
         }
         write_json_atomic(run_dir.root / "run.json", run_info)
         pool = ServerPool(urls, per_server=job.concurrency)
-        with _Progress(len(job.samples)) as progress:
-            runner = BenchmarkRunner(
-                config, run_dir, benchmark=job.benchmark, on_result=progress.record, pool=pool
-            )
-            results = await runner.run(job.samples, overwrite=job.overwrite)
+        async with job.benchmark.run_context(job.selection):
+            with _Progress(len(job.samples)) as progress:
+                runner = BenchmarkRunner(
+                    config, run_dir, benchmark=job.benchmark, on_result=progress.record, pool=pool
+                )
+                results = await runner.run(job.samples, overwrite=job.overwrite)
         run_info["server"]["pool"] = pool.to_json()
     wanted = {(s.split, s.id) for s in job.samples}
     metas = [m for m in run_dir.metas() if (m["split"], m["id"]) in wanted]

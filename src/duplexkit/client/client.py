@@ -203,6 +203,8 @@ class DuplexClient:
         self._continuations = 0
         """`response.create`s sent to continue a call's response and not yet answered (`response.created`)."""
         self._tool_tasks: set[asyncio.Task[None]] = set()
+        self._configured: dict[str, Any] | None = None
+        """What `configure` set besides the instructions (`update_instructions` sends it again)."""
 
     # --- connection -----------------------------------------------------------------------------------
 
@@ -315,8 +317,10 @@ class DuplexClient:
         timeout_s: float = 10.0,
         capacity_timeout_s: float | None = None,
         tool_choice: str | Mapping[str, Any] | None = None,
+        turn_detection: Mapping[str, Any] | None = None,
     ) -> ServerCapabilities:
-        """Send `session.update` (the client's `audio_format` in and out, `turn_detection: null`,
+        """Send `session.update` (the client's `audio_format` in and out, `turn_detection: null` unless
+        `turn_detection` names the server's turn detector, e.g. `{"type": "server_vad", ...}`,
         `playback_commit_policy: ack_only`, `extra_body` as the session's model parameters); wait up to
         `timeout_s` for `session.created`.
 
@@ -332,22 +336,14 @@ class DuplexClient:
         """
         if capacity_timeout_s is not None and self.protocol.admits_with_ready:
             await self._await_admission(capacity_timeout_s)
-        session = ce.SessionConfig(
-            model=self.model,
-            modalities=list(modalities),
-            instructions=instructions,
-            voice=voice,
-            input_audio_format=self.audio_format,
-            output_audio_format=self.audio_format,
-            playback_commit_policy="ack_only",
-            extra_body=dict(extra_body) if extra_body else None,
-        )
-        payload = ce.SessionUpdate(session=session).model_dump(mode="json", exclude_none=True)
-        payload["session"]["turn_detection"] = None  # explicit null: model-native turn taking
-        if self.tools is not None:
-            payload["session"]["tools"] = self.tools.definitions()
-            if tool_choice is not None:
-                payload["session"]["tool_choice"] = tool_choice
+        self._configured = {
+            "modalities": modalities,
+            "voice": voice,
+            "extra_body": extra_body,
+            "tool_choice": tool_choice,
+            "turn_detection": turn_detection,
+        }
+        payload = self._session_update(instructions=instructions, **self._configured)
         answer = None
         try:
             async with asyncio.timeout(timeout_s):
@@ -364,6 +360,45 @@ class DuplexClient:
         if answer.type != self.protocol.ready_event:
             raise SessionError(f"session refused: {_error_text(answer.data)}", answer.data)
         return self._capabilities
+
+    def _session_update(
+        self,
+        *,
+        modalities: Sequence[Literal["audio", "text"]],
+        instructions: str | None,
+        voice: str | None,
+        extra_body: Mapping[str, Any] | None,
+        tool_choice: str | Mapping[str, Any] | None,
+        turn_detection: Mapping[str, Any] | None,
+    ) -> dict[str, Any]:
+        session = ce.SessionConfig(
+            model=self.model,
+            modalities=list(modalities),
+            instructions=instructions,
+            voice=voice,
+            input_audio_format=self.audio_format,
+            output_audio_format=self.audio_format,
+            playback_commit_policy="ack_only",
+            extra_body=dict(extra_body) if extra_body else None,
+        )
+        payload = ce.SessionUpdate(session=session).model_dump(mode="json", exclude_none=True)
+        # explicit null: model-native turn taking
+        payload["session"]["turn_detection"] = None if turn_detection is None else dict(turn_detection)
+        if self.tools is not None:
+            payload["session"]["tools"] = self.tools.definitions()
+            if tool_choice is not None:
+                payload["session"]["tool_choice"] = tool_choice
+        return payload
+
+    async def update_instructions(self, instructions: str, *, timeout_s: float | None = None) -> float:
+        """Send a `session.update` with new `instructions` and everything else as `configure` set it (a
+        dialect whose update replaces the whole session keeps its turn detection and formats); return its
+        wire time. Does not wait for the server's answer."""
+        if self._configured is None:
+            raise RuntimeError("configure() first")
+        return await self.send(
+            self._session_update(instructions=instructions, **self._configured), timeout_s=timeout_s
+        )
 
     def _ready_or_refused(self) -> ReceivedEvent | None:
         ready = self.protocol.ready_event

@@ -29,6 +29,7 @@ from duplexkit.commands.options import (
     resolve_protocol,
 )
 from duplexkit.commands.score import (
+    add_fdb2_options,
     add_fdb3_options,
     add_fdb_options,
     add_judge_options,
@@ -192,6 +193,7 @@ def register(commands: argparse._SubParsersAction[argparse.ArgumentParser]) -> N
     add_judge_options(parser)
     add_fdb_options(parser)
     add_fdb3_options(parser, run=True)
+    add_fdb2_options(parser, run=True)
     parser.set_defaults(handler=lambda args: run_command(args, parser))
 
 
@@ -209,6 +211,9 @@ def run_command(args: argparse.Namespace, parser: argparse.ArgumentParser) -> in
     except ShardError as exc:
         return _usage(str(exc))
 
+    examiner_args = _pairs(args.examiner_arg)
+    if examiner_args is None:
+        return _usage("--examiner-arg takes KEY=VALUE")
     if len(set(args.url)) != len(args.url):
         return _usage("each --url may be given once")
     if args.ids and args.exclude_ids:
@@ -222,8 +227,9 @@ def run_command(args: argparse.Namespace, parser: argparse.ArgumentParser) -> in
         or (args.limit is not None and args.limit < 1)
         or args.fps <= 0
         or (args.chunk_ms is not None and args.chunk_ms <= 0)
+        or (args.duration is not None and args.duration <= 0)
     ):
-        return _usage("--concurrency, --limit, --fps and --chunk-ms must be positive")
+        return _usage("--concurrency, --limit, --fps, --chunk-ms and --duration must be positive")
     selection = benchmark.selection_from_json(
         {
             "splits": args.split,
@@ -234,6 +240,13 @@ def run_command(args: argparse.Namespace, parser: argparse.ArgumentParser) -> in
             "tool_latency": args.tool_latency,
             "scenarios_file": args.scenarios,
             "oracle_calls": args.oracle_calls,
+            "pacing": args.pacing,
+            "duration_s": args.duration,
+            "stages": args.stages,
+            "examiner_url": args.examiner_url,
+            "examiner_protocol": args.examiner_protocol,
+            "examiner_model": args.examiner_model,
+            "examiner_args": examiner_args,
             "ids": args.ids,
             "exclude_ids": args.exclude_ids,
             "limit": args.limit,
@@ -347,6 +360,13 @@ def _options_of_another_benchmark(args: argparse.Namespace, parser: argparse.Arg
         if getattr(args, _dest(flag)) != parser.get_default(_dest(flag))
     ]
     return ", ".join(given) if given else None
+
+
+def _pairs(values: list[str]) -> dict[str, str] | None:
+    """`KEY=VALUE` options as a dict; `None` when one has no `=`."""
+    if any("=" not in v for v in values):
+        return None
+    return dict(v.split("=", 1) for v in values)
 
 
 def _dest(flag: str) -> str:

@@ -63,6 +63,7 @@ def register(commands: argparse._SubParsersAction[argparse.ArgumentParser]) -> N
     )
     add_fdb_options(parser)
     add_fdb3_options(parser, run=False)
+    add_fdb2_options(parser, run=False)
     add_judge_options(parser)
     parser.add_argument(
         "--workers", type=int, default=4, help="samples and judge requests in flight (default: %(default)s)"
@@ -142,6 +143,67 @@ def add_fdb3_options(parser: argparse.ArgumentParser, *, run: bool) -> None:
         )
 
 
+def add_fdb2_options(parser: argparse.ArgumentParser, *, run: bool) -> None:
+    """FDB v2's options: `bench` takes the examiner and the conversation's pacing, both take the judge's
+    rubrics."""
+    group = parser.add_argument_group("Full-Duplex-Bench v2 (fdb2)")
+    group.add_argument(
+        "--fdb2-prompts",
+        type=Path,
+        metavar="PATH",
+        help="fdb2: your copy of FDB v2's judge prompts (v2/eval/eval_prompts.json, CC BY-NC, not shipped); "
+        "without it duplexkit's own rubric wording is used and the scores are marked not comparable",
+    )
+    if not run:
+        return
+    group.add_argument(
+        "--examiner-url",
+        metavar="URL",
+        help="fdb2: the realtime server playing the examiner (e.g. OpenAI's, its key from "
+        "$DUPLEXKIT_EXAMINER_API_KEY or $OPENAI_API_KEY); default: duplexkit's cascade embedded in process, "
+        "offline",
+    )
+    group.add_argument(
+        "--examiner-protocol",
+        choices=["auto", "duplex", "openai", "openai-beta", "webrtc"],
+        default="auto",
+        help="fdb2: the examiner's wire protocol (default: %(default)s)",
+    )
+    group.add_argument(
+        "--examiner-model", metavar="NAME", help="fdb2: the examiner's `model` query parameter"
+    )
+    group.add_argument(
+        "--examiner-arg",
+        action="append",
+        default=[],
+        metavar="KEY=VALUE",
+        help="fdb2: a model argument of the embedded cascade examiner (repeatable; e.g. responder=echo)",
+    )
+    group.add_argument(
+        "--pacing",
+        choices=["slow", "fast"],
+        default="slow",
+        help="fdb2: the examiner's turn detection as FDB v2 sets GPT-Realtime's: slow (server VAD, "
+        "interruptible) or fast (threshold 0.6, 1200 ms prefix, 600 ms silence, not interruptible) "
+        "(default: %(default)s)",
+    )
+    group.add_argument(
+        "--duration",
+        type=float,
+        default=None,
+        metavar="S",
+        help="fdb2: seconds of conversation per task (default: 120, FDB v2's)",
+    )
+    group.add_argument(
+        "--stages",
+        choices=["prompt", "turns"],
+        default="prompt",
+        help="fdb2: prompt gives the examiner the whole task prompt at the start, as FDB v2 does; turns "
+        "also adds each next staged goal (T2-T4) to its instructions once the examinee finished a turn "
+        "(default: %(default)s)",
+    )
+
+
 def add_judge_options(parser: argparse.ArgumentParser) -> None:
     """The judge options, shared with `duplexkit bench --score`."""
     group = parser.add_argument_group("judge")
@@ -202,7 +264,15 @@ def judge_settings(args: argparse.Namespace, concurrency: int) -> JudgeSettings:
 
 def scoring_options(args: argparse.Namespace) -> dict[str, Any]:
     """The scoring options of `add_fdb_options`, by name (what a `FolderScorer` reads)."""
-    names = ("icc_distribution", "words", "transcription_url", "transcription_model", "provider", "scenarios")
+    names = (
+        "icc_distribution",
+        "words",
+        "transcription_url",
+        "transcription_model",
+        "provider",
+        "scenarios",
+        "fdb2_prompts",
+    )
     return {name: getattr(args, name, None) for name in names}
 
 

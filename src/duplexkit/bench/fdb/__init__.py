@@ -11,6 +11,7 @@ by the judge runner `score_run`: most of its metrics need no judge.
 
 from __future__ import annotations
 
+import contextlib
 from collections.abc import Callable, Mapping, Sequence
 from pathlib import Path
 from typing import Any
@@ -114,6 +115,10 @@ class FullDuplexBench:
 
     def write_failure(self, folder: Path, meta: Mapping[str, Any]) -> None:
         """FDB keeps no record of its own for a failed sample: the harness's `.meta.json` says why."""
+
+    def run_context(self, selection: Any) -> contextlib.AbstractAsyncContextManager[None]:
+        """Nothing to hold around a run."""
+        return contextlib.nullcontext()
 
     def write_run_files(self, root: Path, metas: Sequence[Mapping[str, Any]]) -> None:
         """FDB's scripts read the task folders themselves: no run-level file."""

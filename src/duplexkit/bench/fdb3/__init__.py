@@ -10,6 +10,7 @@ numbers (`references`) and the report section (`report`). See docs/fdb3.md. Runs
 
 from __future__ import annotations
 
+import contextlib
 from collections.abc import Callable, Mapping, Sequence
 from pathlib import Path
 from typing import Any
@@ -123,6 +124,10 @@ class FullDuplexBenchV3:
 
     def write_failure(self, folder: Path, meta: Mapping[str, Any]) -> None:
         """A failed recording keeps no result of its own: the harness's `.meta.json` says why."""
+
+    def run_context(self, selection: Any) -> contextlib.AbstractAsyncContextManager[None]:
+        """Nothing to hold around a run."""
+        return contextlib.nullcontext()
 
     def write_run_files(self, root: Path, metas: Sequence[Mapping[str, Any]]) -> None:
         runner.write_run_files(root, metas)

@@ -8,6 +8,7 @@ the shared harness drives (see `duplexkit.bench.benchmark`).
 
 from __future__ import annotations
 
+import contextlib
 from collections.abc import Mapping, Sequence
 from pathlib import Path
 from typing import Any
@@ -103,6 +104,10 @@ class OmniDuplexEval:
 
     def write_failure(self, folder: Path, meta: Mapping[str, Any]) -> None:
         return None  # a failed sample is its meta.json alone
+
+    def run_context(self, selection: Any) -> contextlib.AbstractAsyncContextManager[None]:
+        """Nothing to hold around a run."""
+        return contextlib.nullcontext()
 
     def write_run_files(self, root: Path, metas: Sequence[Mapping[str, Any]]) -> None:
         return None  # the reference scorer reads the sentences files themselves

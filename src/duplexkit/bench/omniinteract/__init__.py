@@ -9,6 +9,7 @@ OpenAI-compatible endpoint; `builtin_judge`: offline, not comparable), the promp
 
 from __future__ import annotations
 
+import contextlib
 from collections.abc import Mapping, Sequence
 from pathlib import Path
 from typing import Any
@@ -82,6 +83,10 @@ class OmniInteract:
 
     def write_artifacts(self, folder: Path, sample: Case, attempt: Attempt) -> None:
         runner.write_artifacts(folder, attempt)
+
+    def run_context(self, selection: Any) -> contextlib.AbstractAsyncContextManager[None]:
+        """Nothing to hold around a run."""
+        return contextlib.nullcontext()
 
     def write_run_files(self, root: Path, metas: Sequence[Mapping[str, Any]]) -> None:
         runner.write_run_files(root, metas)

@@ -137,6 +137,8 @@ class ReportSpec:
     """Show a sample's scores named in `score_names` only (a benchmark that records many sums per sample)."""
     sample_figure: Callable[[SampleReport, float], str] | None = None
     """An extra figure under each sample's timeline (the sample and the timeline's span, in seconds)."""
+    audio_file: str = "output.wav"
+    """The file in a sample's folder its player plays (FDB v2: `combined.wav`, both speakers)."""
 
 
 @dataclass(frozen=True)

@@ -77,7 +77,7 @@ def load_run(run_dir: Path) -> ReportData:
                 problems.append(f"{_rel(path, run_dir)}: not a JSON object; sample left out")
             continue
         metas.append(meta)
-        samples.append(_sample(run, path, meta, problems))
+        samples.append(_sample(run, path, meta, problems, spec.audio_file))
     return ReportData(
         run_dir=run_dir,
         spec=spec,
@@ -210,7 +210,9 @@ def _latency(samples: Iterable[SampleReport]) -> tuple[Distribution, ...]:
 # --- one sample ---------------------------------------------------------------------------------------------
 
 
-def _sample(run: RunDir, meta_path: Path, meta: Mapping[str, Any], problems: list[str]) -> SampleReport:
+def _sample(
+    run: RunDir, meta_path: Path, meta: Mapping[str, Any], problems: list[str], audio_file: str = "output.wav"
+) -> SampleReport:
     run_dir = run.root
     split, sample_id = meta_path.parent.name, meta_path.name[: -len(META_SUFFIX)]
     fields, timeline, session = (
@@ -218,7 +220,7 @@ def _sample(run: RunDir, meta_path: Path, meta: Mapping[str, Any], problems: lis
         _obj(meta.get("timeline")),
         _obj(meta.get("session")),
     )
-    audio = run.sample_dir(split, sample_id) / "output.wav"
+    audio = run.sample_dir(split, sample_id) / audio_file
     return SampleReport(
         split=split,
         id=sample_id,
@@ -258,7 +260,7 @@ def _sample(run: RunDir, meta_path: Path, meta: Mapping[str, Any], problems: lis
         timeouts=_fired(meta.get("timeouts")),
         server_errors=_strs(meta.get("server_errors")),
         attempts=tuple(_attempt(_obj(a)) for a in _list(meta.get("attempts"))),
-        audio=f"{split}/{sample_id}/output.wav" if audio.is_file() else None,
+        audio=f"{split}/{sample_id}/{audio_file}" if audio.is_file() else None,
         score=_sample_score(run_dir, split, sample_id, problems),
         meta=meta,
         audio_s=_wav_seconds(audio) if audio.is_file() else None,

@@ -3,9 +3,10 @@ acks, no `session.close` and no duplex fields.
 
 Turns are the client's by default (`turn_detection: null`): a commit is followed by `response.create`,
 which is how such a server is asked to answer. With `server_vad=True` the server detects the turns and
-answers by itself, and the client sends no commit. PCM16 is 24 kHz both ways. Outgoing
-events carry only the fields the OpenAI API defines (it rejects unknown ones). Incoming events are kept
-as sent: the collector reads the GA and the beta names alike.
+answers by itself, and the client sends no commit; a `turn_detection` object the client configures
+(`DuplexClient.configure`) is sent as given, in either dialect's place for it. PCM16 is 24 kHz both
+ways. Outgoing events carry only the fields the OpenAI API defines (it rejects unknown ones). Incoming
+events are kept as sent: the collector reads the GA and the beta names alike.
 """
 
 from __future__ import annotations
@@ -104,7 +105,9 @@ class OpenAIProtocol(ProtocolAdapter):
 
     def _session(self, ours: dict[str, Any]) -> dict[str, Any]:
         modalities = ours.get("modalities") or ["audio", "text"]
-        turns = {"type": "server_vad"} if self.server_vad else None
+        turns = ours.get("turn_detection")  # the client's turn detector, passed through as given
+        if not isinstance(turns, dict):
+            turns = {"type": "server_vad"} if self.server_vad else None
         # Function tools have the same flat shape in both dialects (`{"type": "function", "name", ...}`).
         common = {k: ours[k] for k in ("instructions", "tools", "tool_choice") if ours.get(k) is not None}
         fmt: AudioFormat = ours.get("input_audio_format") or "pcm16"
