@@ -24,7 +24,9 @@ import pytest
 import websockets
 
 pytest.importorskip("moshi")
-av = pytest.importorskip("av")
+pytest.importorskip("av")
+
+import av
 
 from duplexkit.models import load_model
 from duplexkit.models.moshi.tiny import write_tiny_checkpoint

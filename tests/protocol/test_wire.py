@@ -630,7 +630,6 @@ def test_openai_terms_named_as_served_are_taken() -> None:
     assert isinstance(parsed, ce.SessionUpdate)
 
 
-
 def test_session_update_accepts_the_openai_ga_shape() -> None:
     frame = _dumps(
         {
