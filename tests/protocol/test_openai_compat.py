@@ -693,6 +693,32 @@ def test_a_ga_session_update_is_read_and_reported_where_openai_puts_each_term() 
     assert not {"turn_detection", "voice", "modalities", "max_tokens"} & set(theirs.model_extra or {})
 
 
+@pytest.mark.parametrize(
+    "session",
+    [
+        {"audio": {"input": {"noise_reduction": {"type": "near_field"}}}},  # τ-Voice, on every session
+        {"audio": {"input": {"noise_reduction": {"type": "far_field"}}}},
+        {"audio": {}, "input_audio_noise_reduction": {"type": "near_field"}},  # beta's name
+    ],
+)
+def test_noise_reduction_is_taken_and_reported_not_in_force(session: dict[str, Any]) -> None:
+    """τ-Voice asks for near-field noise reduction on every session and fails on any `error` (it was
+    refused with `unsupported_value`): the request is taken, its shape checked, and `session.updated`
+    reports none in force, valid for the SDK's GA `SessionUpdatedEvent`."""
+    from duplexkit.engine import EngineConfig, EngineSession
+    from duplexkit.protocol.wire import parse_client_event
+
+    engine = EngineSession("sess_nr", EngineConfig(model="m"))
+    engine.start(0.0)
+    pcmu = {"format": {"type": "audio/pcmu"}}  # as τ-Voice's, both ways
+    audio = {"input": {**pcmu, **session["audio"].get("input", {})}, "output": pcmu}
+    session = {"type": "realtime", **session, "audio": audio}
+    update = parse_client_event(json.dumps({"type": "session.update", "session": session}))
+    [updated] = engine.handle(update, 0.0).events
+    theirs = SessionUpdatedEvent.model_validate(_wire(updated), strict=True).session
+    assert theirs.audio.input.noise_reduction is None
+
+
 def test_a_reply_s_usage_counts_what_was_observed_and_omits_what_was_not() -> None:
     """OpenAI's usage shape: the reply's text tokens as `output_tokens` and `output_token_details`; the
     input the model did not count is omitted (EVA-Bench logged it as 0), and so is the total it would be

@@ -591,9 +591,9 @@ def test_unknown_top_level_fields_are_kept() -> None:
         ({"speed": 0.8}, "unsupported_value", "session.speed"),
         ({"tracing": "auto"}, "unsupported_value", "session.tracing"),
         (
-            {"audio": {"input": {"noise_reduction": {"type": "near_field"}}}},
-            "unsupported_value",
-            "session.audio.input.noise_reduction",
+            {"audio": {"input": {"noise_reduction": {"type": "studio"}}}},
+            "invalid_value",
+            "session.audio.input.noise_reduction.type",
         ),
         ({"truncation": "disabled"}, "unsupported_value", "session.truncation"),
         ({"include": ["item.input_audio_transcription.logprobs"]}, "unsupported_value", "session.include"),

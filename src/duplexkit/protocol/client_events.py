@@ -164,6 +164,15 @@ class InputAudioTranscription(BaseModel):
     delay: Literal["minimal", "low", "medium", "high", "xhigh"] | None = None
 
 
+class NoiseReduction(BaseModel):
+    """`audio.input.noise_reduction` (beta `input_audio_noise_reduction`): `{type: near_field | far_field}`.
+    Taken and not applied (`NOT_APPLIED_TERMS`): `session.updated` reports `null`, what is in force."""
+
+    model_config = ConfigDict(extra="forbid")
+
+    type: Literal["near_field", "far_field"]
+
+
 class GaAudioFormat(BaseModel):
     """GA `audio.{input,output}.format`: `{type, rate?}` (`audio/pcm` without a rate is 24 kHz)."""
 
@@ -183,7 +192,7 @@ class GaAudioInput(BaseModel):
 
     format: GaAudioFormat | None = None
     transcription: InputAudioTranscription | None = None
-    noise_reduction: Any = None
+    noise_reduction: NoiseReduction | None = None
     turn_detection: TurnDetection | None = None
 
 
@@ -217,7 +226,14 @@ OPENAI_FIXED_TERMS: Final[dict[str, Any]] = {
 """OpenAI session terms (GA path → value) this server serves one way only: no noise reduction, speech at
 normal speed, context truncated as the model does it, no OpenAI tracing, saved prompt, extra outputs,
 reasoning or parallel-call setting. A `session.update` may name them with that value (or null; `include`
-may be `[]`); another is `unsupported_value`. `session.updated` (GA) reports them at their paths."""
+may be `[]`); another is `unsupported_value`, except the terms of `NOT_APPLIED_TERMS`. `session.updated`
+(GA) reports them at their paths."""
+
+NOT_APPLIED_TERMS: Final = frozenset({"audio.input.noise_reduction"})
+"""Fixed terms a client may name with any value OpenAI defines, taken and not applied (`session.updated`
+reports the value in force): τ-Voice asks for `near_field` noise reduction on every session and fails on
+any `error`, so refusing it would keep τ-Voice off this server; its shape is still checked
+(`NoiseReduction`)."""
 
 _BETA_FIXED_NAMES: Final = {
     "input_audio_noise_reduction": "audio.input.noise_reduction",
@@ -266,7 +282,7 @@ class SessionConfig(BaseModel):
     max_output_tokens: int | Literal["inf"] | None = None
     max_response_output_tokens: int | Literal["inf"] | None = None
     # OpenAI's terms served one way only (`OPENAI_FIXED_TERMS`).
-    input_audio_noise_reduction: Any = None
+    input_audio_noise_reduction: NoiseReduction | None = None
     speed: Any = None
     truncation: Any = None
     tracing: Any = None
@@ -304,7 +320,8 @@ class SessionConfig(BaseModel):
         """Read OpenAI's GA and beta names onto the flat fields, where no flat field was named: GA's
         `output_modalities`, `audio.input.{format, transcription, turn_detection}` and
         `audio.output.{format, voice}`, the reply budget (GA `max_output_tokens`, beta
-        `max_response_output_tokens`; `"inf"` sets none); refuse a fixed term named otherwise."""
+        `max_response_output_tokens`; `"inf"` sets none); refuse a fixed term named otherwise (but
+        take one of `NOT_APPLIED_TERMS`)."""
         named = set(self.model_fields_set)
 
         def take(name: str, value: object) -> None:
@@ -345,6 +362,8 @@ class SessionConfig(BaseModel):
                 if rate is not None:
                     take(f"{direction}_sample_rate_hz", rate)
         for name, (path, value) in fixed.items():
+            if path in NOT_APPLIED_TERMS:
+                continue
             served = OPENAI_FIXED_TERMS[path]
             if value is not None and value != served and not (path == "include" and value == []):
                 only = "is not served: send null" if served is None else f"is served as {served!r} only"
