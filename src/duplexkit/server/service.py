@@ -388,7 +388,7 @@ class DuplexServer:
         try:
             dialect = select_dialect(request.query, request.headers)
             offer = parse_offer(request.headers.get("content-type", ""), request.body)
-            opening = opening_update(offer.session, config.input_sample_rate_hz)
+            opening = opening_update(offer.session)
         except ValueError as exc:
             return _http_error(400, ErrorCode.INVALID_VALUE, str(exc), "dialect")
         except ProtocolError as exc:

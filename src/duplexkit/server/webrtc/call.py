@@ -276,7 +276,7 @@ class WebRTCCall:
         pinned; audio is PCM16 on a call), or the coded error the runner answers it with."""
         try:
             obj = client_object(message, max_bytes=self._max_event_bytes, dialect=self._dialect)
-            return ce.validate_client_event(pinned_client_object(obj, self._input_rate_hz), "pcm16")
+            return ce.validate_client_event(pinned_client_object(obj), "pcm16")
         except ProtocolError as exc:
             return exc
 

@@ -103,9 +103,14 @@ def _check_sdp(sdp: str) -> bool:
     return "application" in live
 
 
-def pinned_session(session: Mapping[str, Any], input_rate_hz: int) -> dict[str, Any]:
-    """`session` with the call's audio terms: PCM16 at the model's input rate in, PCM16 out (the edge's
-    own encoding between the tracks and the engine), and playback acknowledged from the track."""
+SESSION_PCM_RATE_HZ = 24_000
+"""The PCM rate a call's session reports: OpenAI's `audio/pcm` (the SDK's session type allows no other).
+Nothing is read at it: the call's audio reaches the engine as appends that name the model's rate."""
+
+
+def pinned_session(session: Mapping[str, Any]) -> dict[str, Any]:
+    """`session` with the call's audio terms: PCM16 in and out (the edge's own encoding between the tracks
+    and the engine, at OpenAI's nominal rate), and playback acknowledged from the track."""
     pinned = dict(session)
     audio = pinned.get("audio")
     if isinstance(audio, dict):  # the GA shape's formats (`audio.input.format`) describe base64 audio
@@ -116,25 +121,25 @@ def pinned_session(session: Mapping[str, Any], input_rate_hz: int) -> dict[str, 
     pinned.update(
         input_audio_format="pcm16",
         output_audio_format="pcm16",
-        input_sample_rate_hz=input_rate_hz,
+        input_sample_rate_hz=SESSION_PCM_RATE_HZ,
         playback_commit_policy="ack_only",
     )
     return pinned
 
 
-def opening_update(session: Mapping[str, Any], input_rate_hz: int) -> ce.SessionUpdate:
+def opening_update(session: Mapping[str, Any]) -> ce.SessionUpdate:
     """The call's first event for the runner: `session.update` with the pinned session. Raises
     `ProtocolError` when the client's session object is not valid, so the POST can refuse it."""
-    obj = {"type": "session.update", "session": pinned_session(session, input_rate_hz)}
+    obj = {"type": "session.update", "session": pinned_session(session)}
     event = ce.validate_client_event(obj, "pcm16")
     assert isinstance(event, ce.SessionUpdate)
     return event
 
 
-def pinned_client_object(obj: dict[str, Any], input_rate_hz: int) -> dict[str, Any]:
+def pinned_client_object(obj: dict[str, Any]) -> dict[str, Any]:
     """A client event object from the data channel, with a `session.update`'s audio terms pinned (any
     other passes unchanged)."""
     session = obj.get("session")
     if obj.get("type") != "session.update" or not isinstance(session, dict):
         return obj
-    return {**obj, "session": pinned_session(session, input_rate_hz)}
+    return {**obj, "session": pinned_session(session)}
