@@ -190,6 +190,8 @@ class ScriptedPolicy:
                 self._awaiting.clear()
                 return Interrupt()
             return Listen()
+        if self._awaiting and (unit.final or not speech):  # the turn's calls wait for their outputs
+            return Listen("silence_or_noise")
         if unit.final or (self._heard_speech and not unit.continuation):
             self._heard_speech = False
             calls = self._tool_calls()
