@@ -13,6 +13,10 @@ import numpy.typing as npt
 from duplexkit.server import EmbeddedServer
 
 QUESTION = "What is the weather like in Paris?"
+"""Asked in real time (the project's piper voice)."""
+QUESTION_AT_ONCE = "Hello there. Can you tell me what the weather is like in Paris today?"
+"""Sent whole at once: espeak-ng's reading, whose pause after the greeting let a model open a reply
+inside the question, which the rest of it then cut (the regression the at-once cells were added for)."""
 SCRIPTED_REPLY = "This is a scripted reply."
 ANSWER_WORDS = ("what", "weather", "like")
 """The cascade's `echo` responder says back what it heard: its answer names the question's words (not

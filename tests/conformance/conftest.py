@@ -12,21 +12,31 @@ import pytest
 
 from duplexkit.models import ModelPlugin, load_model
 from duplexkit.server import EmbeddedServer
-from tests.conformance.checks import QUESTION, Samples
+from tests.conformance.checks import QUESTION, QUESTION_AT_ONCE, Samples
 
 pytest.importorskip("piper", reason="needs the tts extra: pip install 'duplexkit[cascade,tts]'")
 from duplexkit.models.cascade.drive import silence, spoken, with_noise_floor
-from duplexkit.models.cascade.tts import PiperSynthesizer
+from duplexkit.models.cascade.tts import EspeakSynthesizer, PiperSynthesizer
 
 os.environ["HF_HUB_OFFLINE"] = "1"  # nothing may reach a model hub: the weights are in the packages
 
 
 @pytest.fixture(scope="module")
-def question() -> Samples:
-    """The question at 16 kHz: a quiet lead, the words, and a pause after them (where a model that takes
-    turns itself answers)."""
-    speech = spoken(PiperSynthesizer(deterministic=True), QUESTION)
-    return with_noise_floor(np.concatenate([silence(300), speech, silence(1500)]))
+def voices() -> dict[str, Samples]:
+    """The question at 16 kHz for each pacing: a quiet lead, the words, and a pause after them (where a
+    model that takes turns itself answers)."""
+    asked = spoken(PiperSynthesizer(deterministic=True), QUESTION)
+    sent = spoken(EspeakSynthesizer(), QUESTION_AT_ONCE)
+    return {
+        pacing: with_noise_floor(np.concatenate([silence(300), speech, silence(1500)]))
+        for pacing, speech in (("realtime", asked), ("at-once", sent))
+    }
+
+
+@pytest.fixture
+def question(voices: dict[str, Samples], request: pytest.FixtureRequest) -> Samples:
+    """The question the cell's pacing asks."""
+    return voices[request.node.callspec.params["pacing"]]
 
 
 class Models:

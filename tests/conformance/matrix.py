@@ -36,19 +36,35 @@ class Client:
     """Why the whole-clip pacing does not apply to this client (`None`: it does)."""
     xfail: dict[tuple[str, str], str] | None = None
     """(model, pacing) → the issue that fixes a cell failing today."""
+    tools: str | None = None
+    """The test module that runs this client's tool calls against the scripted model (`None`: its
+    protocol carries no function calls)."""
 
 
 MOSHI_ONLY_ON_API_CHAT = "Moshi is served to Moshi clients on /api/chat; this client speaks another protocol"
 
 CLIENTS = (
-    Client("openai-ga", "openai SDK `client.realtime` (WebSocket)", "/v1/realtime", "test_openai.py"),
-    Client("openai-beta", "openai SDK `client.beta.realtime` (WebSocket)", "/v1/realtime", "test_openai.py"),
+    Client(
+        "openai-ga",
+        "openai SDK `client.realtime` (WebSocket)",
+        "/v1/realtime",
+        "test_openai.py",
+        tools="tests/server/test_tools_e2e.py",
+    ),
+    Client(
+        "openai-beta",
+        "openai SDK `client.beta.realtime` (WebSocket)",
+        "/v1/realtime",
+        "test_openai.py",
+        tools="tests/server/test_tools_e2e.py",
+    ),
     Client(
         "openai-webrtc",
         "openai SDK `client.realtime.calls` + aiortc (WebRTC)",
         "/v1/realtime/calls",
         "test_telephony.py",
         at_once="a WebRTC track carries audio in real time: there is no whole clip to send",
+        tools="tests/server/test_webrtc_tools.py",
     ),
     Client(
         "pipecat",
@@ -56,18 +72,21 @@ CLIENTS = (
         "/v1/realtime",
         "test_frameworks.py",
         at_once="Pipecat forwards audio as its transport delivers it, in real time, under server VAD",
+        tools="tests/server/test_pipecat_tools.py",
     ),
     Client(
         "livekit",
         "livekit-plugins-openai `RealtimeModel` session",
         "/v1/realtime",
         "test_frameworks.py",
+        tools="tests/server/test_livekit_tools.py",
     ),
     Client(
         "vllm-omni",
         "vLLM-Omni's duplex client contract (`?duplex=1`, raw WebSocket)",
         "/v1/realtime?duplex=1",
         "test_duplex.py",
+        tools="tests/server/test_vllm_omni_tools.py",
     ),
     Client(
         "twilio",
@@ -133,10 +152,10 @@ def counts() -> dict[str, int]:
 
 
 def table() -> str:
-    """The docs table: one row per client, one column per model x pacing."""
+    """The docs table: one row per client, one column per model and pacing, and its tool-call test."""
     columns = [(model, pacing) for model in MODELS for pacing in PACINGS]
-    head = "| client | door | " + " | ".join(f"{m}, {p}" for m, p in columns) + " |"
-    rule = "| --- | --- | " + " | ".join("---" for _ in columns) + " |"
+    head = "| client | door | " + " | ".join(f"{m}, {p}" for m, p in columns) + " | tools |"
+    rule = "| --- | --- | " + " | ".join("---" for _ in columns) + " | --- |"
     rows = [head, rule]
     for client in CLIENTS:
         marks = []
@@ -147,12 +166,16 @@ def table() -> str:
                 marks.append("xfail")
             else:
                 marks.append("tested")
-        rows.append(f"| {client.package} | `{client.door}` | " + " | ".join(marks) + " |")
+        tools = f"`{client.tools}`" if client.tools else "n/a"
+        rows.append(f"| {client.package} | `{client.door}` | " + " | ".join(marks) + f" | {tools} |")
     c = counts()
     rows.append("")
     rows.append(
         f"{c['run']} cells run, {c['skipped']} not applicable (each with its reason in "
-        f"`tests/conformance/matrix.py`), {c['expected_to_fail']} expected to fail."
+        f"`tests/conformance/matrix.py`), {c['expected_to_fail']} expected to fail. Full-Duplex-Bench v3's "
+        "built-in oracle run, chained calls included, is `tests/bench/fdb3/test_oracle_builtin.py`; the "
+        "leaderboards' runners (τ-Voice's provider, FDB v2's Moshi adapter, EVA's assistant) are in "
+        "`tests/leaderboards/`."
     )
     return "\n".join(rows)
 
