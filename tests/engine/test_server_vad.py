@@ -159,3 +159,23 @@ def test_a_reply_the_model_starts_while_the_detector_hears_the_user_waits_for_th
     events = engine.step_finished(final, 1.1).events  # the final unit decides nothing: the held reply opens
     assert isinstance(events[0], se.ResponseCreated) and events[0].unit_end_ms == final.end_ms
     assert [e.delta for e in events if isinstance(e, se.ResponseOutputAudioTranscriptDelta)] == ["Sure "]
+
+
+def test_output_held_while_the_detector_heard_the_user_goes_out_once_it_is_turned_off() -> None:
+    """A client that turns server VAD off mid-speech (or a detector that broke) does not leave the model's
+    output held for an end of speech that will never come: it goes out with the next decision."""
+    engine = _session()
+    pcm = np.zeros(16_000, dtype="<i2").tobytes()
+    append = parse_client_event(
+        json.dumps({"type": "input_audio_buffer.append", "audio": base64.b64encode(pcm).decode()})
+    )
+    engine.speech_started(100.0, 0.1)
+    [first] = engine.handle(append, 0.2).units
+    audio = np.full(2_400, 0.1, dtype=np.float32)
+    assert engine.on_decision(first, Speak(tokens=("Sure ",), audio=audio), 0.3).events == []  # held
+    off = parse_client_event(json.dumps({"type": "session.update", "session": {"turn_detection": None}}))
+    engine.handle(off, 0.4)
+    [second] = engine.handle(append, 0.5).units
+    events = engine.on_decision(second, Speak(tokens=("then.",), audio=audio, end_of_turn=True), 0.6).events
+    said = [e.delta for e in events if isinstance(e, se.ResponseOutputAudioTranscriptDelta)]
+    assert said == ["Sure ", "then."]

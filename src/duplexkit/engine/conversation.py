@@ -1,4 +1,5 @@
-"""The conversation: its items in order, each placed where it entered on the input media clock.
+"""The conversation: its items in order, each placed where it entered on the input media clock, and which
+of them the user's speech is (`UserSpeech`).
 
 OpenAI's contract places an item after `previous_item_id`; a duplex session also places the user's speech
 where it was said, however late its transcript completes (before the reply the model opened after it).
@@ -7,11 +8,12 @@ Sans-I/O: no clock, no I/O; a refusal is a `ProtocolError` with its code.
 
 from __future__ import annotations
 
-from collections.abc import Iterator
+from collections.abc import Callable, Iterator
 from typing import Any
 
 from pydantic import ValidationError
 
+from duplexkit.engine.decisions import Transcribed
 from duplexkit.engine.tools import check_arguments
 from duplexkit.protocol import server_events as se
 from duplexkit.protocol.errors import ErrorCode, ProtocolError
@@ -118,3 +120,78 @@ def client_item(raw: dict[str, Any], default_id: str) -> se.ConversationItem:
     if item.type != "message":
         item.content = None
     return item
+
+
+class UserSpeech:
+    """Which user item the user's speech is: the one server VAD hears now (`speaking`), the latest one
+    announced (server VAD's, a commit's) whose transcript has not come, and the one a transcript in
+    progress names. Its events say so; its items enter the conversation."""
+
+    def __init__(self, conversation: Conversation, new_id: Callable[[str], str]) -> None:
+        self._conversation = conversation
+        self._new_id = new_id
+        self.speaking: str | None = None
+        """Server VAD's item while it hears the user (from speech start to speech stop)."""
+        self._unheard: str | None = None
+        self._transcribing: str | None = None
+
+    def started(self, audio_start_ms: float) -> se.InputAudioBufferSpeechStarted:
+        self.speaking = self._unheard = self._new_id("item")
+        return se.InputAudioBufferSpeechStarted(audio_start_ms=round(audio_start_ms), item_id=self.speaking)
+
+    def stopped(self, audio_end_ms: float) -> se.InputAudioBufferSpeechStopped:
+        """Speech stopped: its item (server VAD's, else a new one) is the one a commit now makes."""
+        item_id, self.speaking = self.speaking or self._new_id("item"), None
+        return se.InputAudioBufferSpeechStopped(audio_end_ms=round(audio_end_ms), item_id=item_id)
+
+    def not_heard(self) -> None:
+        """Server VAD is off (turned off, or it broke): nobody is heard speaking."""
+        self.speaking = None
+
+    def committed(self, item_id: str | None, media_ms: float) -> list[se.ServerEventBase]:
+        """The buffered input becomes user item `item_id` (server VAD's speech names it; else a new one),
+        at the end of the conversation, awaiting its transcript."""
+        item_id = item_id or self._new_id("item")
+        item = se.ConversationItem(id=item_id, role="user", content=[se.ItemContent(type="input_audio")])
+        previous = self._conversation.append(item, media_ms)
+        self._unheard = item_id
+        return [
+            se.InputAudioBufferCommitted(item_id=item_id, previous_item_id=previous, audio_end_ms=media_ms),
+            se.ConversationItemAdded(item=item, previous_item_id=previous),
+            se.ConversationItemDone(item=item, previous_item_id=previous),
+        ]
+
+    def transcribed(self, heard: Transcribed, media_ms: float) -> list[se.ServerEventBase]:
+        """Input transcription events for the utterance being heard. They name the user item of the
+        speech: the latest one announced still without a transcript, else a new user item added when the
+        transcript completes. That item goes where the speech ended (`heard.speech_end_ms`), before the
+        reply the model opened after it, however late the recogniser finished: `previous_item_id` names
+        the item before it."""
+        if self._transcribing is None:
+            self._transcribing = self._unheard or self._new_id("item")
+        item_id = self._transcribing
+        if not heard.final:
+            return [se.InputAudioTranscriptionDelta(item_id=item_id, delta=heard.text)]
+        self._transcribing = None
+        if self._unheard == item_id:
+            self._unheard = None
+        events: list[se.ServerEventBase] = []
+        known = [item for item in self._conversation if item.id == item_id]
+        if known and known[0].content:
+            known[0].content[0].transcript = heard.text
+        else:
+            item = se.ConversationItem(
+                id=item_id, role="user", content=[se.ItemContent(type="input_audio", transcript=heard.text)]
+            )
+            said_ms = media_ms if heard.speech_end_ms is None else heard.speech_end_ms
+            previous = self._conversation.insert_said(item, said_ms)
+            events.append(se.ConversationItemAdded(item=item, previous_item_id=previous))
+            events.append(se.ConversationItemDone(item=item, previous_item_id=previous))
+        events.append(
+            se.InputAudioTranscriptionCompleted(
+                item_id=item_id,
+                transcript=heard.text,
+                usage=se.TranscriptionUsage(seconds=round(heard.audio_seconds, 3)),
+            )
+        )
+        return events

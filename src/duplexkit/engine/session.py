@@ -12,7 +12,7 @@ import math
 from dataclasses import dataclass, field
 from typing import Any, Literal
 
-from duplexkit.engine.conversation import Conversation, client_item
+from duplexkit.engine.conversation import Conversation, UserSpeech, client_item
 from duplexkit.engine.decisions import Decision, FunctionCall, Interrupt, Listen, Speak, Transcribed
 from duplexkit.engine.fence import Fence
 from duplexkit.engine.ledger import RequestStartLedger, ResponseTiming
@@ -58,10 +58,7 @@ class EngineSession:
         self._counter = 0
         self._continuations = 0
         self._last_input_at: float | None = None
-        self._vad_item: str | None = None
-        self._unheard: str | None = None
-        """The latest user item announced (server VAD's speech, a commit) whose transcript has not come."""
-        self._transcript_item: str | None = None
+        self._speech = UserSpeech(self._conversation, self._new_id)
         self._tools = ToolLedger()
         self._held: list[Decision] = []
         """Output the model decided on units before a queued final unit (a clip sent at once, then its
@@ -208,21 +205,8 @@ class EngineSession:
         return interrupted
 
     def _commit(self, now: float, *, is_speech: bool | None = None, item_id: str | None = None) -> Step:
-        """The buffered input becomes user item `item_id` (server VAD's speech names it; else a new one)."""
-        item_id = item_id or self._new_id("item")
-        item = se.ConversationItem(id=item_id, role="user", content=[se.ItemContent(type="input_audio")])
-        previous = self._conversation.append(item, self._input.media_ms)
-        self._unheard = item_id
-        committed = se.InputAudioBufferCommitted(
-            item_id=item_id, previous_item_id=previous, audio_end_ms=self._input.media_ms
-        )
-        step = Step(
-            events=[
-                committed,
-                se.ConversationItemAdded(item=item, previous_item_id=previous),
-                se.ConversationItemDone(item=item, previous_item_id=previous),
-            ]
-        )
+        """The buffered input becomes a user item (`UserSpeech.committed`) and a final unit."""
+        step = Step(events=self._speech.committed(item_id, self._input.media_ms))
         step.units.append(self._final_unit(now, is_speech=is_speech))
         return step
 
@@ -232,12 +216,7 @@ class EngineSession:
         vad = self.settings.turn_detection
         if vad is None or self.closed:
             return Step()
-        self._vad_item = self._unheard = self._new_id("item")
-        step = Step(
-            events=[
-                se.InputAudioBufferSpeechStarted(audio_start_ms=round(audio_start_ms), item_id=self._vad_item)
-            ]
-        )
+        step = Step(events=[self._speech.started(audio_start_ms)])
         if vad.interrupt_response and (self._response is not None or self._tools.pending):
             step.extend(self._interrupt("turn_detected", now, first_unit=unit_index))
         return step
@@ -245,6 +224,7 @@ class EngineSession:
     def vad_failed(self, message: str) -> Step:
         """Server VAD broke: turn detection falls back to model-native, and the client is told so."""
         self.settings.turn_detection = None
+        self._speech.not_heard()
         return Step(
             events=[
                 se.error_event(
@@ -259,11 +239,9 @@ class EngineSession:
         vad = self.settings.turn_detection
         if vad is None or self.closed:
             return Step()
-        item_id = self._vad_item or self._new_id("item")
-        step = Step(
-            events=[se.InputAudioBufferSpeechStopped(audio_end_ms=round(audio_end_ms), item_id=item_id)]
-        )
-        self._vad_item = None
+        stopped = self._speech.stopped(audio_end_ms)
+        step = Step(events=[stopped])
+        item_id = stopped.item_id
         if vad.create_response:
             step.extend(self._commit(now, is_speech=True, item_id=item_id))
         return step
@@ -487,8 +465,8 @@ class EngineSession:
         for a unit before a queued final unit is held for it (`_hold`)."""
         if self.closed or not self.admits(unit):
             return Step()
-        if isinstance(decision, Transcribed):
-            return self._transcribed(decision)
+        if isinstance(decision, Transcribed):  # what the user said is never held
+            return self._decide(unit, decision, now)
         if self._in_user_turn(unit):
             return self._hold(unit, decision, now)
         step = self._release(unit, now)
@@ -499,7 +477,8 @@ class EngineSession:
         """`unit` is inside a turn of the user's that has not ended where the model steps it: the client
         has declared the turn's end after it (a final unit is queued behind it), or server VAD hears the
         user still speaking (under server VAD, the detector ends turns: OpenAI's contract)."""
-        return self._input.turn_continues(unit) or self._vad_item is not None
+        heard = self._speech.speaking is not None and self.settings.turn_detection is not None
+        return self._input.turn_continues(unit) or heard
 
     def _hold(self, unit: Unit, decision: Decision, now: float) -> Step:
         """A decision inside a turn the client has already ended (audio sent faster than real time, then
@@ -531,6 +510,8 @@ class EngineSession:
         return step
 
     def _decide(self, unit: Unit, decision: Decision, now: float) -> Step:
+        if isinstance(decision, Transcribed):
+            return Step(events=self._speech.transcribed(decision, self._input.media_ms))
         if self._asked == unit.index and not isinstance(decision, Interrupt):
             self._asked = None  # answered by the response this opens, continues or ends...
             if isinstance(decision, Listen) and self._response is None:  # ...else by an empty one
@@ -542,46 +523,9 @@ class EngineSession:
             if self._response is not None or self._tools.pending or stale_request:
                 return self._interrupt("barge_in", now, first_unit=unit.index + 1)
             return Step()
-        if isinstance(decision, Transcribed):
-            return self._transcribed(decision)
         if isinstance(decision, FunctionCall):
             return self._call(decision, unit.end_ms, now)
         return self._speak(decision, unit.end_ms, now)
-
-    def _transcribed(self, heard: Transcribed) -> Step:
-        """Input transcription events for the utterance being heard. They name the user item of the
-        speech: the latest one announced (server VAD's, a commit's) still without a transcript, else a new
-        user item added to the conversation when the transcript completes. That item goes where the speech
-        ended (`heard.speech_end_ms`), before the reply the model opened after it, however late the
-        recogniser finished: `previous_item_id` names the item before it."""
-        if self._transcript_item is None:
-            self._transcript_item = self._unheard or self._new_id("item")
-        item_id = self._transcript_item
-        if not heard.final:
-            return Step(events=[se.InputAudioTranscriptionDelta(item_id=item_id, delta=heard.text)])
-        self._transcript_item = None
-        if self._unheard == item_id:
-            self._unheard = None
-        step = Step()
-        known = [item for item in self._conversation if item.id == item_id]
-        if known and known[0].content:
-            known[0].content[0].transcript = heard.text
-        else:
-            item = se.ConversationItem(
-                id=item_id, role="user", content=[se.ItemContent(type="input_audio", transcript=heard.text)]
-            )
-            said_ms = self._input.media_ms if heard.speech_end_ms is None else heard.speech_end_ms
-            previous = self._conversation.insert_said(item, said_ms)
-            step.events.append(se.ConversationItemAdded(item=item, previous_item_id=previous))
-            step.events.append(se.ConversationItemDone(item=item, previous_item_id=previous))
-        step.events.append(
-            se.InputAudioTranscriptionCompleted(
-                item_id=item_id,
-                transcript=heard.text,
-                usage=se.TranscriptionUsage(seconds=round(heard.audio_seconds, 3)),
-            )
-        )
-        return step
 
     def on_step_failed(
         self, unit: Unit, message: str, now: float, code: ErrorCode = ErrorCode.MODEL_STEP_FAILED
