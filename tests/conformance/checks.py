@@ -69,7 +69,7 @@ def assert_answers(text: str, model: str) -> None:
 async def slot_freed(server: EmbeddedServer, timeout_s: float = 10.0) -> None:
     """The session's slot is back once the client has gone."""
     async with httpx.AsyncClient() as http, asyncio.timeout(timeout_s):
-        for _ in iter(int, 1):  # polled: the slot is a server's state, with no event a client can await
+        while True:  # polled: the slot is a server's state, with no event a client can await
             if not (await http.get(f"{server.http_url}/healthz")).json()["sessions"]:
                 return
             await asyncio.sleep(0.05)

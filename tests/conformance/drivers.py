@@ -21,7 +21,7 @@ from pydantic import TypeAdapter
 from duplexkit.protocol.audio import decode_audio, encode_audio, resample
 from duplexkit.server import EmbeddedServer
 from tests.conformance.checks import Samples, Turn, from_pcm16, pcm16
-from tests.server.moshi_peer import FdbMoshiClient
+from tests.server.moshi_peer import FRAME, FdbMoshiClient
 from tests.server.twilio_peer import TwilioPeer
 from tests.server.webrtc_peer import RATE as PEER_RATE
 from tests.server.webrtc_peer import CallPeer
@@ -194,7 +194,11 @@ async def fdb_moshi(server: EmbeddedServer, question: Samples, pacing: str) -> T
         receiving = asyncio.create_task(client.receive())
         try:
             await client.send_realtime(clip)
-            await asyncio.sleep(0.3)
+            async with asyncio.timeout(30):  # a frame out per frame in: a slow first step catches up
+                while True:  # (polled: the client's reader keeps no event to await)
+                    if len(client.output()) >= len(clip) - 3 * FRAME:
+                        break
+                    await asyncio.sleep(0.05)
         finally:
             receiving.cancel()
             await asyncio.gather(receiving, return_exceptions=True)
