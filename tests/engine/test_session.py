@@ -869,6 +869,18 @@ def test_any_client_event_resets_the_idle_clock_and_the_session_sets_its_own_tim
     assert types(h.engine.tick(9.5).events) == ["error", "session.closed"]
 
 
+def test_a_client_cannot_lengthen_the_idle_timeout_past_the_servers() -> None:
+    """Found by the engine fuzzer (tests/fuzz/test_engine_fuzz.py): `idle_timeout_s: 1e300` was taken, and
+    a silent client held its slot for ever. A client may shorten the deadline, never lengthen it."""
+    h = Harness(idle_timeout_s=30.0)
+    [error] = h.send("session.update", 0.0, session={"idle_timeout_s": 1e300, "voice": "verse"}).events
+    assert (error.error.code, error.error.param) == (ErrorCode.INVALID_VALUE, "session.idle_timeout_s")
+    assert (h.engine.settings.idle_timeout_s, h.engine.settings.voice) == (30.0, None)  # nothing changed
+    [updated] = h.send("session.update", 0.0, session={"idle_timeout_s": 30.0}).events  # the bound itself
+    assert updated.session.idle_timeout_s == 30.0
+    assert types(h.engine.tick(30.5).events) == ["error", "session.closed"]
+
+
 def test_idle_timeout_cancels_the_active_response_before_closing() -> None:
     h = Harness(idle_timeout_s=10.0)
     h.open_response(now=1.0)

@@ -292,6 +292,14 @@ class EngineSession:
                     param="session.modalities",
                 )
         _check_rates(update, self.settings)
+        limit = self.config.idle_timeout_s
+        if update.idle_timeout_s is not None and update.idle_timeout_s > limit:
+            # the server's idle deadline bounds how long a silent client holds its slot: shorter only
+            raise ProtocolError(
+                ErrorCode.INVALID_VALUE,
+                f"idle_timeout_s may be at most this server's {limit:g} s",
+                param="session.idle_timeout_s",
+            )
         s = self.settings
         for name in (
             "modalities",
