@@ -38,6 +38,9 @@ class EngineConfig:
     """What the serving model and the server impose on every session."""
 
     model: str
+    model_identity: dict[str, str] | None = None
+    """What exactly the model is (`ModelPlugin.identity`: its `id` and parts), sent as
+    `session.model_identity` beside `model`, the plugin's name OpenAI clients read."""
     chunk_period_ms: int = 1000
     first_unit_ms: int | None = None
     input_sample_rate_hz: int = 16_000
@@ -1224,6 +1227,7 @@ class EngineSession:
         return se.SessionInfo(
             id=self.session_id,
             model=c.model,
+            model_identity=c.model_identity,
             modalities=s.modalities,
             instructions=s.instructions,
             voice=s.voice,
