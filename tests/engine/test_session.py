@@ -839,6 +839,22 @@ def test_a_model_step_failure_without_a_response_is_reported_on_an_empty_failed_
     assert types(h.step(h.unit(1.0), Listen(), at=2.0)) == ["response.listen"]
 
 
+def test_a_failure_before_a_pending_requests_unit_answers_that_request() -> None:
+    """Found by the engine fuzzer (tests/fuzz/test_engine_fuzz.py): clip, commit, `response.create`, then
+    the model fails on an earlier unit of the clip. Its empty failed `response.done` was not the request's,
+    which stayed pending behind it, so the client, which reads that done as its answer, had its next
+    `response.create` refused (`conversation_already_has_active_response`) with no response active."""
+    h = Harness()
+    first, _ = h.append(2000).units
+    assert len(h.send("input_audio_buffer.commit", 0.1).units) == 1  # the final unit, queued
+    assert h.send("response.create", 0.1, response={"metadata": {"turn": "1"}}).events == []  # pending
+    failed = h.engine.on_step_failed(first, "boom", 1.0).events
+    assert types(failed) == ["response.created", "response.done"]
+    assert failed[-1].response.status == "failed" and failed[-1].response.metadata == {"turn": "1"}
+    again = h.send("response.create", 1.1).events
+    assert ErrorCode.CONVERSATION_ALREADY_HAS_ACTIVE_RESPONSE not in error_codes(again)
+
+
 def test_a_failure_of_a_stale_unit_is_dropped() -> None:
     h = Harness()
     stale = h.unit()
