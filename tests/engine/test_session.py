@@ -855,6 +855,17 @@ def test_a_failure_before_a_pending_requests_unit_answers_that_request() -> None
     assert ErrorCode.CONVERSATION_ALREADY_HAS_ACTIVE_RESPONSE not in error_codes(again)
 
 
+@pytest.mark.parametrize("kind", [{}, [], ["message"], 5, None])
+def test_an_item_whose_type_is_not_a_name_is_refused_coded(kind: Any) -> None:
+    """Found by the engine fuzzer (tests/fuzz/test_engine_fuzz.py): `conversation.item.create` with
+    `item.type: {}` raised TypeError (unhashable) out of the engine, which ended the session with
+    `internal_error`."""
+    h = Harness()
+    [error] = h.send("conversation.item.create", item={"type": kind, "role": "user"}).events
+    assert error.error.code == ErrorCode.INVALID_VALUE and error.error.param == "item.type"
+    assert h.engine.history == []
+
+
 def test_a_failure_of_a_stale_unit_is_dropped() -> None:
     h = Harness()
     stale = h.unit()
