@@ -6,6 +6,7 @@ a real server (scripted model) over real sockets. Prints one JSON object per sce
 
     PYTHONPATH=src .venv/bin/python benchmarks/chaos.py --out chaos.json
     PYTHONPATH=src .venv/bin/python benchmarks/chaos.py --only disconnect fuzz
+    PYTHONPATH=src .venv/bin/python benchmarks/chaos.py --only doors protocol_fuzz --minutes 5
 """
 
 from __future__ import annotations
@@ -34,6 +35,8 @@ SCENARIOS = (
     "sigkill",
     "clean_close",
     "cluster_burst",
+    "doors",
+    "protocol_fuzz",
 )
 
 
@@ -55,6 +58,13 @@ def main() -> None:
     parser.add_argument("--kill-samples", type=int, default=40, help="samples in the killed benchmark")
     parser.add_argument("--clean-closes", type=int, default=500, help="sessions closed cleanly at random")
     parser.add_argument("--burst-rounds", type=int, default=10, help="rounds of the cluster burst")
+    parser.add_argument(
+        "--minutes",
+        type=float,
+        default=2.0,
+        help="how long each fuzzer runs: random clients at every door (doors), the Sans-I/O state machines "
+        "(protocol_fuzz)",
+    )
     parser.add_argument("--seed", type=int, default=0, help="seed of every random choice")
     parser.add_argument("--out", type=Path, help="write every scenario's report here (JSON)")
     args = parser.parse_args()
@@ -87,6 +97,13 @@ def run(name: str, args: argparse.Namespace) -> dict[str, Any]:
         return asyncio.run(scenarios.clean_closes(args.clean_closes, seed=args.seed)).to_json()
     if name == "cluster_burst":
         return cluster_burst(args.burst_rounds)
+    if name == "doors":
+        report = scenarios.door_fuzz(seconds=args.minutes * 60, seed=args.seed)
+        return asyncio.run(report).to_json()
+    if name == "protocol_fuzz":
+        from tests.fuzz.long import protocol_fuzz
+
+        return protocol_fuzz(args.minutes * 60)
     with tempfile.TemporaryDirectory() as root:
         return scenarios.sigkill_bench(args.kills, args.kill_samples, root, seed=args.seed).to_json()
 

@@ -85,6 +85,7 @@ def make_run(
     model_args: dict[str, str] | None = None,
     server_model: str | None = None,
     health_model: str | None = None,
+    identity: str | None = None,
 ) -> Path:
     """A run folder whose samples have the given status (`published` gets a sentences file); `selected`:
     how many samples its selection (shard) held, default all of `samples`; `server_model`: what each
@@ -113,7 +114,7 @@ def make_run(
                 "model": model,
                 "embedded": embedded,
                 "model_args": model_args,
-                "pool": [{"url": url, "max_sessions": 4, "model": health_model}],
+                "pool": [{"url": url, "max_sessions": 4, "model": health_model, "model_identity": identity}],
             },
         },
     )
@@ -126,6 +127,7 @@ def make_run(
             "error": None if status == "published" else "drain_timeout",
             "server_url": url,
             "server_model": server_model,
+            "server_model_identity": identity,
             "finished_at": f"2026-12-01T08:{len(str(root)) % 60:02d}:00+00:00",
         }
         if status == "published":
@@ -161,6 +163,26 @@ def test_runs_not_measured_alike_are_refused_with_a_code_and_nothing_is_written(
         merge_runs([a, b], tmp_path / "merged")
     assert refused.value.code is code and str(refused.value).startswith(code.value)
     assert not (tmp_path / "merged").exists() and not list(tmp_path.glob(".merged*"))
+
+
+def test_runs_of_two_checkpoints_one_plugin_serves_are_refused_and_named(tmp_path: Path) -> None:
+    """Both servers say `moshi` (`session.model`, `/healthz` `model`) whatever checkpoint they load: the
+    old merge took a Moshi run and a PersonaPlex run for one model (`complete: true`). Their identities
+    (a content fingerprint of the checkpoint) differ, and the refusal names them."""
+    moshi, personaplex = "moshi@sha256:1111111111111111", "moshi@sha256:2222222222222222"
+    same = {"server_model": "moshi", "health_model": "moshi"}
+    a = make_run(tmp_path / "a", {("S", "1"): "published"}, identity=moshi, **same)
+    b = make_run(tmp_path / "b", {("S", "2"): "published"}, identity=personaplex, **same)
+    with pytest.raises(MergeError) as refused:
+        merge_runs([a, b], tmp_path / "merged")
+    assert refused.value.code is MergeCode.REPORTED_MODEL_MISMATCH
+    assert moshi in str(refused.value) and personaplex in str(refused.value)
+    c = make_run(
+        tmp_path / "c", {("S", "3"): "published"}, identity=moshi, url="ws://c:8000/v1/realtime", **same
+    )
+    merged = merge_runs([a, c], tmp_path / "merged")  # one checkpoint on two machines merges
+    run = json.loads((tmp_path / "merged" / "run.json").read_text())
+    assert merged.completeness["complete"] is True and run["server"]["model_identities"] == [moshi]
 
 
 def test_a_sample_published_twice_is_refused_and_named(tmp_path: Path) -> None:

@@ -8,6 +8,7 @@ from __future__ import annotations
 
 import asyncio
 import base64
+import contextlib
 import json
 import random
 from collections.abc import AsyncIterator, Iterator, Mapping
@@ -1004,4 +1005,346 @@ async def cluster_burst(
             if outcome not in ("admitted", "refused"):
                 report.lost += 1
                 report.outcomes_lost[outcome] = report.outcomes_lost.get(outcome, 0) + 1
+    return report
+
+
+# --- every door, fuzzed over real sockets ----------------------------------------------------------------
+
+DOORS = ("realtime", "vllm_omni", "moshi", "twilio")
+DOOR_OPENING_S = 0.5
+"""The opening deadline (`config_timeout_s`) of the door fuzzer's server."""
+DOOR_GRACE_S = 0.5
+"""Its disconnect grace: a vLLM-Omni session whose socket is lost holds its slot this long."""
+DOOR_IDLE_S = 0.6
+"""The idle timeout a realtime client that falls silent asks for (shorter than the server's)."""
+DOOR_SLACK_S = 1.5
+"""What a session may take past its deadline to end and free its slot (ticks, closing handshakes, load)."""
+
+
+@dataclass
+class DoorFuzzReport:
+    clients: int = 0
+    by_door: dict[str, int] = field(default_factory=dict)
+    """Clients per door."""
+    messages: dict[str, int] = field(default_factory=dict)
+    """Messages sent per door."""
+    invalid: dict[str, int] = field(default_factory=dict)
+    """Messages per door that are invalid by construction."""
+    endings: dict[str, int] = field(default_factory=dict)
+    refused: int = 0
+    """Clients refused admission (the server full): each with its retryable coded error."""
+    errors: dict[str, int] = field(default_factory=dict)
+    """Coded errors the clients read, by code (the server's metric for Twilio, which reads no errors)."""
+    unanswered_invalid: int = 0
+    """Invalid messages of clients that waited for their answers without an error for each (must be 0)."""
+    uncoded_errors: int = 0
+    internal_errors: int = 0
+    overdue_sessions: int = 0
+    """Silent or never-opened sessions the server had not ended by their deadline and slack (must be 0)."""
+    leaked_slots: int = 0
+    """Slots still held after the last client left, its grace and slack (must be 0; `/healthz`)."""
+    task_failures: float = 0.0
+    """`duplexkit_task_failures_total` over the run: a task that ended unsupervised would be counted here
+    or lost a slot (must be 0: nothing is injected)."""
+    failed_clients: int = 0
+    """Clients whose own code broke (a connection refused, a read that never ended; must be 0)."""
+    peak_rss_mib: float = 0.0
+    seconds: float = 0.0
+
+    def to_json(self) -> dict[str, Any]:
+        return asdict(self)
+
+
+def _door_server() -> tuple[ModelPlugin, ServerConfig]:
+    plugin = scripted(chunk_period_ms="200", reply="Hi.")
+    config = ServerConfig(
+        max_sessions=4,
+        limits=RunnerLimits(config_timeout_s=DOOR_OPENING_S, close_timeout_s=1.0),
+        resume=ResumeConfig(disconnect_grace_s=DOOR_GRACE_S, reap_interval_s=0.1),
+    )
+    return plugin, config
+
+
+def _ogg_stream() -> bytes:
+    from duplexkit.protocol import moshi
+
+    t = np.arange(24_000) / 24_000
+    return moshi.OpusEncoder().encode((0.2 * np.sin(2 * np.pi * 220 * t)).astype(np.float32))
+
+
+def _realtime_message(rng: random.Random) -> tuple[str | bytes, bool]:
+    """A realtime client's next message, and whether it is invalid by construction."""
+    roll = rng.random()
+    if roll < 0.35:
+        pcm = (speech(rng.choice([0.02, 0.1, 0.3]), rng.randint(0, 9)) * 32767).astype("<i2").tobytes()
+        return json.dumps(
+            {
+                "type": "input_audio_buffer.append",
+                "audio": base64.b64encode(pcm).decode(),
+                "sample_rate_hz": RATE,
+            }
+        ), False
+    if roll < 0.55:
+        valid = [
+            {"type": "input_audio_buffer.commit"},
+            {"type": "response.create"},
+            {"type": "response.cancel"},
+            {"type": "barge_in"},
+            {"type": "input_audio_buffer.clear"},
+            {"type": "session.heartbeat"},
+            {
+                "type": "conversation.item.create",
+                "item": {
+                    "type": "message",
+                    "role": "user",
+                    "content": [{"type": "input_text", "text": "hi"}],
+                },
+            },
+        ]
+        return json.dumps(rng.choice(valid)), False
+    kind = rng.choice(FUZZ_KINDS)
+    return fuzz_frame(rng, kind), kind in INVALID_BY_CONSTRUCTION
+
+
+def _moshi_message(rng: random.Random, ogg: bytes, offset: int) -> tuple[bytes | str, bool, int]:
+    roll = rng.random()
+    if roll < 0.6:
+        size = rng.choice([27, 200, 600, 2_000])
+        return b"\x01" + ogg[offset : offset + size], False, (offset + size) % len(ogg)
+    bad = rng.choice(
+        [b"", b"\x09junk", b"\x02text", "a text message", b"\x01garbage!", b"\x01OggS\x02" + bytes(30)]
+    )
+    # junk audio may land inside a page a cut left open (then that page, not the frame, is what is bad):
+    # only the frames that are never Moshi audio must each be answered
+    return bad, not bad.startswith(b"\x01") if isinstance(bad, bytes) else True, offset
+
+
+def _twilio_message(rng: random.Random, sid: str, clock: list[int]) -> tuple[str, bool]:
+    roll = rng.random()
+    if roll < 0.6:
+        clock[0] += 20
+        media = {
+            "track": "inbound",
+            "timestamp": str(clock[0]),
+            "payload": base64.b64encode(b"\x7f" * 160).decode(),
+        }
+        return json.dumps({"event": "media", "streamSid": sid, "media": media}), False
+    if roll < 0.7:
+        return json.dumps({"event": "dtmf", "streamSid": sid, "dtmf": {"digit": rng.choice("123#*")}}), False
+    if roll < 0.75:
+        return json.dumps({"event": "mark", "streamSid": sid, "mark": {"name": "forged"}}), False
+    bad = rng.choice(
+        [
+            "{not json",
+            "[1, 2]",
+            json.dumps({"event": "bogus", "streamSid": sid}),
+            json.dumps({"event": "media", "streamSid": sid, "media": {"payload": "!!", "timestamp": "nan"}}),
+            json.dumps(
+                {"event": "media", "streamSid": sid, "media": {"payload": "/w==", "timestamp": "1e13"}}
+            ),
+            json.dumps({"event": "dtmf", "streamSid": sid, "dtmf": {"digit": "A"}}),
+            "[" * 5_000 + "]" * 5_000,
+        ]
+    )
+    return bad, True
+
+
+async def _door_client(
+    door: str, index: int, rng: random.Random, server: EmbeddedServer, report: DoorFuzzReport, ogg: bytes
+) -> bool:
+    """One client at `door`: a random opening, random messages with bursts and pauses, and a random end
+    (a close frame, a lost socket, `session.close`, waiting for its answers, or falling silent)."""
+    import websockets
+
+    base = server.url.removesuffix("/v1/realtime")
+    url = {
+        "realtime": server.url,
+        "vllm_omni": server.url + "?duplex=1",
+        "moshi": base + "/api/chat",
+        "twilio": base + "/v1/twilio/stream",
+    }[door]
+    ending = rng.choice(["close", "abort", "answers", "silent", "session_close"])
+    if door in ("moshi", "twilio") and ending == "session_close":
+        ending = "close"
+    opens = door != "twilio" or rng.random() < 0.8
+    if door == "moshi" and ending == "silent":
+        ending = "answers"  # a Moshi client cannot shorten its idle timeout
+    if door == "twilio" and ending == "silent" and opens:
+        ending = "close"  # an open call streams; silence before `start` is the opening deadline's
+    report.endings[ending] = report.endings.get(ending, 0) + 1
+    received: list[str | bytes] = []
+    sent = invalid = 0
+    ws = await websockets.connect(url, max_size=None, open_timeout=10)
+
+    async def read() -> None:
+        with contextlib.suppress(websockets.ConnectionClosed):
+            async for message in ws:
+                received.append(message)
+
+    reader = asyncio.create_task(read())
+    try:
+        sid, clock, offset = f"MZ{index}", [0], rng.randrange(len(ogg))
+        if door == "twilio" and opens:
+            await ws.send(json.dumps({"event": "connected", "protocol": "Call", "version": "1.0.0"}))
+            start = {
+                "streamSid": sid,
+                "callSid": "CA1",
+                "accountSid": "AC1",
+                "mediaFormat": {"encoding": "audio/x-mulaw", "sampleRate": 8000, "channels": 1},
+            }
+            await ws.send(json.dumps({"event": "start", "streamSid": sid, "start": start}))
+        for _ in range(rng.randint(0, 60)):
+            if door in ("realtime", "vllm_omni"):
+                message, bad = _realtime_message(rng)
+            elif door == "moshi":
+                message, bad, offset = _moshi_message(rng, ogg, offset)
+            else:
+                message, bad = _twilio_message(rng, sid, clock)
+            await ws.send(message)
+            sent += 1
+            invalid += bad
+            if rng.random() < 0.2:
+                await asyncio.sleep(rng.choice([0.0, 0.01, 0.05, 0.2]))
+        report.messages[door] = report.messages.get(door, 0) + sent
+        report.invalid[door] = report.invalid.get(door, 0) + invalid
+        if ending == "abort":
+            ws.transport.abort()
+        elif ending == "session_close":
+            await ws.send('{"type": "session.close"}')
+            await asyncio.wait_for(reader, 10)
+        elif ending == "silent":
+            left = asyncio.get_running_loop().time()
+            if door != "twilio":
+                await ws.send(
+                    json.dumps({"type": "session.update", "session": {"idle_timeout_s": DOOR_IDLE_S}})
+                )
+            deadline = DOOR_OPENING_S if door == "twilio" else DOOR_IDLE_S
+            try:
+                await asyncio.wait_for(asyncio.shield(reader), deadline + DOOR_SLACK_S + 2.0)
+            except TimeoutError:
+                report.overdue_sessions += 1
+            else:
+                if asyncio.get_running_loop().time() - left > deadline + DOOR_SLACK_S + 2.0:
+                    report.overdue_sessions += 1
+        elif ending == "answers":
+            if door in ("realtime", "vllm_omni"):
+                await ws.send('{"type": "session.heartbeat"}')
+                async with asyncio.timeout(10):
+                    while not any(isinstance(m, str) and '"session.heartbeat_ack"' in m for m in received):
+                        if reader.done():
+                            break
+                        await asyncio.sleep(0.01)
+            else:
+                await asyncio.sleep(0.3)
+            await ws.close()
+        else:
+            await ws.close(rng.choice([1000, 1001]))
+    except websockets.ConnectionClosed:
+        pass  # the server ended the session (a fuzzed session.close, a refusal, an opening deadline)
+    finally:
+        if not reader.done():
+            with contextlib.suppress(asyncio.TimeoutError, TimeoutError):
+                await asyncio.wait_for(asyncio.shield(reader), 5)
+        reader.cancel()
+        with contextlib.suppress(BaseException):
+            await reader
+        if not ws.transport.is_closing():
+            ws.transport.abort()
+    return _read_answers(door, received, invalid, ending, report)
+
+
+def _read_answers(
+    door: str, received: list[str | bytes], invalid: int, ending: str, report: DoorFuzzReport
+) -> bool:
+    """Count the client's answers into `report`; whether it was refused admission."""
+    from duplexkit.protocol.errors import ErrorCode
+
+    codes = {code.value for code in ErrorCode} | {"resource_exhausted"}  # vLLM-Omni's capacity code
+    errors = 0
+    for message in received:
+        if isinstance(message, bytes):  # Moshi: a kind 5 frame is its error
+            if message[:1] == b"\x05":
+                errors += 1
+                report.internal_errors += message[1:].startswith(b"internal_error")
+            continue
+        if '"error"' not in message:
+            continue
+        event = json.loads(message)
+        if event.get("type") != "error" and "error" not in event:
+            continue
+        error = event.get("error") if isinstance(event.get("error"), dict) else event
+        code = str(error.get("code"))
+        if code in (ErrorCode.SESSION_CAPACITY_EXHAUSTED.value, "resource_exhausted"):
+            report.refused += 1
+        errors += 1
+        report.errors[code] = report.errors.get(code, 0) + 1
+        report.uncoded_errors += code not in codes
+        report.internal_errors += code == "internal_error"
+    refused = any(
+        isinstance(m, str) and ("capacity_exhausted" in m or "resource_exhausted" in m) for m in received
+    )
+    if ending == "answers" and door != "twilio" and not refused and errors < invalid:
+        report.unanswered_invalid += invalid - errors
+    return refused
+
+
+async def door_fuzz(
+    clients: int | None = None, *, seconds: float | None = None, seed: int = 0, concurrency: int = 5
+) -> DoorFuzzReport:
+    """Random clients at every door of one server (the scripted model, 4 slots), `concurrency` at a time,
+    for `clients` clients or `seconds`; then the slots must come back and no task may have failed."""
+    import httpx
+
+    from duplexkit.protocol.errors import ErrorCode
+
+    rng = random.Random(seed)
+    report = DoorFuzzReport()
+    loop = asyncio.get_running_loop()
+    started = loop.time()
+    ogg = _ogg_stream()
+    plugin, config = _door_server()
+    async with EmbeddedServer(plugin, config) as server:
+        gate = asyncio.Semaphore(concurrency)
+        tasks: list[asyncio.Task[None]] = []
+
+        async def one(index: int) -> None:
+            door = DOORS[index % len(DOORS)]
+            report.by_door[door] = report.by_door.get(door, 0) + 1
+            try:
+                if await _door_client(door, index, random.Random(rng.random()), server, report, ogg):
+                    await asyncio.sleep(0.05)  # refused: a slot frees soon after its client left
+            except Exception:
+                report.failed_clients += 1
+            finally:
+                gate.release()
+            report.peak_rss_mib = max(report.peak_rss_mib, Resources.now().rss_mib)
+
+        index = 0
+        while (clients is not None and index < clients) or (
+            seconds is not None and loop.time() - started < seconds
+        ):
+            await gate.acquire()
+            tasks.append(asyncio.create_task(one(index)))
+            tasks = [t for t in tasks if not t.done()]
+            index += 1
+        await asyncio.gather(*tasks)
+        report.clients = index
+        deadline = loop.time() + DOOR_GRACE_S + DOOR_SLACK_S + 3.0
+        async with httpx.AsyncClient() as http:
+            while True:
+                health = (await http.get(f"{server.http_url}/healthz")).json()
+                if not health["sessions"] or loop.time() > deadline:
+                    break
+                await asyncio.sleep(0.05)
+            report.leaked_slots = int(health["sessions"])
+            metrics = (await http.get(f"{server.http_url}/metrics")).text
+        codes = {code.value for code in ErrorCode}
+        for line in metrics.splitlines():
+            if line.startswith("duplexkit_task_failures_total{"):
+                report.task_failures += float(line.rsplit(" ", 1)[1])
+            elif line.startswith("duplexkit_errors_total{"):  # Twilio's errors are counted, not sent
+                code = line.split('code="')[1].split('"')[0]
+                report.uncoded_errors += code not in codes
+        report.peak_rss_mib = max(report.peak_rss_mib, Resources.now().rss_mib)
+    report.seconds = round(loop.time() - started, 3)
     return report

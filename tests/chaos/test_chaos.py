@@ -68,3 +68,12 @@ async def test_clients_closing_cleanly_anywhere_free_their_slots_at_once() -> No
     report = await scenarios.clean_closes(12, seed=3)
     assert report.sessions == 12 and set(report.by_dialect) == set(scenarios.CLEAN_CLOSE_DIALECTS)
     assert report.not_released == 0 and report.slots_in_use_after == 0  # a 30 s grace held none of them
+
+
+async def test_random_clients_at_every_door_get_coded_answers_and_leave_no_slot_or_failed_task() -> None:
+    report = await scenarios.door_fuzz(32, seed=5)
+    assert report.clients == 32 and set(report.by_door) == set(scenarios.DOORS)
+    assert report.failed_clients == 0
+    assert report.unanswered_invalid == 0 and report.uncoded_errors == 0 and report.internal_errors == 0
+    assert report.overdue_sessions == 0 and report.leaked_slots == 0 and report.task_failures == 0
+    assert sum(report.messages.values()) > 100 and sum(report.errors.values()) > 10

@@ -328,3 +328,29 @@ def test_frame_k_reaches_unit_k_when_appends_do_not_divide_the_units(grid: UnitG
         units += assembler.push(np.zeros(16 * append_ms, np.float32), 16_000, frames)
     assert len(units) >= 3
     assert [u.frames for u in units] == [(f"frame{k}".encode(),) for k in range(len(units))]
+
+
+def test_a_commit_whose_residual_ends_past_a_units_end_leaves_the_next_unit_whole() -> None:
+    """Found by the engine fuzzer (tests/fuzz/test_engine_fuzz.py): 3 s at 8 kHz, a few samples at 48 kHz
+    and 1 s at 24 kHz, each rate change flushing the last resampler's tail, then a commit: the residual
+    ended 2 samples past the 4 s unit end, and the next append cut a unit of -2 samples, which corrupted
+    the buffer (a later append raised ValueError out of the engine: the session ended `internal_error`)."""
+    grid = UnitGrid(80, None)
+    assembler = UnitAssembler(grid, 16_000)
+    assembler.push(np.zeros(24_000, np.float32), 8_000)
+    assembler.push(np.zeros(7, np.float32), 48_000)
+    assembler.push(np.zeros(24_000, np.float32), 24_000)
+    final = assembler.flush()
+    assert final.final and final.end_ms > 4000.0  # past the 4 s unit's end
+    units = [u for _ in range(20) for u in assembler.push(np.zeros(160, np.float32), 16_000)]
+    assert units and all(len(u.samples) > 0 for u in units)
+    assert units[0].start_ms == final.end_ms and units[0].end_ms == 4080.0
+    assert all(b.start_ms == a.end_ms for a, b in itertools.pairwise(units))
+
+
+def test_a_commit_on_a_units_end_makes_no_empty_unit_after_it() -> None:
+    assembler = UnitAssembler(UnitGrid(80, None), 16_000)
+    assembler.push(np.zeros(24 * 80, np.float32), 24_000)  # 80 ms at 24 kHz: held by the resampler
+    assert len(assembler.flush().samples) == 1280  # the whole first unit, as the final one
+    [unit] = assembler.push(np.zeros(1280, np.float32), 16_000)
+    assert (unit.start_ms, unit.end_ms, len(unit.samples)) == (80.0, 160.0, 1280)

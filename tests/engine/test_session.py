@@ -839,6 +839,33 @@ def test_a_model_step_failure_without_a_response_is_reported_on_an_empty_failed_
     assert types(h.step(h.unit(1.0), Listen(), at=2.0)) == ["response.listen"]
 
 
+def test_a_failure_before_a_pending_requests_unit_answers_that_request() -> None:
+    """Found by the engine fuzzer (tests/fuzz/test_engine_fuzz.py): clip, commit, `response.create`, then
+    the model fails on an earlier unit of the clip. Its empty failed `response.done` was not the request's,
+    which stayed pending behind it, so the client, which reads that done as its answer, had its next
+    `response.create` refused (`conversation_already_has_active_response`) with no response active."""
+    h = Harness()
+    first, _ = h.append(2000).units
+    assert len(h.send("input_audio_buffer.commit", 0.1).units) == 1  # the final unit, queued
+    assert h.send("response.create", 0.1, response={"metadata": {"turn": "1"}}).events == []  # pending
+    failed = h.engine.on_step_failed(first, "boom", 1.0).events
+    assert types(failed) == ["response.created", "response.done"]
+    assert failed[-1].response.status == "failed" and failed[-1].response.metadata == {"turn": "1"}
+    again = h.send("response.create", 1.1).events
+    assert ErrorCode.CONVERSATION_ALREADY_HAS_ACTIVE_RESPONSE not in error_codes(again)
+
+
+@pytest.mark.parametrize("kind", [{}, [], ["message"], 5, None])
+def test_an_item_whose_type_is_not_a_name_is_refused_coded(kind: Any) -> None:
+    """Found by the engine fuzzer (tests/fuzz/test_engine_fuzz.py): `conversation.item.create` with
+    `item.type: {}` raised TypeError (unhashable) out of the engine, which ended the session with
+    `internal_error`."""
+    h = Harness()
+    [error] = h.send("conversation.item.create", item={"type": kind, "role": "user"}).events
+    assert error.error.code == ErrorCode.INVALID_VALUE and error.error.param == "item.type"
+    assert h.engine.history == []
+
+
 def test_a_failure_of_a_stale_unit_is_dropped() -> None:
     h = Harness()
     stale = h.unit()
@@ -867,6 +894,18 @@ def test_any_client_event_resets_the_idle_clock_and_the_session_sets_its_own_tim
     h.send("session.heartbeat", 4.0)
     assert h.engine.tick(8.5) == Step()
     assert types(h.engine.tick(9.5).events) == ["error", "session.closed"]
+
+
+def test_a_client_cannot_lengthen_the_idle_timeout_past_the_servers() -> None:
+    """Found by the engine fuzzer (tests/fuzz/test_engine_fuzz.py): `idle_timeout_s: 1e300` was taken, and
+    a silent client held its slot for ever. A client may shorten the deadline, never lengthen it."""
+    h = Harness(idle_timeout_s=30.0)
+    [error] = h.send("session.update", 0.0, session={"idle_timeout_s": 1e300, "voice": "verse"}).events
+    assert (error.error.code, error.error.param) == (ErrorCode.INVALID_VALUE, "session.idle_timeout_s")
+    assert (h.engine.settings.idle_timeout_s, h.engine.settings.voice) == (30.0, None)  # nothing changed
+    [updated] = h.send("session.update", 0.0, session={"idle_timeout_s": 30.0}).events  # the bound itself
+    assert updated.session.idle_timeout_s == 30.0
+    assert types(h.engine.tick(30.5).events) == ["error", "session.closed"]
 
 
 def test_idle_timeout_cancels_the_active_response_before_closing() -> None:

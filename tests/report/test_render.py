@@ -77,6 +77,14 @@ def test_text_from_run_files_is_escaped(tmp_path: Path) -> None:
     assert html.count("<script>") == 1
 
 
+def test_the_run_section_names_the_model_each_server_said_it_served(tmp_path: Path) -> None:
+    pool = [{"url": "ws://a/v1/realtime", "model": "moshi", "model_identity": "moshi@sha256:1234abcd"}]
+    write_run_json(tmp_path, server={"url": "ws://a/v1/realtime", "model": "moshi", "pool": pool})
+    write_sample(tmp_path, meta(), SENTENCES)
+    assert load_run(tmp_path).run.model_identities == ("moshi@sha256:1234abcd",)
+    assert "moshi@sha256:1234abcd" in page(tmp_path)
+
+
 def test_header_coverage_latency_and_samples_are_shown(tmp_path: Path) -> None:
     html = page(standard_run(tmp_path))
 

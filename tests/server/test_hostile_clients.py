@@ -129,6 +129,26 @@ async def test_a_live_call_drops_and_counts_malformed_messages_and_goes_on(one_s
     await slot_freed(one_slot)
 
 
+@pytest.mark.parametrize("kind", [[], {}, ["response.create"]], ids=["list", "object", "list-of-name"])
+async def test_a_type_that_is_not_a_string_is_answered_coded_in_every_dialect(
+    one_slot: EmbeddedServer, kind: Any
+) -> None:
+    """Found by the wire fuzzer (tests/fuzz/test_wire_fuzz.py): in the vLLM-Omni dialect (`?duplex=1`), a
+    `type` that is a list or an object raised `TypeError` (unhashable) in the alias lookup, which ended the
+    session with `internal_error` and counted a task failure."""
+    for query in ("", "?duplex=1"):
+        client = await connect(one_slot.url, query)
+        assert (await client.recv())["type"] == "session.created"
+        await client.send(json.dumps({"type": kind, "event_id": "evt_odd"}))
+        error = await client.until("error")
+        assert error["error"]["code"] == "unknown_event"
+        await client.send({"type": "session.heartbeat"})
+        await client.until("session.heartbeat_ack")  # the session goes on
+        await client.ws.close()
+        await slot_freed(one_slot)
+    assert await task_failures(one_slot) == {}
+
+
 async def task_failures(server: EmbeddedServer) -> dict[str, float]:
     async with httpx.AsyncClient() as http:
         text = (await http.get(f"{server.http_url}/metrics")).text

@@ -140,6 +140,27 @@ async def test_bad_frames_get_kind_5_and_the_session_goes_on(server: EmbeddedSer
     assert client.audio_frames >= 5  # still streaming after every bad frame
 
 
+async def test_an_ogg_page_the_codec_refuses_gets_kind_5_and_the_stream_goes_on(
+    server: EmbeddedServer,
+) -> None:
+    """Found by the Moshi fuzzer (tests/fuzz/test_moshi_fuzz.py): a page that is Ogg in shape but not in
+    version made the Opus reader raise ("unsupported ogg version 2"), which ended the session with
+    `internal_error`; and the reader, which keeps the page, refused every page after it."""
+    async with websockets.connect(_chat_url(server)) as ws:
+        client = FdbMoshiClient(ws)
+        await client.handshake()
+        receiving = asyncio.create_task(client.receive())
+        writer = sphn.OpusStreamWriter(RATE)
+        header = bytearray(writer.append_pcm(np.zeros(FRAME, dtype=np.float32)))
+        header[4] = 2  # the page's stream structure version: Ogg has only 0
+        await ws.send(b"\x01" + bytes(header))
+        await client.send_realtime(_clip(0.0, 0.8))
+        await asyncio.sleep(0.3)
+        receiving.cancel()
+    assert len(client.errors) == 1 and "could not be decoded" in client.errors[0], client.errors
+    assert client.audio_frames >= 5  # the session lived on, and so did the stream's decoding
+
+
 async def test_moshi_sessions_share_admission_with_realtime(plugin: ModelPlugin) -> None:
     async with (
         EmbeddedServer(plugin, ServerConfig(max_sessions=1)) as server,

@@ -194,12 +194,14 @@ def client_record(client: DuplexClient) -> dict[str, Any]:
     """What every sample records about its client whatever the benchmark: where its output was placed on
     the input timeline (`audio_placement`), the audio on the wire (`audio_format`: `pcm16`, or G.711 at
     telephone quality), the model the server said served the session (`server_model`, from
-    `session.created`; `None` when it named none) and what the wire protocol counted (`wire`, Moshi's
+    `session.created`; `None` when it named none; `server_model_identity`, the `id` of its
+    `model_identity`: what exactly served it) and what the wire protocol counted (`wire`, Moshi's
     frames)."""
     record: dict[str, Any] = {
         "audio_placement": client.collector.placement,
         "audio_format": client.audio_format,
         "server_model": client.server_model,
+        "server_model_identity": client.server_model_identity,
     }
     wire = client.protocol.wire_report()
     if wire is not None:

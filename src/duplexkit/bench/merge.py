@@ -7,10 +7,13 @@ Contract:
   model served on several machines). The model is what each run was told (`server.model`: the embedded
   model's name or `--served-model`), the embedded model's arguments (`server.model_args`: its checkpoint
   among them; `model_args_mismatch`), and what the servers said they serve: each sample's `server_model`
-  (from `session.created`) and each server's `/healthz` `model` (`server.pool`); two inputs whose servers
-  named different models are refused (`reported_model_mismatch`), an input whose servers named none is
-  compared by the rest. Anything else is refused with a `MergeError` whose `code` names what differed, and
-  nothing is written.
+  (from `session.created`) and each server's `/healthz` `model` (`server.pool`), and what exactly they
+  serve, the `id` of their `model_identity` (`server_model_identity`, `server.pool[].model_identity`: a
+  checkpoint's content fingerprint, the cascade's LLM and voice), which tells apart two checkpoints one
+  plugin serves; two inputs whose servers named different models or identities are refused
+  (`reported_model_mismatch`), an input whose servers named none is compared by the rest. The merged
+  `run.json` names the identities (`server.model_identities`). Anything else is refused with a
+  `MergeError` whose `code` names what differed, and nothing is written.
 - Every sample of every input lands in the merged folder exactly once. A sample that two inputs hold is
   taken from the one that published it (a failure elsewhere was redone); two failures keep the later one;
   two publications are refused (`duplicate_sample`): which copy counts is for the user to decide.
@@ -179,26 +182,35 @@ def _check_alike(inputs: Sequence[_Input]) -> None:
                 )
 
 
-def _reported_models(source: _Input) -> set[str]:
-    """The models the input's servers named: its samples' `server_model` and its servers' `/healthz`."""
-    named = {m.get("server_model") for m in source.metas.values()}
+def _reported_models(source: _Input, *, identity: bool = False) -> set[str]:
+    """The models the input's servers named: its samples' `server_model` and its servers' `/healthz`
+    `model`; with `identity`, the `id`s of the `model_identity` they named instead (what exactly served)."""
+    sample_key, health_key = (
+        ("server_model_identity", "model_identity") if identity else ("server_model", "model")
+    )
+    named = {m.get(sample_key) for m in source.metas.values()}
     pool = source.setting("server", "pool")
     if isinstance(pool, list):
-        named |= {server.get("model") for server in pool if isinstance(server, dict)}
+        named |= {server.get(health_key) for server in pool if isinstance(server, dict)}
     return {n for n in named if isinstance(n, str) and n}
 
 
 def _check_reported_models(inputs: Sequence[_Input]) -> None:
-    reported = [(source, _reported_models(source)) for source in inputs]
-    known = [(source, models) for source, models in reported if models]
-    for source, models in known[1:]:
-        first, theirs = known[0]
-        if models != theirs:
-            raise MergeError(
-                MergeCode.REPORTED_MODEL_MISMATCH,
-                f"the servers of {source.root} named model(s) {sorted(models)} but those of {first.root} "
-                f"named {sorted(theirs)}: runs of different models do not merge",
-            )
+    """Inputs whose servers named different models are refused: by the identity's `id` where two name
+    one (a plugin name such as `moshi` or `cascade` is the same for any checkpoint or LLM), else by the
+    plugin's name."""
+    for identity in (False, True):
+        reported = [(source, _reported_models(source, identity=identity)) for source in inputs]
+        known = [(source, models) for source, models in reported if models]
+        for source, models in known[1:]:
+            first, theirs = known[0]
+            if models != theirs:
+                what = "model identities" if identity else "model(s)"
+                raise MergeError(
+                    MergeCode.REPORTED_MODEL_MISMATCH,
+                    f"the servers of {source.root} named {what} {sorted(models)} but those of "
+                    f"{first.root} named {sorted(theirs)}: runs of different models do not merge",
+                )
 
 
 def _choose(inputs: Sequence[_Input]) -> dict[tuple[str, str], tuple[_Input, dict[str, Any]]]:
@@ -316,6 +328,7 @@ def _merged_run(
             "urls": urls,
             "embedded": all((i.run.get("server") or {}).get("embedded") for i in inputs),
             "pool": None,
+            "model_identities": sorted(set().union(*(_reported_models(i, identity=True) for i in inputs))),
         },
         "counts": run_counts(metas),
         "completeness": {"selected": selected, "attempted": len(metas), "complete": complete},

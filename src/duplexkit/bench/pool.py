@@ -44,6 +44,8 @@ class Health:
     max_sessions: int | None = None
     sessions: int | None = None
     model: str | None = None
+    model_identity: str | None = None
+    """The `id` of its `model_identity` (what exactly it serves), when it names one."""
 
     @property
     def accepting(self) -> bool:
@@ -85,11 +87,14 @@ def _health(status: int, body: bytes) -> Health:
     if not isinstance(data, dict):
         return Health(status)
     max_sessions, sessions, model = data.get("max_sessions"), data.get("sessions"), data.get("model")
+    identity = data.get("model_identity")
+    identity_id = identity.get("id") if isinstance(identity, dict) else None
     return Health(
         status,
         max_sessions if isinstance(max_sessions, int) and max_sessions > 0 else None,
         sessions if isinstance(sessions, int) else None,
         model if isinstance(model, str) and model else None,
+        identity_id if isinstance(identity_id, str) and identity_id else None,
     )
 
 
@@ -125,6 +130,8 @@ class PoolServer:
     max_sessions: int | None = None
     model: str | None = None
     """The model its `/healthz` named (`None`: it named none): part of the run's model identity."""
+    model_identity: str | None = None
+    """The `id` of the `model_identity` its `/healthz` named: what exactly it serves."""
     state: ServerState = ServerState.UP
     in_flight: int = 0
     completed: int = 0
@@ -140,6 +147,7 @@ class PoolServer:
             "url": self.url,
             "max_sessions": self.max_sessions,
             "model": self.model,
+            "model_identity": self.model_identity,
             "ceiling": self.ceiling,
             "state": self.state.value,
             "sessions_completed": self.completed,
@@ -263,6 +271,8 @@ class ServerPool:
     def _apply(self, server: PoolServer, health: Health | None) -> None:
         if health is not None and health.model is not None:
             server.model = health.model
+        if health is not None and health.model_identity is not None:
+            server.model_identity = health.model_identity
         if health is not None and health.max_sessions is not None:
             server.max_sessions = health.max_sessions
             server.ceiling = min(self._per_server, health.max_sessions)

@@ -274,6 +274,12 @@ class DuplexClient:
         return as_str(dig(self._session, "model"))
 
     @property
+    def server_model_identity(self) -> str | None:
+        """The `id` of the `model_identity` the server named with it (duplexkit's extension: what exactly
+        served the session, a checkpoint's fingerprint included; `None` when it named none)."""
+        return as_str(dig(self._session, "model_identity", "id"))
+
+    @property
     def audio_end_ms(self) -> float:
         """The media clock: audio queued so far, in ms (what the next append's `audio_end_ms` builds on)."""
         return 0.0 if self._clock is None else self._clock.audio_end_ms

@@ -96,6 +96,12 @@ class UnitAssembler:
             self._resampler = None
         unit = self._cut(self._pending_len, final=True)
         self._input_ms = self.media_ms
+        # The residual may end on a unit's end, or past it (the resampler's tail, or a stream at another
+        # rate flushed before it): the next unit is the one that ends after it. A unit that ends where the
+        # residual did would be empty; one that ended before it, a negative cut that corrupts the buffer.
+        while self._boundary <= self._emitted:
+            self._next_unit += 1
+            self._boundary = ms_to_samples(self.grid.unit_end_ms(self._next_unit), self.model_rate_hz)
         return unit
 
     def clear(self) -> None:

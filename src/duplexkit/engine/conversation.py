@@ -94,10 +94,14 @@ def client_item(raw: dict[str, Any], default_id: str) -> se.ConversationItem:
     `function_call` a `call_id`, a `name` and JSON-object `arguments`; a `function_call_output` a `call_id`
     and a string `output`."""
     kind = raw.get("type", "message")
-    code = {
-        "message": ErrorCode.INVALID_VALUE,
-        "function_call_output": ErrorCode.INVALID_FUNCTION_CALL_OUTPUT,
-    }.get(kind, ErrorCode.INVALID_FUNCTION_CALL)
+    code = (
+        {
+            "message": ErrorCode.INVALID_VALUE,
+            "function_call_output": ErrorCode.INVALID_FUNCTION_CALL_OUTPUT,
+        }.get(kind, ErrorCode.INVALID_FUNCTION_CALL)
+        if isinstance(kind, str)
+        else ErrorCode.INVALID_VALUE  # a type that is no name at all (an object, a list: unhashable)
+    )
     try:
         item = se.ConversationItem.model_validate({"id": default_id, **raw})
     except ValidationError as exc:

@@ -534,12 +534,15 @@ class EngineSession:
         active response (or the request's, empty) ends `failed` with the error in its `status_details`,
         where OpenAI reports a failure within a response and clients go on; with no response to carry
         it, an empty response ends `failed` with it, as OpenAI reports a server failure, never a top-level
-        `error` (which Pipecat takes as the end of its connection). The session survives."""
+        `error` (which Pipecat takes as the end of its connection). The session survives. A pending
+        `response.create` is answered by that response whichever unit failed: its client reads the
+        `response.done` as its request's, so the request must not stay pending behind it (its next
+        `response.create` would be refused with no response active)."""
         if self.closed or not self.admits(unit):
             return Step()
         error = se.error_detail(code, f"model step failed: {message}")
         step = Step() if self._in_user_turn(unit) else self._release(unit, now)
-        if self._asked == unit.index:
+        if self._asked is not None and (self._asked == unit.index or self._response is None):
             self._asked = None
         if self._response is not None:
             step.events.extend(self._finish("failed", "model_error", interrupted=True, error=error))

@@ -22,6 +22,9 @@ class EngineConfig:
     """What the serving model and the server impose on every session."""
 
     model: str
+    model_identity: dict[str, str] | None = None
+    """What exactly the model is (`ModelPlugin.identity`: its `id` and parts), sent as
+    `session.model_identity` beside `model`, the plugin's name OpenAI clients read."""
     chunk_period_ms: int = 1000
     first_unit_ms: int | None = None
     input_sample_rate_hz: int = 16_000
@@ -101,6 +104,14 @@ class SessionSettings:
                     param="session.modalities",
                 )
         _check_rates(update, self)
+        limit = config.idle_timeout_s
+        if update.idle_timeout_s is not None and update.idle_timeout_s > limit:
+            # the server's idle deadline bounds how long a silent client holds its slot: shorter only
+            raise ProtocolError(
+                ErrorCode.INVALID_VALUE,
+                f"idle_timeout_s may be at most this server's {limit:g} s",
+                param="session.idle_timeout_s",
+            )
         for name in (
             "modalities",
             "input_audio_format",
@@ -150,6 +161,7 @@ class SessionSettings:
         return se.SessionInfo(
             id=session_id,
             model=c.model,
+            model_identity=c.model_identity,
             modalities=s.modalities,
             instructions=s.instructions,
             voice=s.voice,

@@ -12,10 +12,12 @@ calling `ModelSession.step`. Per-session state still lives in each `ModelSession
 
 from __future__ import annotations
 
+import hashlib
 import math
 from abc import ABC, abstractmethod
 from collections.abc import AsyncIterator, Mapping, Sequence
 from dataclasses import dataclass, replace
+from pathlib import Path
 from typing import Any, ClassVar, Literal
 
 from duplexkit.engine import Decision, EngineConfig, Unit
@@ -46,9 +48,17 @@ class ModelCapabilities:
     per input frame): the engine never steps synthesised silence into it to continue a reply past the
     input, so a stalled or late input never shifts what the model hears; the reply waits for more input."""
 
-    def engine_config(self, model: str, *, max_sessions: int, server_vad: bool = False) -> EngineConfig:
+    def engine_config(
+        self,
+        model: str,
+        *,
+        max_sessions: int,
+        server_vad: bool = False,
+        model_identity: Mapping[str, str] | None = None,
+    ) -> EngineConfig:
         return EngineConfig(
             model=model,
+            model_identity=None if model_identity is None else dict(model_identity),
             chunk_period_ms=self.chunk_period_ms,
             first_unit_ms=self.first_unit_ms,
             input_sample_rate_hz=self.input_sample_rate_hz,
@@ -218,6 +228,13 @@ class ModelPlugin(ABC):
         `parameters`), a bad value or the extra to install. Defined by the built-in models (`MODELS`)."""
         raise NotImplementedError(f"{cls.__name__} is not a built-in model: it takes no --model-arg")
 
+    def identity(self) -> dict[str, str]:
+        """What exactly this plugin serves, beyond its name: `id`, one string that differs whenever the
+        model does (a checkpoint's content fingerprint, the cascade's LLM and voice, a remote responder's
+        model), and the parts it is made of. `session.created` (`session.model_identity`), `/healthz` and
+        every run record carry it; runs of different ids do not merge. Called once per server."""
+        return {"id": self.name}
+
     def slot_stats(self) -> SlotStats | None:
         """Occupancy and tick figures of a slotted plugin; `None` for plugins without slots."""
         return None
@@ -231,3 +248,26 @@ class ModelPlugin(ABC):
         exception for an item that failed (only that session's response fails). Never holds two units of
         one session; a session's units arrive in order. Called only when `batching` is set."""
         raise NotImplementedError(f"{type(self).__name__} sets batching but does not implement step_batch")
+
+
+FINGERPRINT_SAMPLE_BYTES = 4 * 1024 * 1024
+"""How much of a file's start, middle and end `content_fingerprint` reads."""
+
+
+def content_fingerprint(*paths: Path) -> str:
+    """A fingerprint of the files' content: `sha256:` and 16 hex digits of a SHA-256 over each file's size
+    and its first, middle and last 4 MiB (all of a file up to 12 MiB). Sampled, so a 15 GB checkpoint is
+    told apart in milliseconds: two checkpoints that differ only between those samples, at the same size,
+    would share it (no fine-tune or quantisation does)."""
+    digest = hashlib.sha256()
+    for path in paths:
+        size = path.stat().st_size
+        digest.update(f"{path.name}:{size}:".encode())
+        with path.open("rb") as handle:
+            if size <= 3 * FINGERPRINT_SAMPLE_BYTES:
+                digest.update(handle.read())
+                continue
+            for offset in (0, size // 2, size - FINGERPRINT_SAMPLE_BYTES):
+                handle.seek(offset)
+                digest.update(handle.read(FINGERPRINT_SAMPLE_BYTES))
+    return f"sha256:{digest.hexdigest()[:16]}"

@@ -22,6 +22,7 @@ With `batch_size` (and optionally `batch_wait_ms`) set, the server steps its ses
 from __future__ import annotations
 
 import asyncio
+import hashlib
 import itertools
 import json
 import math
@@ -309,6 +310,11 @@ class ScriptedModel(ModelPlugin):
         self.capabilities = replace(capabilities or ModelCapabilities(), function_calling=True)
         self.default_sampling = SamplingParams()
         self.batching = batching
+
+    def identity(self) -> dict[str, str]:
+        """`scripted` and a digest of its parameters: two scripts are two models."""
+        digest = hashlib.sha256(repr(self.params).encode()).hexdigest()[:16]
+        return {"id": f"scripted@sha256:{digest}", "params": f"sha256:{digest}"}
 
     parameters = (
         ModelParameter("reply", "the text of every reply (spoken as a tone)"),

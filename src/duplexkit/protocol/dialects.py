@@ -320,6 +320,8 @@ def resolve_alias(obj: dict[str, Any], dialect: Dialect) -> dict[str, Any]:
     `session.update` may carry its tools in `extra_body.realtime_tools` (`_realtime_tools`).
     """
     alias = obj.get("type")
+    if not isinstance(alias, str):  # no alias: the event table refuses the type (`[]` is not hashable)
+        return obj
     if dialect is Dialect.VLLM_OMNI and alias in _VLLM_OMNI_REFUSED:
         raise ProtocolError(
             ErrorCode.UNSUPPORTED_EVENT,
@@ -329,7 +331,7 @@ def resolve_alias(obj: dict[str, Any], dialect: Dialect) -> dict[str, Any]:
         )
     if dialect is Dialect.VLLM_OMNI and alias == "session.update":
         return _realtime_tools(obj)
-    canonical = DIALECTS[dialect].aliases.get(alias) if isinstance(alias, str) else None
+    canonical = DIALECTS[dialect].aliases.get(alias)
     if canonical is None:
         return obj
     obj = {**obj, "type": canonical}

@@ -144,9 +144,17 @@ class OpusDecoder:
         self._reader: Any = sphn.OpusStreamReader(SAMPLE_RATE_HZ)
 
     def decode(self, data: bytes) -> tuple[Float32Array, str | None]:
-        """The audio of the pages now complete, and what was wrong when some bytes were not Ogg."""
+        """The audio of the pages now complete, and what was wrong when some bytes were not Ogg or a page
+        could not be decoded (dropped: the codec's reader refuses it, and every page after it, so a fresh
+        one takes the stream on from the next page)."""
         pages, problem = self._pages.feed(data)
-        chunks = [np.asarray(self._reader.append_bytes(page), dtype=np.float32).reshape(-1) for page in pages]
+        chunks = []
+        for page in pages:
+            try:
+                chunks.append(np.asarray(self._reader.append_bytes(page), dtype=np.float32).reshape(-1))
+            except ValueError as exc:  # a page that is Ogg in shape only ("unsupported ogg version 2")
+                self._reader = sphn.OpusStreamReader(SAMPLE_RATE_HZ)
+                problem = f"an Ogg page could not be decoded and was dropped: {exc}"
         return (np.concatenate(chunks) if chunks else np.zeros(0, dtype=np.float32)), problem
 
 

@@ -63,6 +63,10 @@ class SessionInfo(BaseModel):
     id: str
     object: Literal["realtime.session"] = "realtime.session"
     model: str
+    model_identity: dict[str, str] | None = None
+    """What exactly serves the session (duplexkit's extension; `model` stays the name OpenAI clients read):
+    `id`, one string that differs whenever the model does (a checkpoint's content fingerprint, the
+    cascade's LLM and voice, a remote responder's model), and the parts it is made of."""
     modalities: list[Literal["audio", "text"]]
     instructions: str | None = None
     voice: str | None = None

@@ -104,6 +104,9 @@ class DuplexServer:
 
     def __init__(self, plugin: ModelPlugin, config: ServerConfig | None = None) -> None:
         self.plugin = plugin
+        self.model_identity = plugin.identity()
+        """What exactly the plugin serves (`ModelPlugin.identity`), taken once: in every `session.created`
+        and `/healthz`."""
         self.config = config or ServerConfig()
         self.metrics = ServerMetrics(plugin.slot_stats)
         capacity = self.config.max_sessions
@@ -137,6 +140,7 @@ class DuplexServer:
         body = {
             "status": "ok" if self.manager.accepting else "draining",
             "model": self.plugin.name,
+            "model_identity": self.model_identity,
             "sessions": self.manager.active,
             "max_sessions": self.manager.max_sessions,
             "version": __version__,
@@ -316,7 +320,10 @@ class DuplexServer:
 
     def _engine_config(self) -> EngineConfig:
         return self.plugin.capabilities.engine_config(
-            self.plugin.name, max_sessions=self.manager.max_sessions, server_vad=SERVER_VAD_AVAILABLE
+            self.plugin.name,
+            max_sessions=self.manager.max_sessions,
+            server_vad=SERVER_VAD_AVAILABLE,
+            model_identity=self.model_identity,
         )
 
     def _start_session(

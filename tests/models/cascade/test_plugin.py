@@ -382,3 +382,25 @@ async def test_the_local_llm_gets_a_typed_turn_as_the_user_s_message(
     assert prompt[-1] == {"role": "user", "content": "What is the capital of France?"}
     segments = [s for _, s in speaks(log)]
     assert "".join(s.text for s in segments).strip() and sum(len(s.audio) for s in segments) > 0
+
+
+def test_the_identity_names_the_llm_and_the_voice_not_only_cascade(
+    piper: PiperSynthesizer, pool: DecoderPool
+) -> None:
+    """`session.model` says `cascade` whatever answers; the identity names the LLM (a remote responder's
+    model, not where it is served: one model on two machines is one) and the voice."""
+
+    def served(model: str, url: str) -> dict[str, str]:
+        responder = OpenAIResponder(AsyncOpenAI(base_url=url, api_key="x"), model)
+        return CascadeModel(synthesizer=piper, responder=responder, pool=pool).identity()
+
+    a, a_elsewhere, b = (
+        served("llama-3", "http://a/v1"),
+        served("llama-3", "http://b/v1"),
+        served("qwen", "http://a/v1"),
+    )
+    assert a["id"] == a_elsewhere["id"] != b["id"]
+    assert a["llm"] == "openai:llama-3" and a["llm_url"] == "http://a/v1/"
+    assert a["voice"].startswith("piper:") and "@sha256:" in a["voice"]
+    echo = CascadeModel(synthesizer=piper, responder=EchoResponder(), pool=pool).identity()
+    assert echo["llm"] == "echo" and echo["id"] != a["id"]

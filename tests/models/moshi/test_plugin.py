@@ -465,3 +465,22 @@ async def test_a_voice_is_read_off_the_event_loop_and_configure_only_checks_its_
     await asyncio.gather(s.prepare(), on_the_loop())
     assert s.persona.voice is not None
     assert plugin._batch.gen._streaming_state.offsets[s.slot] == len(plugin._prompt_frames(s.persona)) - 1
+
+
+def test_the_identity_names_the_checkpoint_by_content_wherever_it_lies(
+    tiny_checkpoint: Path, tiny_checkpoint_dep16: Path, tmp_path: Path
+) -> None:
+    """`session.model` says `moshi` for any checkpoint; the identity tells Moshi from PersonaPlex (and one
+    fine-tune from another) by a content fingerprint; one checkpoint on two machines (two paths) is one."""
+    import shutil
+
+    copy = Path(shutil.copytree(tiny_checkpoint, tmp_path / "elsewhere"))
+    ids = {}
+    for name, folder in (("tiny", tiny_checkpoint), ("copy", copy), ("dep16", tiny_checkpoint_dep16)):
+        plugin = load_model("moshi", {"checkpoint": str(folder), "slots": "1"})
+        assert isinstance(plugin, MoshiModel) and plugin.name == "moshi"
+        identity = plugin.identity()
+        plugin._executor.shutdown()
+        assert identity["checkpoint"] == str(folder) and identity["id"].startswith("moshi@sha256:")
+        ids[name] = identity["id"]
+    assert ids["tiny"] == ids["copy"] != ids["dep16"]

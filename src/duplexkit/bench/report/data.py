@@ -39,6 +39,9 @@ class RunInfo:
     chunk_ms: float | None
     concurrency: int | None
     keep_audio: bool | None
+    model_identities: tuple[str, ...] = ()
+    """What exactly served the run (the `id`s of the servers' `model_identity`: a checkpoint's content
+    fingerprint, the cascade's LLM and voice); empty where the servers named none."""
 
 
 @dataclass(frozen=True)

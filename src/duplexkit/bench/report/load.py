@@ -115,7 +115,18 @@ def _run_info(run: Mapping[str, Any], samples: Iterable[SampleReport]) -> RunInf
         chunk_ms=_num(config.get("chunk_ms")),
         concurrency=_int(config.get("concurrency")),
         keep_audio=_bool(config.get("keep_audio")),
+        model_identities=_model_identities(server),
     )
+
+
+def _model_identities(server: Mapping[str, Any]) -> tuple[str, ...]:
+    """The identities the run's servers named: a merge's `model_identities`, the pool's `/healthz`."""
+    named = server.get("model_identities")
+    ids = set(named) if isinstance(named, list) else set()
+    pool = server.get("pool")
+    if isinstance(pool, list):
+        ids |= {s.get("model_identity") for s in pool if isinstance(s, dict)}
+    return tuple(sorted(i for i in ids if isinstance(i, str) and i))
 
 
 def _selection(value: Any) -> str | None:

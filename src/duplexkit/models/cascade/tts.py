@@ -20,6 +20,8 @@ from typing import Any, Literal, Protocol
 import numpy as np
 import numpy.typing as npt
 
+from duplexkit.models.base import content_fingerprint
+
 TtsKind = Literal["auto", "piper", "espeak"]
 TTS_EXTRA_HINT = "pip install 'duplexkit[tts]' (piper, GPL-3.0-or-later) or install espeak-ng"
 ESPEAK_TIMEOUT_S = 30.0
@@ -60,6 +62,8 @@ class PiperSynthesizer:
             raise TtsUnavailable(f"piper is not installed: {TTS_EXTRA_HINT}") from exc
         model_path = model_path or _packaged_voice()
         config_path = Path(f"{model_path}.json")
+        self.identity = f"piper:{model_path.name}@{content_fingerprint(model_path)}"
+        """The voice this synthesizer speaks with (its ONNX file's content fingerprint)."""
         options = onnxruntime.SessionOptions()
         options.intra_op_num_threads = threads
         options.inter_op_num_threads = 1
@@ -100,6 +104,7 @@ class EspeakSynthesizer:
         if found is None:
             raise TtsUnavailable(f"espeak-ng is not on PATH and piper is not usable: {TTS_EXTRA_HINT}")
         self._argv = [found, "--stdout", "-v", voice]
+        self.identity = f"espeak-ng:{voice}"
         probe = self._run("a")
         self.sample_rate_hz = probe[0]
 

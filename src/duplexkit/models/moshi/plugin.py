@@ -14,6 +14,7 @@ import asyncio
 import base64
 import contextlib
 import functools
+import hashlib
 import logging
 import math
 import os
@@ -38,6 +39,7 @@ from duplexkit.models.base import (
     ModelSession,
     SamplingParams,
     SlotStats,
+    content_fingerprint,
 )
 from duplexkit.models.moshi.checkpoint import Checkpoint, resolve
 from duplexkit.models.moshi.decide import FrameOutput, SpeechTracker
@@ -320,6 +322,26 @@ class MoshiModel(ModelPlugin):
         if args.batch_wait_ms is not None:
             return args.batch_wait_ms
         return 60.0 if args.device.startswith("cuda") else 20.0
+
+    def identity(self) -> dict[str, str]:
+        """A content fingerprint of the checkpoint's files (the LM's weights, Mimi's and the tokenizer), and
+        where it was loaded from (`checkpoint`, not part of the `id`): Moshi and PersonaPlex, and two
+        fine-tunes, differ.
+        A voice prompt given at startup is part of it (it is the persona every session starts from)."""
+        ck = self.checkpoint
+        fingerprint = content_fingerprint(ck.lm_weights, ck.mimi_weights, ck.tokenizer)
+        identity = {  # by content: one checkpoint at two paths (two machines) is one model
+            "id": f"moshi@{fingerprint}",
+            "checkpoint": ck.source,
+            "fingerprint": fingerprint,
+        }
+        voice = self.args.voice_prompt
+        if voice:
+            if voice.startswith("data:") or len(voice) > 64:  # an inline WAV: named by its digest
+                voice = "sha256:" + hashlib.sha256(voice.encode()).hexdigest()[:16]
+            identity["voice"] = voice
+            identity["id"] += f"+voice:{voice}"
+        return identity
 
     @classmethod
     def from_args(cls, args: Mapping[str, str]) -> MoshiModel:
