@@ -381,7 +381,7 @@ class EngineFuzz(RuleBasedStateMachine):
     @invariant()
     def buffered_input_is_under_a_unit(self) -> None:
         if self.engine is not None:
-            assert self.engine._assembler.buffered_samples <= self.unit_samples
+            assert self.engine.buffered_samples <= self.unit_samples
 
     def teardown(self) -> None:
         if self.engine is None:

@@ -25,6 +25,7 @@ from duplexkit.engine.units import Unit
 from duplexkit.protocol import client_events as ce
 from duplexkit.protocol import server_events as se
 from duplexkit.protocol.errors import ErrorCode, ProtocolError
+from duplexkit.protocol.units import UnitGrid
 
 
 @dataclass(slots=True)
@@ -86,6 +87,16 @@ class EngineSession:
     @property
     def output_rate_hz(self) -> int:
         return self.settings.output_rate_hz(self.config)
+
+    @property
+    def grid(self) -> UnitGrid:
+        """The unit grid the session's input is cut on."""
+        return self._input.grid
+
+    @property
+    def buffered_samples(self) -> int:
+        """Input received and not yet part of a unit (what a client can make the session hold)."""
+        return self._input.buffered_samples
 
     def admits(self, unit: Unit) -> bool:
         """Whether the model's output for `unit` may still take effect (`Fence`)."""
