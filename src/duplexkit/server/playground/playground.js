@@ -536,7 +536,7 @@
     if (!r) {
       r = { id, itemId: null, entry: transcript.entry("model", id), transcript: "", metrics: {},
         status: "in_progress", reason: null, receivedMs: 0, playedMs: 0, ackedMs: 0, lastAckAt: 0, cut: false,
-        drained: false, heardAt: null, heardAfterSpeechMs: null, firstUnitMs: null, lastUnitMs: undefined };
+        drained: false, heardAt: null, heardAfterSpeechMs: null, firstAudioAt: null, firstUnitMs: null, lastUnitMs: undefined };
       conn.responses.set(id, r);
       renderResponse(conn, r);
     }
@@ -550,11 +550,15 @@
     const m = r.metrics;
     const ms = (v) => (v === undefined || v === null ? "—" : `${Math.round(v)} ms`);
     const split = PlaygroundView.stageSplit(m.model_stages_ms);
+    const play = r.heardAt !== null && r.firstAudioAt !== null ? Math.max(0, r.heardAt - r.firstAudioAt) : null;
+    const path = PlaygroundView.pathSplit(r.heardAfterSpeechMs, m.model_stages_ms, play);
     const lines = [`TTFT ${ms(m.ttft_ms)}`, `TTFP ${ms(m.ttfp_ms)}`, `you→audio ${ms(r.heardAfterSpeechMs)}`];
+    if (path) lines.push(path.line);
     if (split) lines.push(split.line);
     timeline.turn(r.id, at, lines,
       `${r.id}: server TTFT ${ms(m.ttft_ms)}, TTFP ${ms(m.ttfp_ms)} (from the model request's start); ` +
       `end of your speech → first audio heard ${ms(r.heardAfterSpeechMs)} (this page's clock)` +
+      (path ? `; the whole path: ${path.title}` : "") +
       (split ? `; the model's split: ${split.title}` : ""));
   }
 
@@ -628,6 +632,7 @@
         if (r && event.item_id) r.itemId = event.item_id;
         break;
       case "response.output_audio.delta": {
+        if (r.firstAudioAt === null) r.firstAudioAt = performance.now();
         const samples = decodePcm16(event.delta);
         const rate = event.sample_rate_hz || conn.session.capabilities.output_sample_rate_hz || 24000;
         r.receivedMs += (1000 * samples.length) / rate;
@@ -717,6 +722,7 @@
         renderStats();
         break;
       case "output_audio_buffer.started": // WebRTC: the reply's first frame left on the server's track
+        if (r.firstAudioAt === null) r.firstAudioAt = performance.now();
         window.duplexkitTransport.whenHeard(performance.now(), (at) => {
           if (live !== conn || r.heardAt !== null || r.cut) return;
           r.heardAt = at;
