@@ -7,7 +7,10 @@
 (() => {
   const $ = (id) => document.getElementById(id);
   const root = document.documentElement;
-  const APPEND_MS = 200;
+  // The longest append: the page sends one unit of the server's (`chunk_period_ms`), at most this, so the
+  // end of speech reaches the model with the unit that holds it (issue #47: 200 ms appends held it up to a
+  // unit longer on the cascade's 100 ms grid).
+  const MAX_APPEND_MS = 200;
   const SPEECH_RMS = 0.015; // a chunk louder than this counts as speech (the page's voice-activity hint)
   const ACK_EVERY_MS = 250;
   const MIC_READING_MS = 10; // the transport reads the microphone's level this often
@@ -290,10 +293,11 @@
       return;
     }
     const inputRate = caps.input_sample_rate_hz || 16000;
+    const appendMs = Math.min(MAX_APPEND_MS, caps.chunk_period_ms || MAX_APPEND_MS);
     const source = conn.ctx.createMediaStreamSource(conn.stream);
     conn.capture = new AudioWorkletNode(conn.ctx, "duplexkit-capture", {
       numberOfInputs: 1, numberOfOutputs: 1, outputChannelCount: [1],
-      processorOptions: { targetRate: inputRate, chunkMs: APPEND_MS },
+      processorOptions: { targetRate: inputRate, chunkMs: appendMs },
     });
     conn.playback = new AudioWorkletNode(conn.ctx, "duplexkit-playback", {
       numberOfInputs: 0, numberOfOutputs: 1, outputChannelCount: [1],
