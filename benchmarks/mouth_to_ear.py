@@ -33,7 +33,10 @@ The client and the server share this process, so one monotonic clock spans the p
   (`ReplyTiming.released_at`); the model's own split of its reply path (`final_decode`,
   `llm_first_token`, `first_phrase`, `first_audio_sent`: `model_stages_ms` on the wire) runs partly beside
   Smart Turn, so it is reported beside, not added;
-- `send` (monotonic): released → the first reply audio received by the client;
+- `held` (monotonic): released → `response.created` received, when that is later (else 0): the engine
+  holding the model's reply until server VAD's end of speech (OpenAI's contract: under server VAD the
+  detector ends turns; its `silence_duration_ms` is 500 ms by default), plus that event's way;
+- `send` (monotonic): the rest, to the first reply audio received by the client;
 - `placement` (client playback timeline, media ms): received → the first reply sentence heard there
   (`talk`; the SDK path: `None`, not observed).
 
@@ -71,7 +74,7 @@ QUESTIONS = [
 ]
 LEAD_IN_MS = 500.0
 RATE = 16_000
-STAGES = ("chunking", "transport", "end_of_turn", "reply", "send", "placement")
+STAGES = ("chunking", "transport", "end_of_turn", "reply", "held", "send", "placement")
 MODEL_STAGES = (
     "vad_tail",
     "smart_turn",
@@ -179,6 +182,7 @@ def split(
     speech_end_ms: float,
     speech_end_at: float,
     sent_at: float | None,
+    created_at: float | None,
     received_at: float | None,
     heard_at: float | None,
 ) -> dict[str, Any]:
@@ -191,12 +195,14 @@ def split(
     step_s = SEEN.step_at(speech_end_ms)
     step_turn = None if trace is None else SEEN.step_at(trace.ended_at_ms)
     released = None if trace is None else trace.reply.released_at
+    opened = None if released is None or created_at is None else max(released, created_at)
     stages = {
         "chunking": _ms(speech_end_at, sent_at),
         "transport": _ms(sent_at, step_s),
         "end_of_turn": _ms(step_s, step_turn),
         "reply": _ms(step_turn, released),
-        "send": _ms(released, received_at),
+        "held": _ms(released, opened),
+        "send": _ms(opened, received_at),
         "placement": _ms(received_at, heard_at),
     }
     model = {} if trace is None else {k: v for k, v in trace.stages.items() if v is not None}
@@ -228,6 +234,7 @@ async def talk_trial(url: str, clip: Clip) -> dict[str, Any]:
     assert started is not None
     speech_end_at = started + (clip.end_of_speech_ms - start_ms) / 1000.0
     audio = next((e for e in client.events if e.type in AUDIO_DELTAS), None)
+    created = next((e for e in client.events if e.type == "response.created"), None)
     sentences = client.collector.sentences()
     heard_at = None
     if sentences:
@@ -236,6 +243,7 @@ async def talk_trial(url: str, clip: Clip) -> dict[str, Any]:
         clip.end_of_speech_ms,
         speech_end_at,
         SEEN.sent_at(clip.end_of_speech_ms),
+        None if created is None else created.received_at,
         None if audio is None else audio.received_at,
         heard_at,
     )
@@ -265,6 +273,7 @@ async def sdk_trial(http_url: str, ws_url: str, clip: Clip, chunk_ms: int) -> di
     audio = np.concatenate([clip.audio, np.zeros(RATE * 8, np.float32)])
     pcm = (np.clip(audio, -1, 1) * 32767).astype("<i2")
     received_at: float | None = None
+    created_at: float | None = None
     sent: list[tuple[float, float]] = []
     async with sdk.realtime.connect(model="cascade") as connection:
         await connection.session.update(
@@ -295,6 +304,8 @@ async def sdk_trial(http_url: str, ws_url: str, clip: Clip, chunk_ms: int) -> di
         try:
             async with asyncio.timeout(20):
                 async for event in connection:
+                    if event.type == "response.created" and created_at is None:
+                        created_at = time.monotonic()
                     if event.type == "response.output_audio.delta" and received_at is None:
                         received_at = time.monotonic()
                         break
@@ -303,7 +314,7 @@ async def sdk_trial(http_url: str, ws_url: str, clip: Clip, chunk_ms: int) -> di
             await asyncio.gather(sender, return_exceptions=True)
     speech_end_at = started + clip.end_of_speech_ms / 1000.0
     sent_at = next((t for end, t in sent if end >= clip.end_of_speech_ms), None)
-    out = split(clip.end_of_speech_ms, speech_end_at, sent_at, received_at, None)
+    out = split(clip.end_of_speech_ms, speech_end_at, sent_at, created_at, received_at, None)
     out["whole"] = _ms(speech_end_at, received_at)
     out["chunk_ms"] = chunk_ms
     return out
