@@ -16,6 +16,10 @@ trailing silence as espeak-ng writes it):
   defaults (realtime pace, `default_chunk_ms` appends, commit at the end of the file, then silence padded
   until the replies settle). Heard: the first reply sentence's start on the client's timeline (the one
   `transcript.json` gives, placed by the collector's rule);
+- `serve` (with `--paths talk,sdk,serve`): `talk`'s session against `duplexkit serve` in its own process
+  (the cascade, the default edge), as issue #47 measured it; the server's steps are out of reach there,
+  so only `chunking`, `held`, `send` and `placement` are observed (the rest `None`) and the model's split
+  is the one `response.done` carried;
 - `sdk`: the openai SDK (`AsyncOpenAI.realtime.connect`) with `turn_detection: server_vad`, 20 ms appends
   in real time and silence after the clip, no commit. Heard: the first `response.output_audio.delta`'s
   arrival (the SDK has no playback timeline).
@@ -39,6 +43,9 @@ The client and the server share this process, so one monotonic clock spans the p
 - `send` (monotonic): the rest, to the first reply audio received by the client;
 - `placement` (client playback timeline, media ms): received → the first reply sentence heard there
   (`talk`; the SDK path: `None`, not observed).
+
+Beside the split, `outside the model`: mouth to ear less the model's own `total` (from the end of speech
+as the model places it, on its clock): what the path adds around the model.
 
 A step the hook did not see leaves its stage `None` (and the split does not sum); never 0.
 """
@@ -81,10 +88,11 @@ MODEL_STAGES = (
     "final_decode",
     "llm_first_token",
     "first_phrase",
+    "tts_first_phrase",
     "first_audio_sent",
     "total",
 )
-PATHS = ("talk", "sdk")
+PATHS = ("talk", "sdk", "serve")
 
 
 def load() -> str:
@@ -249,16 +257,24 @@ async def talk_trial(url: str, clip: Clip) -> dict[str, Any]:
     )
     out["chunk_ms"] = client.streams[0].chunk_ms if client.streams else None
     out["heard"] = sentences[0].sentence if sentences else None
-    out["wire_stages"] = _wire_stages(e.data for e in client.events if e.type == "response.done")
+    wire = _wire_stages(e.data for e in client.events if e.type == "response.done")
+    if not out["model"] and wire:
+        out["model"] = wire  # another process's server: the split it sent
     return out
 
 
 def _wire_stages(dones: Any) -> dict[str, float] | None:
+    """The model's split as `response.done` carried it (`response_request_metrics.model_stages_ms`)."""
+    from duplexkit.client.events import dig
+
     for data in dones:
-        metrics = (data.get("response") or {}).get("metadata", {}) or {}
-        found = data.get("response_request_metrics") or metrics.get("response_request_metrics") or {}
-        if found.get("model_stages_ms"):
-            return dict(found["model_stages_ms"])
+        for path in (
+            ("response_request_metrics",),
+            ("response", "metadata", "duplex_event", "response_request_metrics"),
+        ):
+            stages = dig(data, *path, "model_stages_ms")
+            if isinstance(stages, dict) and stages:
+                return dict(stages)
     return None
 
 
@@ -328,37 +344,80 @@ def _upsample(pcm16: npt.NDArray[np.int16]) -> bytes:
     return bytes((np.clip(up, -1, 1) * 32767).astype("<i2").tobytes())
 
 
-async def worker(responder: str, sdk_chunk_ms: int, tail_ms: float) -> None:
-    """`talk N` / `sdk N` runs question N on that path (a `SAMPLE` line); `quit` ends."""
+def start_serve(responder: str) -> tuple[subprocess.Popen[bytes], str]:
+    """`duplexkit serve` (the cascade) in its own process, on a free port, once it answers `/healthz`."""
+    import socket
+    import urllib.request
+
+    with socket.socket() as probe:
+        probe.bind(("127.0.0.1", 0))
+        port = probe.getsockname()[1]
+    command = [sys.executable, "-m", "duplexkit", "serve", "--model", "cascade", "--port", str(port)]
+    process = subprocess.Popen(
+        [*command, "--model-arg", f"responder={responder}"], stdout=subprocess.DEVNULL, stderr=sys.stderr
+    )
+    deadline = time.monotonic() + 300
+    while time.monotonic() < deadline:
+        try:
+            with urllib.request.urlopen(f"http://127.0.0.1:{port}/healthz", timeout=1) as response:
+                if response.status == 200:
+                    return process, f"ws://127.0.0.1:{port}/v1/realtime"
+        except OSError:
+            time.sleep(0.5)
+    process.kill()
+    raise RuntimeError("duplexkit serve did not come up")
+
+
+async def worker(responder: str, sdk_chunk_ms: int, tail_ms: float, serve: bool) -> None:
+    """`talk N` / `sdk N` / `serve N` runs question N on that path (a `SAMPLE` line); `quit` ends."""
     from duplexkit.models import load_model
     from duplexkit.server import EmbeddedServer, ServerConfig
 
     os.environ["HF_HUB_OFFLINE"] = "1"
     plugin = load_model("cascade", {"responder": responder})
     clips = [make_clip(q, tail_ms) for q in QUESTIONS]
-    async with EmbeddedServer(plugin, ServerConfig(max_sessions=2)) as server:
-        await run_one(server, "talk", clips[0], sdk_chunk_ms)  # warm every stage once
-        print("READY", flush=True)
-        loop = asyncio.get_running_loop()
-        while True:
-            line = await loop.run_in_executor(None, sys.stdin.readline)
-            command = line.split()
-            if not command or command[0] == "quit":
-                return
-            load_at = os.getloadavg()[0]
-            sample = await run_one(server, command[0], clips[int(command[1])], sdk_chunk_ms)
-            sample["load"] = load_at
-            sample["question"] = QUESTIONS[int(command[1])]
-            print("SAMPLE " + json.dumps(sample), flush=True)
+    served, serve_url = start_serve(responder) if serve else (None, None)
+    try:
+        async with EmbeddedServer(plugin, ServerConfig(max_sessions=2)) as server:
+            await run_one(server, "talk", clips[0], sdk_chunk_ms)  # warm every stage once
+            if serve_url is not None:
+                await run_one(server, "serve", clips[0], sdk_chunk_ms, serve_url)
+            print("READY", flush=True)
+            await answer(server, clips, sdk_chunk_ms, serve_url)
+    finally:
+        if served is not None:
+            served.terminate()
+            served.wait(30)
 
 
-async def run_one(server: Any, path: str, clip: Clip, sdk_chunk_ms: int = 20) -> dict[str, Any]:
-    """One session on `path` (`talk` or `sdk`) against `server` (an `EmbeddedServer` with the cascade):
+async def answer(server: Any, clips: list[Clip], sdk_chunk_ms: int, serve_url: str | None) -> None:
+    """The worker's commands, one at a time, until `quit`."""
+    loop = asyncio.get_running_loop()
+    while True:
+        line = await loop.run_in_executor(None, sys.stdin.readline)
+        command = line.split()
+        if not command or command[0] == "quit":
+            return
+        load_at = os.getloadavg()[0]
+        sample = await run_one(server, command[0], clips[int(command[1])], sdk_chunk_ms, serve_url)
+        sample["load"] = load_at
+        sample["question"] = QUESTIONS[int(command[1])]
+        print("SAMPLE " + json.dumps(sample), flush=True)
+
+
+async def run_one(
+    server: Any, path: str, clip: Clip, sdk_chunk_ms: int = 20, serve_url: str | None = None
+) -> dict[str, Any]:
+    """One session on `path` (`talk` or `sdk` against `server`, an `EmbeddedServer` with the cascade, or
+    `serve`: talk's against `serve_url`):
     `whole`, the additive `stages` and the model's own split (`model`), in ms."""
     SEEN.session, SEEN.steps, SEEN.appends = None, [], []
     with hooked():
         if path == "talk":
             return await talk_trial(server.url, clip)
+        if path == "serve":
+            assert serve_url is not None
+            return await talk_trial(serve_url, clip)
         return await sdk_trial(server.http_url, server.url, clip, sdk_chunk_ms)
 
 
@@ -417,12 +476,22 @@ def cell(value: float | None) -> str:
     return "—" if value is None else f"{value:.0f}"
 
 
+def _outside(sample: dict[str, Any]) -> float | None:
+    """Mouth to ear less the model's own `total` (its end of speech → first audio sent): the path's share."""
+    total = sample["model"].get("total")
+    return None if total is None or sample["whole"] is None else sample["whole"] - total
+
+
 def report(samples: dict[tuple[str, str], list[dict[str, Any]]], rounds: int) -> None:
     print(
         f"\n## Mouth to ear, ms, medians ({rounds} round(s); one process per design, one monotonic clock)\n"
     )
-    print("| path | design | n | mouth to ear p50 | p90 | " + " | ".join(STAGES) + " | load |")
-    print("| --- | --- | ---: | ---: | ---: |" + " ---: |" * len(STAGES) + " --- |")
+    print(
+        "| path | design | n | mouth to ear p50 | p90 | "
+        + " | ".join(STAGES)
+        + " | outside the model | load |"
+    )
+    print("| --- | --- | ---: | ---: | ---: |" + " ---: |" * len(STAGES) + " ---: | --- |")
     whole: dict[tuple[str, str], float | None] = {}
     for (path, design), got in sorted(samples.items()):
         values = [s["whole"] for s in got if s["whole"] is not None]
@@ -433,7 +502,7 @@ def report(samples: dict[tuple[str, str], list[dict[str, Any]]], rounds: int) ->
             f"| {path} | {design} | {len(values)} of {len(got)} | "
             f"{cell(whole[(path, design)])} | {cell(p90)} | "
             + " | ".join(cell(median([s["stages"][k] for s in got])) for k in STAGES)
-            + f" | {min(loads):.1f}-{max(loads):.1f} |"
+            + f" | {cell(median([_outside(s) for s in got]))} | {min(loads):.1f}-{max(loads):.1f} |"
         )
     for path in PATHS:
         new, base = whole.get((path, "new")), whole.get((path, "baseline"))
@@ -462,7 +531,7 @@ def main() -> None:
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     parser.add_argument("--rounds", type=int, default=2)
     parser.add_argument("--questions", type=int, default=len(QUESTIONS))
-    parser.add_argument("--paths", default=",".join(PATHS), help="talk and/or sdk, comma separated")
+    parser.add_argument("--paths", default="talk,sdk", help="talk, sdk and/or serve, comma separated")
     parser.add_argument("--responder", default="echo", help="echo (default) or local (the default LLM)")
     parser.add_argument("--sdk-chunk-ms", type=int, default=20)
     parser.add_argument(
@@ -477,7 +546,7 @@ def main() -> None:
     parser.add_argument("--worker", action="store_true", help=argparse.SUPPRESS)
     args = parser.parse_args()
     if args.worker:
-        asyncio.run(worker(args.responder, args.sdk_chunk_ms, args.tail_ms))
+        asyncio.run(worker(args.responder, args.sdk_chunk_ms, args.tail_ms, "serve" in args.paths))
         return
     paths = args.paths.split(",")
     print(f"# mouth to ear: {args.rounds} round(s) of {args.questions} question(s), paths {paths}, ", end="")
@@ -493,6 +562,8 @@ def main() -> None:
         str(args.sdk_chunk_ms),
         "--tail-ms",
         str(args.tail_ms),
+        "--paths",
+        args.paths,
     ]
     with tempfile.TemporaryDirectory() as tmp:
         sources = {"new": Path(__file__).resolve().parents[1] / "src"}
