@@ -573,8 +573,10 @@ def main() -> None:
         spinner = subprocess.Popen([sys.executable, "-c", "while True: pass"]) if args.loaded else None
         try:
             for round_ in range(args.rounds):
-                for index in range(args.questions):
-                    for path in paths:
+                # a path's questions one after another: the local LLM's context keeps the last prompt, so
+                # the same question twice in a row (one path, then the next) would find it all evaluated
+                for path in paths:
+                    for index in range(args.questions):
                         order = workers if (index + round_) % 2 == 0 else workers[::-1]
                         for w in order:
                             samples.setdefault((path, w.name), []).append(w.ask(f"{path} {index}"))
