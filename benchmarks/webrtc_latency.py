@@ -22,7 +22,8 @@ With `--browser N` the same comparison also runs in headless Chromium (`apt-get 
 fake microphone playing a sentence then silence in a loop, until the page measured N replies. The page
 measures on its own clock (`transport.js`): the last loud sample at the microphone's analyser once 200 ms
 stayed quiet → the reply starting on what it plays (the call's track after the browser's jitter buffer, or
-the WebSocket page's playback worklet). The WebSocket page sends the microphone in 200 ms appends.
+the WebSocket page's playback worklet). The WebSocket page sends the microphone in appends of one server
+unit (at most 200 ms).
 
     .venv/bin/python benchmarks/webrtc_latency.py --trials 10
     .venv/bin/python benchmarks/webrtc_latency.py --trials 10 --browser 5

@@ -14,6 +14,7 @@ from __future__ import annotations
 import asyncio
 import json
 import os
+import re
 import wave
 from collections.abc import AsyncIterator
 from pathlib import Path
@@ -255,6 +256,12 @@ async def test_a_conversation_with_the_cascade_shows_what_it_heard_and_both_lane
         assert any(
             "TTFT" in t["text"] and "TTFP" in t["text"] and "you→audio" in t["text"] for t in state["turns"]
         )
+        # One append per unit of the cascade's (100 ms): the end of speech goes out with its unit.
+        assert state["stats"]["sentMs"] == pytest.approx(100 * state["stats"]["appends"])
+        # The whole path's split (issue #47): the wire, the model's own total and the page's playback.
+        assert any(re.search(r"wire -?\d+ · model \d+ · play \d+", t["text"]) for t in state["turns"]), state[
+            "turns"
+        ]
 
         await browser.resize(320, 900)
         await asyncio.sleep(0.5)  # the timeline rescales on the next frame

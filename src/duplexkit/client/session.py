@@ -109,6 +109,18 @@ class Conversation:
     """`None` when the close outlived `close_timeout_s + close_grace_s`, or was not attempted."""
 
 
+MAX_UNIT_CHUNK_MS = 200
+"""The largest append `unit_chunk_ms` gives: a server with longer units still hears a microphone's pace."""
+
+
+def unit_chunk_ms(capabilities: ServerCapabilities) -> int:
+    """One unit of the server's as an append, at most `MAX_UNIT_CHUNK_MS` (that, when it advertised no
+    unit): smaller appends than the unit only add messages, larger ones hold the end of speech back."""
+    if not capabilities.advertised:
+        return MAX_UNIT_CHUNK_MS
+    return min(capabilities.chunk_period_ms, MAX_UNIT_CHUNK_MS)
+
+
 async def close_session(client: DuplexClient, bounds: SessionBounds) -> CloseResult | None:
     """`client.close`, with the outer wait giving it `close_grace_s`; `None` when that wait runs out."""
     try:
@@ -126,7 +138,7 @@ async def converse(
     sample_rate_hz: int,
     frames: Sequence[bytes] = (),
     pace: Pace = "realtime",
-    chunk_ms: int = 200,
+    chunk_ms: int | None = 200,
     bounds: SessionBounds,
     extra_body: Mapping[str, Any] | None = None,
     progress: SessionProgress | None = None,
@@ -137,6 +149,7 @@ async def converse(
     `session.created`, `CapacityTimeout` when a one-session server never admitted it)
     and any unexpected error while streaming or committing; a lost connection and a padding failure are
     recorded instead (`Conversation.interrupted`). `progress`, when given, follows the lifecycle's steps.
+    `chunk_ms=None` streams one unit of the server's per append (`unit_chunk_ms`).
     """
     progress = progress or SessionProgress()
     progress.client = client
@@ -156,7 +169,7 @@ async def converse(
             sample_rate_hz=sample_rate_hz,
             frames=list(frames),
             pace=pace,
-            chunk_ms=chunk_ms,
+            chunk_ms=chunk_ms if chunk_ms is not None else unit_chunk_ms(capabilities),
             timeout_s=bounds.input_bound_s(samples_to_ms(len(samples), sample_rate_hz) / 1000.0),
         )
         progress.stage = "commit"

@@ -52,13 +52,13 @@ from duplexkit.commands.options import (
     add_protocol_option,
     bounds_from_args,
     check_audio_format,
-    default_chunk_ms,
     json_object,
     model_from_args,
     placement_from_args,
     positive_float,
     positive_int,
     resolve_protocol,
+    talk_chunk_ms,
 )
 from duplexkit.models import ModelPlugin
 from duplexkit.protocol.audio import AudioFormat
@@ -74,7 +74,8 @@ class TalkOptions:
     """`None`: start an embedded server for the session."""
     out: Path
     pace: Pace = "realtime"
-    chunk_ms: int = 200
+    chunk_ms: int | None = None
+    """`None`: one server unit, at most 200 ms (`talk_chunk_ms`)."""
     api_key: str | None = None
     served_model: str | None = None
     extra_body: dict[str, Any] | None = None
@@ -182,7 +183,8 @@ def _add_pacing_options(parser: argparse.ArgumentParser) -> None:
         type=positive_int,
         default=None,
         metavar="MS",
-        help="append size (default: 80, one frame, for moshi; 200 otherwise)",
+        help="append size (default: 80, one frame, for moshi; 20 for webrtc; otherwise one unit of the "
+        "server's, at most 200)",
     )
     parser.add_argument(
         "--connect-timeout",
@@ -199,7 +201,7 @@ def options_from_args(args: argparse.Namespace, *, url: str | None, out: Path) -
         url=url,
         out=out,
         pace=args.pace,
-        chunk_ms=args.chunk_ms or default_chunk_ms(resolve_protocol(args.protocol, url)),
+        chunk_ms=args.chunk_ms or talk_chunk_ms(resolve_protocol(args.protocol, url)),
         protocol=args.protocol,
         placement=placement_from_args(args),
         audio_format=AUDIO_FORMATS[args.format],

@@ -7,7 +7,10 @@
 (() => {
   const $ = (id) => document.getElementById(id);
   const root = document.documentElement;
-  const APPEND_MS = 200;
+  // The longest append: the page sends one unit of the server's (`chunk_period_ms`), at most this, so the
+  // end of speech reaches the model with the unit that holds it (issue #47: 200 ms appends held it up to a
+  // unit longer on the cascade's 100 ms grid).
+  const MAX_APPEND_MS = 200;
   const SPEECH_RMS = 0.015; // a chunk louder than this counts as speech (the page's voice-activity hint)
   const ACK_EVERY_MS = 250;
   const MIC_READING_MS = 10; // the transport reads the microphone's level this often
@@ -290,10 +293,11 @@
       return;
     }
     const inputRate = caps.input_sample_rate_hz || 16000;
+    const appendMs = Math.min(MAX_APPEND_MS, caps.chunk_period_ms || MAX_APPEND_MS);
     const source = conn.ctx.createMediaStreamSource(conn.stream);
     conn.capture = new AudioWorkletNode(conn.ctx, "duplexkit-capture", {
       numberOfInputs: 1, numberOfOutputs: 1, outputChannelCount: [1],
-      processorOptions: { targetRate: inputRate, chunkMs: APPEND_MS },
+      processorOptions: { targetRate: inputRate, chunkMs: appendMs },
     });
     conn.playback = new AudioWorkletNode(conn.ctx, "duplexkit-playback", {
       numberOfInputs: 0, numberOfOutputs: 1, outputChannelCount: [1],
@@ -536,7 +540,7 @@
     if (!r) {
       r = { id, itemId: null, entry: transcript.entry("model", id), transcript: "", metrics: {},
         status: "in_progress", reason: null, receivedMs: 0, playedMs: 0, ackedMs: 0, lastAckAt: 0, cut: false,
-        drained: false, heardAt: null, heardAfterSpeechMs: null, firstUnitMs: null, lastUnitMs: undefined };
+        drained: false, heardAt: null, heardAfterSpeechMs: null, firstAudioAt: null, firstUnitMs: null, lastUnitMs: undefined };
       conn.responses.set(id, r);
       renderResponse(conn, r);
     }
@@ -550,11 +554,15 @@
     const m = r.metrics;
     const ms = (v) => (v === undefined || v === null ? "—" : `${Math.round(v)} ms`);
     const split = PlaygroundView.stageSplit(m.model_stages_ms);
+    const play = r.heardAt !== null && r.firstAudioAt !== null ? Math.max(0, r.heardAt - r.firstAudioAt) : null;
+    const path = PlaygroundView.pathSplit(r.heardAfterSpeechMs, m.model_stages_ms, play);
     const lines = [`TTFT ${ms(m.ttft_ms)}`, `TTFP ${ms(m.ttfp_ms)}`, `you→audio ${ms(r.heardAfterSpeechMs)}`];
+    if (path) lines.push(path.line);
     if (split) lines.push(split.line);
     timeline.turn(r.id, at, lines,
       `${r.id}: server TTFT ${ms(m.ttft_ms)}, TTFP ${ms(m.ttfp_ms)} (from the model request's start); ` +
       `end of your speech → first audio heard ${ms(r.heardAfterSpeechMs)} (this page's clock)` +
+      (path ? `; the whole path: ${path.title}` : "") +
       (split ? `; the model's split: ${split.title}` : ""));
   }
 
@@ -628,6 +636,7 @@
         if (r && event.item_id) r.itemId = event.item_id;
         break;
       case "response.output_audio.delta": {
+        if (r.firstAudioAt === null) r.firstAudioAt = performance.now();
         const samples = decodePcm16(event.delta);
         const rate = event.sample_rate_hz || conn.session.capabilities.output_sample_rate_hz || 24000;
         r.receivedMs += (1000 * samples.length) / rate;
@@ -717,6 +726,7 @@
         renderStats();
         break;
       case "output_audio_buffer.started": // WebRTC: the reply's first frame left on the server's track
+        if (r.firstAudioAt === null) r.firstAudioAt = performance.now();
         window.duplexkitTransport.whenHeard(performance.now(), (at) => {
           if (live !== conn || r.heardAt !== null || r.cut) return;
           r.heardAt = at;

@@ -281,5 +281,26 @@ const PlaygroundView = (() => {
     };
   }
 
-  return { Timeline, Transcript, stageSplit };
+  // The whole path of a reply as the page can split it (issue #47): `you→audio` (end of your last speech
+  // chunk → first audio heard, page clock) = `wire` (the rest: your last chunk's way up, the server's
+  // units before the model's end of speech is placed, the reply's way down) + `model` (the model's own
+  // `total`: end of speech → first audio sent, server clock) + `play` (first audio received → heard:
+  // the playback worklet and the output latency, page clock). Sums to `you→audio` by construction;
+  // `null` when a part is not observed.
+  function pathSplit(heardAfterSpeechMs, stages, playMs) {
+    const model = stages && typeof stages.total === "number" ? stages.total : null;
+    if (heardAfterSpeechMs === null || heardAfterSpeechMs === undefined || model === null) return null;
+    if (playMs === null || playMs === undefined) return null;
+    const wire = heardAfterSpeechMs - model - playMs;
+    const ms = (v) => `${Math.round(v)}`;
+    return {
+      wire, model, play: playMs,
+      line: `wire ${ms(wire)} · model ${ms(model)} · play ${ms(playMs)}`,
+      title: `end of your speech → first audio heard ${ms(heardAfterSpeechMs)} ms = the wire (up, units, ` +
+        `down; page clock less the rest) ${ms(wire)} ms + the model (end of speech → first audio sent, ` +
+        `server clock) ${ms(model)} ms + playback (received → heard, page clock) ${ms(playMs)} ms`,
+    };
+  }
+
+  return { Timeline, Transcript, stageSplit, pathSplit };
 })();
