@@ -178,7 +178,8 @@ async def test_tau_voice_talks_calls_a_tool_hears_the_reply_and_barges_in(
         handed += tick.proportional_transcript
         said = int(played_ms / MS_PER_CHAR)
         word_end = SPOKEN_REPLY.find(" ", said + 2 * 200 // MS_PER_CHAR)
-        assert said - 4 <= len(handed) <= (len(SPOKEN_REPLY) if word_end < 0 else word_end), (handed, said)
+        ahead = len(handed.rstrip())  # (a word's trailing space comes with the word)
+        assert said - 4 <= ahead <= (len(SPOKEN_REPLY) if word_end < 0 else word_end), (handed, said)
     assert SPOKEN_REPLY.startswith(handed)
 
     # The barge-in: speech started over the reply; τ-Voice truncates the item at one tick (200 ms, its
