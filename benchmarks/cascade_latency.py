@@ -53,6 +53,7 @@ from typing import Any
 
 import numpy as np
 import numpy.typing as npt
+from serving import Worker, baseline_tree
 
 BASELINE_REV = "579c551"
 """main before issue #36 (the reply started only once the pause's transcript was known)."""
@@ -308,52 +309,6 @@ async def worker() -> None:
 # --- the driver: baseline and new, quiet and loaded, question by question ------------------------------
 
 
-def baseline_tree(rev: str, into: Path) -> Path:
-    """`rev`'s `src/` extracted into `into` (its path goes first on the baseline worker's PYTHONPATH)."""
-    repo = Path(__file__).resolve().parents[1]
-    archive = subprocess.run(["git", "-C", str(repo), "archive", rev, "src"], capture_output=True, check=True)
-    subprocess.run(["tar", "-x", "-C", str(into)], input=archive.stdout, check=True)
-    return into / "src"
-
-
-class Worker:
-    """One design's worker process, models loaded once, asked one thing at a time."""
-
-    def __init__(self, name: str, src: Path, log: Path) -> None:
-        self.name = name
-        self._log = log.open("w")
-        self._process = subprocess.Popen(
-            [sys.executable, __file__, "--worker"],
-            env={**os.environ, "PYTHONPATH": str(src)},
-            stdin=subprocess.PIPE,
-            stdout=subprocess.PIPE,
-            stderr=self._log,
-            text=True,
-        )
-        self._expect("READY")
-
-    def ask(self, command: str, answer: str) -> Any:
-        assert self._process.stdin is not None
-        self._process.stdin.write(command + "\n")
-        self._process.stdin.flush()
-        return json.loads(self._expect(answer))
-
-    def _expect(self, prefix: str) -> str:
-        assert self._process.stdout is not None
-        for line in self._process.stdout:
-            if line.startswith(prefix):
-                return line[len(prefix) :].strip()
-        raise RuntimeError(f"the {self.name} worker died; its log: {self._log.name}")
-
-    def close(self) -> None:
-        if self._process.poll() is None:
-            assert self._process.stdin is not None
-            self._process.stdin.write("quit\n")
-            self._process.stdin.close()
-            self._process.wait(60)
-        self._log.close()
-
-
 def pct(values: list[float], q: float) -> str:
     return f"{float(np.percentile(values, q)):.0f}" if values else "—"
 
@@ -456,7 +411,7 @@ def main() -> None:
         sources = {"new": Path(__file__).resolve().parents[1] / "src"}
         if not args.no_baseline:
             sources = {"baseline": baseline_tree(args.baseline_rev, Path(tmp)), **sources}
-        workers = [Worker(name, src, Path(tmp) / f"{name}.log") for name, src in sources.items()]
+        workers = [Worker(name, __file__, src, Path(tmp) / f"{name}.log") for name, src in sources.items()]
         try:
             for condition in args.conditions.split(","):
                 spinner = None

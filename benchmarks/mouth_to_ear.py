@@ -70,6 +70,7 @@ from typing import Any
 
 import numpy as np
 import numpy.typing as npt
+from serving import Worker, baseline_tree
 
 BASELINE_REV = "a71162a"
 """main when issue #47 was filed."""
@@ -424,49 +425,6 @@ async def run_one(
 # --- the driver ---------------------------------------------------------------------------------------
 
 
-def baseline_tree(rev: str, into: Path) -> Path:
-    repo = Path(__file__).resolve().parents[1]
-    archive = subprocess.run(["git", "-C", str(repo), "archive", rev, "src"], capture_output=True, check=True)
-    subprocess.run(["tar", "-x", "-C", str(into)], input=archive.stdout, check=True)
-    return into / "src"
-
-
-class Worker:
-    def __init__(self, name: str, src: Path, log: Path, args: list[str]) -> None:
-        self.name = name
-        self._log = log.open("w")
-        self._process = subprocess.Popen(
-            [sys.executable, __file__, "--worker", *args],
-            env={**os.environ, "PYTHONPATH": str(src)},
-            stdin=subprocess.PIPE,
-            stdout=subprocess.PIPE,
-            stderr=self._log,
-            text=True,
-        )
-        self._expect("READY")
-
-    def ask(self, command: str) -> Any:
-        assert self._process.stdin is not None
-        self._process.stdin.write(command + "\n")
-        self._process.stdin.flush()
-        return json.loads(self._expect("SAMPLE "))
-
-    def _expect(self, prefix: str) -> str:
-        assert self._process.stdout is not None
-        for line in self._process.stdout:
-            if line.startswith(prefix):
-                return line[len(prefix) :].strip()
-        raise RuntimeError(f"the {self.name} worker died; its log: {self._log.name}")
-
-    def close(self) -> None:
-        if self._process.poll() is None:
-            assert self._process.stdin is not None
-            self._process.stdin.write("quit\n")
-            self._process.stdin.close()
-            self._process.wait(60)
-        self._log.close()
-
-
 def median(values: list[float | None]) -> float | None:
     seen = [v for v in values if v is not None]
     return float(np.median(seen)) if seen else None
@@ -569,7 +527,7 @@ def main() -> None:
         sources = {"new": Path(__file__).resolve().parents[1] / "src"}
         if not args.no_baseline:
             sources = {"baseline": baseline_tree(args.baseline_rev, Path(tmp)), **sources}
-        workers = [Worker(n, s, Path(tmp) / f"{n}.log", forwarded) for n, s in sources.items()]
+        workers = [Worker(n, __file__, s, Path(tmp) / f"{n}.log", forwarded) for n, s in sources.items()]
         spinner = subprocess.Popen([sys.executable, "-c", "while True: pass"]) if args.loaded else None
         try:
             for round_ in range(args.rounds):
@@ -579,7 +537,7 @@ def main() -> None:
                     for index in range(args.questions):
                         order = workers if (index + round_) % 2 == 0 else workers[::-1]
                         for w in order:
-                            samples.setdefault((path, w.name), []).append(w.ask(f"{path} {index}"))
+                            samples.setdefault((path, w.name), []).append(w.ask(f"{path} {index}", "SAMPLE "))
                 print(f"round {round_ + 1} done, {load()}", flush=True)
         finally:
             if spinner is not None:

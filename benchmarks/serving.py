@@ -1,4 +1,5 @@
-"""What the benchmark scripts share: a free port, a server subprocess, and its CPU time.
+"""What the benchmark scripts share: a free port, a server subprocess, its CPU time, and the baseline tree
+run beside the new one in the same run (`baseline_tree`, `Worker`).
 
 Servers run as subprocesses so their CPU time is measured apart from the load generator's. Every script
 pins `--model scripted` (the deterministic double) unless it says otherwise: the default model is the
@@ -8,9 +9,14 @@ CPU speech cascade, which would measure something else entirely.
 from __future__ import annotations
 
 import asyncio
+import json
 import os
 import socket
+import subprocess
 import sys
+from collections.abc import Sequence
+from pathlib import Path
+from typing import Any
 
 
 def free_port() -> int:
@@ -51,3 +57,50 @@ async def start(
             await asyncio.sleep(0.05)
     proc.kill()
     raise RuntimeError(f"{argv[:4]} did not start on port {port}")
+
+
+def baseline_tree(rev: str, into: Path) -> Path:
+    """`rev`'s `src/` extracted into `into` (its path goes first on the baseline worker's PYTHONPATH)."""
+    repo = Path(__file__).resolve().parents[1]
+    archive = subprocess.run(["git", "-C", str(repo), "archive", rev, "src"], capture_output=True, check=True)
+    subprocess.run(["tar", "-x", "-C", str(into)], input=archive.stdout, check=True)
+    return into / "src"
+
+
+class Worker:
+    """One design's worker process (`script --worker *args` on `src`), models loaded once, asked one thing
+    at a time: a command line in, the line that starts with the expected answer out."""
+
+    def __init__(self, name: str, script: str, src: Path, log: Path, args: Sequence[str] = ()) -> None:
+        self.name = name
+        self._log = log.open("w")
+        self._process = subprocess.Popen(
+            [sys.executable, script, "--worker", *args],
+            env={**os.environ, "PYTHONPATH": str(src)},
+            stdin=subprocess.PIPE,
+            stdout=subprocess.PIPE,
+            stderr=self._log,
+            text=True,
+        )
+        self._expect("READY")
+
+    def ask(self, command: str, answer: str) -> Any:
+        assert self._process.stdin is not None
+        self._process.stdin.write(command + "\n")
+        self._process.stdin.flush()
+        return json.loads(self._expect(answer))
+
+    def _expect(self, prefix: str) -> str:
+        assert self._process.stdout is not None
+        for line in self._process.stdout:
+            if line.startswith(prefix):
+                return line[len(prefix) :].strip()
+        raise RuntimeError(f"the {self.name} worker died; its log: {self._log.name}")
+
+    def close(self) -> None:
+        if self._process.poll() is None:
+            assert self._process.stdin is not None
+            self._process.stdin.write("quit\n")
+            self._process.stdin.close()
+            self._process.wait(60)
+        self._log.close()

@@ -32,6 +32,8 @@ os.environ["HF_HUB_OFFLINE"] = "1"
 
 def _benchmark() -> ModuleType:
     path = Path(__file__).resolve().parents[2] / "benchmarks" / "mouth_to_ear.py"
+    if str(path.parent) not in sys.path:  # as when run as a script: its folder first (it imports `serving`)
+        sys.path.insert(0, str(path.parent))
     spec = importlib.util.spec_from_file_location("mouth_to_ear", path)
     assert spec is not None and spec.loader is not None
     module = importlib.util.module_from_spec(spec)

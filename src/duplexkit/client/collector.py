@@ -53,6 +53,7 @@ from duplexkit.client.events import (
     failed_response_error,
     is_failure,
     response_id_of,
+    text_marks,
 )
 from duplexkit.client.sentences import SentenceBuilder, TimedSentence, media_seconds
 from duplexkit.client.stats import Distribution
@@ -292,7 +293,7 @@ class EventCollector:
         response.item_id = response.item_id or as_str(data.get("item_id"))
         marks = dig(data, "metadata", "audio_text_marks")
         if kind in AUDIO_DELTAS and isinstance(marks, list):
-            self._marks.setdefault(response.id, []).extend(_marks(marks))
+            self._marks.setdefault(response.id, []).extend(text_marks(marks))
         if kind in TEXT_DELTAS:
             self._text(response, data, event)
         elif kind in AUDIO_DELTAS:
@@ -443,17 +444,6 @@ class EventCollector:
                 samples if rate == WAV_RATE_HZ else resample(samples, rate, WAV_RATE_HZ),
             )
         )
-
-
-def _marks(marks: list[Any]) -> list[tuple[int, float]]:
-    """The readable `(text_chars, audio_end_ms)` pairs of an `audio_text_marks` list."""
-    out = []
-    for mark in marks:
-        chars = as_positive_int(mark.get("text_chars")) if isinstance(mark, dict) else None
-        audio_ms = as_ms(mark.get("audio_end_ms")) if isinstance(mark, dict) else None
-        if chars is not None and audio_ms is not None:
-            out.append((chars, audio_ms))
-    return out
 
 
 def _since(anchor: float | None, at: float | None) -> float | None:

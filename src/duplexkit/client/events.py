@@ -7,6 +7,7 @@ dicts and every field is read defensively: a missing or mistyped field reads as 
 from __future__ import annotations
 
 import math
+from collections.abc import Sequence
 from dataclasses import dataclass
 from typing import Any
 
@@ -63,6 +64,17 @@ def as_positive_int(value: Any) -> int | None:
     if isinstance(value, bool) or not isinstance(value, int) or value <= 0:
         return None
     return value
+
+
+def text_marks(marks: Sequence[Any]) -> list[tuple[int, float]]:
+    """The readable `(text_chars, audio_end_ms)` pairs of an `audio_text_marks` list."""
+    out = []
+    for mark in marks:
+        chars = as_positive_int(mark.get("text_chars")) if isinstance(mark, dict) else None
+        audio_ms = as_ms(mark.get("audio_end_ms")) if isinstance(mark, dict) else None
+        if chars is not None and audio_ms is not None:
+            out.append((chars, audio_ms))
+    return out
 
 
 def response_id_of(data: dict[str, Any]) -> str | None:

@@ -18,7 +18,7 @@ from __future__ import annotations
 
 import asyncio
 import time
-from collections.abc import Callable, Sequence
+from collections.abc import Callable
 from dataclasses import dataclass, field
 from typing import Any
 
@@ -27,7 +27,7 @@ import numpy as np
 from duplexkit.bench.bridge.core import SPEAKERS, BridgeCore, Speaker, StageUpdate
 from duplexkit.client import ConnectionLost, DuplexClient
 from duplexkit.client.collector import AUDIO_DELTAS, TEXT_DELTAS
-from duplexkit.client.events import as_ms, as_positive_int, as_str, dig, response_id_of
+from duplexkit.client.events import as_positive_int, as_str, dig, response_id_of, text_marks
 from duplexkit.protocol.audio import AudioDecodeError, StreamingResampler, decode_base64_audio, resample
 
 SEND_TIMEOUT_S = 5.0
@@ -221,14 +221,4 @@ def _audio(core: BridgeCore, side: _Side, rid: str, data: dict[str, Any]) -> Non
     core.audio(side.speaker, rid, samples)
     marks = dig(data, "metadata", "audio_text_marks")
     if isinstance(marks, list):
-        core.marks(side.speaker, rid, _marks(marks))
-
-
-def _marks(marks: Sequence[Any]) -> list[tuple[int, float]]:
-    out = []
-    for mark in marks:
-        chars = as_positive_int(mark.get("text_chars")) if isinstance(mark, dict) else None
-        audio_ms = as_ms(mark.get("audio_end_ms")) if isinstance(mark, dict) else None
-        if chars is not None and audio_ms is not None:
-            out.append((chars, audio_ms))
-    return out
+        core.marks(side.speaker, rid, text_marks(marks))

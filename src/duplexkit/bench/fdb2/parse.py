@@ -22,6 +22,8 @@ import re
 from collections.abc import Iterator
 from typing import Any
 
+from duplexkit.bench.judge.parsing import matching_brace
+
 TURN_KEY = "Turn-taking event and score"
 TASK_KEY = "Task-specific score"
 _NUM = r"[+-]?(?:\d+(?:\.\d+)?(?:[eE][+-]?\d+)?)"
@@ -67,30 +69,8 @@ def _json_object(text: str) -> dict[str, Any] | None:
 
 def _first_balanced_object(text: str) -> str | None:
     start = text.find("{")
-    if start == -1:
-        return None
-    depth, in_string, escaped = 0, False, False
-    for i in range(start, len(text)):
-        ch = text[i]
-        if in_string:
-            if escaped:
-                escaped = False
-            elif ch == "\\":
-                escaped = True
-            elif ch == '"':
-                in_string = False
-        elif ch == '"':
-            in_string = True
-        elif ch == "{":
-            depth += 1
-        elif ch == "}":
-            depth -= 1
-            if depth == 0:
-                return text[start : i + 1]
-    return None
-
-
-# --- step 2: what parse.py reads ------------------------------------------------------------------------
+    end = None if start == -1 else matching_brace(text, start)
+    return None if end is None else text[start : end + 1]
 
 
 def process(text: str) -> dict[str, Any]:

@@ -81,7 +81,7 @@ def first_json_object(text: str) -> dict[str, Any] | None:
     """The first balanced `{...}` in `text` that parses as a JSON object once trailing commas are dropped."""
     start = text.find("{")
     while start != -1:
-        end = _matching_brace(text, start)
+        end = matching_brace(text, start)
         if end is not None:
             try:
                 value = json.loads(_TRAILING_COMMA.sub(r"\1", text[start : end + 1]))
@@ -93,7 +93,8 @@ def first_json_object(text: str) -> dict[str, Any] | None:
     return None
 
 
-def _matching_brace(text: str, start: int) -> int | None:
+def matching_brace(text: str, start: int) -> int | None:
+    """The index of the `}` closing the `{` at `start` (JSON strings skipped), or `None`."""
     depth, in_string, escaped = 0, False, False
     for i in range(start, len(text)):
         char = text[i]
