@@ -3,6 +3,7 @@ server that stopped answering units, a window of seconds without hearing from it
 
 from __future__ import annotations
 
+import math
 from typing import Any
 
 from duplexkit.client.drain import CommitPoint, DrainTracker
@@ -249,9 +250,9 @@ def test_a_server_answering_units_slower_than_the_window_is_waited_for_in_units(
         media_ms=3000.0, units_due=3, units_answered=2, answers_units=True, last_answer_at=3.0
     )
     tracker = feed(DrainTracker(3.0, [], point), ev("input_audio_buffer.committed", 3.01), listen(5.5))
-    assert tracker.decided and tracker.wall_window_s(SETTLE) == 4.5
+    assert tracker.decided and tracker.wall_window_s(SETTLE) == math.inf  # no pace after the commit yet
     status = tracker.poll(7.6, SETTLE)
-    assert not status.settled and status.wake_at == 10.0
+    assert not status.settled and status.wake_at is None  # only its next unit can settle it
     feed(
         tracker,
         ev("response.created", 8.0, response={"id": "r"}),
@@ -262,6 +263,50 @@ def test_a_server_answering_units_slower_than_the_window_is_waited_for_in_units(
     assert not tracker.poll(12.9, SETTLE).settled
     tracker.observe(listen(13.0))
     assert tracker.poll(13.0, SETTLE).settled and tracker.settled_by == "units"
+
+
+def test_a_server_that_slows_after_the_commit_is_counted_in_units_at_its_pace_since() -> None:
+    # 1000 ms units, a 2 s window (2 quiet units). Before the commit the server answered a unit every second
+    # (at 1.0 and 2.0 s); it decides the committed unit (the one ending at 3000 ms) as the commit is sent,
+    # at 3.0 s, then takes 3.5 s for the next: its reply, at 6.5 s. Its pace before the commit (1 s) is no
+    # measure of its pace after: the old window (2 + 1 s after 3.0 s) settled at 6.0 s, with 0 of 2 quiet
+    # units, half a second before the reply.
+    point = CommitPoint(
+        media_ms=3000.0, units_due=3, units_answered=2, answers_units=True, last_answer_at=2.0
+    )
+    tracker = feed(DrainTracker(3.0, [], point), ev("input_audio_buffer.committed", 3.0), listen(3.0))
+    assert tracker.decided and tracker.unit.quiet_units == 0
+    assert not tracker.poll(6.0, SETTLE).settled
+    assert not tracker.poll(6.49, SETTLE).settled
+    feed(
+        tracker,
+        ev("response.created", 6.5, response={"id": "r"}),
+        ev("response.output_audio.delta", 6.5, response_id="r", delta=""),
+        ev("response.done", 6.6, response={"id": "r", "status": "completed"}),
+    )
+    assert tracker.answer_gap_s == 3.5  # the pace it has shown since the commit
+    status = tracker.poll(7.0, SETTLE)
+    assert not status.settled and status.wake_at == 6.6 + 2.0 + 3.5
+    tracker.observe(listen(10.0))  # one quiet unit at its new pace...
+    assert not tracker.poll(12.0, SETTLE).settled  # ...2 s after it is not a second one
+    tracker.observe(listen(13.5))
+    assert tracker.poll(13.5, SETTLE).settled and tracker.settled_by == "units"
+
+
+def test_a_server_that_slows_after_the_commit_and_then_stops_settles_past_its_pace_since() -> None:
+    point = CommitPoint(
+        media_ms=3000.0, units_due=3, units_answered=2, answers_units=True, last_answer_at=2.0
+    )
+    tracker = feed(
+        DrainTracker(3.0, [], point),
+        ev("input_audio_buffer.committed", 3.0),
+        listen(3.0),
+        ev("response.created", 6.5, response={"id": "r"}),
+        ev("response.output_audio.delta", 6.5, response_id="r", delta=""),
+        ev("response.done", 6.6, response={"id": "r", "status": "completed"}),
+    )
+    assert not tracker.poll(12.0, SETTLE).settled
+    assert tracker.poll(12.1, SETTLE).settled and tracker.settled_by == "wall_clock"
 
 
 def test_a_server_that_answers_units_and_then_stops_altogether_settles_past_its_own_pace() -> None:
@@ -278,3 +323,25 @@ def test_a_server_that_answers_units_and_then_stops_altogether_settles_past_its_
     assert tracker.wall_window_s(SETTLE) == 2.3
     assert not tracker.poll(2.7, SETTLE).settled
     assert tracker.poll(2.8, SETTLE).settled and tracker.settled_by == "wall_clock"
+
+
+def test_a_server_that_answered_units_and_stops_right_after_the_committed_one_runs_to_the_bound() -> None:
+    # It listened on every unit before the commit and decided the committed unit, then answers nothing: it
+    # has shown no pace after the commit, so no wall-clock window can tell its silence from a slow reply.
+    point = CommitPoint(
+        media_ms=3000.0, units_due=3, units_answered=2, answers_units=True, last_answer_at=2.0
+    )
+    tracker = feed(DrainTracker(3.0, [], point), ev("input_audio_buffer.committed", 3.0), listen(3.0))
+    status = tracker.poll(60.0, SETTLE)
+    assert not status.settled and status.wake_at is None  # only the drain's own bound ends it
+
+
+def test_a_server_that_answered_no_unit_before_the_commit_settles_on_the_settle_window() -> None:
+    # It answered no append (it answers the commit, not units), decided the committed unit with one marked
+    # listen, then nothing: it has shown no pace to wait for, so the settle window alone applies.
+    point = CommitPoint(media_ms=3000.0, units_due=3, units_answered=0, answers_units=False)
+    marked = ev("response.listen", 3.1, unit_end_ms=3000.0, response={"status": "listening"})
+    tracker = feed(DrainTracker(3.0, [], point), ev("input_audio_buffer.committed", 3.0), marked)
+    assert tracker.decided and tracker.answers_units and tracker.wall_window_s(SETTLE) == SETTLE
+    assert not tracker.poll(5.0, SETTLE).settled
+    assert tracker.poll(5.1, SETTLE).settled and tracker.settled_by == "wall_clock"

@@ -13,11 +13,18 @@ steps only on input) or has stopped answering them altogether settles on the `wa
 seconds with no event from it at all but the answers to the client's own housekeeping
 (`playback.acknowledged`, `session.heartbeat_ack`, `rate_limits.updated`, a benign `error`). For a server
 that answers units (it sent a `response.listen` or a unit-marked decision in this session) that window is
-the settle window *plus* the longest interval it took between two unit answers since the commit (the last
-one before the commit included): silence it has already shown it needs for one unit is its lag, not the
-end of its reply. So a server answering a 1 s unit every 2.5 s is waited for in units, up to the caller's
-wall-clock bound on the whole drain (`drain_timeout`, recorded as such when it runs out), never taken for
-silence; one that stops answering altogether settles once it stays silent past its own pace.
+the settle window *plus* the longest interval it took between two unit answers it sent after the commit:
+silence it has shown it needs for one unit is its lag, not the end of its reply. Its pace before the
+commit says nothing of its pace after: a server that listened at 1 s a unit may take 3.5 s for the unit it
+answers (a cascade's recogniser, LLM and voice run after the commit). So until it has shown a pace after
+the commit (two unit answers after it), a server that answered units before the commit has its quiet
+counted in units only: a server answering a 1 s unit every 2.5 s, or slowing after the commit, is waited
+for in units, up to the caller's wall-clock bound on the whole drain (`drain_timeout`, recorded as such
+when it runs out), never taken for silence; one that stops answering altogether settles once it stays
+silent past the pace it showed after the commit, and one that stops right after deciding the committed
+unit runs to that bound (it was stepping every unit it was sent, then stopped: a stall, not silence). A
+server whose first unit answer came after the commit (it answered no append: it answers the commit, not
+units) has shown no pace at all, so the settle window alone applies until it shows one.
 
 Which decision answers the committed unit (`DecisionRule`). A model that lags behind real time answers the
 backlog of earlier units *after* the acknowledgement, so "the first decision after the commit" is not
@@ -83,7 +90,8 @@ class CommitPoint:
     answers_units: bool = False
     """The server showed before the commit that it answers units (`shows_unit_answers`)."""
     last_answer_at: float | None = None
-    """When (client receive clock) the last unit answer before the commit arrived."""
+    """When (client receive clock) the last unit answer before the commit arrived (the drain's pace is the
+    one shown after the commit: this is the record of the one before)."""
 
     @classmethod
     def at(cls, media_ms: float, grid: UnitGrid, earlier: Iterable[ReceivedEvent]) -> CommitPoint:
@@ -225,10 +233,12 @@ class DrainTracker:
         """Which window settled the drain (`None` until it settles)."""
         self.answers_units = self.unit.commit.answers_units
         """The server answers units (`shows_unit_answers`), seen before or after the commit."""
-        self.answer_gap_s = 0.0
-        """The longest interval between two unit answers since the commit (the last one before it
-        included): the pace a server that answers units has shown."""
-        self._last_answer_at = self.unit.commit.last_answer_at
+        self.committed_at = committed_at
+        self.answer_gap_s: float | None = None
+        """The longest interval between two unit answers received after the commit: the pace a server that
+        answers units has shown since (`None` until it has shown one)."""
+        self._last_answer_at: float | None = None
+        """When the latest unit answer after the commit arrived."""
 
     @property
     def commit_acknowledged(self) -> bool:
@@ -249,17 +259,24 @@ class DrainTracker:
         self.unit.assume(decided=decided)
 
     def wall_window_s(self, settle_s: float) -> float:
-        """The silence that settles the drain on the wall clock: `settle_s`, plus the server's own longest
-        interval between unit answers when it answers units (see the module docstring)."""
-        return settle_s + (self.answer_gap_s if self.answers_units else 0.0)
+        """The silence that settles the drain on the wall clock: `settle_s`, plus, when the server answers
+        units, its own longest interval between unit answers after the commit; while it has shown none,
+        `math.inf` for a server that answered units before the commit (its quiet is counted in units
+        only) and `settle_s` for one that did not (see the module docstring)."""
+        if not self.answers_units:
+            return settle_s
+        if self.answer_gap_s is not None:
+            return settle_s + self.answer_gap_s
+        return math.inf if self.unit.commit.answers_units else settle_s
 
     def observe(self, event: ReceivedEvent) -> None:
         data, kind = event.data, event.type
         self.unit.observe(kind, data)
         self.answers_units = self.answers_units or shows_unit_answers(kind, data)
-        if kind in UNIT_ANSWERS:
+        if kind in UNIT_ANSWERS and event.received_at >= self.committed_at:
             if self._last_answer_at is not None:
-                self.answer_gap_s = max(self.answer_gap_s, event.received_at - self._last_answer_at)
+                gap = event.received_at - self._last_answer_at
+                self.answer_gap_s = gap if self.answer_gap_s is None else max(self.answer_gap_s, gap)
             self._last_answer_at = event.received_at
         if kind == "response.created":
             response_id = response_id_of(data)
@@ -288,5 +305,5 @@ class DrainTracker:
         elif now >= quiet_until:
             self.settled_by = "wall_clock"
         else:
-            return DrainStatus(False, None, quiet_until)
+            return DrainStatus(False, None, None if math.isinf(quiet_until) else quiet_until)
         return DrainStatus(True, None, None)
