@@ -955,6 +955,43 @@ def test_conversation_items_can_be_created_retrieved_and_deleted() -> None:
     assert duplicate.error.param == "item.id"
 
 
+def test_a_client_s_items_are_bounded_in_number_and_size_and_a_deleted_one_frees_its_share(
+    monkeypatch: pytest.MonkeyPatch,
+) -> None:
+    from duplexkit.engine import conversation
+
+    monkeypatch.setattr(conversation, "MAX_CLIENT_ITEMS", 3)
+    monkeypatch.setattr(conversation, "MAX_CLIENT_ITEM_BYTES", 600)
+    h = Harness()
+
+    def create(text: str) -> Any:
+        item = {"type": "message", "role": "user", "content": [{"type": "input_text", "text": text}]}
+        return h.send("conversation.item.create", item=item).events
+
+    ids = [create("hi")[0].item.id for _ in range(3)]
+    [refused] = create("one too many")
+    assert refused.error.code == ErrorCode.CONVERSATION_TOO_LARGE and refused.error.param == "item"
+    assert sum(1 for _ in h.engine._conversation) == 3  # the refused item was not kept
+    assert types(h.send("conversation.item.delete", item_id=ids[0]).events) == ["conversation.item.deleted"]
+    assert types(create("hi")) == ["conversation.item.added", "conversation.item.done"]
+    [too_big] = create("x" * 600)  # a place is free, but not the bytes
+    assert too_big.error.code == ErrorCode.CONVERSATION_TOO_LARGE
+    assert types(h.send("session.heartbeat").events) == ["session.heartbeat_ack"]  # the session goes on
+
+
+def test_an_item_refused_for_its_content_takes_no_share_of_the_bounds(
+    monkeypatch: pytest.MonkeyPatch,
+) -> None:
+    from duplexkit.engine import conversation
+
+    monkeypatch.setattr(conversation, "MAX_CLIENT_ITEMS", 1)
+    h = Harness()
+    output = {"type": "function_call_output", "call_id": "nobody_asked", "output": "{}"}
+    assert error_codes(h.send("conversation.item.create", item=output).events) == ["unknown_function_call"]
+    item = {"type": "message", "role": "user", "content": [{"type": "input_text", "text": "hi"}]}
+    assert types(h.send("conversation.item.create", item=item).events)[0] == "conversation.item.added"
+
+
 def test_an_unknown_item_is_an_error_that_leaves_the_session_running() -> None:
     h = Harness()
     assert error_codes(h.send("conversation.item.delete", item_id="nope").events) == ["unknown_item"]

@@ -18,6 +18,14 @@ from duplexkit.engine.tools import check_arguments
 from duplexkit.protocol import server_events as se
 from duplexkit.protocol.errors import ErrorCode, ProtocolError
 
+MAX_CLIENT_ITEMS = 1024
+"""Items a client may hold in one conversation (`conversation.item.create`); a deleted one frees its place."""
+MAX_CLIENT_ITEM_BYTES = 4 * 1024 * 1024
+"""Their JSON size in all: a client's items are context the model carries, and memory the session holds
+for its whole life, so a client that sends items without end is refused (`conversation_too_large`), as
+input audio is by `input_backpressure`. The items the session makes itself (speech, replies) are not
+counted: they grow only with the conversation's own time."""
+
 
 class Conversation:
     """The session's items, and where each entered the conversation on the input media clock (a reply:
@@ -26,6 +34,8 @@ class Conversation:
     def __init__(self) -> None:
         self._items: list[se.ConversationItem] = []
         self._entered_ms: dict[str, float] = {}
+        self._client_bytes: dict[str, int] = {}
+        """The size of each item a client created (`place`d), by id."""
 
     def __iter__(self) -> Iterator[se.ConversationItem]:
         return iter(self._items)
@@ -51,10 +61,21 @@ class Conversation:
     def place(self, item: se.ConversationItem, previous_item_id: str | None) -> int:
         """Where a client's item goes: after `previous_item_id` (`root`: first; `None`: last). Refused: an id
         in use (`item_create_duplicate_item_id`, OpenAI's code, which LiveKit's item sync takes as "already
-        there"), an unknown `previous_item_id` (`unknown_item`)."""
+        there"), an unknown `previous_item_id` (`unknown_item`), one past the client's bounds
+        (`MAX_CLIENT_ITEMS`, `MAX_CLIENT_ITEM_BYTES`: `conversation_too_large`). Once inserted
+        (`insert(..., from_client=True)`) it counts against those bounds until it is deleted."""
         if item.id in self:
             raise ProtocolError(
                 ErrorCode.ITEM_CREATE_DUPLICATE_ITEM_ID, f"item {item.id!r} already exists", param="item.id"
+            )
+        size = _size(item)
+        held = sum(self._client_bytes.values())
+        if len(self._client_bytes) >= MAX_CLIENT_ITEMS or held + size > MAX_CLIENT_ITEM_BYTES:
+            raise ProtocolError(
+                ErrorCode.CONVERSATION_TOO_LARGE,
+                f"the client's items would exceed {MAX_CLIENT_ITEMS} items or {MAX_CLIENT_ITEM_BYTES} bytes "
+                f"(held: {len(self._client_bytes)} items, {held} bytes; this one: {size}); delete some first",
+                param="item",
             )
         if previous_item_id is None:
             return len(self._items)
@@ -67,10 +88,15 @@ class Conversation:
             ErrorCode.UNKNOWN_ITEM, f"no conversation item {previous_item_id!r}", param="previous_item_id"
         )
 
-    def insert(self, at: int, item: se.ConversationItem, entered_ms: float) -> str | None:
-        """Add `item` at index `at` (`place`); the id of the item before it."""
+    def insert(
+        self, at: int, item: se.ConversationItem, entered_ms: float, *, from_client: bool = False
+    ) -> str | None:
+        """Add `item` at index `at` (`place`); the id of the item before it. `from_client`: a client's
+        item, counted against the client's bounds."""
         self._items.insert(at, item)
         self._entered_ms[item.id] = entered_ms
+        if from_client:
+            self._client_bytes[item.id] = _size(item)
         return self._items[at - 1].id if at else None
 
     def get(self, item_id: str, unknown: ErrorCode = ErrorCode.UNKNOWN_ITEM) -> se.ConversationItem:
@@ -87,6 +113,11 @@ class Conversation:
     def delete(self, item_id: str) -> None:
         self._items.remove(self.get(item_id))
         del self._entered_ms[item_id]
+        self._client_bytes.pop(item_id, None)
+
+
+def _size(item: se.ConversationItem) -> int:
+    return len(item.model_dump_json(exclude_none=True))
 
 
 def client_item(raw: dict[str, Any], default_id: str) -> se.ConversationItem:

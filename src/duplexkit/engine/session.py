@@ -408,7 +408,7 @@ class EngineSession:
             self._user_item_unanswered = True
             for part in item.content or ():
                 self._input.carry(text=part.text if part.type == "input_text" else None)
-        previous = self._conversation.insert(at, item, self._input.media_ms)
+        previous = self._conversation.insert(at, item, self._input.media_ms, from_client=True)
         step = Step(
             events=[
                 se.ConversationItemAdded(item=item, previous_item_id=previous),

@@ -46,6 +46,8 @@ class ErrorCode(StrEnum):
     RESPONSE_CANCEL_NOT_ACTIVE = "response_cancel_not_active"  # OpenAI's code: clients tolerate it
     CONVERSATION_ALREADY_HAS_ACTIVE_RESPONSE = "conversation_already_has_active_response"  # OpenAI's
     UNKNOWN_ITEM = "unknown_item"
+    CONVERSATION_TOO_LARGE = "conversation_too_large"
+    """A client's items past the conversation's bounds (`engine.conversation.MAX_CLIENT_ITEMS`)."""
     # OpenAI's codes where a client branches on them: Pipecat's retrieval and LiveKit's item sync.
     ITEM_RETRIEVE_INVALID_ITEM_ID = "item_retrieve_invalid_item_id"
     ITEM_CREATE_DUPLICATE_ITEM_ID = "item_create_duplicate_item_id"
