@@ -118,6 +118,17 @@ def test_cluster_health_adds_up_fresh_replicas_and_leaves_stale_ones_out() -> No
     assert down == 503
 
 
+def test_cluster_health_names_the_model_every_replica_serves_and_none_when_they_differ() -> None:
+    old, new = {"id": "moshi:a@1"}, {"id": "moshi:b@2"}
+    same = [ReplicaReport(r, 100.0, True, "moshi", 0, 1, model_identity=old) for r in ("a", "b")]
+    body, _ = cluster_health(same, now=100.0, version="v")
+    assert body["model_identity"] == old
+    mixed = [*same[:1], ReplicaReport("c", 100.0, True, "moshi", 0, 1, model_identity=new)]
+    body, _ = cluster_health(mixed, now=100.0, version="v")  # a rolling update: each replica says its own
+    assert body["model_identity"] is None
+    assert [r["model_identity"] for r in body["per_replica"]] == [old, new]
+
+
 def test_metrics_of_replicas_add_up_sample_by_sample() -> None:
     one, two = ServerMetrics(), ServerMetrics()
     one.sessions_admitted.inc(3)

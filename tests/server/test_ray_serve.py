@@ -197,6 +197,9 @@ async def test_a_full_replica_spills_over_to_the_other_and_a_full_cluster_refuse
         assert await until(cluster, lambda c: sum(c) == 4) == [MAX_SESSIONS, MAX_SESSIONS]
         body = await asyncio.to_thread(healthz, cluster)
         assert (body["sessions"], body["max_sessions"], body["replicas"]) == (4, 4, 2)
+        # What each replica serves, as one server says it: the same in every replica's report.
+        assert body["model_identity"]["id"].startswith("scripted@sha256:")
+        assert [r["model_identity"] for r in body["per_replica"]] == [body["model_identity"]] * 2
         metrics = await asyncio.to_thread(metric_samples, cluster)
         assert metrics["duplexkit_replicas"] == 2 and metrics["duplexkit_sessions_active"] == 4
         ws, first = await open_session(cluster)

@@ -121,6 +121,16 @@ def test_a_start_without_its_start_object_or_stream_sid_is_fatal() -> None:
         assert out.fatal and [p.code for p in out.problems] == [ErrorCode.MISSING_FIELD]
 
 
+def test_a_second_start_is_dropped_with_a_code_and_the_call_goes_on_as_opened() -> None:
+    stream = _started()
+    other = {**START, "start": {**START["start"], "streamSid": "MZ99", "callSid": "CA9"}, "streamSid": "MZ99"}
+    out = stream.receive(json.dumps(other))
+    assert [p.code for p in out.problems] == [ErrorCode.INVALID_VALUE] and not out.fatal
+    assert out.events == []  # no second session.update: the session is not re-opened
+    assert stream.call is not None and (stream.call.stream_sid, stream.call.call_sid) == (SID, "CA1")
+    assert not stream.receive(_media(bytes(160), 0)).problems
+
+
 @pytest.mark.parametrize("timestamp", ["inf", "-inf", "nan", "1e400", "1e13", "2e7", "2100", "-20", "soon"])
 def test_a_timestamp_that_is_no_time_or_opens_a_gap_past_the_maximum_is_refused_and_nothing_moves(
     timestamp: str,

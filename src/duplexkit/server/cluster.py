@@ -193,6 +193,8 @@ class ReplicaReport:
     model: str
     sessions: int
     max_sessions: int
+    model_identity: dict[str, str] | None = None
+    """The model the replica serves (`ModelPlugin.identity`)."""
     url: str | None = None
     """The replica's direct WebSocket URL, when it serves one."""
     metrics: list[dict[str, Any]] = field(default_factory=list)
@@ -202,12 +204,18 @@ class ReplicaReport:
 def cluster_health(
     reports: Iterable[ReplicaReport], *, now: float, version: str
 ) -> tuple[dict[str, Any], int]:
-    """The cluster's `/healthz` body and status: the fresh replicas' sessions and capacities added up."""
+    """The cluster's `/healthz` body and status: the fresh replicas' sessions and capacities added up; its
+    `model_identity` is the one every fresh replica serves (`null` when they differ, as in a rolling
+    update: `per_replica` names each)."""
     fresh = [r for r in reports if now - r.at <= REPORT_STALE_S]
     accepting = [r for r in fresh if r.accepting]
+    identities = [r.model_identity for r in fresh]
     body = {
         "status": "ok" if accepting else "unavailable",
         "model": fresh[0].model if fresh else None,
+        "model_identity": identities[0]
+        if identities and identities.count(identities[0]) == len(fresh)
+        else None,
         "sessions": sum(r.sessions for r in fresh),
         "max_sessions": sum(r.max_sessions for r in accepting),
         "replicas": len(fresh),
@@ -219,6 +227,7 @@ def cluster_health(
                 "status": "ok" if r.accepting else "draining",
                 "sessions": r.sessions,
                 "max_sessions": r.max_sessions,
+                "model_identity": r.model_identity,
                 "url": r.url,
                 "age_s": round(now - r.at, 3),
             }

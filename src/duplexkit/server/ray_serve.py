@@ -237,6 +237,7 @@ class DuplexReplica:
             "replica": self.replica,
             "accepting": manager.accepting,
             "model": self.duplex.plugin.name,
+            "model_identity": self.duplex.model_identity,
             "sessions": manager.active,
             "max_sessions": manager.max_sessions,
             "url": self.direct_url,

@@ -169,7 +169,14 @@ class TwilioStream:
         return out
 
     def _start(self, message: dict[str, Any], out: Output) -> None:
-        """A call has one `start`: one it cannot open on is fatal (the call could never be heard)."""
+        """A call has one `start`: one it cannot open on is fatal (the call could never be heard); another
+        after it is dropped (`invalid_value`), and the call goes on as it was opened."""
+        if self.call is not None:
+            raise ProtocolError(
+                ErrorCode.INVALID_VALUE,
+                f"the stream {self.call.stream_sid!r} has started already; a second start is dropped",
+                param="event",
+            )
         try:
             self._open(message, out)
         except ProtocolError:
