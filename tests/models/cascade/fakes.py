@@ -19,9 +19,12 @@ class ToneSynthesizer:
     def __init__(self, fail_on: str | None = None) -> None:
         self.fail_on = fail_on
         self.calls: list[str] = []
+        self.urgent: list[bool] = []
+        """Whether each call was `urgent` (a reply's first piece)."""
 
-    def synthesize(self, text: str) -> npt.NDArray[np.float32]:
+    def synthesize(self, text: str, *, urgent: bool = False) -> npt.NDArray[np.float32]:
         self.calls.append(text)
+        self.urgent.append(urgent)
         if self.fail_on is not None and self.fail_on in text:
             raise RuntimeError(f"synthesis failed on {text!r}")
         n = round(len(text) * MS_PER_CHAR * self.sample_rate_hz / 1000)

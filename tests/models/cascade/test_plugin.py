@@ -40,11 +40,11 @@ class FailingOnce:
         self.sample_rate_hz = inner.sample_rate_hz
         self.failed = False
 
-    def synthesize(self, text: str) -> npt.NDArray[np.float32]:
+    def synthesize(self, text: str, *, urgent: bool = False) -> npt.NDArray[np.float32]:
         if not self.failed:
             self.failed = True
             raise RuntimeError("voice model crashed")
-        return self.inner.synthesize(text)
+        return self.inner.synthesize(text, urgent=urgent)
 
 
 def session_of(model: CascadeModel, **extra_body: object) -> CascadeSession:

@@ -47,6 +47,15 @@ async def test_audio_is_released_lead_ms_ahead_of_playback_and_the_last_segment_
     assert "".join(s.text for s in segments) == "You said: turn on the lights."
 
 
+async def test_only_the_first_piece_is_synthesised_urgently() -> None:
+    """Nothing plays while the first piece is made, so it may take every core; the rest is made while
+    earlier audio plays."""
+    synthesizer = ToneSynthesizer()
+    await play_out(Reply(deltas("Sure, the lights are on. Anything else?"), synthesizer, OUT, lead_ms=100))
+    assert synthesizer.calls == ["Sure,", "the lights are on.", "Anything else?"]
+    assert synthesizer.urgent == [True, False, False]
+
+
 async def test_total_audio_is_the_exact_resampled_count_of_what_was_synthesised() -> None:
     text = "One. Two three: four five six."
     segments = await play_out(Reply(deltas(text), ToneSynthesizer(), OUT, lead_ms=100))

@@ -28,8 +28,8 @@ def test_the_first_piece_ends_after_a_few_words_or_its_first_comma() -> None:
     sentence = "The moon is about three hundred thousand kilometres away, give or take a few. Yes."
     assert split(re.findall(r"\S+\s*", sentence)) == split([sentence])  # whatever the deltas
     assert split([sentence]) == [
-        "The moon is about ",
-        "three hundred thousand kilometres away, ",  # later clauses keep their length rule
+        "The moon is ",
+        "about three hundred thousand kilometres away, ",  # later clauses keep their length rule
         "give or take a few. ",
         "Yes.",
     ]
@@ -52,7 +52,8 @@ def test_a_long_run_without_boundaries_is_cut_at_a_space() -> None:
 
 
 def test_decimal_points_do_not_end_a_sentence() -> None:
-    assert split(["It costs 3.50 dollars."]) == ["It costs 3.50 dollars."]
+    assert split(["It costs 3.50."]) == ["It costs 3.50."]
+    assert split(["Yes. It costs 3.50 dollars."]) == ["Yes. ", "It costs 3.50 dollars."]
 
 
 def test_a_run_without_any_space_is_cut_at_the_limit() -> None:

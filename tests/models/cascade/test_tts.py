@@ -54,6 +54,8 @@ def test_piper_speaks_deterministically_at_its_voice_rate(piper: PiperSynthesize
     assert piper.sample_rate_hz == 22_050 and audio.dtype == np.float32
     assert 0.3 < len(audio) / 22_050 < 2.0 and 0.5 < np.max(np.abs(audio)) <= 0.81
     assert np.array_equal(audio, piper.synthesize("Hello there."))
+    # The urgent session (a reply's first piece, on more threads) is the same voice: the same audio.
+    assert np.allclose(audio, piper.synthesize("Hello there.", urgent=True), atol=1e-4)
 
 
 @needs_espeak

@@ -15,6 +15,7 @@ once the reply is emitted).
 from __future__ import annotations
 
 import asyncio
+import functools
 import time
 from collections.abc import AsyncGenerator, AsyncIterator
 from concurrent.futures import Executor
@@ -241,7 +242,10 @@ class Reply:
             if timing.first_piece_at is None:
                 timing.first_piece_at = began
             loop = asyncio.get_running_loop()
-            audio = await loop.run_in_executor(self._executor, self._synthesizer.synthesize, text.strip())
+            synthesize = functools.partial(
+                self._synthesizer.synthesize, text.strip(), urgent=timing.first_synthesis_ms is None
+            )
+            audio = await loop.run_in_executor(self._executor, synthesize)
             if timing.first_synthesis_ms is None:
                 timing.first_audio_at = time.monotonic()
                 timing.first_synthesis_ms = 1000.0 * (timing.first_audio_at - began)

@@ -6,7 +6,7 @@ import re
 
 MAX_PIECE_CHARS = 240
 MIN_CLAUSE_CHARS = 30
-FIRST_PIECE_WORDS = 4
+FIRST_PIECE_WORDS = 3
 """The first piece of a reply ends after this many words at most (or at its first comma)."""
 _BOUNDARY = re.compile(r"[.!?;:]+[\"')\]]*\s+")
 _CLAUSE = re.compile(r",\s+")
