@@ -25,7 +25,7 @@ from dataclasses import dataclass
 from typing import TYPE_CHECKING, Any, Literal, Protocol
 
 from duplexkit.models.base import SamplingParams, content_fingerprint
-from duplexkit.models.cascade.cpu import passive_openmp
+from duplexkit.models.cascade.cpu import URGENT, passive_openmp
 from duplexkit.protocol.client_events import FunctionTool, ToolChoice
 
 if TYPE_CHECKING:
@@ -280,6 +280,7 @@ class LocalResponder:
                         piece = ""
                     if piece:
                         yield piece
+                    URGENT.yield_to_urgent()  # a reply's first piece being synthesised goes first
                     context.decode(llama_batch_get_one([token], len(self.held)))
                     self.held.append(token)
 

@@ -21,6 +21,7 @@ import numpy as np
 import numpy.typing as npt
 
 from duplexkit.models.base import content_fingerprint
+from duplexkit.models.cascade.cpu import URGENT
 
 TtsKind = Literal["auto", "piper", "espeak"]
 TTS_EXTRA_HINT = "pip install 'duplexkit[tts]' (piper, GPL-3.0-or-later) or install espeak-ng"
@@ -50,8 +51,8 @@ class PiperSynthesizer:
     One ONNX runtime thread by default: a piece then takes ~1.4x longer, but synthesis, which mostly runs
     while earlier audio plays, leaves the other core to the VAD and ASR of every session. A reply's first
     piece (`urgent`) is the exception: nothing plays while it is made, so it runs on a second session of
-    the same voice with `urgent_threads` (2: a 4-word piece in 58 ms instead of 97 here, measured in
-    docs/performance.md "Mouth to ear").
+    the same voice with `urgent_threads` (2: a 3-word piece in 42 ms instead of 65 here), and the local
+    LLM yields the cores to it (`cpu.URGENT`; docs/performance.md, "Mouth to ear").
     """
 
     name = "piper"
@@ -94,8 +95,11 @@ class PiperSynthesizer:
         self._config = SynthesisConfig(volume=PIPER_VOLUME, **noise)
 
     def synthesize(self, text: str, *, urgent: bool = False) -> npt.NDArray[np.float32]:
-        voice = self._urgent_voice if urgent else self._voice
-        chunks = [chunk.audio_float_array for chunk in voice.synthesize(text, self._config)]
+        if urgent:
+            with URGENT.running():
+                chunks = [c.audio_float_array for c in self._urgent_voice.synthesize(text, self._config)]
+        else:
+            chunks = [c.audio_float_array for c in self._voice.synthesize(text, self._config)]
         return np.concatenate(chunks).astype(np.float32) if chunks else np.zeros(0, dtype=np.float32)
 
 
