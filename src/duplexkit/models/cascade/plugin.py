@@ -35,9 +35,10 @@ Model resources are loaded once per process and shared: the synthesizer, the res
 client), Whisper and the Smart Turn model, and a pool of pocketsphinx decoders lent per utterance. The
 VAD's recurrent state is per session (through onnxruntime the ONNX session itself is shared). Compute
 runs in thread pools of the plugin's own: listening (VAD, ASR; one call per session at a time) and
-synthesis (`synthesis_threads` pieces at once, one core each), plus one thread each for Whisper decodes and
-the local LLM, so replies being produced can neither starve the listening of other sessions nor take the
-event loop's default executor.
+synthesis (`synthesis_threads` pieces at once, one core each; a reply's first piece on two, the local LLM
+yielding to it: `cpu.URGENT`), plus one thread each for Whisper decodes and the local LLM, so replies
+being produced can neither starve the listening of other sessions nor take the event loop's default
+executor.
 """
 
 from __future__ import annotations
