@@ -152,6 +152,10 @@ def _median(values: list[float | None]) -> float:
     return statistics.median(seen) if seen else float("nan")
 
 
+SCRIPTED_ARGS = ["first_output_ms=50", "token_ms=5", "chunk_period_ms=200"]
+"""The scripted model's default here: 50 ms to first output, 200 ms units."""
+
+
 def main() -> None:
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     parser.add_argument("--trials", type=int, default=10, help="sessions per transport")
@@ -159,13 +163,15 @@ def main() -> None:
     parser.add_argument(
         "--model-arg",
         action="append",
-        default=["first_output_ms=50", "token_ms=5", "chunk_period_ms=200"],
-        help="KEY=VALUE for the model (default: scripted, 50 ms to first output, 200 ms units)",
+        default=None,
+        help="KEY=VALUE for the model (default for scripted: 50 ms to first output, 200 ms units)",
     )
     parser.add_argument("--speech-ms", type=int, default=900, help="speech, ending inside a unit")
     parser.add_argument("--silence-ms", type=int, default=1500)
     parser.add_argument("--browser", type=int, default=0, metavar="N", help="also in Chromium, N replies")
     args = parser.parse_args()
+    if args.model_arg is None:
+        args.model_arg = SCRIPTED_ARGS if args.model == "scripted" else []
     results = asyncio.run(run(args))
     print(
         f"{args.trials} sessions per transport, model {args.model} {' '.join(args.model_arg)}; medians in ms"
