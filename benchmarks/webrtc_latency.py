@@ -33,6 +33,7 @@ from __future__ import annotations
 
 import argparse
 import asyncio
+import re
 import statistics
 from dataclasses import dataclass
 
@@ -87,8 +88,10 @@ async def trial(url: str, protocol: str, samples: np.ndarray, speech_ms: int) ->
     )
 
 
-async def browser_run(url: str, n: int) -> dict[str, list[float]]:
-    """End of speech → reply audio as the playground measured it, `n` replies per transport."""
+async def browser_run(url: str, n: int, sentence: str, gap_s: float) -> dict[str, list[float]]:
+    """End of speech → reply audio as the playground measured it, `n` replies per transport; the
+    microphone loops 0.5 s of silence, `sentence`, then `gap_s` of silence (long enough for the reply to
+    play out, so each reply answers the whole sentence)."""
     import tempfile
     import wave
     from pathlib import Path
@@ -103,9 +106,10 @@ async def browser_run(url: str, n: int) -> dict[str, list[float]]:
     if chromium is None:
         raise SystemExit("--browser needs Chromium on PATH")
     voice = PiperSynthesizer(deterministic=True)
-    spoken = voice.synthesize("Hello there. Can you hear me speaking into the microphone?")
+    spoken = voice.synthesize(sentence)
     silence = np.zeros(24_000, np.float32)
-    mic = np.concatenate([silence, resample(spoken, voice.sample_rate_hz, 48_000), silence, silence])
+    gap = np.zeros(round(48_000 * gap_s), np.float32)
+    mic = np.concatenate([silence, resample(spoken, voice.sample_rate_hz, 48_000), gap])
     path = Path(tempfile.mkdtemp()) / "speech.wav"
     with wave.open(str(path), "wb") as out:
         out.setnchannels(1)
@@ -125,7 +129,19 @@ async def browser_run(url: str, n: int) -> dict[str, list[float]]:
                     break
                 await asyncio.sleep(0.2)
             figures[name] = values[:n]
+            titles = await browser.evaluate(PATH_TITLES)
+            splits = [m.groups() for t in titles if (m := PATH_SPLIT.search(t))]
+            for part, column in zip(("wire", "model", "play"), range(1, 4), strict=True):
+                figures[f"{name} {part}"] = [float(split[column]) for split in splits[:n]]
     return figures
+
+
+PATH_TITLES = """[...document.querySelectorAll('[title*="the whole path"]')].map((node) => node.title)"""
+"""The playground's turn markers' titles: each says its reply's whole path (`view.js`, `pathSplit`)."""
+PATH_SPLIT = re.compile(
+    r"first audio heard (-?\d+) ms = the wire \(.*?\) (-?\d+) ms \+ the model \(.*?\) (-?\d+) ms"
+    r" \+ playback \(.*?\) (-?\d+) ms"
+)
 
 
 async def run(args: argparse.Namespace) -> dict[str, list[Trial]]:
@@ -138,7 +154,9 @@ async def run(args: argparse.Namespace) -> dict[str, list[Trial]]:
             for name, protocol in TRANSPORTS.items():
                 results[name].append(await trial(server.url, protocol, samples, args.speech_ms))
         if args.browser:
-            figures = await browser_run(server.http_url, args.browser)
+            figures = await browser_run(
+                server.http_url, args.browser, args.browser_sentence, args.browser_gap_s
+            )
             print(
                 f"in the browser (playground, {args.browser} replies): speech end -> reply heard, median ms"
             )
@@ -169,6 +187,14 @@ def main() -> None:
     parser.add_argument("--speech-ms", type=int, default=900, help="speech, ending inside a unit")
     parser.add_argument("--silence-ms", type=int, default=1500)
     parser.add_argument("--browser", type=int, default=0, metavar="N", help="also in Chromium, N replies")
+    parser.add_argument(
+        "--browser-sentence",
+        default="Hello there. Can you hear me speaking into the microphone?",
+        help="what the browser's microphone says (piper's voice), in a loop",
+    )
+    parser.add_argument(
+        "--browser-gap-s", type=float, default=1.0, help="silence after each sentence in the loop"
+    )
     args = parser.parse_args()
     if args.model_arg is None:
         args.model_arg = SCRIPTED_ARGS if args.model == "scripted" else []
