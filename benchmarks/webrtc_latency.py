@@ -27,6 +27,13 @@ unit (at most 200 ms).
 
     .venv/bin/python benchmarks/webrtc_latency.py --trials 10
     .venv/bin/python benchmarks/webrtc_latency.py --trials 10 --browser 5
+
+With the default cascade and its LLM, in the browser only (the trials' clip is not speech), the page's
+turn markers also give each reply's whole-path split (`wire · model · play`):
+
+    PYTHONPATH=src:. .venv/bin/python benchmarks/webrtc_latency.py --model cascade \
+        --model-arg responder=local --trials 0 --browser 5 \
+        --browser-sentence "What is the weather like today?" --browser-gap-s 7
 """
 
 from __future__ import annotations
