@@ -9,6 +9,7 @@ Sans-I/O: no clock, no I/O; a refusal is a `ProtocolError` with its code.
 from __future__ import annotations
 
 from collections.abc import Callable, Iterator
+from dataclasses import dataclass
 from typing import Any
 
 from pydantic import ValidationError
@@ -27,6 +28,16 @@ input audio is by `input_backpressure`. The items the session makes itself (spee
 counted: they grow only with the conversation's own time."""
 
 
+@dataclass(frozen=True, slots=True)
+class Placement:
+    """Where a client's item goes (`Conversation.place`), and its size against the client's bounds."""
+
+    at: int
+    """Its index in the conversation."""
+    size: int
+    """Its JSON size in bytes."""
+
+
 class Conversation:
     """The session's items, and where each entered the conversation on the input media clock (a reply:
     the end of the unit it opened at)."""
@@ -35,7 +46,7 @@ class Conversation:
         self._items: list[se.ConversationItem] = []
         self._entered_ms: dict[str, float] = {}
         self._client_bytes: dict[str, int] = {}
-        """The size of each item a client created (`place`d), by id."""
+        """The size of each item a client added (`add_client`), by id."""
 
     def __iter__(self) -> Iterator[se.ConversationItem]:
         return iter(self._items)
@@ -58,17 +69,17 @@ class Conversation:
             at -= 1
         return self.insert(at, item, said_ms)
 
-    def place(self, item: se.ConversationItem, previous_item_id: str | None) -> int:
+    def place(self, item: se.ConversationItem, previous_item_id: str | None) -> Placement:
         """Where a client's item goes: after `previous_item_id` (`root`: first; `None`: last). Refused: an id
         in use (`item_create_duplicate_item_id`, OpenAI's code, which LiveKit's item sync takes as "already
         there"), an unknown `previous_item_id` (`unknown_item`), one past the client's bounds
-        (`MAX_CLIENT_ITEMS`, `MAX_CLIENT_ITEM_BYTES`: `conversation_too_large`). Once inserted
-        (`insert(..., from_client=True)`) it counts against those bounds until it is deleted."""
+        (`MAX_CLIENT_ITEMS`, `MAX_CLIENT_ITEM_BYTES`: `conversation_too_large`). Once added (`add_client`)
+        it counts against those bounds until it is deleted."""
         if item.id in self:
             raise ProtocolError(
                 ErrorCode.ITEM_CREATE_DUPLICATE_ITEM_ID, f"item {item.id!r} already exists", param="item.id"
             )
-        size = _size(item)
+        size = len(item.model_dump_json(exclude_none=True))
         held = sum(self._client_bytes.values())
         if len(self._client_bytes) >= MAX_CLIENT_ITEMS or held + size > MAX_CLIENT_ITEM_BYTES:
             raise ProtocolError(
@@ -78,25 +89,26 @@ class Conversation:
                 param="item",
             )
         if previous_item_id is None:
-            return len(self._items)
+            return Placement(len(self._items), size)
         if previous_item_id == "root":
-            return 0
+            return Placement(0, size)
         for index, known in enumerate(self._items):
             if known.id == previous_item_id:
-                return index + 1
+                return Placement(index + 1, size)
         raise ProtocolError(
             ErrorCode.UNKNOWN_ITEM, f"no conversation item {previous_item_id!r}", param="previous_item_id"
         )
 
-    def insert(
-        self, at: int, item: se.ConversationItem, entered_ms: float, *, from_client: bool = False
-    ) -> str | None:
-        """Add `item` at index `at` (`place`); the id of the item before it. `from_client`: a client's
-        item, counted against the client's bounds."""
+    def add_client(self, placed: Placement, item: se.ConversationItem, entered_ms: float) -> str | None:
+        """Add a client's item where `place` put it, counted against the client's bounds; the id of the
+        item before it."""
+        self._client_bytes[item.id] = placed.size
+        return self.insert(placed.at, item, entered_ms)
+
+    def insert(self, at: int, item: se.ConversationItem, entered_ms: float) -> str | None:
+        """Add `item` at index `at`; the id of the item before it."""
         self._items.insert(at, item)
         self._entered_ms[item.id] = entered_ms
-        if from_client:
-            self._client_bytes[item.id] = _size(item)
         return self._items[at - 1].id if at else None
 
     def get(self, item_id: str, unknown: ErrorCode = ErrorCode.UNKNOWN_ITEM) -> se.ConversationItem:
@@ -114,10 +126,6 @@ class Conversation:
         self._items.remove(self.get(item_id))
         del self._entered_ms[item_id]
         self._client_bytes.pop(item_id, None)
-
-
-def _size(item: se.ConversationItem) -> int:
-    return len(item.model_dump_json(exclude_none=True))
 
 
 def client_item(raw: dict[str, Any], default_id: str) -> se.ConversationItem:

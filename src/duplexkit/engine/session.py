@@ -390,7 +390,7 @@ class EngineSession:
         malformed function item `invalid_function_call` (`invalid_function_call_output` for an output), an
         output for no pending call a code of the tool ledger's."""
         item = client_item(event.item, self._new_id("item"))
-        at = self._conversation.place(item, event.previous_item_id)
+        placed = self._conversation.place(item, event.previous_item_id)
         if item.type == "function_call":
             assert item.call_id is not None and item.name is not None and item.arguments is not None
             self._tools.open(item.call_id, item.name, item.arguments)
@@ -408,7 +408,7 @@ class EngineSession:
             self._user_item_unanswered = True
             for part in item.content or ():
                 self._input.carry(text=part.text if part.type == "input_text" else None)
-        previous = self._conversation.insert(at, item, self._input.media_ms, from_client=True)
+        previous = self._conversation.add_client(placed, item, self._input.media_ms)
         step = Step(
             events=[
                 se.ConversationItemAdded(item=item, previous_item_id=previous),
