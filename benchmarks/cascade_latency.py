@@ -53,7 +53,7 @@ from typing import Any
 
 import numpy as np
 import numpy.typing as npt
-from serving import Worker, baseline_tree
+from serving import MODEL_STAGES, Worker, baseline_tree
 
 BASELINE_REV = "579c551"
 """main before issue #36 (the reply started only once the pause's transcript was known)."""
@@ -81,16 +81,6 @@ LEAD_IN_MS = 500.0
 TAIL_MS = 3500.0
 WAIT_S = 15.0
 """How long past the clip the first reply audio is waited for (a noise floor goes on being fed)."""
-STAGES = (
-    "vad_tail",
-    "smart_turn",
-    "final_decode",
-    "llm_first_token",
-    "first_phrase",
-    "tts_first_phrase",
-    "first_audio_sent",
-    "total",
-)
 _NUMBERS = {"10": "ten", "1": "one", "2": "two", "3": "three", "5": "five"}
 
 
@@ -352,12 +342,12 @@ def report(
             f"{min(loads, default=float('nan')):.1f}-{max(loads, default=float('nan')):.1f} |"
         )
     print("\n## Where the time goes: the new design's own split (TurnTrace.stages), p50 / p95, ms\n")
-    print("| condition | " + " | ".join(STAGES) + " |")
-    print("| --- |" + " ---: |" * len(STAGES))
+    print("| condition | " + " | ".join(MODEL_STAGES) + " |")
+    print("| --- |" + " ---: |" * len(MODEL_STAGES))
     for (design, condition), got in samples.items():
         split = [s["stages"] for s in got if s is not None and s["stages"]]
         if design == "new" and split:
-            columns = ([st[k] for st in split if k in st] for k in STAGES)
+            columns = ([st[k] for st in split if k in st] for k in MODEL_STAGES)
             print(f"| {condition} | " + " | ".join(f"{pct(v, 50)} / {pct(v, 95)}" for v in columns) + " |")
     for design, extra in extras.items():
         stats = extra.get("speculation")
@@ -374,11 +364,11 @@ def report(
                 f"RTF p50 {np.median(rtf):.3f}, max {max(rtf):.3f}"
             )
     print("\nPer reply:\n")
-    print("| design | condition | load | question | heard | latency | " + " | ".join(STAGES) + " |")
-    print("| --- | --- | ---: | --- | --- | ---: |" + " ---: |" * len(STAGES))
+    print("| design | condition | load | question | heard | latency | " + " | ".join(MODEL_STAGES) + " |")
+    print("| --- | --- | ---: | --- | --- | ---: |" + " ---: |" * len(MODEL_STAGES))
     for (design, condition), got in samples.items():
         for s in (s for s in got if s is not None):
-            cells = " | ".join(f"{s['stages'][k]:.0f}" if k in s["stages"] else "—" for k in STAGES)
+            cells = " | ".join(f"{s['stages'][k]:.0f}" if k in s["stages"] else "—" for k in MODEL_STAGES)
             print(
                 f"| {design} | {condition} | {s['load']:.1f} | {s['question']} | {s['transcript']} | "
                 f"{s['latency_ms']:.0f} | {cells} |"

@@ -70,7 +70,7 @@ from typing import Any
 
 import numpy as np
 import numpy.typing as npt
-from serving import Worker, baseline_tree
+from serving import MODEL_STAGES, Worker, baseline_tree
 
 BASELINE_REV = "a71162a"
 """main when issue #47 was filed."""
@@ -83,16 +83,6 @@ QUESTIONS = [
 LEAD_IN_MS = 500.0
 RATE = 16_000
 STAGES = ("chunking", "transport", "end_of_turn", "reply", "held", "send", "placement")
-MODEL_STAGES = (
-    "vad_tail",
-    "smart_turn",
-    "final_decode",
-    "llm_first_token",
-    "first_phrase",
-    "tts_first_phrase",
-    "first_audio_sent",
-    "total",
-)
 PATHS = ("talk", "sdk", "serve")
 
 

@@ -59,6 +59,19 @@ async def start(
     raise RuntimeError(f"{argv[:4]} did not start on port {port}")
 
 
+MODEL_STAGES = (
+    "vad_tail",
+    "smart_turn",
+    "final_decode",
+    "llm_first_token",
+    "first_phrase",
+    "tts_first_phrase",
+    "first_audio_sent",
+    "total",
+)
+"""The cascade's own split of a reply's wait (`TurnTrace.stages`), in the order the tables print it."""
+
+
 def baseline_tree(rev: str, into: Path) -> Path:
     """`rev`'s `src/` extracted into `into` (its path goes first on the baseline worker's PYTHONPATH)."""
     repo = Path(__file__).resolve().parents[1]
