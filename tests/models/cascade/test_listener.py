@@ -130,3 +130,24 @@ def test_the_end_of_speech_is_reported_before_its_transcript_is_decoded() -> Non
     utterance = ended.utterance()
     assert utterance is not None and utterance.text == "hello there"
     assert utterance.words[0].start_ms == ended.audio_start_ms + 10.0  # on the media clock
+
+
+class CountingAsr:
+    """Stands for `WhisperAsr`: each decode is done at once and says how many samples it was given."""
+
+    def submit(self, audio: np.ndarray, *, words: bool = True) -> Future[Transcript]:
+        return finished(Transcript(str(len(audio))))
+
+
+def test_whisper_s_pause_decode_starts_at_the_first_silent_frame() -> None:
+    # 3 silent frames, 11 voiced (the last ends at 448 ms), then silence; 100 ms units. The unit ending at
+    # 500 ms has scored frames to 480 ms: one silent frame past the voice, and the decode starts there (at
+    # a two-frame tail it would wait for the unit ending at 600 ms).
+    from duplexkit.models.cascade.whisper import WhisperRecognizer
+
+    vad = VoiceActivityDetector(ScriptedScorer([0.0] * 3 + [0.9] * 11 + [0.0] * 30))
+    ears = Listener(vad, WhisperRecognizer(CountingAsr()), preempt_ms=None)  # type: ignore[arg-type]
+    heard = [ears.hear(np.zeros(1600, dtype=np.float32), k * 100.0) for k in range(8)]
+    first = next(h for h in heard if h.guess is not None)
+    assert first.end_ms == 500.0 and first.voiced_until_ms == 448.0
+    assert first.partial == str(int((448.0 + WhisperRecognizer.tail_ms) * 16))  # the voice and one frame

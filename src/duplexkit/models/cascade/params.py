@@ -115,7 +115,7 @@ class CascadeConfig:
     no_speech_reply: str = "Sorry, I did not catch that."
     preempt_ms: float | None = None
     """Start recognising and preparing the reply once the user has paused this long (before the turn's
-    end is confirmed); 0 turns it off. Default: the recogniser's tail (200 ms for pocketsphinx, 50 for
+    end is confirmed); 0 turns it off. Default: the recogniser's tail (200 ms for pocketsphinx, 32 for
     Whisper), off for `openai`, where each pause that does not end the turn costs a discarded request."""
 
     @property

@@ -9,10 +9,10 @@ faster-whisper's 30 s path. A window shorter than ~8 s makes Whisper repeat itse
 at 3 s, 53 % at 5 s, 12 % at 8 s, 5 % at 10 s on the benchmark's questions and phrase fragments); the
 decode is also capped at `TOKENS_PER_S` tokens per second of audio.
 
-A session's `WhisperRecognizer` starts decoding the utterance in the background as soon
-as the speech pauses (`guess`, asked by the listener once the pause reaches `preempt_ms`, 50 ms of
-silence past the last voiced frame by default) and, when the turn then ends with no more audio, `finish`
-takes that decode instead of starting another: the transcript is ready at, or soon after, the end of the
+A session's `WhisperRecognizer` starts decoding the utterance in the background as soon as the speech
+pauses (`guess`, asked by the listener once the pause reaches `preempt_ms`, one silent Silero frame, 32
+ms, past the last voiced frame by default) and, when the turn then ends with no more audio, `finish` takes
+that decode instead of starting another: the transcript is ready at, or soon after, the end of the
 turn, and the cascade starts its reply from the same decode while Smart Turn is still deciding.
 `finish` never waits for it (it returns the decode's future), so the end of a turn costs the session's
 step nothing. Speech that goes on makes the guess stale; the next pause decodes again. A session's
@@ -161,10 +161,12 @@ class WhisperRecognizer:
 
     search: SearchSpec | None = None
     """Always `None`: Whisper has no grammar or key-phrase search (pocketsphinx does)."""
-    tail_ms = 50.0
-    """Silence fed past the last voiced frame (Silero's last voiced frame already lags the voice by a
-    frame or so): the pause's decode starts once the pause reaches it, ahead of Smart Turn's question
-    (`SEMANTIC_ASK_MS`), so the reply made from it is under way before the turn's end is confirmed."""
+    tail_ms = 32.0
+    """Silence fed past the last voiced frame: one Silero frame, so the pause's decode starts at the first
+    silent frame, ahead of Smart Turn's question (`SEMANTIC_ASK_MS`), and the reply made from it is under
+    way before the turn's end is confirmed. Silero's last voiced frame already lags the voice (~75 ms, its
+    hysteresis), so the word's end is heard; at 50 ms (two frames) the pause was acted on a unit later
+    for 3 of the 8 benchmark questions, with the same transcripts (docs/performance.md)."""
 
     def __init__(self, asr: WhisperAsr) -> None:
         self._asr = asr
