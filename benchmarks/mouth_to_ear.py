@@ -477,11 +477,13 @@ def report(samples: dict[tuple[str, str], list[dict[str, Any]]], rounds: int) ->
 
 def main() -> None:
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
-    parser.add_argument("--rounds", type=int, default=2)
-    parser.add_argument("--questions", type=int, default=len(QUESTIONS))
+    parser.add_argument("--rounds", type=int, default=2, help="passes over the questions per path (2)")
+    parser.add_argument(
+        "--questions", type=int, default=len(QUESTIONS), help=f"questions per pass, at most {len(QUESTIONS)}"
+    )
     parser.add_argument("--paths", default="talk,sdk", help="talk, sdk and/or serve, comma separated")
     parser.add_argument("--responder", default="echo", help="echo (default) or local (the default LLM)")
-    parser.add_argument("--sdk-chunk-ms", type=int, default=20)
+    parser.add_argument("--sdk-chunk-ms", type=int, default=20, help="the SDK path's append size, ms (20)")
     parser.add_argument(
         "--tail-ms",
         type=float,
@@ -489,15 +491,16 @@ def main() -> None:
         help="silence after espeak-ng's own tail (a microphone: the turn ends by the VAD, not the commit)",
     )
     parser.add_argument("--loaded", action="store_true", help="a second process spins one core throughout")
-    parser.add_argument("--baseline-rev", default=BASELINE_REV)
-    parser.add_argument("--no-baseline", action="store_true")
+    parser.add_argument("--baseline-rev", default=BASELINE_REV, help=f"baseline commit ({BASELINE_REV})")
+    parser.add_argument("--no-baseline", action="store_true", help="measure this tree only")
     parser.add_argument("--worker", action="store_true", help=argparse.SUPPRESS)
     args = parser.parse_args()
     if args.worker:
         asyncio.run(worker(args.responder, args.sdk_chunk_ms, args.tail_ms, "serve" in args.paths))
         return
     paths = args.paths.split(",")
-    print(f"# mouth to ear: {args.rounds} round(s) of {args.questions} question(s), paths {paths}, ", end="")
+    questions = min(len(QUESTIONS), args.questions)
+    print(f"# mouth to ear: {args.rounds} round(s) of {questions} question(s), paths {paths}, ", end="")
     print(
         f"responder {args.responder}, tail +{args.tail_ms:.0f} ms, "
         f"{'loaded' if args.loaded else 'quiet'}; machine {load()}, {os.cpu_count()} CPUs"
@@ -524,7 +527,7 @@ def main() -> None:
                 # a path's questions one after another: the local LLM's context keeps the last prompt, so
                 # the same question twice in a row (one path, then the next) would find it all evaluated
                 for path in paths:
-                    for index in range(args.questions):
+                    for index in range(questions):
                         order = workers if (index + round_) % 2 == 0 else workers[::-1]
                         for w in order:
                             samples.setdefault((path, w.name), []).append(w.ask(f"{path} {index}", "SAMPLE "))

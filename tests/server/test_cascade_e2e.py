@@ -75,7 +75,7 @@ async def test_the_cascade_hears_a_command_and_speaks_its_reply(
 ) -> None:
     client = await connect(cascade_server.url)
     created = await client.until("session.created")
-    assert created["session"]["capabilities"]["chunk_period_ms"] == 100
+    assert created["session"]["capabilities"]["chunk_period_ms"] == 50
     await client.send({"type": "session.update", "session": {"extra_body": {"asr_grammar": GRAMMAR}}})
     await client.until("session.updated")
     speech = spoken(voice, "turn on the kitchen lights")

@@ -83,7 +83,7 @@ async def test_talk_splits_mouth_to_ear_into_stages_that_sum_to_the_whole(
 ) -> None:
     sample = await m2e.run_one(server, "talk", clip)
     _check(sample, m2e.STAGES)
-    assert sample["chunk_ms"] == 100  # one unit of the cascade's per append (talk's default)
+    assert sample["chunk_ms"] == 50  # one unit of the cascade's per append (talk's default)
     assert {"vad_tail", "smart_turn", "total"} <= set(sample["model"])
 
 

@@ -256,8 +256,8 @@ async def test_a_conversation_with_the_cascade_shows_what_it_heard_and_both_lane
         assert any(
             "TTFT" in t["text"] and "TTFP" in t["text"] and "you→audio" in t["text"] for t in state["turns"]
         )
-        # One append per unit of the cascade's (100 ms): the end of speech goes out with its unit.
-        assert state["stats"]["sentMs"] == pytest.approx(100 * state["stats"]["appends"])
+        # One append per unit of the cascade's (50 ms): the end of speech goes out with its unit.
+        assert state["stats"]["sentMs"] == pytest.approx(50 * state["stats"]["appends"])
         # The whole path's split (issue #47): the wire, the model's own total and the page's playback.
         assert any(re.search(r"wire -?\d+ · model \d+ · play \d+", t["text"]) for t in state["turns"]), state[
             "turns"

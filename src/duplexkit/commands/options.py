@@ -205,6 +205,6 @@ def talk_chunk_ms(protocol: str) -> int | None:
     """`duplexkit talk`'s append size: `default_chunk_ms` for Moshi and WebRTC, else `None`: one unit of
     the server's (what `session.created` advertises, at most 200 ms; 200 ms when it advertises none).
     The end of speech then reaches the server with the unit that holds it (a 200 ms append held it up to
-    a unit longer on the cascade's 100 ms grid), and the padding after the clip steps the model once a
+    a unit longer on a 100 ms grid), and the padding after the clip steps the model once a
     unit, so a reply's first audio waits at most a unit for the step that releases it (issue #47)."""
     return default_chunk_ms(protocol) if protocol in ("moshi", "webrtc") else None

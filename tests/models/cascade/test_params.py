@@ -14,7 +14,7 @@ GRAMMAR = "#JSGF V1.0; grammar g; public <g> = hello world;"
 
 def test_defaults_are_the_issue_defaults() -> None:
     config, session = CascadeConfig.from_args({})
-    assert (config.chunk_period_ms, config.responder, config.tts) == (100, "auto", "auto")
+    assert (config.chunk_period_ms, config.responder, config.tts) == (50, "auto", "auto")
     assert (config.asr, config.turn, session.turn_eagerness) == ("auto", "auto", "auto")
     vad = session.vad
     assert (vad.threshold, vad.min_speech_ms, vad.silence_duration_ms, vad.prefix_padding_ms) == (

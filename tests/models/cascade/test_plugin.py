@@ -260,10 +260,10 @@ def test_configure_rejects_a_grammar_pocketsphinx_cannot_use_and_keeps_the_previ
     assert session.params == before
 
 
-def test_from_args_loads_the_components_and_advertises_100_ms_units(vad_available: None) -> None:
+def test_from_args_loads_the_components_and_advertises_50_ms_units(vad_available: None) -> None:
     pytest.importorskip("piper", reason="needs 'piper-tts'")
     model = CascadeModel.from_args({"asr_keywords": "kitchen lights", "lead_ms": "300", "responder": "echo"})
-    assert model.capabilities.chunk_period_ms == 100 and model.config.lead_ms == 300
+    assert model.capabilities.chunk_period_ms == 50 and model.config.lead_ms == 300
     assert model.synthesizer.name == "piper" and model.responder.name == "echo"
     assert model.new_session().params.asr_keywords == ("kitchen lights",)
     remote = CascadeModel.from_args(

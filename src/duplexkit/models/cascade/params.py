@@ -86,7 +86,7 @@ class SessionParams:
 class CascadeConfig:
     """Process-wide settings (`--model-arg key=value`)."""
 
-    chunk_period_ms: int = 100
+    chunk_period_ms: int = 50
     lead_ms: float = 400.0
     """Reply audio sent ahead of playback (> 0: with no lead nothing would ever be due). Kept short: the
     response ends when its last audio is released, so a barge-in in the last `lead_ms` of a reply can no
@@ -236,7 +236,7 @@ _CONFIG_COERCERS: dict[str, Callable[[str], Any]] = {
 
 
 PARAMETERS = (
-    ModelParameter("chunk_period_ms", "unit length advertised to clients, 20-1000 (100)"),
+    ModelParameter("chunk_period_ms", "unit length advertised to clients, 20-1000 (50)"),
     ModelParameter("lead_ms", "reply audio sent ahead of playback, > 0 (400)"),
     ModelParameter("responder", "local, echo or openai (auto: local if its extra is installed)"),
     ModelParameter("asr", "whisper or pocketsphinx (auto: whisper if installed)"),

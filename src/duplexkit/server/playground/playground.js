@@ -9,7 +9,7 @@
   const root = document.documentElement;
   // The longest append: the page sends one unit of the server's (`chunk_period_ms`), at most this, so the
   // end of speech reaches the model with the unit that holds it (issue #47: 200 ms appends held it up to a
-  // unit longer on the cascade's 100 ms grid).
+  // unit longer on a 100 ms grid).
   const MAX_APPEND_MS = 200;
   const SPEECH_RMS = 0.015; // a chunk louder than this counts as speech (the page's voice-activity hint)
   const ACK_EVERY_MS = 250;
