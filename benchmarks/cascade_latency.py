@@ -342,14 +342,15 @@ def report(
             f"{'—' if cutoffs is None else f'{cutoffs}/{len(PAUSED)}'} | "
             f"{min(loads, default=float('nan')):.1f}-{max(loads, default=float('nan')):.1f} |"
         )
-    print("\n## Where the time goes: the new design's own split (TurnTrace.stages), p50 / p95, ms\n")
-    print("| condition | " + " | ".join(MODEL_STAGES) + " |")
-    print("| --- |" + " ---: |" * len(MODEL_STAGES))
-    for (design, condition), got in samples.items():
+    print("\n## Where the time goes: each design's own split (TurnTrace.stages), p50 / p95, ms\n")
+    print("| design | condition | " + " | ".join(MODEL_STAGES) + " |")
+    print("| --- | --- |" + " ---: |" * len(MODEL_STAGES))
+    for (design, condition), got in sorted(samples.items()):
         split = [s["stages"] for s in got if s is not None and s["stages"]]
-        if design == "new" and split:
+        if split:  # a baseline from before the split was reported has none
             columns = ([st[k] for st in split if k in st] for k in MODEL_STAGES)
-            print(f"| {condition} | " + " | ".join(f"{pct(v, 50)} / {pct(v, 95)}" for v in columns) + " |")
+            cells = " | ".join(f"{pct(v, 50)} / {pct(v, 95)}" for v in columns)
+            print(f"| {design} | {condition} | {cells} |")
     for design, extra in extras.items():
         stats = extra.get("speculation")
         if stats:

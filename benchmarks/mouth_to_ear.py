@@ -469,9 +469,10 @@ def report(samples: dict[tuple[str, str], list[dict[str, Any]]], rounds: int) ->
     for (path, design), got in sorted(samples.items()):
         for s in got:
             parts = " ".join(f"{k}={cell(s['stages'][k])}" for k in STAGES)
+            model = " ".join(f"{k}={cell(s['model'].get(k))}" for k in MODEL_STAGES)
             print(
                 f"{path:<5} {design:<8} load {s['load']:.1f} whole={cell(s['whole'])} {parts} "
-                f"chunk {s['chunk_ms']} ms | {s['question']}"
+                f"chunk {s['chunk_ms']} ms | model: {model} | {s['question']}"
             )
 
 

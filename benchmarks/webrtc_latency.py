@@ -184,7 +184,7 @@ SCRIPTED_ARGS = ["first_output_ms=50", "token_ms=5", "chunk_period_ms=200"]
 def main() -> None:
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     parser.add_argument("--trials", type=int, default=10, help="sessions per transport")
-    parser.add_argument("--model", default="scripted")
+    parser.add_argument("--model", default="scripted", help="the model served: scripted (default) or cascade")
     parser.add_argument(
         "--model-arg",
         action="append",
@@ -192,7 +192,7 @@ def main() -> None:
         help="KEY=VALUE for the model (default for scripted: 50 ms to first output, 200 ms units)",
     )
     parser.add_argument("--speech-ms", type=int, default=900, help="speech, ending inside a unit")
-    parser.add_argument("--silence-ms", type=int, default=1500)
+    parser.add_argument("--silence-ms", type=int, default=1500, help="silence after the speech, ms (1500)")
     parser.add_argument("--browser", type=int, default=0, metavar="N", help="also in Chromium, N replies")
     parser.add_argument(
         "--browser-sentence",
