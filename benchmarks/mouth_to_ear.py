@@ -30,7 +30,7 @@ The client and the server share this process, so one monotonic clock spans the p
 - `chunking` (client: media clock → monotonic, by the pacer): the end of speech → its append sent (the
   append waits for its last sample; a 200 ms append holds the end of speech up to 200 ms);
 - `transport` (monotonic): that append sent → the server's model stepping the unit that holds the end of
-  speech (the socket, the runner, unit assembly on the 100 ms grid, the wait for the stepper);
+  speech (the socket, the runner, unit assembly on the model's unit grid, the wait for the stepper);
 - `end_of_turn` (monotonic; the model's media split `vad_tail` / `smart_turn` beside it): that step →
   the step of the unit that ended the turn (`TurnTrace.ended_at_ms`);
 - `reply` (server monotonic): that step → the model released the first reply audio

@@ -183,7 +183,7 @@ SCRIPTED_ARGS = ["first_output_ms=50", "token_ms=5", "chunk_period_ms=200"]
 
 def main() -> None:
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
-    parser.add_argument("--trials", type=int, default=10, help="sessions per transport")
+    parser.add_argument("--trials", type=int, default=10, help="sessions per transport (0: the browser only)")
     parser.add_argument("--model", default="scripted", help="the model served: scripted (default) or cascade")
     parser.add_argument(
         "--model-arg",
@@ -206,6 +206,8 @@ def main() -> None:
     if args.model_arg is None:
         args.model_arg = SCRIPTED_ARGS if args.model == "scripted" else []
     results = asyncio.run(run(args))
+    if not args.trials:
+        return  # the browser's figures only (printed by `run`)
     print(
         f"{args.trials} sessions per transport, model {args.model} {' '.join(args.model_arg)}; medians in ms"
     )

@@ -40,9 +40,9 @@ SAMPLE_RATE_HZ = 16_000
 SEMANTIC_PAUSE_MS = 200.0
 """Pause at which the turn model's answer ends the turn: ~6 Silero frames, past the VAD's own lag."""
 SEMANTIC_ASK_MS = 100.0
-"""Pause at which the turn model is asked (where the cascade's Whisper recogniser has heard all of the
-pause it will, its `tail_ms`): Smart Turn takes ~50 ms alone, ~100 ms beside other work, so in real time
-its answer is in by `SEMANTIC_PAUSE_MS` and no unit stalls waiting for it."""
+"""Pause at which the turn model is asked (past the cascade's Whisper `tail_ms`, so the pause's decode is
+already under way): Smart Turn takes ~50 ms alone, ~100 ms beside other work, so in real time its answer
+is in by `SEMANTIC_PAUSE_MS` and no unit stalls waiting for it."""
 _TURN_WINDOW_S = 8
 SEMANTIC_EAGERNESS: dict[str, tuple[float, float]] = {
     "low": (0.8, 3000.0),
