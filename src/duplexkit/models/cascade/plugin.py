@@ -29,9 +29,10 @@ ASR while the user speaks), judges turn-taking, and decides:
 Why 50 ms units: the end of the user's speech is only seen at a unit boundary, so the unit adds half
 its length to the reply latency on average (25 ms here, 500 ms with 1 s units). Measured against 100 ms
 units (docs/performance.md): 25 ms off the reply's p50 and its turn end, with the same transcripts and
-false cut-offs, and 6 sessions still keep real time on 2 cores; below that the per-step overhead (a
-thread hop and a `response.listen` event per unit) grows against Silero's 32 ms frames for little
-gain. A client sending 100 ms appends (most realtime clients do) completes two units per append.
+false cut-offs, and 6 sessions still keep real time on 2 cores. Shorter units were not measured: they
+would hold less than two of Silero's 32 ms frames while the per-step overhead (a thread hop and a
+`response.listen` event per unit) grows with their number. A client sending 100 ms appends (most
+realtime clients do) completes two units per append.
 
 Model resources are loaded once per process and shared: the synthesizer, the responder (its LLM or HTTP
 client), Whisper and the Smart Turn model, and a pool of pocketsphinx decoders lent per utterance. The

@@ -164,9 +164,10 @@ class WhisperRecognizer:
     tail_ms = 32.0
     """Silence fed past the last voiced frame: one Silero frame, so the pause's decode starts at the first
     silent frame, ahead of Smart Turn's question (`SEMANTIC_ASK_MS`), and the reply made from it is under
-    way before the turn's end is confirmed. Silero's last voiced frame already lags the voice (~75 ms, its
-    hysteresis), so the word's end is heard; at 50 ms (two frames) the pause was acted on a unit later
-    for 3 of the 8 benchmark questions, with the same transcripts (docs/performance.md)."""
+    way before the turn's end is confirmed. Silero's last voiced frame already lags the voice (a median
+    56-81 ms on the benchmark's clips, `benchmarks/silero_lag.py`), so the word's end is heard; at 50 ms
+    (two frames) the pause was acted on a unit later for 3 of the 8 benchmark questions, with the same
+    transcripts (docs/performance.md)."""
 
     def __init__(self, asr: WhisperAsr) -> None:
         self._asr = asr
