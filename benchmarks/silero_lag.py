@@ -21,8 +21,8 @@ from duplexkit.models.cascade.drive import silence, speech_end_ms, spoken, with_
 from duplexkit.models.cascade.tts import PiperSynthesizer
 from duplexkit.vad import VadParams, best_scorer
 
-LEAD_IN_MS = 500.0
 TAIL_MS = 600.0
+"""Silence after the speech: past Silero's release on every clip (cascade_latency's waits for a reply)."""
 
 
 def last_frame_end_ms(probabilities: list[float], at_least: float, frame_ms: float) -> float:
@@ -35,7 +35,7 @@ def main() -> None:
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     parser.add_argument("--voices", default="piper,espeak", help="piper and/or espeak, comma separated")
     args = parser.parse_args()
-    from cascade_latency import QUESTIONS
+    from cascade_latency import LEAD_IN_MS, QUESTIONS
     from mouth_to_ear import espeak
 
     params = VadParams()

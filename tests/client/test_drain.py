@@ -20,6 +20,15 @@ def listen(at: float) -> ReceivedEvent:
     return ev("response.listen", at, response={"status": "listening", "metadata": {"model_listen": True}})
 
 
+def reply(at: float) -> tuple[ReceivedEvent, ...]:
+    """A response "r" created with its first audio at `at`, done 0.1 s later."""
+    return (
+        ev("response.created", at, response={"id": "r"}),
+        ev("response.output_audio.delta", at, response_id="r", delta=""),
+        ev("response.done", at + 0.1, response={"id": "r", "status": "completed"}),
+    )
+
+
 def feed(tracker: DrainTracker, *events: ReceivedEvent) -> DrainTracker:
     for event in events:
         tracker.observe(event)
@@ -54,9 +63,7 @@ def test_a_server_slower_than_real_time_answering_one_unit_after_the_commit_gets
     assert not tracker.poll(5.0, SETTLE).settled
     feed(
         tracker,
-        ev("response.created", 6.0, response={"id": "r"}),
-        ev("response.output_audio.delta", 6.0, response_id="r", delta=""),
-        ev("response.done", 6.1, response={"id": "r", "status": "completed"}),
+        *reply(6.0),
         listen(7.5),
     )
     assert not tracker.poll(8.9, SETTLE).settled  # the reply's own unit restarted the count
@@ -255,9 +262,7 @@ def test_a_server_answering_units_slower_than_the_window_is_waited_for_in_units(
     assert not status.settled and status.wake_at is None  # only its next unit can settle it
     feed(
         tracker,
-        ev("response.created", 8.0, response={"id": "r"}),
-        ev("response.output_audio.delta", 8.0, response_id="r", delta=""),
-        ev("response.done", 8.1, response={"id": "r", "status": "completed"}),
+        *reply(8.0),
         listen(10.5),
     )
     assert not tracker.poll(12.9, SETTLE).settled
@@ -280,9 +285,7 @@ def test_a_server_that_slows_after_the_commit_is_counted_in_units_at_its_pace_si
     assert not tracker.poll(6.49, SETTLE).settled
     feed(
         tracker,
-        ev("response.created", 6.5, response={"id": "r"}),
-        ev("response.output_audio.delta", 6.5, response_id="r", delta=""),
-        ev("response.done", 6.6, response={"id": "r", "status": "completed"}),
+        *reply(6.5),
     )
     assert tracker.answer_gap_s == 3.5  # the pace it has shown since the commit
     status = tracker.poll(7.0, SETTLE)
@@ -301,9 +304,7 @@ def test_a_server_that_slows_after_the_commit_and_then_stops_settles_past_its_pa
         DrainTracker(3.0, [], point),
         ev("input_audio_buffer.committed", 3.0),
         listen(3.0),
-        ev("response.created", 6.5, response={"id": "r"}),
-        ev("response.output_audio.delta", 6.5, response_id="r", delta=""),
-        ev("response.done", 6.6, response={"id": "r", "status": "completed"}),
+        *reply(6.5),
     )
     assert not tracker.poll(12.0, SETTLE).settled
     assert tracker.poll(12.1, SETTLE).settled and tracker.settled_by == "wall_clock"
@@ -316,9 +317,7 @@ def test_a_server_that_answers_units_and_then_stops_altogether_settles_past_its_
         DrainTracker(0.0, [], point),
         ev("input_audio_buffer.committed", 0.05),
         listen(0.1),
-        ev("response.created", 0.4, response={"id": "r"}),
-        ev("response.output_audio.delta", 0.4, response_id="r", delta=""),
-        ev("response.done", 0.5, response={"id": "r", "status": "completed"}),
+        *reply(0.4),
     )
     assert tracker.wall_window_s(SETTLE) == 2.3
     assert not tracker.poll(2.7, SETTLE).settled
